@@ -1,0 +1,33 @@
+# reput: the two commands an operator needs on a fresh machine are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO := demo
+
+.PHONY: venv demo test test-fast bench package clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	rm -rf $(DEMO)
+	$(PY) -m storage_format.sample_store $(DEMO)/store
+	$(PY) -m jobs.rebuild --store $(DEMO)/store --out $(DEMO)/rebuilt --broker-config $(DEMO)/store/broker.conf
+	$(PY) -m jobs.verify --store $(DEMO)/rebuilt-as-store --broker-config $(DEMO)/store/broker.conf || true
+
+test: venv
+	$(PY) -m pytest -q tests
+
+bench: venv
+	$(PY) -m bench
+
+package: venv
+	$(PY) -m jobs.pipeline.package dist/reput.zip
+
+clean:
+	rm -rf $(VENV) $(DEMO) dist build .pytest_cache

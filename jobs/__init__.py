@@ -1,0 +1,1 @@
+"""Entry points: `python -m jobs.<name>` (embedded local Spark) or `spark-submit jobs/<name>.py`."""

@@ -1,0 +1,1 @@
+"""Spark plumbing shared by every job: filesystem, session, split decoding, build stages, publishing."""

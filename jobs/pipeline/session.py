@@ -1,0 +1,26 @@
+"""The SparkSession of a job: embedded local Spark under `python -m`, the submitted one under spark-submit."""
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with a gateway to its own JVM already running."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def get_spark(app: str, master: str | None = None) -> SparkSession:
+    """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
+    builder = SparkSession.builder.appName(f"reput-{app}")
+    if master or not under_spark_submit():
+        builder = (builder.master(master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"))
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.driver.memory", os.environ.get("REPUT_DRIVER_MEMORY", "4g"))
+                   .config("spark.sql.shuffle.partitions", "8")
+                   .config("spark.python.worker.reuse", "true")
+                   .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("REPUT_SPARK_LOG_LEVEL", "WARN"))
+    return spark

@@ -1,0 +1,547 @@
+"""Commit-log records: walk the record chain of a segment buffer, then decode fields as columns.
+
+The only per-record Python work is the chain walk (totalSize + magic of each record); every field is
+then gathered with numpy from the record start positions, and strings become Arrow arrays. The walk
+follows the broker's dispatch rules (CommitLog.checkMessageAndReturnSize): a BLANK record ends the
+segment, anything else that is not a valid record ends the scan (the broker's first invalid record).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import StoreFormatError
+from .properties import DELAY, KEYS, TAGS, UNIQ_KEY, locate_properties
+from .ragged import slices_to_binary
+from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_MASK,
+                     Message)
+
+MIN_RECORD_SIZE = 91  # IPv4 hosts, empty body, topic and properties (v1)
+BLANK_HEADER = 8
+SEGMENT_NAME_DIGITS = 20
+_HEAD = struct.Struct(">iI")
+
+# Why a scan stopped. The first four come from the broker's own checks.
+END_BAD_MAGIC = "badmagic"
+END_SIZE_MISMATCH = "size_mismatch"
+END_CRC_MISMATCH = "crc_mismatch"
+END_BAD_TOTAL_SIZE = "bad_total_size"
+END_BAD_DELAY = "bad_delay_level"
+END_BLANK = "blank"  # normal end of a segment: reading goes on in the next one
+END_STOP = "stop"  # reached the end of the byte range asked for: the chain goes on
+END_FILE = "end_of_file"  # the chain ended exactly at the segment end (no blank)
+INVALID_ENDS = (END_BAD_MAGIC, END_SIZE_MISMATCH, END_CRC_MISMATCH, END_BAD_TOTAL_SIZE, END_BAD_DELAY)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+class NeedMoreBytes(Exception):
+    """A record runs past the end of the buffer although the segment goes on: read a larger window."""
+
+    def __init__(self, position: int, needed_end: int) -> None:
+        super().__init__(f"record at {position} needs bytes up to {needed_end}")
+        self.position = position
+        self.needed_end = needed_end
+
+
+@dataclass(frozen=True)
+class ScanEnd:
+    """Where a walk stopped (global commit-log offset) and why; `magic` for badmagic ends."""
+
+    reason: str
+    offset: int
+    magic: int | None = None
+    detail: str = ""
+
+    @property
+    def is_invalid(self) -> bool:
+        return self.reason in INVALID_ENDS
+
+    def as_list(self) -> list:
+        """The manifest's `scan_end` form: [reason, offset] (+ magic for badmagic)."""
+        return [self.reason, self.offset] + ([self.magic] if self.reason == END_BAD_MAGIC else [])
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The start offset a segment file name stands for, or None when it is not a segment name."""
+    if len(name) == SEGMENT_NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+def find_first_record(buf: memoryview | bytes, base_offset: int, start: int, stop: int) -> int | None:
+    """First position p in [start, stop) where a record starts: valid magic and physicalOffset == base+p.
+
+    Used by splits that begin mid-segment. Searched in growing windows so the common case (a record
+    within a few KiB) touches little memory.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    pos, window = start, 1 << 16
+    while pos < stop:
+        hi = min(stop, pos + window)
+        seg = arr[pos + 4:min(len(arr), hi + 4)]
+        cand = np.flatnonzero(seg == 0xDA) + pos
+        cand = cand[cand + 36 <= len(arr)]
+        for p in cand:
+            magic = int.from_bytes(arr[p + 4:p + 8].tobytes(), "big")
+            if magic in (MAGIC_V1, MAGIC_V2) and int.from_bytes(arr[p + 28:p + 36].tobytes(), "big") == base_offset + p:
+                return int(p)
+        pos, window = hi, window * 4
+    return None
+
+
+def walk_chain(buf: memoryview | bytes, base_offset: int, start: int, stop: int, segment_end: int,
+               path: str = "<buffer>") -> tuple[np.ndarray, int, ScanEnd]:
+    """Follow totalSize from `start` while positions are < `stop`: (record positions, blanks, end).
+
+    `segment_end` is where the segment ends in buffer coordinates; when it lies past the buffer,
+    a record that runs off the buffer raises NeedMoreBytes instead of being called invalid.
+    """
+    positions: list[int] = []
+    append = positions.append
+    unpack = _HEAD.unpack_from
+    buf_len = len(buf)
+    limit = min(buf_len, segment_end)
+    pos, blanks = start, 0
+    end: ScanEnd
+    while True:
+        if pos >= stop:
+            end = _end_after_stop(buf, base_offset, pos, limit)
+            if end.reason == END_BLANK:
+                blanks += 1
+            break
+        if pos == segment_end:
+            end = ScanEnd(END_FILE, base_offset + pos)
+            break
+        if pos + 8 > limit:
+            if limit < segment_end:
+                raise NeedMoreBytes(pos, pos + 8)
+            end = ScanEnd(END_BAD_TOTAL_SIZE, base_offset + pos, detail="record header runs past the segment end")
+            break
+        size, magic = unpack(buf, pos)
+        if magic == MAGIC_V1 or magic == MAGIC_V2:
+            if size < MIN_RECORD_SIZE or pos + size > segment_end:
+                end = ScanEnd(END_BAD_TOTAL_SIZE, base_offset + pos,
+                              detail=f"totalSize {size} does not fit (min {MIN_RECORD_SIZE}, "
+                                     f"{segment_end - pos} bytes left in the segment)")
+                break
+            if pos + size > buf_len:
+                raise NeedMoreBytes(pos, pos + size)
+            append(pos)
+            pos += size
+        elif magic == MAGIC_BLANK:
+            blanks += 1
+            end = ScanEnd(END_BLANK, base_offset + pos)
+            break
+        else:
+            end = ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+            break
+    return np.asarray(positions, dtype=np.int64), blanks, end
+
+
+def _end_after_stop(buf: memoryview | bytes, base_offset: int, pos: int, limit: int) -> ScanEnd:
+    """The walk reached its stop: peek at the next header so a blank or the end of the data is
+    reported here rather than making the next split search for a record that is not there."""
+    if pos + 8 <= limit:
+        _, magic = _HEAD.unpack_from(buf, pos)
+        if magic == MAGIC_BLANK:
+            return ScanEnd(END_BLANK, base_offset + pos)
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            return ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+    return ScanEnd(END_STOP, base_offset + pos)
+
+
+def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """Big-endian field of `width` bytes at each position, as a native array of `dtype`."""
+    if len(pos) == 0:
+        return np.zeros(0, dtype=dtype)
+    raw = arr[pos[:, None] + np.arange(width)]
+    return raw.view(">" + dtype[1:] if dtype[0] in "<>" else ">" + dtype).ravel().astype(dtype)
+
+
+class RecordColumns:
+    """Column view over valid records of one buffer; each field is decoded on first use.
+
+    `positions` are buffer positions of records already checked by `validate_layout`.
+    """
+
+    def __init__(self, buf: memoryview | bytes, base_offset: int, positions: np.ndarray,
+                 path: str = "<buffer>") -> None:
+        self.buf = buf
+        self.arr = np.frombuffer(buf, dtype=np.uint8)
+        self.base_offset = base_offset
+        self.pos = positions
+        self.path = path
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def take(self, count: int) -> "RecordColumns":
+        """The first `count` records (used when a later record turns out invalid)."""
+        return RecordColumns(self.buf, self.base_offset, self.pos[:count], self.path)
+
+    def i32(self, rel: np.ndarray | int) -> np.ndarray:
+        return _gather(self.arr, self.pos + rel if np.isscalar(rel) else rel, 4, "i4")
+
+    def i64(self, rel: np.ndarray | int) -> np.ndarray:
+        return _gather(self.arr, self.pos + rel if np.isscalar(rel) else rel, 8, "i8")
+
+    # ---- fixed-position fields -------------------------------------------------------------
+    @cached_property
+    def total_size(self) -> np.ndarray:
+        return self.i32(0)
+
+    @cached_property
+    def magic(self) -> np.ndarray:
+        return self.i32(4).view(np.uint32)
+
+    @cached_property
+    def body_crc(self) -> np.ndarray:
+        return self.i32(8)
+
+    @cached_property
+    def queue_id(self) -> np.ndarray:
+        return self.i32(12)
+
+    @cached_property
+    def flag(self) -> np.ndarray:
+        return self.i32(16)
+
+    @cached_property
+    def queue_offset(self) -> np.ndarray:
+        return self.i64(20)
+
+    @cached_property
+    def physical_offset(self) -> np.ndarray:
+        """The stored physicalOffset field (the broker dispatches this value)."""
+        return self.i64(28)
+
+    @cached_property
+    def sys_flag(self) -> np.ndarray:
+        return self.i32(36)
+
+    @cached_property
+    def born_timestamp(self) -> np.ndarray:
+        return self.i64(40)
+
+    # ---- fields after the variable-length hosts ----------------------------------------------
+    @cached_property
+    def born_host_len(self) -> np.ndarray:
+        return np.where(self.sys_flag & FLAG_BORNHOST_V6, 16, 4).astype(np.int64)
+
+    @cached_property
+    def store_host_len(self) -> np.ndarray:
+        return np.where(self.sys_flag & FLAG_STOREHOST_V6, 16, 4).astype(np.int64)
+
+    @cached_property
+    def _store_ts_at(self) -> np.ndarray:
+        return self.pos + 48 + self.born_host_len + 4
+
+    @cached_property
+    def born_port(self) -> np.ndarray:
+        return self.i32(self.pos + 48 + self.born_host_len)
+
+    @cached_property
+    def store_timestamp(self) -> np.ndarray:
+        return self.i64(self._store_ts_at)
+
+    @cached_property
+    def _store_host_at(self) -> np.ndarray:
+        return self._store_ts_at + 8
+
+    @cached_property
+    def store_port(self) -> np.ndarray:
+        return self.i32(self._store_host_at + self.store_host_len)
+
+    @cached_property
+    def _reconsume_at(self) -> np.ndarray:
+        return self._store_host_at + self.store_host_len + 4
+
+    @cached_property
+    def reconsume_times(self) -> np.ndarray:
+        return self.i32(self._reconsume_at)
+
+    @cached_property
+    def prepared_transaction_offset(self) -> np.ndarray:
+        return self.i64(self._reconsume_at + 4)
+
+    @cached_property
+    def _body_len_at(self) -> np.ndarray:
+        return self._reconsume_at + 12
+
+    @cached_property
+    def body_length(self) -> np.ndarray:
+        return self.i32(self._body_len_at)
+
+    @cached_property
+    def body_start(self) -> np.ndarray:
+        return self._body_len_at + 4
+
+    @cached_property
+    def is_v2(self) -> np.ndarray:
+        return self.magic == MAGIC_V2
+
+    @cached_property
+    def _topic_len_at(self) -> np.ndarray:
+        return self.body_start + np.maximum(self.body_length, 0)
+
+    @cached_property
+    def topic_length(self) -> np.ndarray:
+        at = self._topic_len_at
+        one = self.arr[np.minimum(at, len(self.arr) - 1)].astype(np.int64)
+        two = (one << 8) | self.arr[np.minimum(at + 1, len(self.arr) - 1)]
+        return np.where(self.is_v2, two, one)
+
+    @cached_property
+    def topic_start(self) -> np.ndarray:
+        return self._topic_len_at + np.where(self.is_v2, 2, 1)
+
+    @cached_property
+    def _props_len_at(self) -> np.ndarray:
+        return self.topic_start + self.topic_length
+
+    @cached_property
+    def properties_length(self) -> np.ndarray:
+        at = np.minimum(self._props_len_at, len(self.arr) - 2)
+        raw = (self.arr[at].astype(np.int64) << 8) | self.arr[at + 1]
+        return np.where(raw >= 0x8000, raw - 0x10000, raw)
+
+    @cached_property
+    def properties_start(self) -> np.ndarray:
+        return self._props_len_at + 2
+
+    @property
+    def transaction_type(self) -> np.ndarray:
+        return self.sys_flag & TRAN_MASK
+
+    # ---- strings -----------------------------------------------------------------------------
+    def _slices(self, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+        return slices_to_binary(pa.py_buffer(self.buf), starts, np.maximum(lengths, 0), valid)
+
+    @cached_property
+    def topic_binary(self) -> pa.Array:
+        return self._slices(self.topic_start, self.topic_length)
+
+    @cached_property
+    def topic(self) -> pa.Array:
+        """Topics as a string array; invalid UTF-8 raises StoreFormatError naming the record."""
+        return self._utf8(self.topic_binary, self.topic_start, "topic")
+
+    @cached_property
+    def properties_binary(self) -> pa.Array:
+        return self._slices(self.properties_start, self.properties_length)
+
+    @cached_property
+    def properties(self) -> pa.Array:
+        """Raw properties strings (Java decodes invalid UTF-8 with U+FFFD; so do we)."""
+        return _utf8_lenient(self.properties_binary)
+
+    @cached_property
+    def _props(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return locate_properties(self.arr, self.properties_start, self.properties_length,
+                                 (TAGS, KEYS, UNIQ_KEY, DELAY))
+
+    def property_binary(self, name: str) -> pa.Array:
+        """Values of one property (null when absent or dropped by the broker's parsing rules)."""
+        starts, lengths = self._props[name]
+        present = starts >= 0
+        return self._slices(np.where(present, starts, self._fill_starts(starts)), lengths, present)
+
+    def _fill_starts(self, starts: np.ndarray) -> np.ndarray:
+        # Absent values become empty slices placed at the record's properties start, keeping order.
+        return self.properties_start
+
+    def property_string(self, name: str) -> pa.Array:
+        return _utf8_lenient(self.property_binary(name))
+
+    @cached_property
+    def delay_level(self) -> np.ndarray:
+        """DELAY property as int (Integer.parseInt); -1 when absent. Unparseable values raise ValueError."""
+        starts, lengths = self._props[DELAY]
+        out = np.full(len(self), -1, np.int64)
+        for i in np.flatnonzero(starts >= 0):
+            out[i] = _java_parse_int(bytes(self.arr[starts[i]:starts[i] + lengths[i]]))
+        return out
+
+    def host_bytes(self, which: str) -> list[bytes]:
+        at = self.pos + 48 if which == "born" else self._store_host_at
+        lens = self.born_host_len if which == "born" else self.store_host_len
+        return [bytes(self.arr[a:a + n]) for a, n in zip(at.tolist(), lens.tolist())]
+
+    def body(self) -> pa.Array:
+        return self._slices(self.body_start, self.body_length)
+
+    def _utf8(self, binary: pa.Array, starts: np.ndarray, what: str) -> pa.Array:
+        try:
+            return binary.cast(pa.large_string())
+        except pa.ArrowInvalid:
+            for i, value in enumerate(binary.to_pylist()):
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise StoreFormatError(self.path, self.base_offset + int(self.pos[i]),
+                                           f"{what} is not valid UTF-8 (byte {exc.start} of the {what}, "
+                                           f"at offset {self.base_offset + int(starts[i]) + exc.start})") from None
+            raise
+
+    # ---- validation --------------------------------------------------------------------------
+    def first_layout_error(self) -> tuple[int, str] | None:
+        """Index of the first record whose fields do not add up to its totalSize, and why."""
+        if not len(self):
+            return None
+        computed = self.properties_start + np.maximum(self.properties_length, 0) - self.pos
+        bad = (computed != self.total_size) | (self.body_length < 0) | (self.properties_length < 0)
+        idx = np.flatnonzero(bad)
+        if not len(idx):
+            return None
+        i = int(idx[0])
+        return i, (f"fields add up to {int(computed[i])} bytes but totalSize is {int(self.total_size[i])} "
+                   f"(bodyLength {int(self.body_length[i])}, topicLength {int(self.topic_length[i])}, "
+                   f"propertiesLength {int(self.properties_length[i])})")
+
+    def first_crc_error(self) -> tuple[int, str] | None:
+        """Index of the first record whose body CRC-32 (& 0x7FFFFFFF) differs from bodyCRC."""
+        mv = memoryview(self.buf)
+        crc = self.body_crc
+        record_end = (self.pos + self.total_size).tolist()
+        for i, (s, n) in enumerate(zip(self.body_start.tolist(), self.body_length.tolist())):
+            if n > 0 and s + n <= record_end[i] and (zlib.crc32(mv[s:s + n]) & 0x7FFFFFFF) != crc[i]:
+                return i, f"body CRC {zlib.crc32(mv[s:s + n]) & 0x7FFFFFFF} != stored bodyCRC {int(crc[i])}"
+        return None
+
+    def first_delay_error(self) -> tuple[int, str] | None:
+        """A SCHEDULE_TOPIC_XXXX record whose DELAY is not an int makes the broker reject the record."""
+        starts, lengths = self._props[DELAY]
+        cand = np.flatnonzero(starts >= 0)
+        if not len(cand):
+            return None
+        topics = self.topic_binary
+        for i in cand.tolist():
+            if topics[i].as_py() == SCHEDULE_TOPIC.encode():
+                raw = bytes(self.arr[starts[i]:starts[i] + lengths[i]])
+                try:
+                    _java_parse_int(raw)
+                except ValueError:
+                    return i, f"DELAY property {raw!r} is not an integer"
+        return None
+
+
+def _java_parse_int(raw: bytes) -> int:
+    """Integer.parseInt on ASCII digits with an optional sign; ValueError otherwise."""
+    text = raw.decode("utf-8", "replace")
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not body.isascii() or not body.isdigit():
+        raise ValueError(text)
+    value = int(text)
+    if not -2**31 <= value < 2**31:
+        raise ValueError(text)
+    return value
+
+
+def _utf8_lenient(binary: pa.Array) -> pa.Array:
+    """Binary -> large_string; values that are not UTF-8 are decoded with U+FFFD as Java does."""
+    try:
+        return binary.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in binary.to_pylist()],
+                        type=pa.large_string())
+
+
+@dataclass
+class DecodedChunk:
+    """Valid records of a byte range and how the walk ended."""
+
+    columns: RecordColumns
+    blank_count: int
+    end: ScanEnd
+    first_position: int | None  # buffer position of the first record walked, if any
+    path: str = "<buffer>"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.columns)
+
+
+def decode_buffer(buf: memoryview | bytes, base_offset: int, start: int = 0, stop: int | None = None, *,
+                  segment_end: int | None = None, path: str = "<buffer>", check_crc: bool = False,
+                  find_start: bool = False) -> DecodedChunk:
+    """Decode the records that start in buf[start:stop].
+
+    `base_offset` is the commit-log offset of buf[0]; `segment_end` (default len(buf)) is where the
+    segment ends in buffer coordinates. With `find_start`, the first record is searched by the
+    physicalOffset rule (for splits that begin mid-segment). Records after the first invalid one are
+    dropped and the end says where and why, like the broker's dispatch (CRC only with check_crc).
+    """
+    stop = len(buf) if stop is None else stop
+    segment_end = len(buf) if segment_end is None else segment_end
+    first = start
+    if find_start:
+        found = find_first_record(buf, base_offset, start, stop)
+        if found is None:
+            return DecodedChunk(RecordColumns(buf, base_offset, np.zeros(0, np.int64), path), 0,
+                                ScanEnd(END_STOP, base_offset + stop), None, path)
+        first = found
+    positions, blanks, end = walk_chain(buf, base_offset, first, stop, segment_end, path)
+    cols = RecordColumns(buf, base_offset, positions, path)
+    invalid = first_invalid_record(cols, check_crc)
+    if invalid is not None:
+        i, reason, why = invalid
+        end = ScanEnd(reason, base_offset + int(cols.pos[i]), detail=why)
+        blanks = 0
+        cols = cols.take(i)
+    cols.topic  # noqa: B018 - invalid UTF-8 in a topic is an error, raised here with its offset
+    return DecodedChunk(cols, blanks, end, first if len(positions) or not find_start else None, path)
+
+
+def first_invalid_record(cols: RecordColumns, check_crc: bool) -> tuple[int, str, str] | None:
+    """The first record the broker would reject: (index, reason, detail), checks in the broker's order.
+
+    At one record the broker checks the body CRC first (recovery only), then parses DELAY, then
+    compares the field lengths with totalSize.
+    """
+    n = len(cols)
+    layout = cols.first_layout_error()
+    limit = layout[0] if layout else n
+    found: list[tuple[int, int, str, str]] = []
+    if layout:
+        found.append((layout[0], 2, END_SIZE_MISMATCH, layout[1]))
+    if check_crc:
+        crc = cols.take(min(limit + 1, n)).first_crc_error()
+        if crc:
+            found.append((crc[0], 0, END_CRC_MISMATCH, crc[1]))
+    delay = cols.take(limit).first_delay_error()
+    if delay:
+        found.append((delay[0], 1, END_BAD_DELAY, delay[1]))
+    if not found:
+        return None
+    i, _, reason, why = min(found)
+    return i, reason, why
+
+
+def records_from_columns(cols: RecordColumns, with_body: bool = True) -> list[Message]:
+    """Message objects from decoded columns (tests and small audits; not for the hot path)."""
+    topics = cols.topic.to_pylist()
+    props = cols.properties.to_pylist()
+    bodies = cols.body().to_pylist() if with_body else [b""] * len(cols)
+    born_hosts, store_hosts = cols.host_bytes("born"), cols.host_bytes("store")
+    out = []
+    for i in range(len(cols)):
+        out.append(Message(
+            topic=topics[i], body=bodies[i], queue_id=int(cols.queue_id[i]), queue_offset=int(cols.queue_offset[i]),
+            flag=int(cols.flag[i]), sys_flag=int(cols.sys_flag[i]), born_timestamp=int(cols.born_timestamp[i]),
+            born_host=born_hosts[i], born_port=int(cols.born_port[i]), store_timestamp=int(cols.store_timestamp[i]),
+            store_host=store_hosts[i], store_port=int(cols.store_port[i]), reconsume_times=int(cols.reconsume_times[i]),
+            prepared_transaction_offset=int(cols.prepared_transaction_offset[i]), properties=props[i] or "",
+            physical_offset=int(cols.physical_offset[i]), body_crc=int(cols.body_crc[i]),
+            magic_v2=bool(cols.is_v2[i])))
+    return out

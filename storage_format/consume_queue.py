@@ -1,0 +1,105 @@
+"""Consume-queue files: 20-byte entries (phyOffset, size, tagsCode) at queueOffset x 20.
+
+Which records get an entry (transaction type NOT or COMMIT), the tagsCode rule (Java hash of TAGS,
+or the delivery time for SCHEDULE_TOPIC_XXXX), the pre-blank filler of a queue's first file and the
+file layout live here and nowhere else.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .java_hash import java_hash_arrow
+from .record import TRAN_COMMIT, TRAN_MASK, TRAN_NOT
+
+CQ_UNIT_SIZE = 20
+CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+PRE_BLANK_SIZE = 0x7FFFFFFF  # size of the filler units before a queue's first entry
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def file_name(start: int) -> str:
+    """Consume-queue file name: its first logical byte offset as 20 digits."""
+    return f"{start:020d}"
+
+
+def has_cq_entry(sys_flag: np.ndarray) -> np.ndarray:
+    """Records dispatched to a consume queue: transaction type NOT or COMMIT."""
+    tran = np.asarray(sys_flag) & TRAN_MASK
+    return (tran == TRAN_NOT) | (tran == TRAN_COMMIT)
+
+
+def tags_codes(tags: pa.Array, topics: pa.Array, delay_level: np.ndarray, store_timestamp: np.ndarray,
+               delay_levels_ms: tuple[int, ...]) -> np.ndarray:
+    """tagsCode per record: Java hash of TAGS (0 when absent), or for SCHEDULE_TOPIC_XXXX with a
+    DELAY level > 0 the delivery time storeTimestamp + delay of min(level, max level).
+
+    `delay_level` is -1 where the record has no DELAY property.
+    """
+    codes = java_hash_arrow(tags).astype(np.int64)
+    delay_level = np.asarray(delay_level, dtype=np.int64)
+    cand = delay_level > 0
+    if cand.any() and len(delay_levels_ms):
+        is_schedule = np.asarray(pc.fill_null(pc.equal(topics, SCHEDULE_TOPIC), False))
+        cand &= is_schedule
+        if cand.any():
+            table = np.asarray(delay_levels_ms, dtype=np.int64)
+            level = np.minimum(delay_level[cand], len(table))
+            codes[cand] = np.asarray(store_timestamp, dtype=np.int64)[cand] + table[level - 1]
+    return codes
+
+
+def pack_entries(phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> bytes:
+    """Entries as consume-queue bytes, 20 per entry, big-endian."""
+    out = np.empty(len(phy), dtype=CQ_DTYPE)
+    out["phy"], out["size"], out["tags"] = phy, size, tags
+    return out.tobytes()
+
+
+def unpack_entries(data: bytes | memoryview) -> np.ndarray:
+    """A consume-queue file (or part) as a structured array of (phy, size, tags)."""
+    usable = len(data) - len(data) % CQ_UNIT_SIZE
+    return np.frombuffer(data, dtype=CQ_DTYPE, count=usable // CQ_UNIT_SIZE)
+
+
+def keep_first_of_each_offset(queue_offset: np.ndarray) -> np.ndarray:
+    """Mask of entries the broker writes for one queue in dispatch order: an entry whose logical
+    offset is below the queue's current end is skipped ("repeated" in ConsumeQueue)."""
+    if not len(queue_offset):
+        return np.zeros(0, bool)
+    running = np.maximum.accumulate(queue_offset)
+    keep = np.ones(len(queue_offset), bool)
+    keep[1:] = queue_offset[1:] > running[:-1]
+    return keep
+
+
+def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray,
+                      file_size: int, first_file_created_here: bool = True,
+                      only_files: set[int] | None = None) -> dict[int, bytes]:
+    """Files of one queue: {file start offset: full-size file bytes}.
+
+    Entries go to byte queueOffset x 20 of the queue's logical space. When the queue's first entry
+    is not at offset 0 and its file is the first one created for the queue, the file is filled
+    from its start up to that entry with pre-blank units (0, 0x7FFFFFFF, 0), as the broker does.
+    """
+    if not len(queue_offset):
+        return {}
+    logical = queue_offset.astype(np.int64) * CQ_UNIT_SIZE
+    file_start = logical - logical % file_size
+    units_per_file = file_size // CQ_UNIT_SIZE
+    out: dict[int, bytes] = {}
+    first_logical = int(logical.min())
+    for start in np.unique(file_start).tolist():
+        if only_files is not None and start not in only_files:
+            continue
+        sel = file_start == start
+        buf = np.zeros(units_per_file, dtype=CQ_DTYPE)
+        if first_file_created_here and start == first_logical - first_logical % file_size and first_logical:
+            blank_units = (first_logical - start) // CQ_UNIT_SIZE
+            buf["size"][:blank_units] = PRE_BLANK_SIZE
+        slot = (logical[sel] - start) // CQ_UNIT_SIZE
+        buf["phy"][slot], buf["size"][slot], buf["tags"][slot] = phy[sel], size[sel], tags[sel]
+        out[start] = buf.tobytes()
+        # file_size may not be a multiple of 20 only if misconfigured; settings round it up.
+    return out

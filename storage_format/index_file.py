@@ -1,0 +1,229 @@
+"""Index files: a 40-byte header, a hash-slot table and 20-byte entries chained per slot.
+
+Building is vectorised: a file's entries are numbered 1..n in dispatch order; a stable sort by slot
+gives every entry its previous-in-slot position and the slot table its newest position. The broker's
+quirks (timeDiff of a rolled file's first entry, header begin fields set after the first entry,
+hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1) live here and nowhere else.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import StoreFormatError
+from .java_hash import index_key_hash, java_hash, index_key_hash_scalar
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+INT_MAX = 2**31 - 1
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"), ("end_phy", ">i8"),
+                         ("slot_count", ">i4"), ("index_count", ">i4")])
+NAME_FORMAT = "%Y%m%d%H%M%S"
+
+
+@dataclass(frozen=True)
+class IndexHeader:
+    """The 40-byte header of an index file."""
+
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    def to_bytes(self) -> bytes:
+        arr = np.array([(self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+                         self.hash_slot_count, self.index_count)], dtype=HEADER_DTYPE)
+        return arr.tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> "IndexHeader":
+        h = np.frombuffer(data, dtype=HEADER_DTYPE, count=1)[0]
+        return cls(*(int(v) for v in h))
+
+
+def file_size(slots: int, max_entries: int) -> int:
+    return HEADER_SIZE + slots * SLOT_SIZE + max_entries * ENTRY_SIZE
+
+
+def key_string(topic: str, key: str) -> str:
+    """The indexed string for a key: `topic#key`."""
+    return f"{topic}#{key}"
+
+
+def time_diffs(store_ts: np.ndarray, begin_before_first: int) -> np.ndarray:
+    """timeDiff (seconds) per entry of one file, with the header's begin timestamp as the broker
+    sees it at each put: the inherited value for the first entry, the first entry's time after."""
+    base = np.empty(len(store_ts), np.int64)
+    if len(store_ts):
+        base[0] = begin_before_first
+        base[1:] = store_ts[0]
+    delta = store_ts.astype(np.int64) - base
+    diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
+    diff = np.clip(diff, 0, INT_MAX)
+    diff[base <= 0] = 0
+    return diff.astype(np.int32)
+
+
+@dataclass
+class IndexState:
+    """What a new file inherits from its predecessor: the last entry's store time and offset."""
+
+    end_timestamp: int = 0
+    end_phy_offset: int = 0
+
+
+def build_index_file(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slots: int, max_entries: int,
+                     inherited: IndexState) -> bytes:
+    """Full bytes of one fresh index file holding these entries (at most max_entries - 1).
+
+    `key_hash` is already non-negative (index_key_hash); `inherited` is the previous file's end
+    (zeros for the first file of a store), which becomes the header's begin/end before any put.
+    """
+    n = len(key_hash)
+    if n > max_entries - 1:
+        raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
+    out = np.zeros(file_size(slots, max_entries), dtype=np.uint8)
+    begin_ts = inherited.end_timestamp if inherited.end_timestamp > 0 else 0
+    begin_phy = inherited.end_phy_offset if inherited.end_phy_offset > 0 else 0
+    header = IndexHeader(begin_ts, begin_ts, begin_phy, begin_phy, 0, 1)
+    if n:
+        slot = (key_hash.astype(np.int64) % slots)
+        position = np.arange(1, n + 1, dtype=np.int64)
+        order = np.argsort(slot, kind="stable")
+        s_sorted = slot[order]
+        prev = np.zeros(n, np.int64)
+        same = np.zeros(n, bool)
+        same[1:] = s_sorted[1:] == s_sorted[:-1]
+        prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
+        last = np.ones(n, bool)
+        last[:-1] = s_sorted[1:] != s_sorted[:-1]
+        table = np.zeros(slots, dtype=">i4")
+        table[s_sorted[last]] = position[order[last]]
+        entries = np.empty(n, dtype=ENTRY_DTYPE)
+        entries["hash"] = key_hash
+        entries["phy"] = phy
+        entries["diff"] = time_diffs(store_ts, begin_ts)
+        entries["prev"] = prev
+        slot_bytes = table.view(np.uint8)
+        out[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE] = slot_bytes
+        first_entry = HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE
+        out[first_entry:first_entry + n * ENTRY_SIZE] = entries.view(np.uint8)
+        header = IndexHeader(int(store_ts[0]), int(store_ts[-1]), int(phy[0]), int(phy[-1]),
+                             int(last.sum()), n + 1)
+    out[:HEADER_SIZE] = np.frombuffer(header.to_bytes(), np.uint8)
+    return out.tobytes()
+
+
+def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,
+                         slots: int, max_entries: int) -> int:
+    """Put entries into an existing file in place, as IndexFile.putKey does one by one; returns how
+    many fitted. Used by recovery, which resumes indexing in the last kept file."""
+    header = IndexHeader.from_bytes(data[:HEADER_SIZE])
+    count = header.index_count
+    room = max(0, max_entries - count)
+    n = min(room, len(key_hash))
+    table_at = HEADER_SIZE
+    table = np.frombuffer(data, dtype=">i4", count=slots, offset=table_at).copy()
+    begin_ts, begin_phy = header.begin_timestamp, header.begin_phy_offset
+    slot_count = header.hash_slot_count
+    end_ts, end_phy = header.end_timestamp, header.end_phy_offset
+    for i in range(n):  # sequential by nature: each put reads the slot the previous put wrote
+        kh, p, ts = int(key_hash[i]), int(phy[i]), int(store_ts[i])
+        s = kh % slots
+        slot_value = int(table[s])
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+        diff = 0 if begin_ts <= 0 else min(max(_java_div(ts - begin_ts, 1000), 0), INT_MAX)
+        at = HEADER_SIZE + slots * SLOT_SIZE + count * ENTRY_SIZE
+        data[at:at + ENTRY_SIZE] = np.array([(kh, p, diff, slot_value)], dtype=ENTRY_DTYPE).tobytes()
+        table[s] = count
+        if count <= 1:
+            begin_ts, begin_phy = ts, p
+        if slot_value == 0:
+            slot_count += 1
+        count += 1
+        end_ts, end_phy = ts, p
+    data[table_at:table_at + slots * SLOT_SIZE] = table.tobytes()
+    data[:HEADER_SIZE] = IndexHeader(begin_ts, end_ts, begin_phy, end_phy, slot_count, count).to_bytes()
+    return n
+
+
+def _java_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def is_full(header: IndexHeader, max_entries: int) -> bool:
+    return header.index_count >= max_entries
+
+
+@dataclass(frozen=True)
+class IndexFileView:
+    """A parsed index file: header, slot table and used entries (positions 1..indexCount-1)."""
+
+    header: IndexHeader
+    slots: np.ndarray
+    entries: np.ndarray  # ENTRY_DTYPE, entries[0] is position 1
+
+    def lookup(self, key: str, begin_ms: int | None = None, end_ms: int | None = None,
+               max_num: int = 64) -> list[int]:
+        """Physical offsets for `key` (`topic#key`), walking the slot chain newest first like
+        IndexFile.selectPhyOffset: hash must match, time within [begin, end] when given."""
+        kh = index_key_hash_scalar(java_hash(key))
+        pos = int(self.slots[kh % len(self.slots)])
+        count = self.header.index_count
+        out: list[int] = []
+        while 0 < pos < count and pos <= len(self.entries) and len(out) < max_num:
+            e = self.entries[pos - 1]
+            ts = self.header.begin_timestamp + int(e["diff"]) * 1000
+            in_time = (begin_ms is None or ts >= begin_ms) and (end_ms is None or ts <= end_ms)
+            if int(e["hash"]) == kh and in_time:
+                out.append(int(e["phy"]))
+            prev = int(e["prev"])
+            if prev <= 0 or prev > count or prev == pos:
+                break
+            pos = prev
+        return out
+
+
+def parse_index_file(data: bytes | memoryview, slots: int, max_entries: int, path: str = "<index>") -> IndexFileView:
+    """Parse an index file; its size must match the configured slots and entries."""
+    expected = file_size(slots, max_entries)
+    if len(data) != expected:
+        raise StoreFormatError(path, len(data), f"index file is {len(data)} bytes, expected {expected} "
+                                                f"(maxHashSlotNum={slots}, maxIndexNum={max_entries})")
+    header = IndexHeader.from_bytes(data[:HEADER_SIZE])
+    if not 1 <= header.index_count <= max_entries:
+        raise StoreFormatError(path, 36, f"indexCount {header.index_count} outside 1..{max_entries}")
+    table = np.frombuffer(data, dtype=">i4", count=slots, offset=HEADER_SIZE)
+    entries = np.frombuffer(data, dtype=ENTRY_DTYPE, count=header.index_count - 1,
+                            offset=HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE)
+    return IndexFileView(header, table, entries)
+
+
+def format_name(epoch_ms: int, tz: dt.tzinfo = dt.timezone.utc) -> str:
+    """Index file name for a time: yyyyMMddHHmmssSSS in the given zone."""
+    t = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=tz)
+    return t.strftime(NAME_FORMAT) + f"{epoch_ms % 1000:03d}"
+
+
+def parse_name(name: str, tz: dt.tzinfo = dt.timezone.utc) -> int:
+    """Epoch ms of an index file name (yyyyMMddHHmmssSSS in the given zone)."""
+    t = dt.datetime.strptime(name[:14], NAME_FORMAT).replace(tzinfo=tz)
+    return int(t.timestamp()) * 1000 + int(name[14:17])
+
+
+def names_for(first_ts: list[int], tz: dt.tzinfo = dt.timezone.utc, after_ms: int | None = None) -> list[str]:
+    """Deterministic names: each file's opening store timestamp, bumped to be strictly increasing."""
+    names, last = [], after_ms
+    for ts in first_ts:
+        ms = ts if last is None or ts > last else last + 1
+        names.append(format_name(ms, tz))
+        last = ms
+    return names

@@ -1,0 +1,127 @@
+"""Cut a commit log into byte-range splits, and stitch per-split walks into the broker's one scan.
+
+The broker reads the commit log as one chain: records follow each other by totalSize, a BLANK record
+sends reading to the next segment, and the first invalid record ends everything. Splits are walked in
+parallel, each starting at its segment's start or at the first record it finds by the physicalOffset
+rule; `stitch` then accepts a split only when it starts exactly where the chain before it ended.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd
+
+END_NO_NEXT_SEGMENT = "no_next_segment"
+END_MISSING_SEGMENT = "missing_segment"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One commit-log segment file: its start offset (from the name), size and path."""
+
+    start: int
+    size: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """Byte range [start, stop) of a segment (segment-relative): the records that begin in it."""
+
+    index: int
+    segment: Segment
+    start: int
+    stop: int
+
+    @property
+    def global_start(self) -> int:
+        return self.segment.start + self.start
+
+    @property
+    def global_stop(self) -> int:
+        return self.segment.start + self.stop
+
+    @property
+    def at_segment_start(self) -> bool:
+        return self.start == 0
+
+
+@dataclass(frozen=True)
+class SplitWalk:
+    """What a split's walk found: the first record offset (None if none) and how the walk ended."""
+
+    split_index: int
+    first_offset: int | None
+    end: ScanEnd
+    records: int = 0
+    blanks: int = 0
+
+
+@dataclass
+class Stitched:
+    """The broker's scan assembled from split walks."""
+
+    accepted: list[int] = field(default_factory=list)  # split indexes whose records are valid
+    redo: dict[int, int] = field(default_factory=dict)  # split index -> exact offset to walk from
+    end: ScanEnd | None = None  # where the whole scan stopped and why
+    data_after_end: list[str] = field(default_factory=list)  # segments with data past the end
+
+    @property
+    def complete(self) -> bool:
+        return not self.redo
+
+
+def plan_splits(segments: list[Segment], split_size: int) -> list[Split]:
+    """Splits of at most `split_size` bytes, in commit-log order (0 = one split per segment)."""
+    splits: list[Split] = []
+    for seg in segments:
+        step = seg.size if split_size <= 0 else split_size
+        start = 0
+        while True:
+            stop = min(seg.size, start + step)
+            splits.append(Split(len(splits), seg, start, stop))
+            start = stop
+            if start >= seg.size:
+                break
+    return splits
+
+
+def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
+    """Follow the chain across splits; a split whose first record is not where the chain continues
+    is put in `redo` with the exact offset to walk from (its physicalOffset match was false)."""
+    out = Stitched()
+    if not splits:
+        return out
+    expect = splits[0].segment.start
+    for sp in splits:
+        walk = walks[sp.index]
+        seg = sp.segment
+        if out.end is not None:
+            if walk.records and sp.at_segment_start:
+                out.data_after_end.append(seg.path)
+            continue
+        if sp.at_segment_start and expect != seg.start:
+            if expect < seg.start:
+                out.end = ScanEnd(END_MISSING_SEGMENT, expect, detail=f"no segment starts at {expect}; "
+                                                                      f"next segment is {seg.path}")
+            else:
+                out.end = ScanEnd(END_MISSING_SEGMENT, expect, detail=f"segment {seg.path} overlaps the previous one")
+            if walk.records:
+                out.data_after_end.append(seg.path)
+            continue
+        if expect >= sp.global_stop:
+            continue  # the chain jumps over this split (a long record, or a blank tail)
+        if walk.first_offset != expect:
+            out.redo[sp.index] = expect
+            return out
+        out.accepted.append(sp.index)
+        end = walk.end
+        if end.reason == END_STOP:
+            expect = end.offset
+        elif end.reason in (END_BLANK, END_FILE):
+            expect = seg.start + seg.size
+        else:
+            out.end = end
+    if out.end is None:
+        out.end = ScanEnd(END_NO_NEXT_SEGMENT, expect, detail="the last segment ended; no further segment")
+    return out
