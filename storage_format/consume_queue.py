@@ -103,3 +103,15 @@ def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarra
         out[start] = buf.tobytes()
         # file_size may not be a multiple of 20 only if misconfigured; settings round it up.
     return out
+
+
+def unsafe_topic_reason(topic: str) -> str | None:
+    """Why a topic (untrusted bytes) cannot be a directory name under consumequeue/, or None."""
+    if topic in ("", ".", ".."):
+        return f"topic {topic!r} cannot be a consume-queue directory name"
+    for bad, what in (("/", "a '/'"), ("\\", "a backslash"), ("\x00", "a NUL byte")):
+        if bad in topic:
+            return f"topic {topic!r} contains {what} and would escape the consumequeue directory"
+    if len(topic.encode("utf-8")) > 255:
+        return f"topic of {len(topic.encode('utf-8'))} bytes is longer than a file name may be"
+    return None

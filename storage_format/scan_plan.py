@@ -13,6 +13,7 @@ from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd
 
 END_NO_NEXT_SEGMENT = "no_next_segment"
 END_MISSING_SEGMENT = "missing_segment"
+END_ERROR = "error"  # the split could not be decoded (its summary carries the error)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Stitched:
     redo: dict[int, int] = field(default_factory=dict)  # split index -> exact offset to walk from
     end: ScanEnd | None = None  # where the whole scan stopped and why
     data_after_end: list[str] = field(default_factory=list)  # segments with data past the end
+    failed: int | None = None  # a split the chain reaches that could not be decoded
 
     @property
     def complete(self) -> bool:
@@ -111,6 +113,10 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
             continue
         if expect >= sp.global_stop:
             continue  # the chain jumps over this split (a long record, or a blank tail)
+        if walk.end.reason == END_ERROR:
+            out.end = walk.end
+            out.failed = sp.index
+            continue
         if walk.first_offset != expect:
             out.redo[sp.index] = expect
             return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -15,8 +16,13 @@ def get_spark(app: str, master: str | None = None) -> SparkSession:
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
     builder = SparkSession.builder.appName(f"reput-{app}")
     if master or not under_spark_submit():
+        # Workers must run the same interpreter (the venv) as the driver.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.master(master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"))
                    .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.driver.memory", os.environ.get("REPUT_DRIVER_MEMORY", "4g"))
                    .config("spark.sql.shuffle.partitions", "8")
                    .config("spark.python.worker.reuse", "true")

@@ -1,0 +1,68 @@
+"""`python -m jobs.inspect --store STORE [--json]`: what is in a store's commit log, computed with Spark."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.pipeline.cli import EXIT_OK, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.fs import location  # noqa: E402
+from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.session import get_spark  # noqa: E402
+
+
+def summary(result: ScanResult) -> dict:
+    """The inspect report; keys are a stable interface for scripts."""
+    acc = result.accepted
+    first = [s.min_store_ts for s in acc if s.min_store_ts is not None]
+    last = [s.max_store_ts for s in acc if s.max_store_ts is not None]
+    end = result.end
+    return {
+        "message_records": result.message_records,
+        "blank_end_of_file_records": sum(s.blanks for s in acc),
+        "max_physical_offset": result.max_physical_offset,
+        "first_store_timestamp": min(first) if first else None,
+        "last_store_timestamp": max(last) if last else None,
+        "records_per_topic_queue": {t: {str(q): n for q, n in qs.items()}
+                                    for t, qs in result.records_per_queue().items()},
+        "scan_end": end.as_list() if end else None,
+        "scan_end_detail": end.detail if end else None,
+        "segments": len(result.segments),
+        "segments_with_data_after_end": result.stitched.data_after_end,
+        "bytes_read": result.bytes_read,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("inspect", "Summarise a RocketMQ store's commit log (records, queues, where the data ends).")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = p.parse_args(argv)
+    settings = settings_from(args)
+    spark = get_spark("inspect", args.master)
+    result = scan_store(spark, location(args.store), settings, with_keys=False,
+                        split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                        quiet=args.json)
+    report = summary(result)
+    if args.json:
+        print_json(report)
+    else:
+        _print_human(report)
+    return EXIT_OK
+
+
+def _print_human(r: dict) -> None:
+    print(f"message records      {r['message_records']}")
+    print(f"blank records        {r['blank_end_of_file_records']}")
+    print(f"max physical offset  {r['max_physical_offset']}")
+    print(f"store timestamps     {r['first_store_timestamp']} .. {r['last_store_timestamp']}")
+    print(f"scan ended           {r['scan_end']} {r['scan_end_detail'] or ''}")
+    for topic, queues in r["records_per_topic_queue"].items():
+        print(f"  {topic}: " + ", ".join(f"q{q}={n}" for q, n in queues.items()))
+    if r["segments_with_data_after_end"]:
+        print(f"WARNING: data after the end of the valid commit log in {r['segments_with_data_after_end']}")
+
+
+if __name__ == "__main__":
+    run_main("inspect", main)

@@ -1,0 +1,74 @@
+"""Run a Python function over a list of small work items as Spark tasks, with console progress.
+
+Items and results are small descriptors (never per-message rows); the heavy data stays inside the
+Python workers, which read their input and write their output through the filesystem layer.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Callable, Sequence, TypeVar
+
+from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Progress:
+    """Prints `label: done/total tasks, MB, MB/s` while a Spark job runs (stderr, every few seconds)."""
+
+    def __init__(self, spark: SparkSession, label: str, total: int, total_bytes: int = 0,
+                 every: float = 2.0, stream=sys.stderr) -> None:
+        self.sc, self.label, self.total, self.total_bytes = spark.sparkContext, label, total, total_bytes
+        self.every, self.stream = every, stream
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.started = time.monotonic()
+
+    def _done_tasks(self) -> int:
+        tracker = self.sc.statusTracker()
+        done = 0
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info:
+                done += info.numCompletedTasks
+        return done
+
+    def _line(self, done: int) -> str:
+        secs = max(time.monotonic() - self.started, 1e-9)
+        line = f"[reput] {self.label}: {done}/{self.total} tasks, {secs:.1f}s"
+        if self.total_bytes and self.total:
+            mb = self.total_bytes * done / self.total / 1e6
+            line += f", ~{mb:.0f} MB, ~{mb / secs:.0f} MB/s"
+        return line
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            print(self._line(self._done_tasks()), file=self.stream, flush=True)
+
+    def __enter__(self) -> "Progress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            print(self._line(self.total), file=self.stream, flush=True)
+
+
+def run_tasks(spark: SparkSession, items: Sequence[T], fn: Callable[[T], R], label: str,
+              total_bytes: int = 0, quiet: bool = False) -> list[R]:
+    """fn(item) for every item, one Spark task per item, results in item order."""
+    if not items:
+        return []
+    rdd = spark.sparkContext.parallelize(list(enumerate(items)), len(items))
+    job = rdd.map(lambda pair: (pair[0], fn(pair[1])))
+    if quiet:
+        pairs = job.collect()
+    else:
+        with Progress(spark, label, len(items), total_bytes):
+            pairs = job.collect()
+    return [r for _, r in sorted(pairs, key=lambda p: p[0])]
