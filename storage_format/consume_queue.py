@@ -75,13 +75,13 @@ def keep_first_of_each_offset(queue_offset: np.ndarray) -> np.ndarray:
 
 
 def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray,
-                      file_size: int, first_file_created_here: bool = True,
-                      only_files: set[int] | None = None) -> dict[int, bytes]:
-    """Files of one queue: {file start offset: full-size file bytes}.
+                      file_size: int, queue_first_offset: int | None = None) -> dict[int, bytes]:
+    """Files of one queue (or of a range of its files): {file start offset: full-size file bytes}.
 
-    Entries go to byte queueOffset x 20 of the queue's logical space. When the queue's first entry
-    is not at offset 0 and its file is the first one created for the queue, the file is filled
-    from its start up to that entry with pre-blank units (0, 0x7FFFFFFF, 0), as the broker does.
+    Entries go to byte queueOffset x 20 of the queue's logical space. The file holding the queue's
+    first entry (`queue_first_offset`, default the smallest given; None-equivalent when the queue
+    already had files, pass -1) is filled from its start up to that entry with pre-blank units
+    (0, 0x7FFFFFFF, 0) when that entry is not at offset 0, as the broker does for a queue's first file.
     """
     if not len(queue_offset):
         return {}
@@ -89,19 +89,16 @@ def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarra
     file_start = logical - logical % file_size
     units_per_file = file_size // CQ_UNIT_SIZE
     out: dict[int, bytes] = {}
-    first_logical = int(logical.min())
+    first_logical = int(logical.min()) if queue_first_offset is None else queue_first_offset * CQ_UNIT_SIZE
     for start in np.unique(file_start).tolist():
-        if only_files is not None and start not in only_files:
-            continue
         sel = file_start == start
         buf = np.zeros(units_per_file, dtype=CQ_DTYPE)
-        if first_file_created_here and start == first_logical - first_logical % file_size and first_logical:
+        if first_logical > 0 and start == first_logical - first_logical % file_size:
             blank_units = (first_logical - start) // CQ_UNIT_SIZE
             buf["size"][:blank_units] = PRE_BLANK_SIZE
         slot = (logical[sel] - start) // CQ_UNIT_SIZE
         buf["phy"][slot], buf["size"][slot], buf["tags"][slot] = phy[sel], size[sel], tags[sel]
         out[start] = buf.tobytes()
-        # file_size may not be a multiple of 20 only if misconfigured; settings round it up.
     return out
 
 

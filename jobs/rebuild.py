@@ -1,0 +1,152 @@
+"""`python -m jobs.rebuild --store STORE --out OUT`: consume queues and index files from the commit log alone.
+
+Writes OUT/consumequeue/<topic>/<queueId>/<20-digit start>, OUT/index/<yyyyMMddHHmmssSSS> and
+OUT/reput-report.json, byte-identical to what the broker writes. The store is only read; OUT is built
+beside itself in a staging directory, checked, then renamed into place.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.pipeline.build import build_cq, build_index, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.publish import Staging  # noqa: E402
+from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from storage_format.settings import BrokerSettings  # noqa: E402
+
+REPORT_NAME = "reput-report.json"
+
+
+def check_paths(store: Location, out: Location) -> None:
+    """OUT must be outside the store (the store is never written) and must not contain it."""
+    s, o = store.uri.rstrip("/") + "/", out.uri.rstrip("/") + "/"
+    if o.startswith(s) or s.startswith(o):
+        raise JobError(f"--out {out.uri} must be outside the store {store.uri} (and not contain it)")
+
+
+def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:
+    """Every planned file is there with the configured size, and nothing else is."""
+    expect = {f"consumequeue/{rel}": settings.consume_queue_file_size for rel in cq_files}
+    expect.update({f"index/{n}": settings.index_file_size for n in index_names})
+    prefix = staging.path.rstrip("/") + "/"
+    found = {}
+    for info in staging.walk_files():
+        rel = info.path[len(prefix):]
+        if not rel.startswith("_work/") and rel != REPORT_NAME:
+            found[rel] = info.size
+    if found != expect:
+        missing = sorted(set(expect) - set(found))[:5]
+        extra = sorted(set(found) - set(expect))[:5]
+        wrong = sorted(k for k in expect if k in found and found[k] != expect[k])[:5]
+        raise JobError(f"staged output failed its check (missing {missing}, unexpected {extra}, wrong size {wrong})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("rebuild", "Rebuild consume queues and index files from a RocketMQ commit log, byte-exact.")
+    p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
+    p.add_argument("--only", choices=("consumequeue", "index"), help="build only this artifact")
+    p.add_argument("--topics", help="comma-separated topics: build only their consume queues")
+    p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--json", action="store_true", help="print the run report as JSON")
+    args = p.parse_args(argv)
+    settings = settings_from(args)
+    store, out = location(args.store), location(args.out)
+    check_paths(store, out)
+    topics = {t for t in args.topics.split(",") if t} if args.topics else None
+    tz = ZoneInfo(args.index_name_tz)
+    with_cq = args.only != "index"
+    with_index = args.only != "consumequeue" and settings.message_index_enable
+    spark = get_spark("rebuild", args.master)
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    with Staging(out, overwrite=args.overwrite) as staging:
+        t0 = time.monotonic()
+        scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
+                          split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                          quiet=args.json)
+        timings["decode_s"] = time.monotonic() - t0
+        cq_files: dict[str, int] = {}
+        parallelism = spark.sparkContext.defaultParallelism
+        if with_cq:
+            t0 = time.monotonic()
+            staging.dir.child("consumequeue").makedirs()
+            tasks = plan_cq(scan, settings, staging.work, staging.dir.child("consumequeue"), topics,
+                            target_tasks=2 * parallelism)
+            for written in run_tasks(spark, tasks, build_cq, "consume queues", quiet=args.json):
+                cq_files.update(written)
+            timings["consumequeue_s"] = time.monotonic() - t0
+        index_names: list[str] = []
+        if with_index:
+            t0 = time.monotonic()
+            index_dir = staging.dir.child("index")
+            index_dir.makedirs()
+            tasks = plan_index(scan, settings, staging.work, index_dir)
+            firsts = [f for done in run_tasks(spark, tasks, build_index, "index files", quiet=args.json) for f in done]
+            names = name_index_files(scan, firsts, tz)
+            for no, name in sorted(names.items()):
+                index_dir.child(pending_name(no)).move_to(index_dir.child(name))
+            index_names = [names[no] for no in sorted(names)]
+            timings["index_s"] = time.monotonic() - t0
+        check_staged(staging.dir, settings, cq_files, index_names)
+        timings["total_s"] = time.monotonic() - started
+        report = run_report(args, scan, settings, cq_files, index_names, timings)
+        staging.dir.child(REPORT_NAME).write_bytes(_json_bytes(report))
+        staging.publish()
+    if args.json:
+        print_json(report)
+    else:
+        print(f"rebuilt {report['consumequeue_files']} consume-queue files and {len(index_names)} index files "
+              f"from {report['message_records']} records into {out.uri} in {timings['total_s']:.1f}s "
+              f"(scan ended: {report['scan_end']})")
+    return EXIT_OK
+
+
+def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict, index_names: list[str],
+               timings: dict) -> dict:
+    per_queue: dict[str, dict[str, int]] = {}
+    for rel, n in cq_files.items():
+        topic, qid, _ = rel.rsplit("/", 2)
+        per_queue.setdefault(topic, {}).setdefault(qid, 0)
+        per_queue[topic][qid] += n
+    return {
+        "job": "rebuild",
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "store": args.store,
+        "out": args.out,
+        "only": args.only,
+        "topics": args.topics,
+        "settings": settings.to_dict(),
+        "segments": len(scan.segments),
+        "splits": len(scan.splits),
+        "bytes_read": scan.bytes_read,
+        "message_records": scan.message_records,
+        "max_physical_offset": scan.max_physical_offset,
+        "scan_end": scan.end.as_list() if scan.end else None,
+        "scan_end_detail": scan.end.detail if scan.end else None,
+        "segments_with_data_after_end": scan.stitched.data_after_end,
+        "consumequeue_files": len(cq_files),
+        "consumequeue_entries_per_topic_queue": per_queue,
+        "index_files": index_names,
+        "index_name_time_zone": args.index_name_tz,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
+
+
+def _json_bytes(obj: dict) -> bytes:
+    import json
+    return json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8")
+
+
+if __name__ == "__main__":
+    run_main("rebuild", main)
