@@ -255,16 +255,16 @@ class RecordColumns:
         return self.i64(self._store_ts_at)
 
     @cached_property
-    def _store_host_at(self) -> np.ndarray:
+    def store_host_at(self) -> np.ndarray:
         return self._store_ts_at + 8
 
     @cached_property
     def store_port(self) -> np.ndarray:
-        return self.i32(self._store_host_at + self.store_host_len)
+        return self.i32(self.store_host_at + self.store_host_len)
 
     @cached_property
     def _reconsume_at(self) -> np.ndarray:
-        return self._store_host_at + self.store_host_len + 4
+        return self.store_host_at + self.store_host_len + 4
 
     @cached_property
     def reconsume_times(self) -> np.ndarray:
@@ -373,7 +373,7 @@ class RecordColumns:
         return out
 
     def host_bytes(self, which: str) -> list[bytes]:
-        at = self.pos + 48 if which == "born" else self._store_host_at
+        at = self.pos + 48 if which == "born" else self.store_host_at
         lens = self.born_host_len if which == "born" else self.store_host_len
         return [bytes(self.arr[a:a + n]) for a, n in zip(at.tolist(), lens.tolist())]
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from storage_format.commitlog import NeedMoreBytes, ScanEnd, decode_buffer, parse_segment_name
+from storage_format.commitlog import DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer, parse_segment_name
 from storage_format.consume_queue import has_cq_entry, tags_codes, unsafe_topic_reason
 from storage_format.errors import StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.properties import TAGS
-from storage_format.scan_plan import Segment, Split, SplitWalk, Stitched, plan_splits, stitch
+from storage_format.scan_plan import END_ERROR, Segment, Split, SplitWalk, Stitched, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 
 from .fs import Location
@@ -139,27 +139,38 @@ def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
     return Location(sp.segment.path).read_range(begin, end - begin), begin
 
 
-def decode_split(task: SplitTask) -> SplitSummary:
-    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned."""
+def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
+    """Read the split's bytes (plus enough to finish its last record) and decode them."""
     sp = task.split
     want_end = sp.stop + task.settings.max_message_size + 64
+    while True:
+        buf, begin = _read_window(task, want_end)
+        try:
+            start = (sp.start if task.exact_start is None else task.exact_start) - begin
+            chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
+                                  segment_end=sp.segment.size - begin, path=sp.segment.path,
+                                  check_crc=task.check_crc,
+                                  find_start=task.exact_start is None and not sp.at_segment_start)
+            return chunk, len(buf)
+        except NeedMoreBytes as more:
+            if begin + more.needed_end <= want_end:
+                raise
+            want_end = begin + more.needed_end
+
+
+def decode_split_columns(task: SplitTask) -> RecordColumns:
+    """The split's valid records as columns (the DataFrame reader's path); bad bytes raise."""
+    return decode_chunk(task)[0].columns
+
+
+def decode_split(task: SplitTask) -> SplitSummary:
+    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned."""
     try:
-        while True:
-            buf, begin = _read_window(task, want_end)
-            try:
-                start = (sp.start if task.exact_start is None else task.exact_start) - begin
-                chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
-                                      segment_end=sp.segment.size - begin, path=sp.segment.path,
-                                      check_crc=task.check_crc,
-                                      find_start=task.exact_start is None and not sp.at_segment_start)
-                break
-            except NeedMoreBytes as more:
-                if begin + more.needed_end <= want_end:
-                    raise
-                want_end = begin + more.needed_end
-        return _summarise(task, chunk, len(buf))
+        chunk, bytes_read = decode_chunk(task)
+        return _summarise(task, chunk, bytes_read)
     except StoreFormatError as err:
-        return SplitSummary(sp.index, None, ScanEnd("error", sp.global_start, detail=str(err)), error=err)
+        sp = task.split
+        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
 
 
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
