@@ -1,0 +1,93 @@
+"""jobs.rebuild: byte-exact consume queues and index files, and its documented edge behaviour."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.conftest import GOLDEN, golden_cases, manifest
+from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
+                                   index_hashes, report, run_rebuild)
+
+CASES = golden_cases(("clean-", "rebuild-headless-", "v5-clean-"))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rebuild_is_byte_exact(case, spark, tmp_path, capsys):
+    """Every consume-queue file has the golden path and sha256; index files equal in name order."""
+    out = tmp_path / "out"
+    # Small stores: split mid-segment to exercise stitching; medium ones: one task per segment.
+    assert run_rebuild(case, out, "--split-size", "65536" if "medium" not in case else "0") == 0
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)
+    assert index_hashes(out) == golden_index_hashes(case)
+    names = sorted(p.name for p in (out / "index").iterdir())
+    assert len(names) == len(set(names)) and all(len(n) == 17 and n.isdigit() for n in names)
+    assert report(out)["message_records"] == manifest(case)["commitlog_scan"]["message_records"]
+    assert not list(tmp_path.glob(".out.reput-*")), "staging directory left behind"
+
+
+def test_only_consumequeue_and_topics(spark, tmp_path, capsys):
+    """--only consumequeue writes no index; --topics limits the consume queues to those topics."""
+    case = "clean-small-11"
+    out = tmp_path / "cq"
+    assert run_rebuild(case, out, "--only", "consumequeue", "--topics", "TopicTest,Pay-Events") == 0
+    got = consume_queue_hashes(out)
+    want = {k: v for k, v in golden_consume_queue_hashes(case).items()
+            if k.split("/")[1] in ("TopicTest", "Pay-Events")}
+    assert got == want and got
+    assert not list((out / "index").iterdir()) if (out / "index").exists() else True
+
+
+def test_only_index(spark, tmp_path, capsys):
+    case = "v5-clean-small-11"
+    out = tmp_path / "idx"
+    assert run_rebuild(case, out, "--only", "index") == 0
+    assert not (out / "consumequeue").exists()
+    assert index_hashes(out) == golden_index_hashes(case)
+
+
+def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
+    """An existing OUT is an error (exit 2, OUT untouched) unless --overwrite replaces it whole."""
+    case = "rebuild-headless-11"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("operator data")
+    with pytest.raises(SystemExit) as exc:
+        from jobs.pipeline.cli import run_main
+        from jobs.rebuild import main
+        run_main("rebuild", main, ["--store", str(GOLDEN / case), "--out", str(out),
+                                   "--broker-config", str(GOLDEN / case / "broker.conf")])
+    assert exc.value.code == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "operator data"
+    assert run_rebuild(case, out, "--overwrite") == 0
+    assert not (out / "keep.txt").exists()
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)
+
+
+def test_empty_and_missing_commitlog(spark, tmp_path, capsys):
+    """An empty commitlog/ gives an empty, published output; a missing one is an error (exit 2)."""
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    from jobs.rebuild import main
+    assert main(["--store", str(store), "--out", str(tmp_path / "o1"), "--json"]) == 0
+    assert report(tmp_path / "o1")["message_records"] == 0
+    assert not any((tmp_path / "o1" / "consumequeue").iterdir())
+    shutil.rmtree(store / "commitlog")
+    from jobs.pipeline.cli import run_main
+    with pytest.raises(SystemExit) as exc:
+        run_main("rebuild", main, ["--store", str(store), "--out", str(tmp_path / "o2")])
+    assert exc.value.code == 2
+    assert "no commitlog directory" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_out_inside_store_is_refused(spark, tmp_path, capsys):
+    from jobs.pipeline.cli import run_main
+    from jobs.rebuild import main
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "rebuild-headless-11" / "commitlog", store / "commitlog")
+    with pytest.raises(SystemExit) as exc:
+        run_main("rebuild", main, ["--store", str(store), "--out", str(store / "rebuilt")])
+    assert exc.value.code == 2
+    assert not (store / "rebuilt").exists()
