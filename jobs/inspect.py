@@ -28,7 +28,8 @@ def summary(result: ScanResult) -> dict:
         "records_per_topic_queue": {t: {str(q): n for q, n in qs.items()}
                                     for t, qs in result.records_per_queue().items()},
         "scan_end": end.as_list() if end else None,
-        "scan_end_detail": end.detail if end else None,
+        "scan_end_detail": end.describe() if end else None,
+        "problems": result.tail_problems(),
         "segments": len(result.segments),
         "segments_with_data_after_end": result.stitched.data_after_end,
         "bytes_read": result.bytes_read,
@@ -57,11 +58,11 @@ def _print_human(r: dict) -> None:
     print(f"blank records        {r['blank_end_of_file_records']}")
     print(f"max physical offset  {r['max_physical_offset']}")
     print(f"store timestamps     {r['first_store_timestamp']} .. {r['last_store_timestamp']}")
-    print(f"scan ended           {r['scan_end']} {r['scan_end_detail'] or ''}")
+    print(f"scan ended           {r['scan_end_detail']}")
     for topic, queues in r["records_per_topic_queue"].items():
         print(f"  {topic}: " + ", ".join(f"q{q}={n}" for q, n in queues.items()))
-    if r["segments_with_data_after_end"]:
-        print(f"WARNING: data after the end of the valid commit log in {r['segments_with_data_after_end']}")
+    for problem in r["problems"]:
+        print(f"WARNING: {problem}")
 
 
 if __name__ == "__main__":

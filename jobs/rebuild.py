@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topics", help="comma-separated topics: build only their consume queues")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--accept-invalid-tail", action="store_true",
+                   help="rebuild up to the first invalid record (as the broker dispatches) instead of refusing "
+                        "a commit log that does not end cleanly")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     args = p.parse_args(argv)
     settings = settings_from(args)
@@ -76,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
                           split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
                           quiet=args.json)
         timings["decode_s"] = time.monotonic() - t0
+        problems = scan.tail_problems()
+        if problems and not args.accept_invalid_tail:
+            raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
+                           "first, or pass --accept-invalid-tail to rebuild up to that point")
+        for problem in problems:
+            print(f"reput rebuild: warning: {problem}", file=sys.stderr)
         cq_files: dict[str, int] = {}
         parallelism = spark.sparkContext.defaultParallelism
         if with_cq:
@@ -133,7 +142,7 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "message_records": scan.message_records,
         "max_physical_offset": scan.max_physical_offset,
         "scan_end": scan.end.as_list() if scan.end else None,
-        "scan_end_detail": scan.end.detail if scan.end else None,
+        "scan_end_detail": scan.end.describe() if scan.end else None,
         "segments_with_data_after_end": scan.stitched.data_after_end,
         "consumequeue_files": len(cq_files),
         "consumequeue_entries_per_topic_queue": per_queue,

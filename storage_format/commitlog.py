@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -57,10 +57,25 @@ class ScanEnd:
     offset: int
     magic: int | None = None
     detail: str = ""
+    path: str = ""  # the segment file holding `offset`, when known
+    file_offset: int | None = None  # `offset` as a byte offset inside that file
 
     @property
     def is_invalid(self) -> bool:
         return self.reason in INVALID_ENDS
+
+    @property
+    def is_clean(self) -> bool:
+        """The ordinary end of a commit log: the zero-filled tail after the last record."""
+        return self.reason == END_BAD_MAGIC and self.magic == 0
+
+    def describe(self) -> str:
+        """One line for operators: what, where (file and byte offset), why."""
+        where = f"commit-log offset {self.offset}"
+        if self.path:
+            where += f" ({self.path} at byte offset {self.file_offset})"
+        what = {END_BAD_MAGIC: f"bad magic code 0x{(self.magic or 0) & 0xFFFFFFFF:08X}"}.get(self.reason, self.reason)
+        return f"{what} at {where}" + (f": {self.detail}" if self.detail else "")
 
     def as_list(self) -> list:
         """The manifest's `scan_end` form: [reason, offset] (+ magic for badmagic)."""
@@ -499,6 +514,8 @@ def decode_buffer(buf: memoryview | bytes, base_offset: int, start: int = 0, sto
         end = ScanEnd(reason, base_offset + int(cols.pos[i]), detail=why)
         blanks = 0
         cols = cols.take(i)
+    seg_start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
+    end = replace(end, path=path, file_offset=end.offset - (base_offset if seg_start is None else seg_start))
     cols.topic  # noqa: B018 - invalid UTF-8 in a topic is an error, raised here with its offset
     return DecodedChunk(cols, blanks, end, first if len(positions) or not find_start else None, path)
 

@@ -19,7 +19,7 @@ from storage_format.consume_queue import has_cq_entry, tags_codes, unsafe_topic_
 from storage_format.errors import StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.properties import TAGS
-from storage_format.scan_plan import END_ERROR, Segment, Split, SplitWalk, Stitched, plan_splits, stitch
+from storage_format.scan_plan import END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 
 from .fs import Location
@@ -107,6 +107,18 @@ class ScanResult:
             for (topic, qid), stats in s.queues.items():
                 out[topic][qid] = out[topic].get(qid, 0) + stats[0]
         return {t: dict(sorted(q.items())) for t, q in sorted(out.items())}
+
+    def tail_problems(self) -> list[str]:
+        """Why the commit log does not end cleanly (an invalid record before the zero-filled tail, or
+        data in segments past the end); empty for a healthy store."""
+        problems = []
+        end = self.end
+        if end is not None and not end.is_clean and end.reason != END_NO_NEXT_SEGMENT:
+            problems.append(f"the commit log ends with an invalid record: {end.describe()}")
+        if self.stitched.data_after_end:
+            problems.append(f"segments hold records after the end of the valid commit log: "
+                            f"{', '.join(self.stitched.data_after_end)}")
+        return problems
 
     @property
     def bytes_read(self) -> int:
