@@ -17,8 +17,9 @@ venv: $(VENV)/.installed
 demo: venv
 	rm -rf $(DEMO)
 	$(PY) -m storage_format.sample_store $(DEMO)/store
-	$(PY) -m jobs.rebuild --store $(DEMO)/store --out $(DEMO)/rebuilt --broker-config $(DEMO)/store/broker.conf
-	$(PY) -m jobs.verify --store $(DEMO)/rebuilt-as-store --broker-config $(DEMO)/store/broker.conf || true
+	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
+	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt
+	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
 
 test: venv
 	$(PY) -m pytest -q tests
