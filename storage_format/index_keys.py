@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .commitlog import RecordColumns
-from .java_hash import arrow_buffers, index_key_hash, java_hash_arrow, java_hash_concat, java_hash_ragged, utf16_lengths
+from .java_hash import arrow_buffers, index_key_hash, java_hash_and_length_ragged, java_hash_arrow, java_hash_concat
 from .properties import KEYS, UNIQ_KEY
 from .record import TRAN_MASK, TRAN_ROLLBACK
 
@@ -55,8 +55,8 @@ def _tokens(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _hash_with_topic(topic_hash_sharp: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Java hash of `topic#` + each string, from hash(`topic#`) and the strings' UTF-8 bytes."""
-    h = java_hash_ragged(data, offsets)
-    return java_hash_concat(topic_hash_sharp, h, utf16_lengths(data, offsets))
+    h, length16 = java_hash_and_length_ragged(data, offsets)
+    return java_hash_concat(topic_hash_sharp, h, length16)
 
 
 def index_keys(cols: RecordColumns, only: np.ndarray | None = None) -> IndexKeys:

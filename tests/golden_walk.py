@@ -1,0 +1,120 @@
+"""Test-only reader of the golden stores, written from FORMAT.md and independent of storage_format.
+
+Used to check codecs against bytes the real broker wrote; it trusts nothing it checks.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+GOLDEN = Path(os.environ.get("REPUT_GOLDEN", Path(__file__).resolve().parents[2] / "shared" / "golden"))
+_MAGICS = (0xDAA320A7, 0xDAA320AB)
+
+
+@dataclass
+class GoldenRecord:
+    """The fields of one commit-log record that the id and hash tests look at."""
+
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    store_timestamp: int
+    store_host: bytes
+    store_port: int
+    topic: bytes
+    properties: dict[str, str]
+
+
+def case_dir(case: str) -> Path:
+    """Directory of a golden case (tests take the `golden` fixture first, which skips when absent)."""
+    path = GOLDEN / case
+    assert path.is_dir(), f"golden case missing: {path}"
+    return path
+
+
+def broker_conf(case: str) -> dict[str, str]:
+    """The case's broker.conf as a dict (no continuation lines or escapes are used there)."""
+    out = {}
+    for line in (case_dir(case) / "broker.conf").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_properties(raw: bytes) -> dict[str, str]:
+    """`name\\x01value\\x02` items; an item needs a non-empty name and value; later names win."""
+    out = {}
+    for item in raw.decode("utf-8", "replace").split("\x02"):
+        parts = item.split("\x01")
+        if len(parts) == 2 and parts[0] and parts[1]:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def records(case: str) -> list[GoldenRecord]:
+    """Every message record of a case's commit log in order (blank records and zero tails skipped)."""
+    out = []
+    segments = sorted((case_dir(case) / "commitlog").iterdir())
+    for segment in segments:
+        buf = segment.read_bytes()
+        base = int(segment.name)
+        pos = 0
+        while pos + 8 <= len(buf):
+            size, magic = struct.unpack_from(">iI", buf, pos)
+            if magic not in _MAGICS:
+                break  # blank record (end of segment) or the zero tail
+            sys_flag, born = struct.unpack_from(">iq", buf, pos + 36)
+            p = pos + 48 + (20 if sys_flag & 0x10 else 8)
+            (store,) = struct.unpack_from(">q", buf, p)
+            host_len = 16 if sys_flag & 0x20 else 4
+            host = buf[p + 8 : p + 8 + host_len]
+            (port,) = struct.unpack_from(">i", buf, p + 8 + host_len)
+            p += 8 + host_len + 4 + 4 + 8
+            (body_len,) = struct.unpack_from(">i", buf, p)
+            p += 4 + body_len
+            if magic == 0xDAA320AB:
+                (topic_len,) = struct.unpack_from(">h", buf, p)
+                p += 2
+            else:
+                topic_len = buf[p]
+                p += 1
+            topic = buf[p : p + topic_len]
+            p += topic_len
+            (props_len,) = struct.unpack_from(">h", buf, p)
+            props = parse_properties(buf[p + 2 : p + 2 + props_len])
+            (physical,) = struct.unpack_from(">q", buf, pos + 28)
+            assert physical == base + pos, f"{segment} at {pos}: physicalOffset {physical}"
+            out.append(GoldenRecord(physical, sys_flag, born, store, host, port, topic, props))
+            pos += size
+    return out
+
+
+def consume_queue_entries(case: str) -> list[tuple[str, int, int, int, int]]:
+    """(topic, queueId, phyOffset, size, tagsCode) of every consume-queue unit that is not zero filler."""
+    out = []
+    root = case_dir(case) / "consumequeue"
+    for topic_dir in sorted(root.iterdir()):
+        for queue_dir in sorted(topic_dir.iterdir()):
+            for file in sorted(queue_dir.iterdir()):
+                buf = file.read_bytes()
+                for phy, size, tags in struct.iter_unpack(">qiq", buf):
+                    if size == 0 and phy == 0:
+                        break
+                    out.append((topic_dir.name, int(queue_dir.name), phy, size, tags))
+    return out
+
+
+def index_entries(case: str) -> list[tuple[int, int]]:
+    """(keyHash, phyOffset) of every used entry of every index file, in file-name order."""
+    slots = int(broker_conf(case).get("maxHashSlotNum", 5_000_000))
+    out = []
+    for file in sorted((case_dir(case) / "index").iterdir()):
+        buf = file.read_bytes()
+        (count,) = struct.unpack_from(">i", buf, 36)
+        base = 40 + slots * 4
+        for position in range(1, count):
+            out.append(struct.unpack_from(">iq", buf, base + position * 20))
+    return out
