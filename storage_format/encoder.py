@@ -1,0 +1,393 @@
+"""Commit-log encoder: `Message` objects -> RocketMQ record bytes and full-size segment files.
+
+Used to make sample stores, test inputs and benchmark stores; the layout follows CommitLog's
+`DefaultAppendMessageCallback` (4.9.8 / 5.3.3) byte for byte, including BLANK records and segment rolls.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .record import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    TRAN_MASK,
+    TRAN_PREPARED,
+    TRAN_ROLLBACK,
+    Message,
+)
+
+BLANK_MIN_LENGTH = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH: a segment always keeps room for a BLANK header
+TOPIC_V2_THRESHOLD = 127  # 5.x writes MESSAGE_VERSION_V2 when topic.length() > Byte.MAX_VALUE
+MAX_PROPERTIES_LENGTH = 0x7FFF  # stored as a signed short
+LOCK_FILE_CONTENT = b"lock"
+DEFAULT_CHUNK = 8 * 1024 * 1024
+
+# Fixed head of a record up to and including bodyLength, one layout per (born IPv6, store IPv6):
+# totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp,
+# bornHost, bornPort, storeTimestamp, storeHost, storePort, reconsumeTimes, preparedTxOffset, bodyLength.
+_HEADS: dict[tuple[bool, bool], struct.Struct] = {
+    (b6, s6): struct.Struct(
+        ">iIIiiqqiq" + ("16s" if b6 else "4s") + "iq" + ("16s" if s6 else "4s") + "iiqi"
+    )
+    for b6 in (False, True)
+    for s6 in (False, True)
+}
+_BLANK = struct.Struct(">iI")
+_SHORT = struct.Struct(">h")
+_USHORT = struct.Struct(">H")
+_NO_QUEUE_OFFSET = (TRAN_PREPARED, TRAN_ROLLBACK)
+
+
+@lru_cache(maxsize=65536)
+def topic_encoding(topic: str) -> tuple[bytes, bool]:
+    """UTF-8 bytes of a topic and whether 5.x would store it as v2 (Java `String.length()` > 127)."""
+    utf16_units = len(topic) + sum(1 for ch in topic if ord(ch) > 0xFFFF)
+    return topic.encode("utf-8"), utf16_units > TOPIC_V2_THRESHOLD
+
+
+@lru_cache(maxsize=65536)
+def _topic_field(topic: str, magic_v2: bool | None) -> tuple[bytes, int]:
+    """The stored topic field (length prefix + UTF-8 bytes) and the record magic that goes with it."""
+    topic_b, auto_v2 = topic_encoding(topic)
+    v2 = auto_v2 if magic_v2 is None else bool(magic_v2)
+    n = len(topic_b)
+    if n > (0x7FFF if v2 else 0xFF):
+        raise ValueError(f"topic of {n} UTF-8 bytes does not fit a {'v2 2-byte' if v2 else 'v1 1-byte'} length")
+    # v1: Java writes (byte) length, so 128..255 bytes read back negative in Java's own v1 reader.
+    prefix = _USHORT.pack(n) if v2 else bytes((n,))
+    return prefix + topic_b, (MAGIC_V2 if v2 else MAGIC_V1)
+
+
+# A measured record: everything needed to place and pack it, computed once.
+# (totalSize, head struct, magic, bodyCRC, sysFlag, topic field, properties bytes)
+_Measured = tuple[int, struct.Struct, int, int, int, bytes, bytes]
+
+
+def _measure(msg: Message) -> _Measured:
+    """Validate one message and compute its stored size and derived header fields."""
+    topic_field, magic = _topic_field(msg.topic, msg.magic_v2)
+    nb, ns = len(msg.born_host), len(msg.store_host)
+    if nb not in (4, 16) or ns not in (4, 16):
+        raise ValueError(
+            f"topic {msg.topic!r}: host addresses must be 4 (IPv4) or 16 (IPv6) bytes, "
+            f"got born {nb} and store {ns}"
+        )
+    props_b = msg.properties.encode("utf-8")
+    if len(props_b) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(
+            f"topic {msg.topic!r}: properties are {len(props_b)} bytes; the 2-byte length holds at most "
+            f"{MAX_PROPERTIES_LENGTH} (the broker rejects such a message)"
+        )
+    body = msg.body
+    crc = (zlib.crc32(body) & 0x7FFFFFFF) if msg.body_crc is None else (msg.body_crc & 0xFFFFFFFF)
+    sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | (
+        (FLAG_BORNHOST_V6 if nb == 16 else 0) | (FLAG_STOREHOST_V6 if ns == 16 else 0)
+    )
+    head = _HEADS[(nb == 16, ns == 16)]
+    total = head.size + len(body) + len(topic_field) + 2 + len(props_b)
+    return total, head, magic, crc, sys_flag, topic_field, props_b
+
+
+def _pack(buf: bytearray, pos: int, msg: Message, m: _Measured, physical_offset: int, queue_offset: int) -> None:
+    """Write a measured record at `buf[pos:pos + totalSize]`."""
+    total, head, magic, crc, sys_flag, topic_field, props_b = m
+    body = msg.body
+    nbody = len(body)
+    try:
+        head.pack_into(
+            buf, pos, total, magic, crc, msg.queue_id, msg.flag, queue_offset, physical_offset, sys_flag,
+            msg.born_timestamp, msg.born_host, msg.born_port, msg.store_timestamp, msg.store_host,
+            msg.store_port, msg.reconsume_times, msg.prepared_transaction_offset, nbody,
+        )
+    except struct.error as exc:
+        raise ValueError(f"topic {msg.topic!r}: a header field is out of its Java range: {exc}") from None
+    p = pos + head.size
+    buf[p:p + nbody] = body
+    p += nbody
+    n = len(topic_field)
+    buf[p:p + n] = topic_field
+    p += n
+    n = len(props_b)
+    _SHORT.pack_into(buf, p, n)
+    buf[p + 2:p + 2 + n] = props_b
+
+
+def record_size(msg: Message) -> int:
+    """Stored size (totalSize) of a message's record, as CommitLog.calMsgLength computes it."""
+    return _measure(msg)[0]
+
+
+def encode_record(msg: Message, physical_offset: int) -> bytes:
+    """The exact bytes the broker stores for `msg` at global commit-log offset `physical_offset`.
+
+    The queue offset is taken from `msg.queue_offset` as given; the IPv6 sysFlag bits follow the host
+    lengths, bodyCRC is computed unless `msg.body_crc` is set, v2 magic follows the 5.x topic rule
+    unless `msg.magic_v2` is set.
+    """
+    m = _measure(msg)
+    buf = bytearray(m[0])
+    _pack(buf, 0, msg, m, physical_offset, msg.queue_offset)
+    return bytes(buf)
+
+
+def segment_name(start_offset: int) -> str:
+    """Commit-log file name of the segment starting at `start_offset` (20 zero-padded digits)."""
+    return f"{start_offset:020d}"
+
+
+@dataclass
+class WriteSummary:
+    """What a SegmentWriter wrote: segment files, record and BLANK counts, where the log ends."""
+
+    directory: str | None
+    segment_size: int
+    segments: list[str] = field(default_factory=list)
+    records: int = 0
+    blank_records: int = 0
+    first_offset: int = 0
+    max_physical_offset: int = 0  # end of the last record = the broker's maxPhyOffset
+    preallocated: str | None = None
+
+    def to_dict(self) -> dict:
+        """Plain-dict form for JSON summaries."""
+        return {
+            "directory": self.directory,
+            "segment_size": self.segment_size,
+            "segments": list(self.segments),
+            "records": self.records,
+            "blank_records": self.blank_records,
+            "first_offset": self.first_offset,
+            "max_physical_offset": self.max_physical_offset,
+            "preallocated": self.preallocated,
+        }
+
+
+class SegmentWriter:
+    """Appends records to a commit-log directory with the broker's segment rules.
+
+    Segments are named by their 20-digit start offset and are exactly `segment_size` bytes, zero past
+    the last record. A record (or whole batch) needing `size + 8 > remaining` gets a BLANK record
+    (totalSize = remaining, BLANK magic, 8 bytes) and goes to the next segment. Physical offsets are
+    always assigned; queue offsets are assigned per (topic, queueId) when `assign_queue_offsets`
+    (PREPARED/ROLLBACK records get 0 and do not advance the counter), else taken from the messages.
+    The broker keys its counters by the string `topic-queueId`; that differs from a (topic, queueId)
+    key only for negative queue ids, which no broker writes.
+    The writer sets `physical_offset` (and an assigned `queue_offset`) on each appended Message.
+    `directory=None` is a dry run: offsets are assigned, nothing is written.
+    Bytes go through one reusable bytearray chunk per open segment; the untouched tail of a segment is
+    left to `truncate`, which reads back as zeros.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike | None,
+        segment_size: int,
+        *,
+        start_offset: int = 0,
+        assign_queue_offsets: bool = True,
+        queue_offsets: Mapping[tuple[str, int], int] | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> None:
+        """Open a writer whose first segment starts at `start_offset` (a multiple of `segment_size`)."""
+        if segment_size <= BLANK_MIN_LENGTH:
+            raise ValueError(f"segment_size must exceed {BLANK_MIN_LENGTH} bytes, got {segment_size}")
+        if start_offset < 0 or start_offset % segment_size:
+            raise ValueError(f"start_offset {start_offset} is not a multiple of segment_size {segment_size}")
+        self._dir = None if directory is None else Path(directory)
+        if self._dir is not None:
+            self._dir.mkdir(parents=True, exist_ok=True)
+        self.segment_size = segment_size
+        self.assign_queue_offsets = assign_queue_offsets
+        self.queue_offsets: dict[tuple[str, int], int] = dict(queue_offsets or {})
+        self._seg_base = start_offset
+        self._pos = 0  # write position inside the current segment
+        self._chunk = bytearray(min(chunk_size, segment_size)) if self._dir is not None else bytearray()
+        self._chunk_start = 0  # segment position of self._chunk[0]
+        self._file = None
+        self._closed = False
+        self.summary = WriteSummary(
+            directory=None if self._dir is None else str(self._dir),
+            segment_size=segment_size,
+            first_offset=start_offset,
+            max_physical_offset=start_offset,
+        )
+
+    # -- public API -------------------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """Global offset where the next record would start if it fits the current segment."""
+        return self._seg_base + self._pos
+
+    def append(self, msg: Message) -> int:
+        """Append one record; returns its physical offset."""
+        if self._closed:
+            raise ValueError("SegmentWriter is closed")
+        m = _measure(msg)
+        size = m[0]
+        if size + BLANK_MIN_LENGTH > self.segment_size - self._pos:
+            self._roll(size)
+        return self._place(msg, m)
+
+    def append_batch(self, msgs: Sequence[Message]) -> list[int]:
+        """Append a batch that must sit whole in one segment (a BLANK ends the segment if it does not fit)."""
+        if self._closed:
+            raise ValueError("SegmentWriter is closed")
+        measured = [_measure(msg) for msg in msgs]
+        total = sum(m[0] for m in measured)
+        if total + BLANK_MIN_LENGTH > self.segment_size - self._pos:
+            self._roll(total)
+        return [self._place(msg, m) for msg, m in zip(msgs, measured)]
+
+    def close(self, *, preallocate_next: bool = False) -> WriteSummary:
+        """Finish the current segment (zero tail to full size); optionally add one empty pre-allocated segment."""
+        if self._closed:
+            return self.summary
+        if self._pos > 0:
+            self._finish_segment()
+            next_base = self._seg_base + self.segment_size
+        else:
+            next_base = self._seg_base
+        if preallocate_next:
+            name = segment_name(next_base)
+            if self._dir is not None:
+                with open(self._dir / name, "wb") as f:
+                    f.truncate(self.segment_size)
+            self.summary.preallocated = name
+        self._closed = True
+        return self.summary
+
+    def __enter__(self) -> "SegmentWriter":
+        """Context manager: the writer itself; leaving without an error closes it."""
+        return self
+
+    def abort(self) -> None:
+        """Stop without finishing: close the open segment file as it is (used when an append failed)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._closed = True
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Close on success, abort (leave the partial segment) on an exception."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _place(self, msg: Message, m: _Measured) -> int:
+        """Assign offsets and pack a record at the current position (known to fit the segment)."""
+        size = m[0]
+        phys = self._seg_base + self._pos
+        if self.assign_queue_offsets:
+            if (m[4] & TRAN_MASK) in _NO_QUEUE_OFFSET:
+                qoff = 0
+            else:
+                key = (msg.topic, msg.queue_id)
+                qoff = self.queue_offsets.get(key, 0)
+                self.queue_offsets[key] = qoff + 1
+            msg.queue_offset = qoff
+        else:
+            qoff = msg.queue_offset
+        msg.physical_offset = phys
+        if self._dir is not None:
+            rel = self._pos - self._chunk_start
+            if rel + size > len(self._chunk):
+                self._flush_chunk()
+                rel = 0
+                if size > len(self._chunk):
+                    self._chunk = bytearray(size)
+            _pack(self._chunk, rel, msg, m, phys, qoff)
+        self._pos += size
+        self.summary.records += 1
+        self.summary.max_physical_offset = phys + size
+        return phys
+
+    def _roll(self, needed: int) -> None:
+        """End the current segment with a BLANK record and move to the next one."""
+        if self._pos == 0:
+            raise ValueError(
+                f"a record or batch of {needed} bytes can never fit a {self.segment_size}-byte segment "
+                f"(needs {needed + BLANK_MIN_LENGTH} with the BLANK reserve)"
+            )
+        remaining = self.segment_size - self._pos
+        if self._dir is not None:
+            rel = self._pos - self._chunk_start
+            if rel + BLANK_MIN_LENGTH > len(self._chunk):
+                self._flush_chunk()
+                rel = 0
+            _BLANK.pack_into(self._chunk, rel, remaining, MAGIC_BLANK)
+        self._pos += BLANK_MIN_LENGTH
+        self.summary.blank_records += 1
+        self._finish_segment()
+        self._seg_base += self.segment_size
+        self._pos = 0
+        self._chunk_start = 0
+
+    def _open_segment(self) -> None:
+        """Create the file of the current segment and record its name."""
+        name = segment_name(self._seg_base)
+        self._file = open(self._dir / name, "wb")  # noqa: SIM115 - closed in _finish_segment
+        self.summary.segments.append(name)
+
+    def _flush_chunk(self) -> None:
+        """Write the chunk's used bytes to the segment file and restart the chunk at the current position."""
+        used = self._pos - self._chunk_start
+        if self._file is None:
+            self._open_segment()
+        if used:
+            self._file.write(memoryview(self._chunk)[:used])
+        self._chunk_start = self._pos
+
+    def _finish_segment(self) -> None:
+        """Flush and size the current segment to exactly `segment_size` bytes (zero tail)."""
+        if self._dir is None:
+            self.summary.segments.append(segment_name(self._seg_base))
+            return
+        self._flush_chunk()
+        self._file.truncate(self.segment_size)
+        self._file.close()
+        self._file = None
+
+
+def write_store(
+    store_dir: str | os.PathLike,
+    messages: Iterable[Message | Sequence[Message]],
+    segment_size: int,
+    *,
+    start_offset: int = 0,
+    assign_queue_offsets: bool = True,
+    preallocate_next: bool = False,
+    write_lock: bool = True,
+) -> WriteSummary:
+    """Write `store_dir/commitlog/` from messages (a list/tuple item is a batch) plus the `lock` file."""
+    root = Path(store_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    writer = SegmentWriter(
+        root / "commitlog", segment_size, start_offset=start_offset, assign_queue_offsets=assign_queue_offsets
+    )
+    append, append_batch = writer.append, writer.append_batch
+    try:
+        for item in messages:
+            if isinstance(item, Message):
+                append(item)
+            else:
+                append_batch(item)
+    except BaseException:
+        writer.abort()
+        raise
+    summary = writer.close(preallocate_next=preallocate_next)
+    if write_lock:
+        (root / "lock").write_bytes(LOCK_FILE_CONTENT)
+    return summary
