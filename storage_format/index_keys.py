@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .commitlog import RecordColumns
 from .java_hash import arrow_buffers, index_key_hash, java_hash_and_length_ragged, java_hash_arrow, java_hash_concat
-from .properties import KEYS, UNIQ_KEY
+from .properties import KEYS, UNIQ_KEY, key_tokens
 from .record import TRAN_MASK, TRAN_ROLLBACK
 
 HASH_CHAR = ord("#")
@@ -31,42 +33,40 @@ class IndexKeys:
         return len(self.key_hash)
 
 
-def _tokens(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Maximal runs of non-space bytes inside each string: (owner string, start, end)."""
-    data, offsets = data[offsets[0]:offsets[-1]], offsets - offsets[0]
-    n_bytes = len(data)
-    if n_bytes == 0:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    word = data != 0x20
-    boundary = np.zeros(n_bytes + 1, bool)
-    boundary[offsets] = True  # string starts/ends break tokens
-    prev_word = np.zeros(n_bytes, bool)
-    prev_word[1:] = word[:-1]
-    prev_word[boundary[:-1]] = False
-    next_word = np.zeros(n_bytes, bool)
-    next_word[:-1] = word[1:]
-    next_word[boundary[1:]] = False
-    starts = np.flatnonzero(word & ~prev_word)
-    ends = np.flatnonzero(word & ~next_word) + 1
-    owner = np.searchsorted(offsets, starts, side="right") - 1
-    return owner, starts, ends
-
-
 def _hash_with_topic(topic_hash_sharp: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Java hash of `topic#` + each string, from hash(`topic#`) and the strings' UTF-8 bytes."""
     h, length16 = java_hash_and_length_ragged(data, offsets)
     return java_hash_concat(topic_hash_sharp, h, length16)
 
 
+def topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Java hash of `topic#` per row (topics repeat: each distinct topic is hashed once; null -> "#")."""
+    topic_h = java_hash_arrow(pc.dictionary_encode(topics))
+    n = len(topic_h)
+    return java_hash_concat(topic_h, np.full(n, HASH_CHAR, np.int32), np.ones(n, np.int64))
+
+
+def index_key_hashes(topics: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """keyHash the index stores for `topic#key` per row: abs of the Java hash, Integer.MIN_VALUE -> 0."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks else pa.array([], type=keys.type)
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.dictionary_decode()
+    data, offsets = arrow_buffers(keys)
+    return index_key_hash(_hash_with_topic(topic_prefix_hashes(topics), data, offsets))
+
+
+def key_slots(key_hash: np.ndarray, slots: int | np.ndarray) -> np.ndarray:
+    """Hash slot of each (non-negative) keyHash in an index file of `slots` slots: keyHash % slots."""
+    return np.asarray(key_hash, dtype=np.int64) % np.asarray(slots, dtype=np.int64)
+
+
 def index_keys(cols: RecordColumns, only: np.ndarray | None = None) -> IndexKeys:
     """Index keys of the records in `cols` (optionally only where `only` is True), in dispatch order."""
-    n = len(cols)
     take = (cols.sys_flag & TRAN_MASK) != TRAN_ROLLBACK
     if only is not None:
         take &= only
-    topic_h = java_hash_arrow(cols.topic)
-    topic_sharp = java_hash_concat(topic_h, np.full(n, HASH_CHAR, np.int32), np.ones(n, np.int64))
+    topic_sharp = topic_prefix_hashes(cols.topic)
 
     uniq = cols.property_binary(UNIQ_KEY)
     u_data, u_off = arrow_buffers(uniq)
@@ -76,7 +76,7 @@ def index_keys(cols: RecordColumns, only: np.ndarray | None = None) -> IndexKeys
     keys = cols.property_binary(KEYS)
     k_data, k_off = arrow_buffers(keys)
     k_data, k_off = k_data[k_off[0]:k_off[-1]], k_off - k_off[0]
-    owner, t_start, t_end = _tokens(k_data, k_off)
+    owner, t_start, t_end = key_tokens(k_data, k_off)
     keep = (take & np.asarray(keys.is_valid()))[owner]
     owner, t_start, t_end = owner[keep], t_start[keep], t_end[keep]
     t_len = t_end - t_start
