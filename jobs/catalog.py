@@ -1,0 +1,202 @@
+"""`python -m jobs.catalog --store STORE --table PATH`: a Delta table of decoded record metadata.
+
+Spark tasks decode the stitched broker scan and write Parquet files under TABLE/topic=<escaped>/; the
+driver commits them in one Delta transaction (deltalake package) carrying the application transaction
+`reput-catalog:<store id>` whose version is the commit-log offset the table now covers (the end of the
+last catalogued record). A re-run reads that version, scans only from the segment holding it and appends
+only records past it; when nothing is new it commits nothing. The first run creates the empty table
+(version 0) before any file is written, so files of a run that fails are orphans inside a Delta table
+(removed by the run itself when it can, else by `DeltaTable.vacuum`), never a half-made table.
+"""
+from __future__ import annotations
+
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):  # spark-submit jobs/catalog.py: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction  # noqa: E402
+from deltalake.exceptions import DeltaError  # noqa: E402
+from deltalake.transaction import AddAction  # noqa: E402
+
+from jobs.pipeline.catalog_stage import (  # noqa: E402
+    PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
+from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from storage_format.settings import BrokerSettings  # noqa: E402
+
+APP_ID_PREFIX = "reput-catalog:"
+
+
+def app_id(store_id: str) -> str:
+    """The Delta application id whose transaction version is the store's high-water mark."""
+    return APP_ID_PREFIX + store_id
+
+
+def open_table(table: Location, include_body: bool) -> DeltaTable:
+    """The Delta table at TABLE, created empty (schema, partitioning) when TABLE is new or an empty
+    directory; any other existing path is refused."""
+    if DeltaTable.is_deltatable(table.uri):
+        return DeltaTable(table.uri)
+    if table.exists() and (not table.is_dir() or table.list()):
+        raise JobError(f"--table {table.uri} exists and is not a Delta table; choose a new path")
+    try:
+        return DeltaTable.create(table.uri, Schema.from_arrow(catalog_schema(include_body)), mode="error",
+                                 partition_by=[PARTITION_COLUMN], name="reput-catalog",
+                                 description="RocketMQ commit-log record metadata (reput catalog)")
+    except DeltaError:
+        if DeltaTable.is_deltatable(table.uri):  # created by a concurrent run
+            return DeltaTable(table.uri)
+        raise
+
+
+def check_paths(store: Location, table: Location) -> None:
+    """The table must be outside the store (the store is only read) and must not contain it."""
+    s, t = store.uri.rstrip("/") + "/", table.uri.rstrip("/") + "/"
+    if t.startswith(s) or s.startswith(t):
+        raise JobError(f"--table {table.uri} must be outside the store {store.uri} (and not contain it)")
+
+
+def table_has_body(delta: DeltaTable, include_body: bool) -> bool:
+    """Whether rows carry bodies: an existing table's schema decides; asking for bodies it lacks is an error."""
+    names = [f.name for f in delta.schema().fields]
+    has_body = "body" in names
+    expected = catalog_schema(has_body).names
+    if names != expected:
+        raise JobError(f"the table's columns {names} are not the catalog's {expected}")
+    if include_body and not has_body:
+        raise JobError("the table was created without bodies; --include-body needs a new table")
+    return has_body
+
+
+def plan_tasks(result: ScanResult, settings: BrokerSettings, since: int | None, table: Location,
+               store_id: str, include_body: bool, run_id: str) -> list[CatalogTask]:
+    """One task per accepted split that holds a record past the high-water mark."""
+    tasks = []
+    for s in result.accepted:
+        if not s.records or s.first_offset is None:
+            continue
+        if since is not None and (s.last_record_end or 0) <= since:
+            continue
+        sp = result.splits[s.index]
+        tasks.append(CatalogTask(sp, settings, s.first_offset, s.records, since, table, store_id, run_id,
+                                 include_body))
+    return tasks
+
+
+def delete_run_files(table: Location, run_id: str) -> None:
+    """Remove the data files a run wrote but did not commit (names carry the run id)."""
+    for info in table.walk_files():
+        if run_id in info.base_name and "/_delta_log/" not in info.path:
+            table.fs.delete_file(info.path)
+
+
+def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: CommitProperties) -> None:
+    """Add every file to the table in one Delta transaction (with the run's application transaction)."""
+    adds = [AddAction(f.path, f.size, {PARTITION_COLUMN: f.topic}, f.modification_time, True, f.stats)
+            for f in files]
+    delta.create_write_transaction(adds, "append", schema, partition_by=[PARTITION_COLUMN],
+                                   commit_properties=props)
+
+
+def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
+            include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False) -> dict:
+    """Append the store's records past the table's high-water mark; returns the run's report."""
+    check_paths(store, table)
+    sid = store_id or store.uri
+    app = app_id(sid)
+    delta = open_table(table, include_body)
+    include_body = table_has_body(delta, include_body)
+    since = delta.transaction_version(app)
+    result = scan_store(spark, store, settings, split_size=split_size, with_cq=False, with_keys=False,
+                        from_offset=since, label="catalog scan", quiet=quiet)
+    end = result.max_physical_offset if result.segments else (since or 0)
+    report = {"table": table.uri, "store": store.uri, "store_id": sid, "app_id": app,
+              "from_offset": since, "to_offset": end, "committed": False, "delta_version": delta.version(),
+              "rows_appended": 0, "files_added": 0, "rows_per_topic": {},
+              "scan_end": result.end.as_list() if result.end else None, "gap": None}
+    if since is not None and result.segments and result.segments[0].start > since:
+        report["gap"] = [since, result.segments[0].start]
+        print(f"reput catalog: warning: commit log between {since} and {result.segments[0].start} is gone "
+              f"(segments expired?); those records are not in the catalog", file=sys.stderr)
+    if since is not None and end < since and result.segments:
+        raise JobError(f"the store's valid commit log ends at {end}, before the table's high-water mark {since} "
+                       f"for {app}: the store was truncated or is a different store (use another --store-id)")
+    if since is not None and end <= since:
+        report["to_offset"] = since
+        return report
+    run_id = uuid.uuid4().hex
+    try:
+        tasks = plan_tasks(result, settings, since, table, sid, include_body, run_id)
+        results: list[CatalogTaskResult] = run_tasks(spark, tasks, write_split, "catalog write", quiet=quiet)
+        problems = [r.error for r in results if r.error]
+        if any(r.straddles_since for r in results):
+            problems.append(f"a record crosses the table's high-water mark {since}: the store does not continue "
+                            f"the catalogued commit log (a different store? use another --store-id)")
+        if problems:
+            raise JobError("; ".join(problems))
+        files = [f for r in results for f in r.files]
+        rows: Counter[str] = Counter()
+        for f in files:
+            rows[f.topic] += f.rows
+        props = CommitProperties(
+            app_transactions=[Transaction(app, end)],
+            custom_metadata={"reput.storeId": sid, "reput.store": store.uri, "reput.fromOffset": since,
+                             "reput.toOffset": end, "reput.rows": sum(rows.values())})
+        commit(delta, files, catalog_schema(include_body), props)
+    except BaseException as exc:
+        if DeltaTable(table.uri).transaction_version(app) != end:  # not committed: the files are ours to drop
+            delete_run_files(table, run_id)
+        if isinstance(exc, DeltaError):
+            raise JobError(f"Delta commit failed (another catalog run may have committed first; re-run): "
+                           f"{exc}") from exc
+        raise
+    report.update(committed=True, delta_version=DeltaTable(table.uri).version(), rows_appended=sum(rows.values()),
+                  files_added=len(files), rows_per_topic=dict(sorted(rows.items())))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; returns the exit status (0, or 2 through run_main on errors)."""
+    p = parser("catalog", "Append a RocketMQ commit log's record metadata to a Delta table (partitioned by topic).")
+    p.add_argument("--table", required=True, help="Delta table path or URI (created on the first run)")
+    p.add_argument("--store-id", help="name of this store in the table (default: the store's absolute path); "
+                                      "keep it when the store moves or when cataloguing a copy")
+    p.add_argument("--include-body", action="store_true", help="also store message bodies (new tables only)")
+    p.add_argument("--json", action="store_true", help="print the run's report as JSON")
+    args = p.parse_args(argv)
+    settings = settings_from(args)
+    spark = get_spark("catalog", args.master)
+    report = catalog(spark, location(args.store), location(args.table), settings, store_id=args.store_id,
+                     include_body=args.include_body,
+                     split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                     quiet=args.json)
+    if args.json:
+        print_json(report)
+    else:
+        _print_human(report)
+    return EXIT_OK
+
+
+def _print_human(r: dict) -> None:
+    """The console summary of a run."""
+    if not r["committed"]:
+        print(f"nothing new: {r['table']} already covers {r['app_id']} up to offset {r['to_offset']} "
+              f"(Delta version {r['delta_version']})")
+        return
+    since = "" if r["from_offset"] is None else f", new since offset {r['from_offset']}"
+    print(f"Delta version {r['delta_version']}: appended {r['rows_appended']} records in {r['files_added']} files "
+          f"(commit log up to offset {r['to_offset']}{since})")
+    for topic, n in r["rows_per_topic"].items():
+        print(f"  {topic}: {n}")
+
+
+if __name__ == "__main__":
+    run_main("catalog", main)

@@ -1,0 +1,206 @@
+"""jobs.catalog: the Delta table of record metadata against golden manifests, appends and re-runs."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.catalog import app_id, catalog
+from jobs.catalog import main as catalog_main
+from jobs.pipeline.catalog_stage import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
+from jobs.pipeline.cli import JobError
+from jobs.pipeline.fs import location
+from storage_format.msg_id import decode_offset_msg_ids
+from storage_format.settings import load_settings
+from tests.conftest import GOLDEN, manifest
+
+SMALL = "clean-small-11"
+
+
+def run_catalog(capsys, store: Path, table: Path, *extra: str) -> dict:
+    """jobs.catalog's main with --json; its report."""
+    code = catalog_main(["--store", str(store), "--broker-config", str(store / "broker.conf"),
+                         "--table", str(table), "--json", *extra])
+    assert code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def per_topic_queue(table: pa.Table) -> dict[str, dict[str, int]]:
+    """Row counts per topic and queue, in the manifest's shape."""
+    grouped = table.group_by(["topic", "queue_id"]).aggregate([("physical_offset", "count")])
+    out: dict[str, dict[str, int]] = {}
+    for row in grouped.to_pylist():
+        out.setdefault(row["topic"], {})[str(row["queue_id"])] = row["physical_offset_count"]
+    return out
+
+
+def data_files(table: Path) -> set[str]:
+    """Parquet files on disk, relative to the table root."""
+    return {p.relative_to(table).as_posix() for p in table.rglob("*.parquet")}
+
+
+def committed_files(dt: DeltaTable) -> set[str]:
+    """Data files of the table's current version (the log stores them URI-encoded)."""
+    return {unquote(p) for p in pa.table(dt.get_add_actions()).column("path").to_pylist()}
+
+
+@pytest.mark.parametrize(("case", "split_size"), [(SMALL, "0"), ("v5-clean-small-11", "100000")])
+def test_catalog_matches_manifest_and_rerun_commits_nothing(case, split_size, spark, capsys, tmp_path):
+    """Rows per topic/queue read back with deltalake equal the manifest (whole-segment tasks, and
+    splits that start mid-segment); every offset message id decodes to its record's offset; a second
+    run commits no new Delta version."""
+    store, table = GOLDEN / case, tmp_path / "catalog"
+    m = manifest(case)
+    first = run_catalog(capsys, store, table, "--split-size", split_size)
+    assert first["committed"] and first["delta_version"] == 1  # version 0 created the empty table
+    assert first["to_offset"] == m["commitlog_scan"]["max_physical_offset"]
+    dt = DeltaTable(str(table))
+    rows = dt.to_pyarrow_table()
+    assert rows.num_rows == m["commitlog_scan"]["message_records"] == first["rows_appended"]
+    assert per_topic_queue(rows) == m["records_per_topic_queue"]
+    assert rows.schema.names == catalog_schema(False).names
+    assert dt.metadata().partition_columns == ["topic"]
+    assert pc.count_distinct(rows["physical_offset"]).as_py() == rows.num_rows
+    ids = decode_offset_msg_ids(rows["offset_msg_id"])
+    assert ids.field("physical_offset").equals(rows["physical_offset"].combine_chunks())
+    assert pc.all(pc.equal(pc.add(rows["segment_position"], pc.cast(rows["segment"], pa.int64())),
+                           rows["physical_offset"])).as_py()
+    assert dt.transaction_version(app_id(str(store))) == m["commitlog_scan"]["max_physical_offset"]
+    assert data_files(table) == committed_files(dt)
+
+    again = run_catalog(capsys, store, table, "--split-size", split_size)
+    assert not again["committed"] and again["rows_appended"] == 0
+    assert DeltaTable(str(table)).version() == 1
+    assert data_files(table) == committed_files(dt)
+
+
+def record_ends(segment: Path, count: int) -> int:
+    """Segment-relative end of the first `count` records (walked by totalSize)."""
+    data, pos = segment.read_bytes(), 0
+    for _ in range(count):
+        pos += struct.unpack_from(">i", data, pos)[0]
+    return pos
+
+
+def test_catalog_appends_only_new_records(spark, capsys, tmp_path):
+    """A copy whose log stops mid-segment (later segments missing, the tail of the last one zero),
+    then the full store under the same --store-id: the second commit adds exactly the missing records,
+    the table equals the manifest per topic/queue without duplicates, and a third run adds nothing."""
+    src, m = GOLDEN / SMALL, manifest(SMALL)
+    part = tmp_path / "partial"
+    (part / "commitlog").mkdir(parents=True)
+    shutil.copy(src / "broker.conf", part / "broker.conf")
+    segments = sorted((src / "commitlog").iterdir())
+    for seg in segments[:6]:
+        shutil.copy(seg, part / "commitlog" / seg.name)
+    last = part / "commitlog" / segments[5].name
+    cut = record_ends(last, 40)
+    data = bytearray(last.read_bytes())
+    data[cut:] = bytes(len(data) - cut)
+    last.write_bytes(bytes(data))
+    table = tmp_path / "catalog"
+
+    first = run_catalog(capsys, part, table, "--store-id", "broker-a")
+    assert first["to_offset"] == int(segments[5].name) + cut
+    second = run_catalog(capsys, src, table, "--store-id", "broker-a")
+    assert second["committed"] and second["delta_version"] == 2
+    assert second["from_offset"] == first["to_offset"]
+    assert first["rows_appended"] + second["rows_appended"] == m["commitlog_scan"]["message_records"]
+
+    dt = DeltaTable(str(table))
+    rows = dt.to_pyarrow_table()
+    assert per_topic_queue(rows) == m["records_per_topic_queue"]
+    assert pc.count_distinct(rows["physical_offset"]).as_py() == rows.num_rows
+    v1 = DeltaTable(str(table), version=1).to_pyarrow_table()
+    assert v1.num_rows == first["rows_appended"]
+    assert pc.max(v1["physical_offset"]).as_py() < first["to_offset"]
+    new = rows.filter(pc.greater_equal(rows["physical_offset"], first["to_offset"]))
+    assert new.num_rows == second["rows_appended"]
+    assert set(rows.column("store_id").to_pylist()) == {"broker-a"}
+
+    third = run_catalog(capsys, src, table, "--store-id", "broker-a")
+    assert not third["committed"]
+    assert DeltaTable(str(table)).version() == 2
+    assert data_files(table) == committed_files(DeltaTable(str(table)))
+
+
+def test_catalog_refuses_a_store_that_does_not_continue_the_table(spark, capsys, tmp_path):
+    """Cataloguing a different commit log under an id the table already covers fails before
+    committing and leaves no stray files."""
+    table = tmp_path / "catalog"
+    run_catalog(capsys, GOLDEN / SMALL, table, "--store-id", "x")
+    other = GOLDEN / "v5-clean-small-11"
+    with pytest.raises(JobError, match="high-water mark"):
+        catalog(spark, location(str(other)), location(str(table)), load_settings(other / "broker.conf"),
+                store_id="x", quiet=True)
+    dt = DeltaTable(str(table))
+    assert dt.version() == 1
+    assert data_files(table) == committed_files(dt)
+
+
+def test_catalog_refuses_table_inside_store(spark, tmp_path):
+    """The store is only read: a table inside it is refused before anything is written."""
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / SMALL / "commitlog", store / "commitlog")
+    with pytest.raises(JobError, match="outside the store"):
+        catalog(spark, location(str(store)), location(str(store / "catalog")),
+                load_settings(GOLDEN / SMALL / "broker.conf"), quiet=True)
+    assert not (store / "catalog").exists()
+
+
+def test_partition_dir_examples():
+    """Hive-style escaping as Spark writes it (plus the Windows-only characters)."""
+    assert partition_dir("%|weird_topic-%") == "topic=%25%7Cweird_topic-%25"
+    assert partition_dir("主题-Ω-topic") == "topic=主题-Ω-topic"
+    assert partition_dir("../../etc") == "topic=..%2F..%2Fetc"
+    assert partition_dir("a\\b:c") == "topic=a%5Cb%3Ac"
+    long = "T" * 300
+    assert len(partition_dir(long).encode()) <= len("topic=") + MAX_DIR_BYTES + 17
+    assert partition_dir(long) != partition_dir(long + "x")
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_partition_dir_is_one_safe_reversible_component(topic):
+    """Any topic gives one path component inside the table that unescapes back to the topic."""
+    name = partition_dir(topic)
+    assert name.startswith("topic=") and "/" not in name and "\\" not in name and "\x00" not in name
+    assert unquote(name[len("topic="):]) == topic
+
+
+def test_catalog_with_bodies_from_a_headless_store(spark, capsys, tmp_path):
+    """A commit log whose first segments are gone (rebuild-headless-11) catalogued with --include-body:
+    the report's per-topic counts agree with the committed files' Delta stats and the manifest, and
+    every stored body has its record's body_length."""
+    case = "rebuild-headless-11"
+    table = tmp_path / "catalog"
+    report = run_catalog(capsys, GOLDEN / case, table, "--include-body")
+    dt = DeltaTable(str(table))
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    counts: Counter[str] = Counter()
+    for topic, n in zip(actions["partition.topic"].to_pylist(), actions["num_records"].to_pylist()):
+        counts[topic] += n
+    assert dict(sorted(counts.items())) == report["rows_per_topic"]
+    expected = {t: sum(q.values()) for t, q in manifest(case)["records_per_topic_queue"].items()}
+    assert report["rows_per_topic"] == dict(sorted(expected.items()))
+    rows = dt.to_pyarrow_table(columns=["body", "body_length"])
+    assert rows.schema.names == ["body", "body_length"]
+    assert pc.all(pc.equal(pc.binary_length(rows["body"]), rows["body_length"])).as_py()
+
+
+def test_timestamps_outside_python_range_are_null():
+    """Garbage born/store timestamps (bad bytes) become nulls instead of breaking the stats."""
+    ms = np.array([0, 1_795_324_080_402, 2**62, -(2**62), 253_402_300_799_999], dtype=np.int64)
+    got = timestamps(ms)
+    assert got.null_count == 2 and got.is_null().to_pylist() == [False, False, True, True, False]
+    assert got.cast(pa.int64()).to_pylist()[:2] == [0, 1_795_324_080_402_000]
