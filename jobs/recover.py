@@ -1,0 +1,244 @@
+"""`python -m jobs.recover --store STORE --out OUT`: a RocketMQ store after an unclean shutdown, recovered
+offline with Spark exactly as the broker's own start-up recovery would leave it.
+
+Modes: `--out OUT` writes the recovered store to OUT (STORE is only read); `--dry-run` prints (and with
+`--plan FILE` writes) the plan as JSON; `--in-place --backup-dir DIR` applies the plan to STORE with a
+backup and a journal (`--resume` / `--rollback` finish or undo a run that was killed). `--full-index`
+rebuilds the whole index instead of resuming it. Exit status 0 = done (or nothing to do), 2 = error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.pipeline import inplace  # noqa: E402
+from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.publish import Staging  # noqa: E402
+from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
+from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
+from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE  # noqa: E402
+from jobs.pipeline.session import get_spark  # noqa: E402
+from storage_format.recovery import RecoveryError  # noqa: E402
+
+REPORT_NAME = "reput-recover-report.json"
+
+
+def _args(argv: list[str] | None):
+    """Command line, with the mode combinations checked."""
+    p = parser("recover", "Recover a RocketMQ store after an unclean shutdown (abort file present), the "
+                          "way the broker's start-up recovery does, but offline and in parallel.")
+    p.add_argument("--out", help="write the recovered store here (must not exist unless --overwrite)")
+    p.add_argument("--dry-run", action="store_true", help="only print the plan (JSON); write no store files")
+    p.add_argument("--plan", help="also write the plan (JSON) to this file")
+    p.add_argument("--in-place", action="store_true", help="apply the plan to STORE itself (needs --backup-dir)")
+    p.add_argument("--backup-dir", help="with --in-place: every file changed or deleted is copied here first")
+    p.add_argument("--resume", action="store_true", help="finish an interrupted --in-place run (no Spark)")
+    p.add_argument("--rollback", action="store_true",
+                   help="restore STORE from --backup-dir (during or after an --in-place run; no Spark)")
+    p.add_argument("--full-index", action="store_true",
+                   help="rebuild the whole index from the valid commit log instead of resuming it")
+    p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
+                   help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
+    p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--work", help="directory for the scan's intermediate files (default: beside OUT, in the "
+                                  "store for --in-place, a temporary directory for --dry-run)")
+    p.add_argument("--json", action="store_true", help="print the plan/report as JSON")
+    args = p.parse_args(argv)
+    if args.resume or args.rollback:
+        if args.resume and args.rollback:
+            p.error("--resume and --rollback exclude each other")
+        if args.rollback and not args.backup_dir:
+            p.error("--rollback needs --backup-dir")
+        return args
+    if args.out and args.in_place:
+        p.error("--out and --in-place exclude each other")
+    if not (args.out or args.in_place or args.dry_run):
+        p.error("choose --out OUT, --in-place --backup-dir DIR, or --dry-run")
+    if args.in_place and not args.backup_dir:
+        p.error("--in-place needs --backup-dir")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the job, turning recovery-rule refusals into one-line errors."""
+    args = _args(argv)
+    try:
+        return _run(args)
+    except RecoveryError as exc:
+        raise JobError(str(exc)) from None
+
+
+def _run(args) -> int:
+    """Dispatch to resume/rollback, dry run, OUT or in-place."""
+    store = location(args.store)
+    if args.resume or args.rollback:
+        path = inplace.local_store(store.uri)
+        result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
+        print_json(result) if args.json else print(f"{'resumed' if args.resume else 'rolled back'}: {result}")
+        return EXIT_OK
+    settings = settings_from(args)
+    if not store.child("commitlog").is_dir():
+        raise JobError(f"{store.uri}: not a broker store (no commitlog directory)")
+    tz = ZoneInfo(args.index_name_tz)
+    split_size = DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size
+    kw = dict(split_size=split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
+              quiet=args.json)
+    if args.dry_run:
+        return _dry_run(args, store, settings, kw)
+    if args.out:
+        return _to_out(args, store, location(args.out), settings, kw, tz)
+    return _in_place(args, store, settings, kw, tz)
+
+
+def _write_plan(args, summary: dict) -> None:
+    """Write the plan JSON where --plan says."""
+    if args.plan:
+        Path(args.plan).write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+
+
+def _own_work(args, default: Location) -> Location:
+    """A fresh directory for the scan's intermediate files (inside --work when given); removed afterwards."""
+    if args.work:
+        return location(args.work).child(f"reput-recover-work-{uuid.uuid4().hex[:12]}")
+    default.delete_tree()  # leftovers of a killed run
+    return default
+
+
+def _dry_run(args, store: Location, settings, kw) -> int:
+    """Plan only: print (and write) the plan; no store files are written."""
+    spark = get_spark("recover", args.master)
+    work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
+    try:
+        plan = plan_recovery(spark, store, settings, work, **kw)
+        summary = plan.to_dict()
+    finally:
+        work.delete_tree()
+    _write_plan(args, summary)
+    print_json(summary)
+    return EXIT_OK
+
+
+def _check_outside(store: Location, other: Location, what: str) -> None:
+    """OUT / the backup must not be inside the store (nor contain it)."""
+    s, o = store.uri.rstrip("/") + "/", other.uri.rstrip("/") + "/"
+    if o.startswith(s) or s.startswith(o):
+        raise JobError(f"{what} {other.uri} must be outside the store {store.uri} (and not contain it)")
+
+
+def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
+    """Write the recovered store to OUT through a staging directory renamed into place."""
+    _check_outside(store, out, "--out")
+    spark = get_spark("recover", args.master)
+    started = time.monotonic()
+    with Staging(out, overwrite=args.overwrite) as staging:
+        work = _own_work(args, staging.work)
+        plan = plan_recovery(spark, store, settings, work, **kw)
+        output = plan_output(plan, with_copies=True)
+        t0 = time.monotonic()
+        names = write_output(spark, plan, output, staging.dir, args.json, tz)
+        plan.timings["write_s"] = time.monotonic() - t0
+        _check_written(staging.dir, output, names)
+        summary = plan.to_dict()
+        if names:
+            summary["index"]["to_create"] = names
+        summary["out"] = out.uri
+        summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
+        staging.dir.child(REPORT_NAME).write_bytes(json.dumps(summary, indent=2, ensure_ascii=False).encode())
+        work.delete_tree()
+        staging.publish()
+    _write_plan(args, summary)
+    _report(args, plan, summary, f"recovered store written to {out.uri}")
+    return EXIT_OK
+
+
+def _check_written(root: Location, output, index_names: list[str]) -> None:
+    """Every file the plan renders or copies is in the staged OUT."""
+    prefix = root.path.rstrip("/") + "/"
+    found = {i.path[len(prefix):] for i in root.walk_files()}
+    expect = set(output.rendered) | {rel for rel, _, _ in output.copies} | {f"index/{n}" for n in index_names}
+    missing = sorted(expect - found)
+    if missing:
+        raise JobError(f"staged output is missing {len(missing)} files, e.g. {missing[:3]}")
+
+
+def _in_place(args, store: Location, settings, kw, tz) -> int:
+    """Stage, back up, journal and switch the store itself (see jobs.pipeline.inplace)."""
+    path = inplace.local_store(store.uri)
+    backup = Path(args.backup_dir).resolve()
+    _check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
+    inplace.check_not_interrupted(path)
+    if inplace.broker_holds_lock(path):
+        raise JobError(f"{path / 'lock'} is locked: a broker is running on this store; stop it first")
+    spark = get_spark("recover", args.master)
+    work = _own_work(args, Location(str(path / ".reput-recover.work")))
+    try:
+        plan = plan_recovery(spark, Location(str(path)), settings, work, **kw)
+        summary = plan.to_dict()
+        _write_plan(args, summary)
+        if not plan.changes:
+            _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
+            return EXIT_OK
+        staging = inplace.prepare_staging(path)
+        output = plan_output(plan, with_copies=False)
+        names = write_output(spark, plan, output, Location(str(staging)), args.json, tz)
+    finally:
+        work.delete_tree()
+    rendered = output.rendered + [f"index/{n}" for n in names]
+    ops = inplace.build_ops(path, staging, rendered, output.deleted)
+    if names:
+        summary["index"]["to_create"] = names
+    manifest = inplace.apply(path, staging, backup, ops, summary)
+    summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"])}
+    _report(args, plan, summary, f"{path} recovered in place ({len(ops)} file operations; backup in {backup})")
+    return EXIT_OK
+
+
+def _report(args, plan: RecoveryPlan, summary: dict, headline: str) -> None:
+    """Human (or JSON) summary of what was done."""
+    if args.json:
+        print_json(summary)
+        return
+    t = summary["truncation"]
+    cq = summary["consumequeue"]
+    idx = summary["index"]
+    print(headline)
+    print(f"  RocketMQ {summary['generation']}, {summary['state']}, {summary['recovery']} recovery")
+    print(f"  start segment {summary['start_segment']['name']}: {summary['start_segment']['reason']}")
+    print(f"  truncation at {t['offset']} ({t['reason']}{': ' + t['detail'] if t['detail'] else ''})")
+    print(f"  commit-log segments deleted: {len(summary['commitlog']['to_delete'])}")
+    print(f"  consume-queue files rewritten {len(cq['to_rewrite'])}, created {len(cq['to_create'])}, "
+          f"deleted {len(cq['to_delete'])}")
+    print(f"  index files deleted {len(idx.get('deleted_newer_than_checkpoint', idx.get('deleted', [])))}, "
+          f"created {len(idx.get('to_create', []))}")
+    for w in summary["warnings"]:
+        print(f"  warning: {w}")
+
+
+def _entry(argv: list[str] | None = None) -> None:
+    """`python -m jobs.recover`: exit 0 or 2, never a bare traceback."""
+    try:
+        run_main("recover", main, argv)
+    except SystemExit:
+        raise
+    except Exception as exc:  # never a bare traceback: Spark task failures arrive as Py4J/PySpark errors
+        if os.environ.get("REPUT_DEBUG"):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"reput recover: error: {type(exc).__name__}: {first} (set REPUT_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    _entry()
