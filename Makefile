@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv demo test test-fast bench package clean
+.PHONY: venv demo test test-cluster bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q tests
+
+test-cluster: venv
+	$(PY) -m pytest -q -m cluster tests/test_cluster.py
 
 bench: venv
 	$(PY) -m bench

@@ -15,7 +15,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-if __package__ in (None, ""):  # spark-submit jobs/catalog.py: make the repo root importable
+if __package__ in (None, ""):  # spark-submit jobs/catalog.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402

@@ -4,7 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo root importable
+if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline.cli import EXIT_OK, parser, print_json, run_main, settings_from  # noqa: E402

@@ -12,11 +12,14 @@ import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo root importable
+if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.pipeline.build import build_cq, build_index, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                           split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
                           quiet=args.json)
         timings["decode_s"] = time.monotonic() - t0
+        pause_at("after-decode")
         problems = scan.tail_problems()
         if problems and not args.accept_invalid_tail:
             raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
@@ -87,26 +91,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reput rebuild: warning: {problem}", file=sys.stderr)
         cq_files: dict[str, int] = {}
         parallelism = spark.sparkContext.defaultParallelism
+        t0 = time.monotonic()
+        cq_tasks, index_tasks = [], []
         if with_cq:
-            t0 = time.monotonic()
             staging.dir.child("consumequeue").makedirs()
-            tasks = plan_cq(scan, settings, staging.work, staging.dir.child("consumequeue"), topics,
-                            target_tasks=2 * parallelism)
-            for written in run_tasks(spark, tasks, build_cq, "consume queues", quiet=args.json):
-                cq_files.update(written)
-            timings["consumequeue_s"] = time.monotonic() - t0
-        index_names: list[str] = []
+            cq_tasks = plan_cq(scan, settings, staging.work, staging.dir.child("consumequeue"), topics,
+                               target_tasks=2 * parallelism)
         if with_index:
-            t0 = time.monotonic()
             index_dir = staging.dir.child("index")
             index_dir.makedirs()
-            tasks = plan_index(scan, settings, staging.work, index_dir)
-            firsts = [f for done in run_tasks(spark, tasks, build_index, "index files", quiet=args.json) for f in done]
+            index_tasks = plan_index(scan, settings, staging.work, index_dir)
+        # One Spark job for both kinds, the (longer) index tasks first: while an index file is built,
+        # consume-queue tasks keep the other cores busy.
+        firsts: list[tuple[int, int | None]] = []
+        task_seconds = {"consumequeue": 0.0, "index": 0.0}
+        for kind, result, seconds in run_tasks(spark, index_tasks + cq_tasks, build_files,
+                                               "consume queues + index files", quiet=args.json):
+            task_seconds[kind] += seconds
+            if kind == "index":
+                firsts.extend(result)
+            else:
+                cq_files.update(result)
+        index_names: list[str] = []
+        if with_index:
             names = name_index_files(scan, firsts, tz)
             for no, name in sorted(names.items()):
                 index_dir.child(pending_name(no)).move_to(index_dir.child(name))
             index_names = [names[no] for no in sorted(names)]
-            timings["index_s"] = time.monotonic() - t0
+        timings["build_s"] = time.monotonic() - t0
+        pause_at("after-build")
+        timings["consumequeue_task_s"] = task_seconds["consumequeue"]
+        timings["index_task_s"] = task_seconds["index"]
         check_staged(staging.dir, settings, cq_files, index_names)
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)

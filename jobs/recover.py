@@ -17,7 +17,9 @@ import uuid
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo root importable
+if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline import inplace  # noqa: E402
@@ -120,7 +122,7 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     spark = get_spark("recover", args.master)
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(spark, store, settings, work, **kw)
+        plan = plan_recovery(spark, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()

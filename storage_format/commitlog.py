@@ -93,6 +93,13 @@ def parse_segment_name(name: str) -> int | None:
     return None
 
 
+def file_offset(path: str, offset: int, base_offset: int) -> int:
+    """Commit-log `offset` as a byte offset inside the segment file `path` (named by its start offset);
+    relative to `base_offset` when `path` is not a segment name (a bare buffer)."""
+    start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
+    return offset - (base_offset if start is None else start)
+
+
 def find_first_record(buf: memoryview | bytes, base_offset: int, start: int, stop: int) -> int | None:
     """First position p in [start, stop) where a record starts: valid magic and physicalOffset == base+p.
 
@@ -176,11 +183,21 @@ def _end_after_stop(buf: memoryview | bytes, base_offset: int, pos: int, limit: 
 
 
 def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """Big-endian field of `width` bytes at each position, as a native array of `dtype`."""
+    """Big-endian field of `width` bytes at each position, as a native array of `dtype`.
+
+    One fancy index into an overlapping view (element i = the `width` bytes from byte i), so each
+    field costs one read per record; a position past the end raises IndexError.
+    """
     if len(pos) == 0:
         return np.zeros(0, dtype=dtype)
-    raw = arr[pos[:, None] + np.arange(width)]
-    return raw.view(">" + dtype[1:] if dtype[0] in "<>" else ">" + dtype).ravel().astype(dtype)
+    big = ">" + (dtype[1:] if dtype[0] in "<>" else dtype)
+    view = np.ndarray((max(len(arr) - width + 1, 0),), dtype=big, buffer=arr, strides=(1,))
+    return view[pos].astype(dtype)
+
+
+HEAD_DTYPE = np.dtype([("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+                       ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"),
+                       ("born_timestamp", ">i8")])
 
 
 class RecordColumns:
@@ -201,7 +218,10 @@ class RecordColumns:
         return len(self.pos)
 
     def take(self, count: int) -> "RecordColumns":
-        """The first `count` records (used when a later record turns out invalid)."""
+        """The first `count` records (used when a later record turns out invalid); all of them is
+        this object itself, so fields already decoded are not decoded again."""
+        if count >= len(self):
+            return self
         return RecordColumns(self.buf, self.base_offset, self.pos[:count], self.path)
 
     def i32(self, rel: np.ndarray | int) -> np.ndarray:
@@ -212,41 +232,50 @@ class RecordColumns:
 
     # ---- fixed-position fields -------------------------------------------------------------
     @cached_property
+    def _head(self) -> np.ndarray:
+        """The fixed first 48 bytes of every record (totalSize .. bornTimestamp), one gather for all."""
+        if len(self.pos) == 0:
+            return np.zeros(0, dtype=HEAD_DTYPE)
+        view = np.ndarray((max(len(self.arr) - HEAD_DTYPE.itemsize + 1, 0),), dtype=HEAD_DTYPE, buffer=self.arr,
+                          strides=(1,))
+        return view[self.pos]
+
+    @cached_property
     def total_size(self) -> np.ndarray:
-        return self.i32(0)
+        return self._head["total_size"].astype(np.int32)
 
     @cached_property
     def magic(self) -> np.ndarray:
-        return self.i32(4).view(np.uint32)
+        return self._head["magic"].astype(np.uint32)
 
     @cached_property
     def body_crc(self) -> np.ndarray:
-        return self.i32(8)
+        return self._head["body_crc"].astype(np.int32)
 
     @cached_property
     def queue_id(self) -> np.ndarray:
-        return self.i32(12)
+        return self._head["queue_id"].astype(np.int32)
 
     @cached_property
     def flag(self) -> np.ndarray:
-        return self.i32(16)
+        return self._head["flag"].astype(np.int32)
 
     @cached_property
     def queue_offset(self) -> np.ndarray:
-        return self.i64(20)
+        return self._head["queue_offset"].astype(np.int64)
 
     @cached_property
     def physical_offset(self) -> np.ndarray:
         """The stored physicalOffset field (the broker dispatches this value)."""
-        return self.i64(28)
+        return self._head["physical_offset"].astype(np.int64)
 
     @cached_property
     def sys_flag(self) -> np.ndarray:
-        return self.i32(36)
+        return self._head["sys_flag"].astype(np.int32)
 
     @cached_property
     def born_timestamp(self) -> np.ndarray:
-        return self.i64(40)
+        return self._head["born_timestamp"].astype(np.int64)
 
     # ---- fields after the variable-length hosts ----------------------------------------------
     @cached_property
@@ -403,9 +432,10 @@ class RecordColumns:
                 try:
                     value.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise StoreFormatError(self.path, self.base_offset + int(self.pos[i]),
-                                           f"{what} is not valid UTF-8 (byte {exc.start} of the {what}, "
-                                           f"at offset {self.base_offset + int(starts[i]) + exc.start})") from None
+                    at = self.base_offset + int(self.pos[i])
+                    raise StoreFormatError(self.path, file_offset(self.path, at, self.base_offset),
+                                           f"{what} is not valid UTF-8 (byte {exc.start} of the {what}; record at "
+                                           f"commit-log offset {at})") from None
             raise
 
     # ---- validation --------------------------------------------------------------------------

@@ -12,6 +12,10 @@ class StoreFormatError(Exception):
         where = f"{self.path}" if offset is None else f"{self.path} at byte offset {offset}"
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self):
+        """Rebuild from (path, offset, reason): the error crosses from Spark tasks to the driver by pickle."""
+        return type(self), (self.path, self.offset, self.reason)
+
 
 class SettingsError(ValueError):
     """A broker .properties file or setting that cannot be used."""

@@ -8,6 +8,7 @@ hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1) live here
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,11 +64,7 @@ def time_diffs(store_ts: np.ndarray, begin_before_first: int) -> np.ndarray:
     if len(store_ts):
         base[0] = begin_before_first
         base[1:] = store_ts[0]
-    delta = store_ts.astype(np.int64) - base
-    diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
-    diff = np.clip(diff, 0, INT_MAX)
-    diff[base <= 0] = 0
-    return diff.astype(np.int32)
+    return _time_diff(np.asarray(store_ts, np.int64), base)
 
 
 @dataclass
@@ -78,6 +75,10 @@ class IndexState:
     end_phy_offset: int = 0
 
 
+KeyChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+ZERO_BLOCK = 8 << 20
+
+
 def build_index_file(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slots: int, max_entries: int,
                      inherited: IndexState) -> bytes:
     """Full bytes of one fresh index file holding these entries (at most max_entries - 1).
@@ -85,39 +86,92 @@ def build_index_file(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray
     `key_hash` is already non-negative (index_key_hash); `inherited` is the previous file's end
     (zeros for the first file of a store), which becomes the header's begin/end before any put.
     """
-    n = len(key_hash)
+    return b"".join(index_file_chunks(lambda: [(key_hash, phy, store_ts)], slots, max_entries, inherited))
+
+
+def _by_slot(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Stable grouping of entries by slot: (order, sorted slots, same-as-previous, last-of-slot) masks."""
+    k = len(slot)
+    shift = max(1, int(k).bit_length())
+    combined = np.sort((slot << shift) | np.arange(k, dtype=np.int64))  # unique keys: sort order is stable
+    order, s_sorted = combined & ((1 << shift) - 1), combined >> shift
+    same = np.zeros(k, bool)
+    same[1:] = s_sorted[1:] == s_sorted[:-1]
+    last = np.ones(k, bool)
+    last[:-1] = ~same[1:]
+    return order, s_sorted, same, last
+
+
+def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
+                      zero_tail: bool = True) -> Iterator[bytes]:
+    """The bytes of one fresh index file, in order, from its entries given as chunks in dispatch order
+    (without the zeros after the last entry when `zero_tail` is False: a writer can leave them sparse).
+
+    `chunks()` must give the same (key_hash, phy, store_ts) chunks each time it is called: a first pass
+    finds the header and the slot table (the newest position per slot), which precede the entries in
+    the file; a second pass derives each entry's previous-in-slot position, carrying the newest position
+    per slot across chunks. Memory is bounded by one chunk and two slot tables, whatever the file holds.
+    """
+    newest = np.zeros(slots, np.int64)
+    n = 0
+    first = last_entry = None
+    for key_hash, phy, store_ts in chunks():
+        k = len(key_hash)
+        if not k:
+            continue
+        order, s_sorted, _, last = _by_slot(np.asarray(key_hash).astype(np.int64) % slots)
+        newest[s_sorted[last]] = n + 1 + order[last]
+        if first is None:
+            first = (int(store_ts[0]), int(phy[0]))
+        last_entry = (int(store_ts[-1]), int(phy[-1]))
+        n += k
     if n > max_entries - 1:
         raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
-    out = np.zeros(file_size(slots, max_entries), dtype=np.uint8)
     begin_ts = inherited.end_timestamp if inherited.end_timestamp > 0 else 0
     begin_phy = inherited.end_phy_offset if inherited.end_phy_offset > 0 else 0
     header = IndexHeader(begin_ts, begin_ts, begin_phy, begin_phy, 0, 1)
     if n:
-        slot = (key_hash.astype(np.int64) % slots)
-        position = np.arange(1, n + 1, dtype=np.int64)
-        order = np.argsort(slot, kind="stable")
-        s_sorted = slot[order]
-        prev = np.zeros(n, np.int64)
-        same = np.zeros(n, bool)
-        same[1:] = s_sorted[1:] == s_sorted[:-1]
+        header = IndexHeader(first[0], last_entry[0], first[1], last_entry[1], int(np.count_nonzero(newest)), n + 1)
+    yield header.to_bytes()
+    yield newest.astype(">i4").tobytes()
+    del newest
+    yield bytes(ENTRY_SIZE)  # position 0 is never used
+    current = np.zeros(slots, np.int64)  # newest position per slot so far
+    done = 0
+    for key_hash, phy, store_ts in chunks():
+        k = len(key_hash)
+        if not k:
+            continue
+        order, s_sorted, same, last = _by_slot(np.asarray(key_hash).astype(np.int64) % slots)
+        position = np.arange(done + 1, done + k + 1, dtype=np.int64)
+        prev = np.empty(k, np.int64)
         prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
-        last = np.ones(n, bool)
-        last[:-1] = s_sorted[1:] != s_sorted[:-1]
-        table = np.zeros(slots, dtype=">i4")
-        table[s_sorted[last]] = position[order[last]]
-        entries = np.empty(n, dtype=ENTRY_DTYPE)
+        prev[order[~same]] = current[s_sorted[~same]]
+        current[s_sorted[last]] = position[order[last]]
+        base = np.full(k, first[0], np.int64)
+        if done == 0:
+            base[0] = begin_ts  # the first put sees the inherited begin timestamp
+        entries = np.empty(k, dtype=ENTRY_DTYPE)
         entries["hash"] = key_hash
         entries["phy"] = phy
-        entries["diff"] = time_diffs(store_ts, begin_ts)
+        entries["diff"] = _time_diff(np.asarray(store_ts, np.int64), base)
         entries["prev"] = prev
-        slot_bytes = table.view(np.uint8)
-        out[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE] = slot_bytes
-        first_entry = HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE
-        out[first_entry:first_entry + n * ENTRY_SIZE] = entries.view(np.uint8)
-        header = IndexHeader(int(store_ts[0]), int(store_ts[-1]), int(phy[0]), int(phy[-1]),
-                             int(last.sum()), n + 1)
-    out[:HEADER_SIZE] = np.frombuffer(header.to_bytes(), np.uint8)
-    return out.tobytes()
+        done += k
+        yield entries.tobytes()
+    tail = (max_entries - 1 - n) * ENTRY_SIZE if zero_tail else 0
+    block = bytes(min(ZERO_BLOCK, tail))
+    while tail > 0:
+        yield block if tail >= len(block) else block[:tail]
+        tail -= len(block)
+
+
+def _time_diff(store_ts: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """timeDiff in seconds of each entry against the begin timestamp its put saw (see time_diffs)."""
+    delta = store_ts - base
+    diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
+    diff = np.clip(diff, 0, INT_MAX)
+    diff[base <= 0] = 0
+    return diff.astype(np.int32)
 
 
 def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,

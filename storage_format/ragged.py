@@ -18,7 +18,11 @@ def slices_to_binary(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray,
     if n == 0:
         return pa.array([], type=pa.large_binary())
     starts = starts.astype(np.int64, copy=False)
-    ends = starts + lengths.astype(np.int64, copy=False)
+    lengths = lengths.astype(np.int64, copy=False)
+    nulls = valid is not None and not valid.all()
+    if nulls:
+        lengths = np.where(valid, lengths, 0)  # a null value holds no bytes
+    ends = starts + lengths
     offsets = np.empty(2 * n + 1, dtype=np.int64)
     offsets[0:-1:2] = starts
     offsets[1::2] = ends
@@ -27,6 +31,8 @@ def slices_to_binary(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray,
         raise ValueError("slices must be ascending and non-overlapping")
     view = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), buf])
     out = pc.take(view, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
-    if valid is not None and not valid.all():
-        out = pc.if_else(pa.array(valid), out, pa.scalar(None, pa.large_binary()))
+    if nulls:  # attach the validity bitmap (no second copy of the bytes)
+        bitmap = pa.array(np.asarray(valid, dtype=bool)).buffers()[1]
+        out = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [bitmap] + out.buffers()[1:],
+                                               null_count=int(n - np.count_nonzero(valid)))
     return out

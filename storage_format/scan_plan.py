@@ -7,9 +7,10 @@ rule; `stitch` then accepts a split only when it starts exactly where the chain 
 """
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 
-from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd
+from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
 
 END_NO_NEXT_SEGMENT = "no_next_segment"
 END_MISSING_SEGMENT = "missing_segment"
@@ -104,10 +105,13 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
             continue
         if sp.at_segment_start and expect != seg.start:
             if expect < seg.start:
+                missing = posixpath.join(posixpath.dirname(seg.path), segment_name(expect))
                 out.end = ScanEnd(END_MISSING_SEGMENT, expect, detail=f"no segment starts at {expect}; "
-                                                                      f"next segment is {seg.path}")
+                                                                      f"next segment is {seg.path}",
+                                  path=missing, file_offset=0)
             else:
-                out.end = ScanEnd(END_MISSING_SEGMENT, expect, detail=f"segment {seg.path} overlaps the previous one")
+                out.end = ScanEnd(END_MISSING_SEGMENT, expect, path=seg.path, file_offset=0,
+                                  detail=f"segment {seg.path} overlaps the previous one, which ends at {expect}")
             if walk.records:
                 out.data_after_end.append(seg.path)
             continue

@@ -6,16 +6,20 @@ globally by a prefix sum over splits, so every index file is built independently
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage_format.consume_queue import CQ_UNIT_SIZE, build_queue_files, file_name, keep_first_of_each_offset
-from storage_format.index_file import IndexState, build_index_file, names_for
+from storage_format.errors import StoreFormatError
+from storage_format.index_file import IndexState, index_file_chunks, names_for
+from storage_format.index_file import file_size as index_file_size
 from storage_format.settings import BrokerSettings
 
+from .faults import pause_at
 from .fs import Location
 from .scan import ScanResult, read_ipc
 
@@ -68,6 +72,8 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     runs: list[QueueFiles] = []
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
     for (topic, qid), (lo, hi, sources) in sorted(queues.items()):
+        if hi - lo + 1 > sum(src.rows for src in sources):
+            raise queue_gap_error(scan, work, topic, qid, sources)
         first, last = (lo * CQ_UNIT_SIZE) // fs, (hi * CQ_UNIT_SIZE) // fs
         for f in range(first, last + 1, files_per_run):
             runs.append(QueueFiles(topic, qid, f * fs, min(last, f + files_per_run - 1) * fs, lo, tuple(sources)))
@@ -85,30 +91,69 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     return tasks
 
 
-def _queue_entries(item: QueueFiles, work: Location, file_size: int) -> pa.Table:
+def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
+                    sources: list[QueueSlice]) -> StoreFormatError:
+    """The record that breaks a queue's run of consecutive queue offsets (a damaged queueOffset: the
+    broker would log "logic queue order maybe wrong" and append it out of place, or skip the queue's
+    later entries), named by file and byte offset. Called only when a queue's offsets have a gap."""
+    t = pa.concat_tables([read_ipc(work.child(f"cq-{src.split_index:06d}.arrow")).slice(src.row_start, src.rows)
+                          for src in sources])  # the queue's entries in commit-log order
+    qo, phy = t.column("queue_offset").to_numpy(), t.column("phy").to_numpy()
+    before = np.concatenate([[qo[0] - 1], np.maximum.accumulate(qo)[:-1]])
+    jumps = np.flatnonzero(qo > before + 1)
+    if len(jumps):
+        row = int(jumps[0])
+        why = (f"queueOffset {int(qo[row])} of {topic}/{qid} follows {int(before[row])}: "
+               f"{int(qo[row] - before[row] - 1)} consume-queue entries would be missing")
+    else:
+        row = 0
+        why = (f"queueOffset {int(qo[0])} of {topic}/{qid}, its first entry, lies above later entries of the queue "
+               f"(down to {int(qo.min())}), which the broker would skip")
+    at = int(phy[row])
+    seg = next(g for g in scan.segments if g.start <= at < g.start + g.size)
+    return StoreFormatError(seg.path, at - seg.start, f"{why} (record at commit-log offset {at}); queue offsets of "
+                                                      f"a queue must be consecutive")
+
+
+def _queue_entries(item: QueueFiles, work: Location, file_size: int,
+                   tables: dict[int, pa.Table] | None = None) -> pa.Table:
+    """The run's rows from the split files (`tables` caches opened split files across the task's runs)."""
+    tables = {} if tables is None else tables
     parts = []
     lo, hi = item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
     for src in item.sources:
-        t = read_ipc(work.child(f"cq-{src.split_index:06d}.arrow")).slice(src.row_start, src.rows)
-        qo = t.column("queue_offset")
-        parts.append(t.filter(pc.and_(pc.greater_equal(qo, lo), pc.less(qo, hi))))
+        if src.split_index not in tables:
+            tables[src.split_index] = read_ipc(work.child(f"cq-{src.split_index:06d}.arrow"))
+        t = tables[src.split_index].slice(src.row_start, src.rows)
+        qo = t.column("queue_offset").to_numpy()
+        inside = (qo >= lo) & (qo < hi)
+        parts.append(t if inside.all() else t.filter(pa.array(inside)))
     return pa.concat_tables(parts)
 
 
-def build_cq(task: CqTask) -> dict:
-    """Write the task's consume-queue files; returns {relative path: entries} for the report."""
-    written: dict[str, int] = {}
+def cq_file_bytes(task: CqTask) -> Iterator[tuple[QueueFiles, int, bytes, int]]:
+    """Every consume-queue file of the task as (run, file start, full-size bytes, entries in it):
+    the one code path behind writing (build_cq) and comparing (jobs.pipeline.verify_stage)."""
+    tables: dict[int, pa.Table] = {}
     for item in task.items:
-        t = _queue_entries(item, task.work, task.file_size)
+        t = _queue_entries(item, task.work, task.file_size, tables)
         qo = t.column("queue_offset").to_numpy()
         keep = keep_first_of_each_offset(qo)
         files = build_queue_files(qo[keep], t.column("phy").to_numpy()[keep], t.column("size").to_numpy()[keep],
                                   t.column("tags").to_numpy()[keep], task.file_size, item.queue_first_offset)
         for start, data in files.items():
-            rel = f"{item.topic}/{item.queue_id}/{file_name(start)}"
-            task.out.child(item.topic, str(item.queue_id), file_name(start)).write_bytes(data)
             lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
-            written[rel] = int(((qo[keep] >= lo) & (qo[keep] < hi)).sum())
+            yield item, start, data, int(((qo[keep] >= lo) & (qo[keep] < hi)).sum())
+
+
+def build_cq(task: CqTask) -> dict:
+    """Write the task's consume-queue files; returns {relative path: entries} for the report."""
+    written: dict[str, int] = {}
+    for item, start, data, entries in cq_file_bytes(task):
+        used = len(data.rstrip(b"\x00"))  # the zeros after the last entry need not be written
+        task.out.child(item.topic, str(item.queue_id), file_name(start)).write_with_zero_tail(
+            [memoryview(data)[:used]], len(data))
+        written[f"{item.topic}/{item.queue_id}/{file_name(start)}"] = entries
     return written
 
 
@@ -187,18 +232,48 @@ def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
 
 
 def _build_one(task: IndexTask, plan: IndexFilePlan) -> tuple[int, int | None]:
+    stream, first_ts = index_file_stream(task, plan, zero_tail=False)
+    size = index_file_size(task.slots, task.max_entries)
+    task.out.child(pending_name(plan.file_no)).write_with_zero_tail(stream, size)
+    return plan.file_no, first_ts
+
+
+def index_file_stream(task: IndexTask, plan: IndexFilePlan,
+                      zero_tail: bool = True) -> tuple[Iterator[bytes], int | None]:
+    """The bytes of one planned index file as a stream of chunks (without the zeros after the last
+    entry unless `zero_tail`), and its first entry's store time: the one code path behind writing
+    (build_index) and comparing (jobs.pipeline.verify_stage). Memory stays bounded by one split's keys
+    and the slot tables however full the file is."""
     inherited = IndexState()
     if plan.inherited_from is not None:
         row = _keys(task.work, plan.inherited_from).to_pylist()[0]
         inherited = IndexState(row["store_ts"], row["phy"])
+
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for s in plan.sources:
+            t = _keys(task.work, s)
+            yield tuple(t.column(c).to_numpy() for c in ("key_hash", "phy", "store_ts"))
+
+    first_ts = None
     if plan.sources:
-        t = pa.concat_tables([_keys(task.work, s) for s in plan.sources])
-        kh, phy, ts = (t.column(c).to_numpy() for c in ("key_hash", "phy", "store_ts"))
-    else:
-        kh = phy = ts = np.zeros(0, np.int64)
-    data = build_index_file(kh.astype(np.int32), phy, ts, task.slots, task.max_entries, inherited)
-    task.out.child(pending_name(plan.file_no)).write_bytes(data)
-    return plan.file_no, (int(ts[0]) if len(ts) else None)
+        first_ts = int(_keys(task.work, plan.sources[0]).column("store_ts")[0].as_py())
+    return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail), first_ts
+
+
+def index_file_bytes(task: IndexTask, plan: IndexFilePlan) -> tuple[bytes, int | None]:
+    """Full bytes of one planned index file and its first entry's store time (index_file_stream joined)."""
+    stream, first_ts = index_file_stream(task, plan)
+    return b"".join(stream), first_ts
+
+
+def build_files(task: CqTask | IndexTask) -> tuple[str, dict | list[tuple[int, int | None]], float]:
+    """Run one consume-queue or index task: (kind, its result, seconds). Both kinds go into one Spark
+    job, so consume-queue tasks run beside a long index task instead of after it."""
+    started = time.monotonic()
+    pause_at("in-build-task")
+    if isinstance(task, IndexTask):
+        return "index", build_index(task), time.monotonic() - started
+    return "consumequeue", build_cq(task), time.monotonic() - started
 
 
 def name_index_files(scan: ScanResult, firsts: list[tuple[int, int | None]], tz) -> dict[int, str]:
@@ -212,4 +287,19 @@ def name_index_files(scan: ScanResult, firsts: list[tuple[int, int | None]], tz)
     opening = []
     for no, ts in ordered:
         opening.append(first_record_ts if no == 0 else (ts if ts is not None else last_record_ts))
-    return dict(zip((no for no, _ in ordered), names_for(opening, tz)))
+    try:
+        names = names_for(opening, tz)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise _undated_error(scan, exc) from None
+    return dict(zip((no for no, _ in ordered), names))
+
+
+def _undated_error(scan: ScanResult, exc: Exception) -> Exception:
+    """A store time that cannot be formatted as yyyyMMddHHmmssSSS opened an index file: name the first
+    record whose storeTimestamp is no date (the broker names files by its clock, so it never meets this)."""
+    found = scan.undated_record()
+    if found is None:
+        return exc
+    seg, at = found
+    return StoreFormatError(seg.path, at - seg.start, f"record at commit-log offset {at} has a storeTimestamp that is "
+                                                      f"no date ({exc}); index files are named after store times")

@@ -57,8 +57,32 @@ class Location:
         return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
 
     def read_range(self, offset: int, length: int) -> pa.Buffer:
+        """Up to `length` bytes from `offset` (fewer at the end of the file). Large ranges of local
+        files are memory-mapped read-only instead of copied: the bytes come from the page cache as
+        they are touched."""
+        if length >= MMAP_MIN_BYTES and isinstance(self.fs, pafs.LocalFileSystem):
+            return _map_range(self.path, offset, length)
         with self.fs.open_input_file(self.path) as f:
             return f.read_at(length, offset)
+
+    def is_hole(self, offset: int, end: int) -> bool:
+        """True when the file provably stores nothing in [offset, end): a hole of a sparse local file
+        (reads as zeros), asked with lseek(SEEK_DATA). False when it holds data or nobody can tell."""
+        import os
+
+        if not isinstance(self.fs, pafs.LocalFileSystem) or not hasattr(os, "SEEK_DATA"):
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            return os.lseek(fd, offset, os.SEEK_DATA) >= end
+        except OSError as exc:
+            import errno
+            return exc.errno == errno.ENXIO  # no data at or after offset
+        finally:
+            os.close(fd)
 
     def read_bytes(self) -> bytes:
         with self.fs.open_input_stream(self.path) as f:
@@ -68,6 +92,30 @@ class Location:
         self.parent.makedirs()
         with self.fs.open_output_stream(self.path) as f:
             f.write(data)
+
+    def write_with_zero_tail(self, chunks, size: int) -> None:
+        """Write the byte chunks, then zeros up to `size` bytes in all. A local file gets the zeros as
+        a sparse tail (truncate: it reads the same, and the zeros cost no writing); other filesystems
+        get them written."""
+        self.parent.makedirs()
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            with open(self.path, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                if f.tell() > size:
+                    raise ValueError(f"{self.uri}: {f.tell()} bytes written, more than the file size {size}")
+                f.truncate(size)
+            return
+        with self.fs.open_output_stream(self.path) as f:
+            for chunk in chunks:
+                f.write(chunk)
+            left = size - f.tell()
+            if left < 0:
+                raise ValueError(f"{self.uri}: more bytes written than the file size {size}")
+            block = bytes(min(left, 8 << 20))
+            while left > 0:
+                f.write(block[:min(left, len(block))])
+                left -= len(block)
 
     def makedirs(self) -> None:
         self.fs.create_dir(self.path, recursive=True)
@@ -80,6 +128,24 @@ class Location:
 
     def move_to(self, dest: "Location") -> None:
         self.fs.move(self.path, dest.path)
+
+
+MMAP_MIN_BYTES = 1 << 20
+
+
+def _map_range(path: str, offset: int, length: int) -> pa.Buffer:
+    """A read-only memory map of path[offset:offset+length] as an Arrow buffer (the buffer keeps the
+    map alive; it is unmapped when the last view of it goes)."""
+    import mmap
+    import os
+
+    with open(path, "rb") as f:
+        length = max(0, min(length, os.fstat(f.fileno()).st_size - offset))
+        if length == 0:
+            return pa.py_buffer(b"")
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(f.fileno(), offset - start + length, access=mmap.ACCESS_READ, offset=start)
+    return pa.py_buffer(mapped).slice(offset - start, length)
 
 
 _CACHE: dict[str, tuple[pafs.FileSystem, str]] = {}

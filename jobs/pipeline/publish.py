@@ -1,13 +1,16 @@
 """Atomic publishing: build everything in a staging directory beside OUT, check it, then rename.
 
 A run that fails or is killed leaves OUT untouched (absent, or the previous complete output) and at
-most a `.<name>.reput-staging-*` directory beside it, which the next run removes.
+most a `.<name>.reput-staging-*` directory beside it, which the next run removes. An --overwrite run
+killed between its two renames leaves the previous output as `.<name>.reput-old-*` and no OUT: the next
+run for OUT moves it back first (and deletes such a copy when OUT is in place).
 """
 from __future__ import annotations
 
 import uuid
 
 from .cli import JobError
+from .faults import pause_at
 from .fs import Location
 
 STAGING_MARK = ".reput-staging-"
@@ -18,6 +21,7 @@ class Staging:
     """A staging directory for OUT; `publish()` renames it into place."""
 
     def __init__(self, out: Location, overwrite: bool = False) -> None:
+        _settle_interrupted_publish(out)
         if out.exists() and not overwrite:
             raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
         self.out = out
@@ -46,9 +50,25 @@ class Staging:
     def publish(self) -> None:
         """Drop the work files and rename the staging directory to OUT (replacing an old OUT)."""
         self.work.delete_tree()
+        pause_at("before-publish-rename")
         if self.out.exists():
             self.out.move_to(self._old)
+            pause_at("between-renames")
             self.dir.move_to(self.out)
+            pause_at("before-old-delete")
             self._old.delete_tree()
         else:
             self.dir.move_to(self.out)
+
+
+def _settle_interrupted_publish(out: Location) -> None:
+    """Finish what a killed --overwrite publish left: its `.<name>.reput-old-*` directory is the previous
+    complete OUT. Put it back when OUT is missing (killed between the renames), else it is garbage."""
+    prefix = f".{out.name}{OLD_MARK}"
+    for info in out.parent.list():
+        if info.base_name.startswith(prefix):
+            old = out.parent.child(info.base_name)
+            if out.exists():
+                old.delete_tree()
+            else:
+                old.move_to(out)

@@ -27,6 +27,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from .fs import Location
+from .build import plan_cq
 from .scan import ScanResult, list_segments, read_ipc, scan_store
 from .tasks import run_tasks
 
@@ -420,9 +421,10 @@ def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, 
 
 def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                   generation: int | None = None, full_index: bool = False, tz: dt.tzinfo = dt.timezone.utc,
-                  quiet: bool = False) -> RecoveryPlan:
+                  quiet: bool = False, audit: bool = False) -> RecoveryPlan:
     """Read the store, run the validating scan, apply the broker's recovery rules; writes nothing
-    but the scan's work files."""
+    but the scan's work files. With `audit`, also validate the segments before the start segment
+    (which the broker's recovery never reads) and warn about damage there."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
@@ -527,12 +529,36 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     if markers.checkpoint_raw is None:
         warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
                         "segment) and so does reput")
+    if audit:
+        warnings.extend(_audit(spark, store, settings, work.child("audit"), start.offset, split_size, quiet))
     if scan.stitched.data_after_end:
         warnings.append(f"segments after the truncation point hold records that recovery drops: "
                         f"{', '.join(scan.stitched.data_after_end)}")
     return RecoveryPlan(store, settings, gen, markers, abnormal, segments, start, scan, work, truncation,
                         rules.segments_to_delete(starts, p), queue_dirs, loads, states, truncate, max_phy_before,
                         reput_from, index, cp_after, why, warnings, timings)
+
+
+def _audit(spark, store: Location, settings: BrokerSettings, work: Location, start: int, split_size: int,
+           quiet: bool) -> list[str]:
+    """Damage the broker's recovery does not look at, in the whole commit log: an invalid record before
+    the recovery's start segment (dispatch or a rebuild from the start would stop there), or a record
+    whose storeTimestamp is no date (the start-segment rule and index file names read it). Bytes that
+    no broker could have written (a topic that is no directory name, a moved physicalOffset, a gap in a
+    queue's offsets) raise StoreFormatError naming the record."""
+    audit = scan_store(spark, store, settings, split_size=split_size, check_crc=settings.check_crc_on_recover,
+                       work=work, with_keys=False, label="audit", quiet=quiet)
+    plan_cq(audit, settings, work, work)  # raises on a gap in a queue's offsets
+    found = []
+    end = audit.end
+    if end is not None and end.offset < start:
+        found.append(f"the commit log is damaged before the recovery's start segment {segment_name(start)}: "
+                     f"{end.describe()}; the broker's recovery does not read it, but a dispatch or rebuild from "
+                     f"the start of the commit log would stop there")
+    undated = audit.undated_problem()
+    if undated:
+        found.append(undated)
+    return found
 
 
 def _plan_full_index(spark, store, settings, segments, start, scan, work, p, kept, deleted, uris, split_size, quiet):

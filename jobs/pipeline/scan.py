@@ -12,9 +12,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
-from storage_format.commitlog import DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer, parse_segment_name
+from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
+                                      find_first_record, parse_segment_name)
 from storage_format.consume_queue import has_cq_entry, tags_codes, unsafe_topic_reason
 from storage_format.errors import StoreFormatError
 from storage_format.index_keys import index_keys
@@ -22,10 +24,12 @@ from storage_format.properties import TAGS
 from storage_format.scan_plan import END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 
+from .faults import fail_once
 from .fs import Location
 from .tasks import run_tasks
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024
+MIN_DATE_MS, MAX_DATE_MS = -62135596800000, 253402300799999  # 0001-01-01 .. 9999-12-31T23:59:59.999 UTC
 CQ_SCHEMA = pa.schema([("topic", pa.large_string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                        ("phy", pa.int64()), ("size", pa.int32()), ("tags", pa.int64())])
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
@@ -69,6 +73,11 @@ class SplitSummary:
     keys: int = 0
     last_key: tuple[int, int] | None = None  # (store_ts, phy) of the split's last index key
     error: StoreFormatError | None = None
+    # Offset of the first record found after a zero header that ended the walk inside this split
+    # (the zero-filled tail of a healthy segment holds none; eight zeroed bytes mid-segment do).
+    record_after_end: int | None = None
+    # Offset of the first record whose storeTimestamp is no date (years 1-9999): it cannot name an index file.
+    undated_record: int | None = None
 
     def walk(self) -> SplitWalk:
         return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks)
@@ -118,7 +127,40 @@ class ScanResult:
         if self.stitched.data_after_end:
             problems.append(f"segments hold records after the end of the valid commit log: "
                             f"{', '.join(self.stitched.data_after_end)}")
+        follows = self.record_after_end()
+        if follows is not None:
+            seg = next(g for g in self.segments if g.start <= follows < g.start + g.size)
+            problems.append(f"valid records follow the end of the commit log ({end.describe()}), the first at "
+                            f"{seg.path} at byte offset {follows - seg.start} (commit-log offset {follows})")
         return problems
+
+    def undated_record(self) -> tuple[Segment, int] | None:
+        """(segment, commit-log offset) of the first valid record whose storeTimestamp is no date
+        (years 1-9999), if any."""
+        at = next((s.undated_record for s in self.accepted if s.undated_record is not None), None)
+        if at is None:
+            return None
+        return next(g for g in self.segments if g.start <= at < g.start + g.size), at
+
+    def undated_problem(self) -> str | None:
+        """The undated record, described for operators."""
+        found = self.undated_record()
+        if found is None:
+            return None
+        seg, at = found
+        return (f"the record at {seg.path} at byte offset {at - seg.start} (commit-log offset {at}) has a "
+                f"storeTimestamp outside years 1-9999")
+
+    def record_after_end(self) -> int | None:
+        """The first record (found by the physicalOffset rule) past the end of the scan, in the end's
+        segment or later; None when only zeros or garbage follow."""
+        if self.end is None:
+            return None
+        found = [s.record_after_end for s in self.accepted if s.record_after_end is not None]
+        done = set(self.stitched.accepted)
+        found += [s.first_offset for i, s in self.summaries.items()
+                  if i not in done and s.records and s.first_offset is not None and s.first_offset > self.end.offset]
+        return min(found, default=None)
 
     @property
     def bytes_read(self) -> int:
@@ -137,9 +179,10 @@ def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
         if start is None or info.type.name != "File":
             continue
         if info.size != settings.mapped_file_size_commitlog:
-            raise ScanError(f"{commitlog.child(info.base_name).uri}: segment is {info.size} bytes, expected "
-                            f"{settings.mapped_file_size_commitlog} (mappedFileSizeCommitLog); pass the broker's "
-                            f"config with --broker-config")
+            expected = settings.mapped_file_size_commitlog
+            raise StoreFormatError(commitlog.child(info.base_name).uri, min(info.size, expected),
+                                   f"segment is {info.size} bytes, expected {expected} (mappedFileSizeCommitLog; "
+                                   f"the broker refuses to load it); pass the broker's config with --broker-config")
         segments.append(Segment(start, info.size, commitlog.child(info.base_name).uri))
     return sorted(segments, key=lambda s: s.start)
 
@@ -154,6 +197,12 @@ def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
 def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
     """Read the split's bytes (plus enough to finish its last record) and decode them."""
     sp = task.split
+    find_start = task.exact_start is None and not sp.at_segment_start
+    if find_start and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)):
+        # Nothing stored there (the sparse zero tail of a segment): no record starts in the split,
+        # which is what searching its zeros would find, without reading them.
+        cols = RecordColumns(b"", sp.segment.start + sp.start, np.zeros(0, np.int64), sp.segment.path)
+        return DecodedChunk(cols, 0, ScanEnd(END_STOP, sp.segment.start + sp.stop), None, sp.segment.path), 0
     want_end = sp.stop + task.settings.max_message_size + 64
     while True:
         buf, begin = _read_window(task, want_end)
@@ -162,7 +211,7 @@ def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
             chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
                                   segment_end=sp.segment.size - begin, path=sp.segment.path,
                                   check_crc=task.check_crc,
-                                  find_start=task.exact_start is None and not sp.at_segment_start)
+                                  find_start=find_start)
             return chunk, len(buf)
         except NeedMoreBytes as more:
             if begin + more.needed_end <= want_end:
@@ -179,10 +228,24 @@ def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned."""
     try:
         chunk, bytes_read = decode_chunk(task)
-        return _summarise(task, chunk, bytes_read)
+        summary = _summarise(task, chunk, bytes_read)
+        summary.record_after_end = _record_after_zero_end(task, chunk)
+        fail_once()  # test hook: a task that dies after writing its work files is retried
+        return summary
     except StoreFormatError as err:
         sp = task.split
         return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+
+
+def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
+    """When the walk ended at a zero header inside the split, the first record after it in the split's
+    bytes (the later splits of the segment search their own ranges)."""
+    end, cols, sp = chunk.end, chunk.columns, task.split
+    if not end.is_clean or not sp.global_start <= end.offset < sp.global_stop:
+        return None
+    found = find_first_record(cols.buf, cols.base_offset, end.offset - cols.base_offset + 1,
+                              sp.global_stop - cols.base_offset)
+    return None if found is None else cols.base_offset + found
 
 
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
@@ -198,24 +261,38 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     summary.last_record_offset = cols.base_offset + last_pos
     summary.last_record_end = summary.last_record_offset + int(cols.total_size[-1])
     topics = cols.topic
-    for reason_at, topic in _unsafe_topics(topics):
-        raise StoreFormatError(sp.segment.path, cols.base_offset + int(cols.pos[reason_at]), topic)
-    qids = cols.queue_id
+    groups = _queue_groups(cols)
+    for reason_at, topic in _unsafe_topics(groups):
+        at = cols.base_offset + int(cols.pos[reason_at])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start, f"{topic} (record at commit-log offset {at})")
+    moved = np.flatnonzero(cols.physical_offset != cols.base_offset + cols.pos)
+    if len(moved):
+        at = cols.base_offset + int(cols.pos[moved[0]])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                               f"record at commit-log offset {at} stores physicalOffset "
+                               f"{int(cols.physical_offset[moved[0]])}: its consume-queue and index entries would "
+                               f"point elsewhere")
+    undated = np.flatnonzero((ts < MIN_DATE_MS) | (ts > MAX_DATE_MS))
+    if len(undated):
+        summary.undated_record = cols.base_offset + int(cols.pos[undated[0]])
     cq_mask = has_cq_entry(cols.sys_flag)
-    table = pa.table({"topic": topics, "queue_id": pa.array(qids, pa.int32()),
-                      "queue_offset": pa.array(cols.queue_offset), "phy": pa.array(cols.physical_offset),
-                      "size": pa.array(cols.total_size, pa.int32()), "cq": pa.array(cq_mask)})
-    grouped = table.group_by(["topic", "queue_id"], use_threads=False).aggregate([("cq", "count")])
-    for row in grouped.to_pylist():
-        summary.queues[(row["topic"], row["queue_id"])] = [row["cq_count"], 0, 0, 0, 0]
+    for key, records in zip(groups.keys, np.bincount(groups.group, minlength=len(groups.keys)).tolist()):
+        summary.queues[key] = [records, 0, 0, 0, 0]
     if task.with_cq:
-        tags = tags_codes(cols.property_string(TAGS), topics, cols.delay_level, ts,
+        tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
                           task.settings.delay_levels_ms)
-        cq = table.append_column("tags", pa.array(tags)).filter(pa.array(cq_mask)).drop_columns(["cq"])
-        cq = cq.take(pc.sort_indices(cq, [("topic", "ascending"), ("queue_id", "ascending")]))
-        _queue_ranges(summary, cq)
+        rows = np.flatnonzero(cq_mask)
+        # Rows grouped by queue in (topic, queueId) order, commit-log order kept inside a queue.
+        combined = np.sort((groups.group[rows].astype(np.int64) << 32) | np.arange(len(rows), dtype=np.int64))
+        rows = rows[combined & 0xFFFFFFFF]
+        qo = cols.queue_offset[rows]
+        cq = pa.table({"topic": pc.take(groups.topic_names, groups.topic_rank[rows]),
+                       "queue_id": pa.array(cols.queue_id[rows], pa.int32()), "queue_offset": pa.array(qo),
+                       "phy": pa.array(cols.physical_offset[rows]), "size": pa.array(cols.total_size[rows], pa.int32()),
+                       "tags": pa.array(tags[rows])}, schema=CQ_SCHEMA)
+        _queue_ranges(summary, groups, combined >> 32, qo)
         if task.work is not None:
-            _write_ipc(task.work.child(f"cq-{sp.index:06d}.arrow"), cq.cast(CQ_SCHEMA))
+            _write_ipc(task.work.child(f"cq-{sp.index:06d}.arrow"), cq)
     if task.with_keys and task.settings.message_index_enable:
         keys = index_keys(cols)
         summary.keys = len(keys)
@@ -228,27 +305,56 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     return summary
 
 
-def _unsafe_topics(topics: pa.Array) -> list[tuple[int, str]]:
+@dataclass(frozen=True)
+class QueueGroups:
+    """Records grouped by (topic, queueId): keys in (topic, queueId) order and each record's group.
+
+    Topics are dictionary-encoded once, so per-topic work runs once per distinct topic.
+    """
+
+    keys: list[tuple[str, int]]
+    group: np.ndarray  # group number per record (index into keys)
+    topic_names: pa.Array  # distinct topics, sorted
+    topic_rank: np.ndarray  # per record: index into topic_names
+    first_record: list[int]  # per distinct topic (sorted order): index of its first record
+
+
+def _queue_groups(cols) -> QueueGroups:
+    encoded = pc.dictionary_encode(cols.topic)
+    names = encoded.dictionary.to_pylist()
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank_of_code = np.empty(len(names), np.int64)
+    rank_of_code[order] = np.arange(len(names))
+    codes = encoded.indices.to_numpy()
+    topic_rank = rank_of_code[codes]
+    first_of_code = np.full(len(names), len(codes), np.int64)
+    np.minimum.at(first_of_code, codes, np.arange(len(codes)))
+    qid = cols.queue_id.astype(np.int64) + 2**31  # signed order as non-negative 32 bits
+    uniq, group = np.unique((topic_rank << 32) | qid, return_inverse=True)
+    sorted_names = [names[i] for i in order]
+    keys = [(sorted_names[k >> 32], (k & 0xFFFFFFFF) - 2**31) for k in uniq.tolist()]
+    return QueueGroups(keys, group.reshape(-1), pa.array(sorted_names, pa.large_string()), topic_rank,
+                       first_of_code[order].tolist())
+
+
+def _unsafe_topics(groups: QueueGroups) -> list[tuple[int, str]]:
     """(record index, reason) for topics that cannot be a directory name under consumequeue/."""
-    unique = pc.unique(topics).to_pylist()
-    bad = {t: r for t in unique if (r := unsafe_topic_reason(t))}
-    if not bad:
-        return []
-    first = min(topics.to_pylist().index(t) for t in bad)
-    return [(first, bad[topics[first].as_py()])]
+    bad = [(first, reason) for topic, first in zip(groups.topic_names.to_pylist(), groups.first_record)
+           if (reason := unsafe_topic_reason(topic))]
+    return [min(bad)] if bad else []
 
 
-def _queue_ranges(summary: SplitSummary, cq: pa.Table) -> None:
-    """Record per queue where its rows start in the split's sorted consume-queue table."""
-    if not cq.num_rows:
+def _queue_ranges(summary: SplitSummary, groups: QueueGroups, row_group: np.ndarray, qo: np.ndarray) -> None:
+    """Record per queue where its rows start in the split's sorted consume-queue table, and the
+    smallest and largest queue offset among them."""
+    if not len(row_group):
         return
-    grouped = cq.group_by(["topic", "queue_id"], use_threads=False).aggregate(
-        [("queue_offset", "min"), ("queue_offset", "max"), ("queue_offset", "count")])
-    row = 0
-    for g in sorted(grouped.to_pylist(), key=lambda r: (r["topic"], r["queue_id"])):
-        stats = summary.queues[(g["topic"], g["queue_id"])]
-        stats[1:] = [g["queue_offset_count"], row, g["queue_offset_min"], g["queue_offset_max"]]
-        row += g["queue_offset_count"]
+    starts = np.flatnonzero(np.diff(row_group, prepend=-1))
+    counts = np.diff(np.append(starts, len(row_group)))
+    lows, highs = np.minimum.reduceat(qo, starts), np.maximum.reduceat(qo, starts)
+    for g, row, n, lo, hi in zip(row_group[starts].tolist(), starts.tolist(), counts.tolist(), lows.tolist(),
+                                 highs.tolist()):
+        summary.queues[groups.keys[g]][1:] = [n, row, lo, hi]
 
 
 def _write_ipc(loc: Location, table: pa.Table) -> None:
@@ -258,8 +364,41 @@ def _write_ipc(loc: Location, table: pa.Table) -> None:
 
 
 def read_ipc(loc: Location) -> pa.Table:
+    """An Arrow IPC work file; local files are memory-mapped (zero-copy: readers slicing a few rows
+    out of a large file touch only those pages)."""
+    if isinstance(loc.fs, pafs.LocalFileSystem):
+        with pa.memory_map(loc.path) as source:
+            return pa.ipc.open_file(source).read_all()
     with loc.fs.open_input_file(loc.path) as source:
         return pa.ipc.open_file(source).read_all()
+
+
+def pack_splits(tasks: list[SplitTask], max_bytes: int, min_groups: int) -> list[tuple[SplitTask, ...]]:
+    """Consecutive splits packed into Spark tasks of at most `max_bytes` (0: one split per task), but
+    small enough to give at least `min_groups` tasks when there are that many splits: a store of many
+    small segments runs as a few tasks instead of one task per segment."""
+    if max_bytes <= 0:
+        return [(t,) for t in tasks]
+    total = sum(t.split.stop - t.split.start for t in tasks)
+    target = max(1, min(max_bytes, -(-total // max(1, min_groups))))
+    groups: list[tuple[SplitTask, ...]] = []
+    current: list[SplitTask] = []
+    size = 0
+    for t in tasks:
+        n = t.split.stop - t.split.start
+        if current and size + n > target:
+            groups.append(tuple(current))
+            current, size = [], 0
+        current.append(t)
+        size += n
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
+def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
+    """decode_split over a pack of consecutive splits, one after the other (one Spark task)."""
+    return [decode_split(t) for t in tasks]
 
 
 def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *,
@@ -276,8 +415,10 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
     splits = plan_splits(segments, split_size)
     base = SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys) if splits else None
     tasks = [replace(base, split=sp) for sp in splits]
-    summaries = {s.index: s for s in run_tasks(spark, tasks, decode_split, label,
-                                               total_bytes=sum(s.size for s in segments), quiet=quiet)}
+    groups = pack_splits(tasks, split_size, 2 * spark.sparkContext.defaultParallelism)
+    summaries = {s.index: s for done in run_tasks(spark, groups, decode_splits, label,
+                                                  total_bytes=sum(s.size for s in segments), quiet=quiet)
+                 for s in done}
     while True:
         stitched = stitch(splits, {i: s.walk() for i, s in summaries.items()})
         if not stitched.redo:

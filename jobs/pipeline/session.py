@@ -24,6 +24,10 @@ def get_spark(app: str, master: str | None = None) -> SparkSession:
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.driver.memory", os.environ.get("REPUT_DRIVER_MEMORY", "4g"))
+                   # The embedded JVM only schedules tasks (the work is in the Python workers): the
+                   # quick C1 compiler alone leaves the cores to the workers instead of C2 compiling.
+                   .config("spark.driver.extraJavaOptions",
+                           os.environ.get("REPUT_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1"))
                    .config("spark.sql.shuffle.partitions", "8")
                    .config("spark.python.worker.reuse", "true")
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true"))

@@ -1,0 +1,213 @@
+"""The measured stages: Spark start-up, raw read, decode only, jobs.rebuild, jobs.verify.
+
+Every stage runs in the bench's one SparkSession (the jobs' `get_spark` returns it), so Spark start-up
+is paid once and reported on its own. Each stage is timed wall-clock from its call to its return, with
+the Python workers' peak memory watched meanwhile (bench.memory).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.pipeline.fs import Location, location
+from jobs.pipeline.scan import list_segments, scan_store
+from jobs.pipeline.tasks import run_tasks
+from storage_format.scan_plan import Split, plan_splits
+from storage_format.settings import BrokerSettings
+
+from .cpu import CpuShare
+from .memory import WorkerMemory, WorkerPeak
+
+
+@dataclass
+class StageResult:
+    """One row of the table: what ran, how long, on how many records/bytes, peak worker memory."""
+
+    name: str
+    seconds: float | None
+    records: int | None = None
+    data_bytes: int | None = None
+    memory: WorkerPeak | None = None
+    detail: dict = field(default_factory=dict)
+    note: str = ""
+    cpu: CpuShare | None = None  # set by the runner: CPU used during the stage, ours and the machine's
+
+    @property
+    def messages_per_s(self) -> float | None:
+        """Message records per second of the stage."""
+        return self.records / self.seconds if self.seconds and self.records is not None else None
+
+    @property
+    def mb_per_s(self) -> float | None:
+        """Megabytes (10^6) of commit-log records per second of the stage."""
+        return self.data_bytes / self.seconds / 1e6 if self.seconds and self.data_bytes is not None else None
+
+    def to_dict(self) -> dict:
+        """JSON form of the row."""
+        return {"stage": self.name, "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "records": self.records, "commitlog_bytes": self.data_bytes,
+                "messages_per_s": None if self.messages_per_s is None else round(self.messages_per_s),
+                "mb_per_s": None if self.mb_per_s is None else round(self.mb_per_s, 1),
+                "python_worker_memory": None if self.memory is None else self.memory.to_dict(),
+                "cpu": None if self.cpu is None else self.cpu.to_dict(),
+                "detail": self.detail, "note": self.note}
+
+
+def _warm_worker(_: int) -> int:
+    """Start-up work of a Python worker, done once here so no stage pays it: import the pipeline and
+    run the decode path (fields, properties, Java hashes, index keys) over a few encoded records."""
+    import jobs.pipeline.build  # noqa: F401
+    import jobs.pipeline.scan  # noqa: F401
+    from storage_format.commitlog import decode_buffer
+    from storage_format.consume_queue import tags_codes
+    from storage_format.encoder import encode_record
+    from storage_format.index_keys import index_keys
+    from storage_format.properties import TAGS
+    from storage_format.record import Message
+
+    records, offset = [], 0
+    for i in range(64):
+        msg = Message(topic="WarmUp", body=b"x" * 50, queue_id=i % 4, store_timestamp=1_700_000_000_000 + i,
+                      properties=f"KEYS\x01k{i} j{i}\x02UNIQ_KEY\x01U{i:031d}\x02TAGS\x01T\x02")
+        raw = encode_record(msg, offset)
+        records.append(raw)
+        offset += len(raw)
+    cols = decode_buffer(b"".join(records) + bytes(8), 0).columns
+    tags_codes(cols.property_string(TAGS), cols.topic, cols.delay_level, cols.store_timestamp, ())
+    return len(index_keys(cols))
+
+
+def spark_startup(master: str) -> tuple[object, StageResult]:
+    """Start the session and its Python workers (one tiny job per core importing the pipeline), timed."""
+    from jobs.pipeline.session import get_spark
+
+    t0 = time.monotonic()
+    spark = get_spark("bench", master)
+    sc = spark.sparkContext
+    sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).map(_warm_worker).collect()
+    return spark, StageResult("Spark session start-up", time.monotonic() - t0,
+                              detail={"master": sc.master, "default_parallelism": sc.defaultParallelism})
+
+
+READ_BLOCK = 8 << 20
+
+
+def _read_split(split: Split) -> int:
+    """Read a split's byte range into memory with plain reads (8 MiB blocks into one reused buffer):
+    what bringing the bytes in costs, without decoding anything."""
+    loc = Location(split.segment.path)
+    block = bytearray(READ_BLOCK)
+    done = 0
+    with loc.fs.open_input_file(loc.path) as f:
+        f.seek(split.start)
+        while done < split.stop - split.start:
+            n = f.readinto(memoryview(block)[:min(READ_BLOCK, split.stop - split.start - done)])
+            if not n:
+                break
+            done += n
+    return done
+
+
+def warm_page_cache(store: Path) -> float:
+    """Read every commit-log segment once (untimed by the caller's figures), so each stage starts with
+    the store in the page cache, as after the store was written; returns the seconds it took."""
+    t0 = time.monotonic()
+    block = bytearray(READ_BLOCK)
+    for seg in sorted((store / "commitlog").iterdir()):
+        with open(seg, "rb", buffering=0) as f:
+            while f.readinto(block):
+                pass
+    return time.monotonic() - t0
+
+
+def read_only(spark, store: Path, settings: BrokerSettings, split_size: int, records: int,
+              data_bytes: int) -> StageResult:
+    """Raw read rate of the same segment files, cut into the same splits, in Spark tasks."""
+    splits = plan_splits(list_segments(location(str(store)), settings), split_size)
+    with WorkerMemory() as mem:
+        t0 = time.monotonic()
+        read = sum(run_tasks(spark, splits, _read_split, "read", quiet=True))
+        seconds = time.monotonic() - t0
+    return StageResult("read only (same splits)", seconds, records, data_bytes, mem.peak,
+                       detail={"bytes_read": read, "tasks": len(splits)},
+                       note="file bytes read, incl. zero tails")
+
+
+def decode_only(spark, store: Path, settings: BrokerSettings, split_size: int, data_bytes: int) -> StageResult:
+    """The scan stage alone: walk, validate and decode every record, per-queue counts; writes nothing."""
+    with WorkerMemory() as mem:
+        t0 = time.monotonic()
+        scan = scan_store(spark, location(str(store)), settings, split_size=split_size, with_cq=False,
+                          with_keys=False, quiet=True)
+        seconds = time.monotonic() - t0
+    return StageResult("decode only", seconds, scan.message_records, data_bytes, mem.peak,
+                       detail={"tasks": len(scan.splits), "scan_end": scan.end.as_list() if scan.end else None})
+
+
+def _run_job(module: str, argv: list[str]) -> tuple[int, str]:
+    """Run `python -m jobs.<module>`'s main in this process (same SparkSession); (exit code, stdout)."""
+    main = importlib.import_module(f"jobs.{module}").main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    return code, out.getvalue()
+
+
+def rebuild(store: Path, out: Path, split_size: int, master: str, data_bytes: int) -> StageResult:
+    """`jobs.rebuild` (consume queues + index) into `out`, timed from main() to its return."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+            "--split-size", str(split_size), "--master", master, "--json"]
+    with WorkerMemory() as mem:
+        t0 = time.monotonic()
+        code, stdout = _run_job("rebuild", argv)
+        seconds = time.monotonic() - t0
+    report = json.loads(stdout)
+    detail = {"exit_code": code, "job_timings_s": report.get("timings"),
+              "consumequeue_files": report.get("consumequeue_files"),
+              "index_files": len(report.get("index_files") or []), "tasks_decode": report.get("splits")}
+    return StageResult("jobs.rebuild (CQ + index)", seconds, report.get("message_records"), data_bytes,
+                       mem.peak, detail=detail)
+
+
+def verify_available() -> bool:
+    """jobs.verify is measured only where the module exists."""
+    return importlib.util.find_spec("jobs.verify") is not None
+
+
+def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
+           data_bytes: int) -> StageResult:
+    """`jobs.verify` over a store made of the bench commit log and the rebuilt consume queues/index
+    (symlinks), timed from main() to its return."""
+    if not verify_available():
+        return StageResult("jobs.verify", None, note="n/a: jobs/verify.py does not exist")
+    view = work_root / "verify-store"
+    shutil.rmtree(view, ignore_errors=True)
+    view.mkdir(parents=True)
+    for name, target in (("commitlog", store / "commitlog"), ("consumequeue", rebuilt / "consumequeue"),
+                         ("index", rebuilt / "index")):
+        if target.exists():
+            (view / name).symlink_to(target)
+    argv = ["--store", str(view), "--broker-config", str(store / "broker.conf"), "--work-dir", str(work_root),
+            "--split-size", str(split_size), "--master", master, "--json"]
+    with WorkerMemory() as mem:
+        t0 = time.monotonic()
+        code, stdout = _run_job("verify", argv)
+        seconds = time.monotonic() - t0
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        report = {}
+    shutil.rmtree(view, ignore_errors=True)
+    detail = {"exit_code": code, "findings": report.get("findings_total"),
+              "consumequeue_files_checked": report.get("consumequeue_files_checked"),
+              "index_files_checked": report.get("index_files_checked")}
+    checked = (report.get("commitlog") or {}).get("message_records", records)
+    note = "" if code == 0 else f"exit code {code}: the rebuilt files did not verify"
+    return StageResult("jobs.verify", seconds, checked, data_bytes, mem.peak, detail=detail, note=note)

@@ -1,0 +1,43 @@
+"""Fault-injection hooks for the crash-safety and determinism tests; inert unless their variable is set.
+
+- `REPUT_TEST_PAUSE_AT=<point>`: `pause_at(point)` announces itself (a line on stderr, and the file named
+  by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
+  after-decode, in-build-task (inside a Spark task), after-build, before-publish-rename, between-renames
+  (an --overwrite publish: old OUT moved aside, new one not yet in place), before-old-delete.
+- `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after
+  it wrote its work files, so Spark must retry it (needs spark.task.maxFailures > 1, e.g. master
+  `local[2,2]`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
+                "before-old-delete")
+
+
+def pause_at(point: str) -> None:
+    """Sleep forever at `point` when REPUT_TEST_PAUSE_AT names it (the test then kills the process)."""
+    if os.environ.get("REPUT_TEST_PAUSE_AT") != point:
+        return
+    print(f"reput test hook: paused at {point}", file=sys.stderr, flush=True)
+    mark = os.environ.get("REPUT_TEST_PAUSE_MARK")
+    if mark:
+        with open(mark, "w") as f:
+            f.write(point)
+    while True:
+        time.sleep(3600)
+
+
+def fail_once() -> None:
+    """Raise in the one task that first creates the REPUT_FAIL_ONCE file (atomic O_EXCL create)."""
+    path = os.environ.get("REPUT_FAIL_ONCE")
+    if not path:
+        return
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    raise RuntimeError(f"reput test hook: injected failure of one task (REPUT_FAIL_ONCE={path})")

@@ -1,0 +1,598 @@
+"""Stages 3-4 in compare mode: build each consume-queue and index file's bytes exactly as the rebuild
+does (jobs.pipeline.build) and compare them with the store's files instead of writing anything.
+
+Tasks return findings (small dicts, capped per file and kind, with full counts), never file bytes.
+Index files on disk are named by the broker's wall clock, so they are paired with the expected files
+by aligning header sequences in name order (difflib); unpaired files become missing/extra findings.
+"""
+from __future__ import annotations
+
+import bisect
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name
+from storage_format.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader
+from storage_format.index_file import file_size as index_file_size
+from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from storage_format.scan_plan import Segment
+
+from .build import CqTask, IndexFilePlan, IndexTask, KeySlice, cq_file_bytes, index_file_bytes, index_file_stream
+from .fs import Location
+from .scan import ScanResult, read_ipc
+
+DETAILS_PER_KIND = 20  # detailed findings kept per file and kind (counts are always complete)
+CQ_FIELDS = (("phy", "phyOffset"), ("size", "size"), ("tags", "tagsCode"))
+INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
+HEADER_FIELDS = (("beginTimestamp", 0), ("endTimestamp", 8), ("beginPhyOffset", 16), ("endPhyOffset", 24),
+                 ("hashSlotCount", 32), ("indexCount", 36))
+INDEX_NAME_DIGITS = 17
+
+
+# ------------------------------------------------------------------------------------------- findings
+
+
+@dataclass
+class Findings:
+    """Counts per (artifact, kind) and the first DETAILS_PER_KIND details per file and kind."""
+
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    by_path: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (path, kind)
+    details: list[dict] = field(default_factory=list)
+    files_checked: int = 0
+
+    def add(self, artifact: str, kind: str, path: str, count: int = 1, **detail) -> None:
+        """Count `count` findings of a kind; keep the detail while the file's quota for the kind lasts."""
+        self.counts[f"{artifact}.{kind}"] += count
+        if self.by_path[(path, kind)] < DETAILS_PER_KIND:
+            self.details.append({"artifact": artifact, "kind": kind, "path": path, **detail})
+        self.by_path[(path, kind)] += count
+
+    def merge(self, other: "Findings") -> None:
+        """Add another task's findings (details keep their own per-file quota)."""
+        for k, v in other.counts.items():
+            self.counts[k] += v
+        for k, v in other.by_path.items():
+            self.by_path[k] += v
+        self.details.extend(other.details)
+        self.files_checked += other.files_checked
+
+    def per_file(self) -> dict[str, dict[str, int]]:
+        """Complete finding counts per file (path relative to the store) and kind."""
+        out: dict[str, dict[str, int]] = defaultdict(dict)
+        for (path, kind), n in sorted(self.by_path.items()):
+            out[path][kind] = n
+        return dict(out)
+
+    def total(self) -> int:
+        """Number of findings of every kind (the exit status is 1 when it is not 0)."""
+        return sum(self.counts.values())
+
+
+# ------------------------------------------------------------------------- what a pointer points at
+
+
+@dataclass(frozen=True)
+class PointerCheck:
+    """Tells what a phyOffset on disk points at, by reading the record header there (a few bytes)."""
+
+    segments: tuple[Segment, ...]
+    valid_end: int  # end of the last valid record: the broker's max physical offset
+
+    def classify(self, phy: int, size: int | None = None, queue_id: int | None = None,
+                 queue_offset: int | None = None) -> str:
+        """`record`, `record_size_mismatch`, `record_other_position` (queueId/queueOffset differ),
+        `filler`, `blank`, `not_a_record`, `past_end`, `before_start` or `missing_segment`."""
+        if size == PRE_BLANK_SIZE and phy == 0:
+            return "filler"
+        first = self.segments[0].start if self.segments else 0
+        if phy < first:
+            return "before_start"
+        if phy >= self.valid_end or (size is not None and size > 0 and phy + size > self.valid_end):
+            return "past_end"
+        i = bisect.bisect_right([s.start for s in self.segments], phy) - 1
+        seg = self.segments[i] if i >= 0 and phy < self.segments[i].start + self.segments[i].size else None
+        if seg is None:
+            return "missing_segment"
+        pos = phy - seg.start
+        head = bytes(Location(seg.path).read_range(pos, min(36, seg.size - pos)))
+        if len(head) < 8:
+            return "not_a_record"
+        total, magic = int.from_bytes(head[:4], "big", signed=True), int.from_bytes(head[4:8], "big")
+        if magic == MAGIC_BLANK:
+            return "blank"
+        if magic not in (MAGIC_V1, MAGIC_V2) or len(head) < 36 or int.from_bytes(head[28:36], "big") != phy:
+            return "not_a_record"
+        if size is not None and total != size:
+            return "record_size_mismatch"
+        if queue_id is not None and (int.from_bytes(head[12:16], "big", signed=True) != queue_id
+                                     or int.from_bytes(head[20:28], "big", signed=True) != queue_offset):
+            return "record_other_position"
+        return "record"
+
+
+# ------------------------------------------------------------------------------------ consume queues
+
+
+@dataclass(frozen=True)
+class CqCheckTask:
+    """A rebuild CqTask (its `out` = the store's consumequeue/) plus what the comparison needs."""
+
+    build: CqTask
+    queue_ends: dict[tuple[str, int], int]  # first queue offset past each queue's last expected entry
+    pointers: PointerCheck
+    extra_files: tuple[tuple[str, int, str], ...] = ()  # (topic, queueId, name) outside every planned run
+
+
+def cq_rel(topic: str, queue_id: int, name: str) -> str:
+    """A consume-queue file's path relative to the store, as findings name it."""
+    return f"consumequeue/{topic}/{queue_id}/{name}"
+
+
+def _cq_units(data: bytes, file_size: int) -> np.ndarray:
+    """A file's bytes as file_size/20 units; a short file is padded with zero units."""
+    raw = data[:file_size]
+    if len(raw) < file_size:
+        raw = raw + bytes(file_size - len(raw))
+    return np.frombuffer(raw, dtype=CQ_DTYPE)
+
+
+def _cq_entry(u: np.void) -> dict:
+    """A consume-queue unit with the broker's field names."""
+    return {"phyOffset": int(u["phy"]), "size": int(u["size"]), "tagsCode": int(u["tags"])}
+
+
+def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, queue_id: int, start: int,
+                    file_size: int, queue_end: int, pointers: PointerCheck, out: Findings) -> None:
+    """Compare one consume-queue file with the bytes the commit log implies (None: no file expected)."""
+    art = "consumequeue"
+    if len(disk) != file_size:
+        out.add(art, "wrong_size", rel, expected=file_size, found=len(disk),
+                detail=f"file is {len(disk)} bytes, expected {file_size} (mappedFileSizeConsumeQueue); "
+                       + (f"entries from {start // CQ_UNIT_SIZE + len(disk) // CQ_UNIT_SIZE} on are cut off"
+                          if len(disk) < file_size else "bytes past the configured size are ignored"))
+    exp = np.zeros(file_size // CQ_UNIT_SIZE, CQ_DTYPE) if expected is None else _cq_units(expected, file_size)
+    got = _cq_units(disk, file_size)
+    differ = (exp["phy"] != got["phy"]) | (exp["size"] != got["size"]) | (exp["tags"] != got["tags"])
+    if not differ.any():
+        return
+    first = start // CQ_UNIT_SIZE
+    exp_zero = (exp["phy"] == 0) & (exp["size"] == 0) & (exp["tags"] == 0)
+    got_zero = (got["phy"] == 0) & (got["size"] == 0) & (got["tags"] == 0)
+    local_end = max(0, queue_end - first)
+    readable = (got["phy"] >= 0) & (got["size"] > 0)  # the broker reads units while offset >= 0 && size > 0
+    unreadable_after = np.flatnonzero(~readable[local_end:])
+    run_end = local_end + (int(unreadable_after[0]) if len(unreadable_after) else len(got) - local_end)
+    idx = np.arange(len(got))
+    stale = differ & exp_zero & ~got_zero & (idx >= run_end)
+    for i in np.flatnonzero(differ & ~stale).tolist():
+        e, g = exp[i], got[i]
+        where = {"queue": f"{topic}/{queue_id}", "entry": first + i, "byte_offset": i * CQ_UNIT_SIZE}
+        if got_zero[i]:
+            out.add(art, "missing_entry", rel, **where, expected=_cq_entry(e), found=_cq_entry(g))
+            continue
+        points_at = pointers.classify(int(g["phy"]), int(g["size"]), queue_id, first + i)
+        if exp_zero[i]:
+            out.add(art, "extra_entry", rel, **where, found=_cq_entry(g), points_at=points_at)
+        else:
+            fields = [name for key, name in CQ_FIELDS if e[key] != g[key]]
+            out.add(art, "entry_differs", rel, **where, fields=fields, expected=_cq_entry(e), found=_cq_entry(g),
+                    points_at=points_at)
+    if stale.any():
+        at = np.flatnonzero(stale)
+        out.add(art, "stale_bytes", rel, count=1, queue=f"{topic}/{queue_id}", entry=first + int(at[0]),
+                byte_offset=int(at[0]) * CQ_UNIT_SIZE, units=int(len(at)),
+                detail=f"{len(at)} non-zero units past the queue's logical end (entry {queue_end}) "
+                       f"and past the first unit the broker stops at")
+
+
+def check_cq(task: CqCheckTask) -> Findings:
+    """Compare every file of the task's runs with the store; files the commit log implies none for
+    inside the runs (and the task's extra_files) are compared with zeros."""
+    out = Findings()
+    b = task.build
+    fs = b.file_size
+    seen: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for item, start, data, entries in cq_file_bytes(b):
+        key = (item.topic, item.queue_id)
+        seen[key].add(start)
+        rel = cq_rel(item.topic, item.queue_id, file_name(start))
+        loc = b.out.child(item.topic, str(item.queue_id), file_name(start))
+        end = task.queue_ends.get(key, 0)
+        if not loc.exists():
+            out.add("consumequeue", "missing_file", rel, queue=f"{item.topic}/{item.queue_id}",
+                    entry=start // CQ_UNIT_SIZE, entries=entries,
+                    detail=f"file missing: {entries} entries from entry {start // CQ_UNIT_SIZE} on")
+            continue
+        out.files_checked += 1
+        compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, fs, end, task.pointers, out)
+    extra: list[tuple[str, int, str]] = list(task.extra_files)
+    for item in b.items:
+        qdir = b.out.child(item.topic, str(item.queue_id))
+        for info in qdir.list():
+            start = int(info.base_name) if len(info.base_name) == 20 and info.base_name.isdigit() else -1
+            if item.first_file <= start <= item.last_file and start not in seen[(item.topic, item.queue_id)]:
+                extra.append((item.topic, item.queue_id, info.base_name))
+    for topic, qid, name in extra:
+        rel = cq_rel(topic, qid, name)
+        data = b.out.child(topic, str(qid), name).read_bytes()
+        units = _cq_units(data, fs)
+        used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
+        out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
+                units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
+        out.files_checked += 1
+        compare_cq_file(None, data, rel, topic, qid, int(name), fs, task.queue_ends.get((topic, qid), 0),
+                        task.pointers, out)
+    return out
+
+
+def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
+    """Per queue with consume-queue entries: one past its highest queue offset in the valid commit log."""
+    ends: dict[tuple[str, int], int] = {}
+    for s in scan.accepted:
+        for key, (_, cq_rows, _, _, hi) in s.queues.items():
+            if cq_rows:
+                ends[key] = max(ends.get(key, 0), hi + 1)
+    return ends
+
+
+def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]:
+    """(topic, queueId, name) of every consume-queue file in the store; anything else is reported."""
+    files = []
+    for topic in cq_dir.list():
+        tdir = cq_dir.child(topic.base_name)
+        if topic.type.name != "Directory":
+            out.add("consumequeue", "unexpected_file", f"consumequeue/{topic.base_name}",
+                    detail="a file where a topic directory belongs")
+            continue
+        for q in tdir.list():
+            rel_q = f"consumequeue/{topic.base_name}/{q.base_name}"
+            if q.type.name != "Directory" or not q.base_name.isdigit():
+                out.add("consumequeue", "unexpected_file", rel_q, detail="not a numeric queue directory")
+                continue
+            for f in tdir.child(q.base_name).list():
+                if f.type.name != "File" or len(f.base_name) != 20 or not f.base_name.isdigit():
+                    out.add("consumequeue", "unexpected_file", f"{rel_q}/{f.base_name}",
+                            detail="not a 20-digit consume-queue file")
+                    continue
+                files.append((topic.base_name, int(q.base_name), f.base_name))
+    return files
+
+
+def plan_cq_checks(tasks: list[CqTask], scan: ScanResult, pointers: PointerCheck,
+                   found: Findings) -> list[CqCheckTask]:
+    """Wrap the rebuild's tasks; files on disk outside every planned run go to the tasks as extras."""
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in tasks:
+        for item in t.items:
+            key = (item.topic, item.queue_id)
+            lo, hi = ranges.get(key, (item.first_file, item.last_file))
+            ranges[key] = (min(lo, item.first_file), max(hi, item.last_file))
+    if not tasks:
+        return []
+    ends = queue_ends(scan)
+    outside = [(t, q, n) for t, q, n in disk_cq_files(tasks[0].out, found)
+               if not ((t, q) in ranges and ranges[(t, q)][0] <= int(n) <= ranges[(t, q)][1])]
+    checks = []
+    for i, t in enumerate(tasks):
+        keys = {(item.topic, item.queue_id) for item in t.items}
+        mine = tuple(outside[i::len(tasks)])
+        keys |= {(tp, q) for tp, q, _ in mine}
+        checks.append(CqCheckTask(t, {k: ends[k] for k in keys if k in ends}, pointers, mine))
+    return checks
+
+
+def orphan_cq_task(cq_dir: Location, work: Location, file_size: int, pointers: PointerCheck,
+                   found: Findings) -> list[CqCheckTask]:
+    """When the commit log implies no consume queue at all, every file on disk is an extra."""
+    files = tuple(disk_cq_files(cq_dir, found))
+    if not files:
+        return []
+    return [CqCheckTask(CqTask((), work, cq_dir, file_size), {}, pointers, files)]
+
+
+# --------------------------------------------------------------------------------------------- index
+
+
+@dataclass(frozen=True)
+class IndexCheckTask:
+    """A rebuild IndexTask (only the files paired with a disk file) and the disk file of each."""
+
+    build: IndexTask
+    disk: dict[int, str]  # file number -> URI of the paired file in the store's index/
+    store_index_dir: str
+    pointers: PointerCheck
+
+
+def header_key(h: IndexHeader) -> tuple[int, int, int, int, int]:
+    """What pairs an expected file with a disk file: every header field but hashSlotCount."""
+    return (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.index_count)
+
+
+def expected_headers(task: IndexTask) -> list[tuple[int, IndexHeader]]:
+    """Headers of the task's planned files from their first and last keys (no file is built)."""
+    cache: dict[int, pa.Table] = {}
+
+    def row(sl: KeySlice, i: int) -> dict:
+        if sl.split_index not in cache:
+            cache[sl.split_index] = read_ipc(task.work.child(f"keys-{sl.split_index:06d}.arrow"))
+        return cache[sl.split_index].slice(sl.lo + i, 1).to_pylist()[0]
+
+    out = []
+    for plan in task.files:
+        if plan.sources:
+            a, z = row(plan.sources[0], 0), row(plan.sources[-1], plan.sources[-1].hi - plan.sources[-1].lo - 1)
+            n = sum(s.hi - s.lo for s in plan.sources)
+            out.append((plan.file_no, IndexHeader(a["store_ts"], z["store_ts"], a["phy"], z["phy"], 0, n + 1)))
+        elif plan.inherited_from is not None:
+            r = row(plan.inherited_from, 0)
+            ts, phy = max(r["store_ts"], 0), max(r["phy"], 0)
+            out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, 1)))
+        else:
+            out.append((plan.file_no, IndexHeader()))
+    return out
+
+
+def read_header(loc: Location) -> IndexHeader | None:
+    """The 40-byte header of an index file, or None when the file is shorter than that."""
+    raw = bytes(loc.read_range(0, HEADER_SIZE))
+    return IndexHeader.from_bytes(raw) if len(raw) == HEADER_SIZE else None
+
+
+def header_dict(h: IndexHeader | None) -> dict | None:
+    """An index header with the broker's field names (None stays None)."""
+    if h is None:
+        return None
+    return {"beginTimestamp": h.begin_timestamp, "endTimestamp": h.end_timestamp,
+            "beginPhyOffset": h.begin_phy_offset, "endPhyOffset": h.end_phy_offset,
+            "hashSlotCount": h.hash_slot_count, "indexCount": h.index_count}
+
+
+def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[str, IndexHeader | None]],
+                      out: Findings) -> dict[int, str]:
+    """Pair expected files (creation order) with disk files (name order) by their header sequences.
+
+    Runs of equal headers pair up; a replaced run pairs position by position; what is left over is
+    reported missing or extra, except that a leftover disk file whose header equals a leftover
+    expected file's is paired with it and reported out of order."""
+    e_keys = [header_key(h) for _, h in expected]
+    d_keys = [header_key(h) if h is not None else ("unreadable", name) for name, h in disk]
+    pairs: dict[int, str] = {}
+    missing: list[int] = []
+    extra: list[int] = []
+    sm = difflib.SequenceMatcher(a=e_keys, b=d_keys, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        n = min(i2 - i1, j2 - j1) if op in ("equal", "replace") else 0
+        for k in range(n):
+            pairs[i1 + k] = disk[j1 + k][0]
+        missing.extend(range(i1 + n, i2))
+        extra.extend(range(j1 + n, j2))
+    by_key = {e_keys[i]: i for i in missing}
+    for j in list(extra):
+        i = by_key.get(d_keys[j])
+        if i is not None and i not in pairs:
+            pairs[i] = disk[j][0]
+            missing.remove(i)
+            extra.remove(j)
+            out.add("index", "out_of_order", f"index/{disk[j][0]}", file_number=expected[i][0],
+                    detail=f"holds expected file #{expected[i][0]} but its name sorts at position {j}")
+    for i in missing:
+        no, h = expected[i]
+        before = [pairs[k] for k in range(i) if k in pairs]
+        out.add("index", "missing_file", f"index/(expected file #{no})", file_number=no,
+                entries=h.index_count - 1, expected_header=header_dict(h),
+                detail=f"no index file holds expected file #{no} ({h.index_count - 1} entries, "
+                       f"phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
+                       + (f"; it belongs after index/{before[-1]}" if before else ""))
+    for j in extra:
+        name, h = disk[j]
+        out.add("index", "extra_file", f"index/{name}", found_header=header_dict(h),
+                detail="the commit log implies no such index file"
+                       + (f" ({h.index_count - 1} entries, phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
+                          if h is not None else ""))
+    # name order must be creation order: each file starts at or after the previous file's end
+    prev = None
+    for name, h in disk:
+        if h is None:
+            continue
+        if prev is not None and (h.begin_phy_offset < prev[1].end_phy_offset
+                                 or h.end_phy_offset < prev[1].end_phy_offset):
+            out.add("index", "out_of_order", f"index/{name}",
+                    detail=f"begins at phyOffset {h.begin_phy_offset}, before the end "
+                           f"{prev[1].end_phy_offset} of index/{prev[0]} which sorts before it")
+        prev = (name, h)
+    return {expected[i][0]: name for i, name in pairs.items()}
+
+
+def _index_entry(e: np.void) -> dict:
+    """An index entry with the broker's field names."""
+    return {"keyHash": int(e["hash"]), "phyOffset": int(e["phy"]), "timeDiff": int(e["diff"]),
+            "prevIndex": int(e["prev"])}
+
+
+def _pairs_view(h: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """(keyHash, phyOffset) pairs as one comparable value each (for np.isin)."""
+    rec = np.empty(len(h), dtype=[("h", "<i8"), ("p", "<i8")])
+    rec["h"], rec["p"] = h, phy
+    return rec.view("V16")
+
+
+def chain_walk(slots: np.ndarray, entries: np.ndarray, count: int, rel: str, out: Findings) -> np.ndarray:
+    """Walk every slot chain of a file at once (newest to oldest, like the broker). Returns, per
+    position, the slot whose chain reaches it (-1: unreachable); reports broken chains."""
+    n_slots = len(slots)
+    reach = np.full(count, -1, np.int64)
+    s_val = slots.astype(np.int64)
+    bad = np.flatnonzero((s_val < 0) | (s_val >= count))
+    for s in bad.tolist():
+        out.add("index", "broken_chain", rel, slot=s, byte_offset=HEADER_SIZE + s * SLOT_SIZE, position=int(s_val[s]),
+                reason=f"slot points at position {int(s_val[s])}, outside the used entries 1..{count - 1}")
+    owner = np.flatnonzero((s_val > 0) & (s_val < count))
+    cur = s_val[owner]
+    for _ in range(count):
+        if not len(cur):
+            break
+        _, first = np.unique(cur, return_index=True)
+        again = reach[cur] != -1
+        again[np.setdiff1d(np.arange(len(cur)), first)] = True  # two chains reach one position at once
+        for p, s in zip(cur[again].tolist(), owner[again].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"chain of slot {s} reaches position {p} again (chains merge or loop)")
+        cur, owner = cur[~again], owner[~again]
+        reach[cur] = owner
+        h = entries["hash"][cur].astype(np.int64)
+        wrong = (h < 0) | (h % n_slots != owner)
+        for p, s, hv in zip(cur[wrong].tolist(), owner[wrong].tolist(), h[wrong].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"entry with keyHash {hv} sits in the chain of slot {s}, not of slot "
+                           f"{hv % n_slots if hv >= 0 else 'none (negative hash)'}")
+        prev = entries["prev"][cur].astype(np.int64)
+        forward = (prev < 0) | ((prev > 0) & (prev >= cur))
+        for p, s, pv in zip(cur[forward].tolist(), owner[forward].tolist(), prev[forward].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"prevIndex {pv} does not point to an earlier entry")
+        go = (prev > 0) & ~forward
+        cur, owner = prev[go], owner[go]
+    orphan = np.flatnonzero(reach[1:] == -1) + 1
+    for p in orphan.tolist():
+        out.add("index", "broken_chain", rel, position=p, byte_offset=None,
+                reason=f"entry at position {p} is not reachable from any slot")
+    return reach
+
+
+def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, slots: int, max_entries: int,
+                       pointers: PointerCheck, out: Findings) -> None:
+    """Compare one index file with the bytes the commit log implies; chains and key lookups are
+    checked on the disk file whenever anything differs."""
+    art = "index"
+    size = len(expected)
+    if len(disk) != size:
+        cut = max(0, (len(disk) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE)
+        out.add(art, "wrong_size", rel, file_number=file_no, expected=size, found=len(disk),
+                detail=f"file is {len(disk)} bytes, expected {size}"
+                       + (f"; entries from position {cut} on are cut off" if len(disk) < size else ""))
+    if disk == expected:
+        return
+    raw = disk[:size] + bytes(max(0, size - len(disk)))
+    eh, dh = IndexHeader.from_bytes(expected[:HEADER_SIZE]), IndexHeader.from_bytes(raw[:HEADER_SIZE])
+    for (name, at), ev, dv in zip(HEADER_FIELDS, header_dict(eh).values(), header_dict(dh).values()):
+        if ev != dv:
+            out.add(art, "header_differs", rel, file_number=file_no, field=name, byte_offset=at, expected=ev, found=dv)
+    e_slots = np.frombuffer(expected, ">i4", slots, HEADER_SIZE)
+    d_slots = np.frombuffer(raw, ">i4", slots, HEADER_SIZE)
+    for s in np.flatnonzero(e_slots != d_slots).tolist():
+        out.add(art, "slot_differs", rel, file_number=file_no, slot=s, byte_offset=HEADER_SIZE + s * SLOT_SIZE,
+                expected=int(e_slots[s]), found=int(d_slots[s]))
+    base = HEADER_SIZE + slots * SLOT_SIZE
+    e_ent = np.frombuffer(expected, ENTRY_DTYPE, max_entries, base)
+    d_ent = np.frombuffer(raw, ENTRY_DTYPE, max_entries, base)
+    differ = np.zeros(max_entries, bool)
+    for key, _ in INDEX_FIELDS:
+        differ |= e_ent[key] != d_ent[key]
+    e_count = eh.index_count
+    d_count = min(max(dh.index_count, 1), max_entries)
+    d_zero = (d_ent["hash"] == 0) & (d_ent["phy"] == 0) & (d_ent["diff"] == 0) & (d_ent["prev"] == 0)
+    pos = np.arange(max_entries)
+    stale = differ & (pos >= e_count) & ((pos >= d_count) | (pos == 0)) & ~d_zero
+    for p in np.flatnonzero(differ & ~stale).tolist():
+        e, d = e_ent[p], d_ent[p]
+        where = {"file_number": file_no, "position": p, "byte_offset": base + p * ENTRY_SIZE}
+        if d_zero[p]:
+            out.add(art, "missing_entry", rel, **where, expected=_index_entry(e), found=_index_entry(d))
+        elif p >= e_count:
+            out.add(art, "extra_entry", rel, **where, found=_index_entry(d),
+                    points_at=pointers.classify(int(d["phy"])))
+        else:
+            out.add(art, "entry_differs", rel, **where, fields=[n for k, n in INDEX_FIELDS if e[k] != d[k]],
+                    expected=_index_entry(e), found=_index_entry(d), points_at=pointers.classify(int(d["phy"])))
+    if stale.any():
+        at = np.flatnonzero(stale)
+        out.add(art, "stale_bytes", rel, file_number=file_no, position=int(at[0]),
+                byte_offset=base + int(at[0]) * ENTRY_SIZE, entries=int(len(at)),
+                detail=f"{len(at)} non-zero entries at positions the header's indexCount ({dh.index_count}) "
+                       f"does not cover")
+    reach = chain_walk(d_slots, d_ent, d_count, rel, out)
+    d_hash = d_ent["hash"][:d_count].astype(np.int64)
+    ok = np.flatnonzero((reach >= 0) & (d_hash >= 0) & (d_hash % slots == reach))
+    findable = _pairs_view(d_ent["hash"][ok], d_ent["phy"][ok])
+    e_pos = np.arange(1, e_count)
+    lost = e_pos[~np.isin(_pairs_view(e_ent["hash"][e_pos], e_ent["phy"][e_pos]), findable)]
+    for p in lost.tolist():
+        kh = int(e_ent["hash"][p])
+        out.add(art, "key_not_found", rel, file_number=file_no, position=p, key_hash=kh,
+                phy_offset=int(e_ent["phy"][p]), slot=kh % slots,
+                detail=f"a lookup of keyHash {kh} (slot {kh % slots}) does not reach phyOffset {int(e_ent['phy'][p])}")
+
+
+def stream_equal(chunks: Iterator[bytes], loc: Location, size: int) -> bool:
+    """Does the file hold exactly these bytes? Compared chunk by chunk, so memory stays bounded."""
+    if loc.size() != size:
+        return False
+    at = 0
+    with loc.fs.open_input_file(loc.path) as f:
+        for chunk in chunks:
+            if bytes(f.read_at(len(chunk), at)) != chunk:
+                return False
+            at += len(chunk)
+    return at == size
+
+
+def check_index(task: IndexCheckTask) -> Findings:
+    """Compare each paired file with the bytes the rebuild would write: streamed while they agree,
+    both files in memory for the detailed comparison only when they do not."""
+    out = Findings()
+    b = task.build
+    size = index_file_size(b.slots, b.max_entries)
+    for plan in b.files:
+        name = task.disk[plan.file_no]
+        loc = Location(task.store_index_dir).child(name)
+        out.files_checked += 1
+        if stream_equal(index_file_stream(b, plan)[0], loc, size):
+            continue
+        data, _ = index_file_bytes(b, plan)
+        compare_index_file(data, loc.read_bytes(), f"index/{name}", plan.file_no, b.slots, b.max_entries,
+                           task.pointers, out)
+    return out
+
+
+def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, IndexHeader | None]]:
+    """Every file of index/ in name order (the broker loads them all) with its header."""
+    files = []
+    for info in index_dir.list():
+        if info.type.name != "File":
+            out.add("index", "unexpected_file", f"index/{info.base_name}", detail="not a regular file")
+            continue
+        if len(info.base_name) != INDEX_NAME_DIGITS or not info.base_name.isdigit():
+            out.add("index", "unexpected_file", f"index/{info.base_name}",
+                    detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file")
+        files.append((info.base_name, read_header(index_dir.child(info.base_name))))
+    return files
+
+
+def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHeader]], index_dir: Location,
+                      pointers: PointerCheck, found: Findings) -> list[IndexCheckTask]:
+    """Pair expected and disk files, report the unpaired ones, and keep the paired files' tasks."""
+    disk = disk_index_files(index_dir, found)
+    pairs = align_index_files(sorted(headers, key=lambda x: x[0]), disk, found)
+    checks = []
+    for t in tasks:
+        files: tuple[IndexFilePlan, ...] = tuple(p for p in t.files if p.file_no in pairs)
+        if files:
+            checks.append(IndexCheckTask(IndexTask(files, t.work, t.out, t.slots, t.max_entries),
+                                         {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
+    return checks
+
+
+def orphan_index_findings(index_dir: Location, found: Findings) -> None:
+    """When the commit log implies no index file, every index file on disk is an extra."""
+    align_index_files([], disk_index_files(index_dir, found), found)
+
+
+def pointer_check(scan: ScanResult) -> PointerCheck:
+    """What disk pointers are checked against: the scanned segments and the valid end."""
+    return PointerCheck(tuple(scan.segments), scan.max_physical_offset)

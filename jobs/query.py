@@ -1,0 +1,453 @@
+"""`python -m jobs.query --store STORE (--topic T --key K | --msg-id ID | --uniq-key ID)`: find messages
+the way the broker's query does, and print them.
+
+By key: IndexService.queryOffset over the index files on disk (newest first by name; a file is searched
+when its time range overlaps [begin, end]; the walk stops after a file that begins before `begin` or
+when max-num offsets are collected), each slot chain walked as IndexFile.selectPhyOffset does. Then
+every offset's record is read from the commit log and, as the client does, kept only when it really
+carries the key (topic and a KEYS token, or UNIQ_KEY): hash collisions are filtered out and listed.
+By offset message id: the id's physical offset is read directly. No Spark is needed unless --scan.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+
+if __package__ in (None, ""):  # spark-submit jobs/query.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_json, run_main,  # noqa: E402
+                               settings_from)
+from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.scan import list_segments  # noqa: E402
+from storage_format.commitlog import MIN_RECORD_SIZE, decode_buffer, records_from_columns  # noqa: E402
+from storage_format.errors import StoreFormatError  # noqa: E402
+from storage_format.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader  # noqa: E402
+from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
+from storage_format.msg_id import decode_offset_msg_id, encode_offset_msg_id  # noqa: E402
+from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
+from storage_format.record import FLAG_COMPRESSED, MAGIC_V1, MAGIC_V2, TRAN_MASK, Message  # noqa: E402
+from storage_format.scan_plan import Segment  # noqa: E402
+from storage_format.settings import BrokerSettings  # noqa: E402
+
+DEFAULT_MAX_NUM = 64  # the broker's maxMsgsNumBatch: queryOffset never returns more per query
+LONG_MAX = 2**63 - 1
+PREVIEW_CHARS = 120
+TRAN_NAMES = {0x0: "NOT", 0x4: "PREPARED", 0x8: "COMMIT", 0xC: "ROLLBACK"}
+COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}  # 5.x: (sysFlag >> 8) & 7; 4.x: always zlib
+_ENTRY = struct.Struct(">iqii")  # an index entry: keyHash, phyOffset, timeDiff, prevIndex
+
+
+# ------------------------------------------------------------------------- the broker's index walk
+
+
+def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:
+    """IndexFile.isTimeMatched: the window covers the file, or one of its ends falls inside it."""
+    return ((begin < h.begin_timestamp and end > h.end_timestamp)
+            or h.begin_timestamp <= begin <= h.end_timestamp
+            or h.begin_timestamp <= end <= h.end_timestamp)
+
+
+def select_phy_offsets(h: IndexHeader, slot_value: int, entry: Callable[[int], tuple[int, int, int, int]],
+                       key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+    """IndexFile.selectPhyOffset: walk one slot chain newest to oldest, appending matching offsets.
+
+    `entry(pos)` gives (keyHash, phyOffset, timeDiff, prevIndex). The walk ends at a negative
+    timeDiff, a prevIndex outside 1..indexCount or equal to the current position, or an entry older
+    than `begin`; a chain that loops without ending (the broker would spin) is cut after indexCount steps.
+    """
+    count = h.index_count
+    if slot_value <= 0 or slot_value > count or count <= 1:
+        return
+    pos = slot_value
+    for _ in range(count):
+        if len(out) >= max_num:
+            return
+        kh, phy, diff, prev = entry(pos)
+        if diff < 0:
+            return
+        t = h.begin_timestamp + diff * 1000
+        if kh == key_hash and begin <= t <= end:
+            out.append(phy)
+        if prev <= 0 or prev > count or prev == pos or t < begin:
+            return
+        pos = prev
+
+
+@dataclass
+class IndexSearch:
+    """What a queryOffset over the store's index files found."""
+
+    offsets: list[int] = field(default_factory=list)  # in the broker's order (newest file/entry first)
+    searched: list[str] = field(default_factory=list)  # files whose chain was walked
+    skipped: list[dict] = field(default_factory=list)  # files that could not be used, and why
+    files: int = 0
+
+
+def index_names(index_dir: Location) -> list[str]:
+    """Index files in name order (the broker's load order; names are creation times)."""
+    return [i.base_name for i in index_dir.list() if i.type.name == "File"]
+
+
+def query_offsets(index_dir: Location, settings: BrokerSettings, key: str, max_num: int, begin: int,
+                  end: int) -> IndexSearch:
+    """IndexService.queryOffset for the index key `key` (`topic#key`), reading only headers, one slot
+    and the chain's entries of each file (random access, like the broker's memory map)."""
+    res = IndexSearch()
+    names = index_names(index_dir)
+    res.files = len(names)
+    key_hash = index_key_hash_scalar(java_hash(key))
+    slots, size = settings.max_hash_slot_num, settings.index_file_size
+    for name in reversed(names):
+        loc = index_dir.child(name)
+        with loc.fs.open_input_file(loc.path) as f:
+            if f.size() != size:
+                res.skipped.append({"file": name, "reason": f"{f.size()} bytes, expected {size}"})
+                continue
+            h = IndexHeader.from_bytes(bytes(f.read_at(HEADER_SIZE, 0)))
+            if is_time_matched(h, begin, end):
+                slot_value = int.from_bytes(bytes(f.read_at(SLOT_SIZE, HEADER_SIZE + (key_hash % slots) * SLOT_SIZE)),
+                                            "big", signed=True)
+                select_phy_offsets(h, slot_value, _entry_reader(f, HEADER_SIZE + slots * SLOT_SIZE), key_hash,
+                                   max_num, begin, end, res.offsets)
+                res.searched.append(name)
+        if h.begin_timestamp < begin or len(res.offsets) >= max_num:
+            break
+    return res
+
+
+def _entry_reader(f: pa.NativeFile, base: int) -> Callable[[int], tuple[int, int, int, int]]:
+    """Reads the entry at a position of an open index file: (keyHash, phyOffset, timeDiff, prevIndex)."""
+    return lambda pos: _ENTRY.unpack_from(bytes(f.read_at(ENTRY_SIZE, base + pos * ENTRY_SIZE)))
+
+
+# ------------------------------------------------------------------------------ reading a record
+
+
+class RecordReader:
+    """Reads single records by physical offset, like CommitLog.getData + a decode."""
+
+    def __init__(self, store: Location, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.segments: list[Segment] = list_segments(store, settings)
+        self._cache: dict[int, tuple[Message | None, str | None]] = {}
+
+    def read(self, offset: int) -> tuple[Message | None, str | None]:
+        """The record at `offset`, or None and why it cannot be read there."""
+        if offset not in self._cache:
+            self._cache[offset] = self._read(offset)
+        return self._cache[offset]
+
+    def _read(self, offset: int) -> tuple[Message | None, str | None]:
+        seg = next((s for s in self.segments if s.start <= offset < s.start + s.size), None)
+        if seg is None:
+            return None, "no commit-log segment holds this offset"
+        pos = offset - seg.start
+        loc = Location(seg.path)
+        head = bytes(loc.read_range(pos, min(8, seg.size - pos)))
+        if len(head) < 8:
+            return None, "offset is at the very end of a segment"
+        size, magic = int.from_bytes(head[:4], "big", signed=True), int.from_bytes(head[4:8], "big")
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            return None, f"no record starts here (magic 0x{magic:08X})"
+        if size < MIN_RECORD_SIZE or pos + size > seg.size:
+            return None, f"totalSize {size} does not fit the segment"
+        buf = bytes(loc.read_range(pos, size))
+        try:
+            chunk = decode_buffer(buf, offset, 0, 1, segment_end=len(buf), path=seg.path)
+        except StoreFormatError as exc:
+            return None, exc.reason
+        if chunk.count != 1:
+            return None, f"not a valid record: {chunk.end.reason} {chunk.end.detail}".strip()
+        msg = records_from_columns(chunk.columns)[0]
+        if msg.physical_offset != offset:
+            return None, f"bytes here look like a record but its physicalOffset field is {msg.physical_offset}"
+        return msg, None
+
+
+# ------------------------------------------------------------------------------------ presenting
+
+
+def body_of(msg: Message) -> tuple[bytes, str | None, str | None]:
+    """(body as the application sees it, compression used or None, why it stays compressed or None)."""
+    if not msg.sys_flag & FLAG_COMPRESSED:
+        return msg.body, None, None
+    kind = COMPRESSION_TYPES[(msg.sys_flag >> 8) & 0x7]
+    try:
+        if kind == "zlib":
+            return zlib.decompress(msg.body), kind, None
+        if kind == "lz4":
+            import lz4.frame  # optional: only for 5.x producers that chose LZ4
+            return lz4.frame.decompress(msg.body), kind, None
+        import zstandard  # optional: only for 5.x producers that chose ZSTD
+        return zstandard.ZstdDecompressor().decompressobj().decompress(msg.body), kind, None
+    except ImportError:
+        return msg.body, kind, f"{kind} body left compressed (install the Python {kind} package to decode it)"
+    except Exception as exc:  # a damaged body must not stop the listing
+        return msg.body, kind, f"{kind} body does not decompress: {exc}"
+
+
+def preview(body: bytes, chars: int = PREVIEW_CHARS) -> str:
+    """The start of a body as one printable line (UTF-8, undecodable bytes and controls as '.')."""
+    text = body[:chars * 4].decode("utf-8", "replace")
+    text = "".join(c if c.isprintable() and c != "\ufffd" else "." for c in text)
+    return text[:chars] + ("..." if len(text) > chars else "")
+
+
+def iso(ms: int) -> str:
+    """Epoch ms as ISO-8601 UTC (for people; the JSON also keeps the number)."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+
+
+def host_text(raw: bytes, port: int) -> str:
+    """`ip:port`, IPv6 as `[addr]:port` (as the DataFrame reader prints hosts)."""
+    import ipaddress
+    addr = ipaddress.ip_address(raw)
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
+def message_dict(msg: Message, show_body: bool) -> dict:
+    """One found message for the JSON output and the console."""
+    props = parse_properties(msg.properties)
+    body, compression, problem = body_of(msg)
+    out = {
+        "physical_offset": msg.physical_offset,
+        "offset_msg_id": encode_offset_msg_id(msg.store_host, msg.store_port, msg.physical_offset),
+        "topic": msg.topic,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "store_timestamp": msg.store_timestamp,
+        "store_time": iso(msg.store_timestamp),
+        "born_timestamp": msg.born_timestamp,
+        "born_time": iso(msg.born_timestamp),
+        "store_host": host_text(msg.store_host, msg.store_port),
+        "born_host": host_text(msg.born_host, msg.born_port),
+        "sys_flag": msg.sys_flag,
+        "transaction_type": TRAN_NAMES[msg.sys_flag & TRAN_MASK],
+        "flag": msg.flag,
+        "reconsume_times": msg.reconsume_times,
+        "prepared_transaction_offset": msg.prepared_transaction_offset,
+        "body_crc": msg.body_crc,
+        "magic_version": 2 if msg.magic_v2 else 1,
+        "properties": props,
+        "stored_body_length": len(msg.body),
+        "body_compression": compression,
+        "body_length": len(body),
+        "body_preview": preview(body),
+    }
+    if problem:
+        out["body_note"] = problem
+    if show_body:
+        try:
+            out["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            out["body_base64"] = base64.b64encode(body).decode("ascii")
+    return out
+
+
+def carries(msg: Message, topic: str | None, key: str, uniq: bool) -> bool:
+    """The client's filter after a key query: the record's UNIQ_KEY is the id (unique-key query), or
+    its topic is the topic and one of its KEYS tokens is the key."""
+    props = parse_properties(msg.properties)
+    if uniq:
+        return props.get(UNIQ_KEY) == key
+    return msg.topic == topic and key in split_keys(props.get(KEYS))
+
+
+# ----------------------------------------------------------------------------------------- modes
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 time (UTC when it has no zone)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise JobError(f"not a time: {text!r} (epoch milliseconds or ISO-8601)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def topics_with_queues(store: Location) -> list[str]:
+    """Topics that have a consumequeue directory (the candidates for a unique key without --topic)."""
+    return [i.base_name for i in store.child("consumequeue").list() if i.type.name == "Directory"]
+
+
+def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, topics: list[str], key: str,
+             uniq: bool, max_num: int, begin: int, end: int, result: dict) -> list[int]:
+    """Offsets found through the index for `key` in each topic, filtered like the client does."""
+    index_dir = store.child("index")
+    if not index_dir.is_dir():
+        raise JobError(f"{index_dir.uri}: no index directory (use --scan to search the commit log)")
+    found: list[int] = []
+    for topic in topics:
+        search = query_offsets(index_dir, settings, f"{topic}#{key}", max_num, begin, end)
+        result["index_files"] = search.files
+        result["lookups"].append({"index_key": f"{topic}#{key}", "candidates": search.offsets,
+                                  "files_searched": len(search.searched), "files_skipped": search.skipped})
+        for off in sorted(set(search.offsets)):
+            msg, why = reader.read(off)
+            if msg is None:
+                result["unreadable"].append({"physical_offset": off, "reason": why})
+            elif carries(msg, topic, key, uniq):
+                found.append(off)
+            else:
+                result["hash_collisions"].append({"physical_offset": off, "topic": msg.topic,
+                                                  "keys": parse_properties(msg.properties).get(KEYS),
+                                                  "uniq_key": parse_properties(msg.properties).get(UNIQ_KEY)})
+    return sorted(set(found))
+
+
+def by_scan(args: argparse.Namespace, topic: str | None, key: str, uniq: bool, begin: int, end: int) -> list[int]:
+    """Offsets of matching records found by scanning the whole commit log with Spark (no index)."""
+    from pyspark.sql import functions as F
+
+    from jobs.pipeline.commitlog_source import read_commitlog
+    from jobs.pipeline.session import get_spark
+
+    spark = get_spark("query", args.master)
+    df = read_commitlog(spark, args.store, args.broker_config, args.split_size)
+    df = df.filter((F.col("transaction_type") != 0xC) & F.col("store_timestamp").between(begin, end))
+    if topic is not None:
+        df = df.filter(F.col("topic") == topic)
+    cond = (F.col("uniq_key") == key) if uniq else F.array_contains(F.split(F.col("keys"), " "), key)
+    return sorted(r["physical_offset"] for r in df.filter(cond).select("physical_offset").collect())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("query", "Find messages by key, unique key or offset message id, like the broker's query.")
+    p.add_argument("--topic", help="topic of the key (required with --key; optional with --uniq-key)")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--key", help="a message key (one KEYS token)")
+    mode.add_argument("--uniq-key", help="a producer unique key (UNIQ_KEY, the client's msgId)")
+    mode.add_argument("--msg-id", help="an offset message id (store host + port + physical offset)")
+    p.add_argument("--begin", type=parse_time, default=0, help="window start: epoch ms or ISO-8601 (default 0)")
+    p.add_argument("--end", type=parse_time, default=LONG_MAX,
+                   help="window end: epoch ms or ISO-8601 (default: no end)")
+    p.add_argument("--max-num", type=int, default=DEFAULT_MAX_NUM,
+                   help=f"offsets collected per index key, collisions included (default {DEFAULT_MAX_NUM}, "
+                        f"the broker's maxMsgsNumBatch)")
+    p.add_argument("--scan", action="store_true",
+                   help="search the commit log with Spark instead of the index (slow; needs no index files)")
+    p.add_argument("--show-body", action="store_true", help="print whole bodies (decompressed)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    if args.key is not None and not args.topic:
+        p.error("--key needs --topic (the index key is topic#key)")
+    if args.max_num <= 0:
+        p.error("--max-num must be positive")
+    settings = settings_from(args)
+    store = location(args.store)
+    if not store.is_dir():
+        raise JobError(f"{store.uri}: not a directory")
+    reader = RecordReader(store, settings)
+    result: dict = {"store": store.uri, "query": {}, "index_files": None, "lookups": [], "hash_collisions": [],
+                    "unreadable": [], "warnings": [], "messages": []}
+    if args.msg_id is not None:
+        offsets = query_msg_id(args.msg_id, reader, result)
+    else:
+        uniq = args.uniq_key is not None
+        key = args.uniq_key if uniq else args.key
+        topics = [args.topic] if args.topic else topics_with_queues(store)
+        if not topics and not args.scan:
+            raise JobError(f"{store.child('consumequeue').uri}: no topic directories to search; pass --topic or --scan")
+        result["query"] = {"mode": "uniq_key" if uniq else "key", "topic": args.topic, "key": key,
+                           "topics_searched": None if args.scan else topics, "begin": args.begin,
+                           "end": args.end, "max_num": args.max_num, "via": "scan" if args.scan else "index"}
+        if args.scan:
+            offsets = by_scan(args, args.topic, key, uniq, args.begin, args.end)
+        else:
+            offsets = by_index(store, settings, reader, topics, key, uniq, args.max_num, args.begin, args.end, result)
+    for off in offsets:
+        msg, why = reader.read(off)
+        if msg is None:
+            result["unreadable"].append({"physical_offset": off, "reason": why})
+        else:
+            result["messages"].append(message_dict(msg, args.show_body))
+    if args.json:
+        print_json(result)
+    else:
+        print_human(result, args.show_body)
+    return EXIT_OK if result["messages"] else EXIT_FINDINGS
+
+
+def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> list[int]:
+    """The record an offset message id names; a mismatching store host is a warning."""
+    try:
+        mid = decode_offset_msg_id(msg_id.strip())
+    except ValueError as exc:
+        raise JobError(str(exc)) from None
+    result["query"] = {"mode": "msg_id", "msg_id": msg_id, "store_host": mid.host, "store_port": mid.port,
+                       "physical_offset": mid.physical_offset, "via": "commitlog"}
+    msg, why = reader.read(mid.physical_offset)
+    if msg is None:
+        result["unreadable"].append({"physical_offset": mid.physical_offset, "reason": why})
+        result["warnings"].append("no record at the id's offset: if this is a producer's msgId (UNIQ_KEY), "
+                                  "use --uniq-key instead")
+        return []
+    if bytes(msg.store_host) != mid.host_bytes or msg.store_port != mid.port:
+        result["warnings"].append(f"the record's store host {host_text(msg.store_host, msg.store_port)} differs from "
+                                  f"the id's {mid.host}:{mid.port} (an id of another broker, or not an offset id)")
+    return [mid.physical_offset]
+
+
+def print_human(r: dict, show_body: bool) -> None:
+    """The console form of the result: what was searched, then each message in a few lines."""
+    q = r["query"]
+    if q.get("mode") == "msg_id":
+        print(f"offset message id {q['msg_id']}: store host {q['store_host']}:{q['store_port']}, "
+              f"physical offset {q['physical_offset']}")
+    else:
+        where = q["topic"] if q["topic"] else f"{len(q['topics_searched'] or [])} topics"
+        print(f"{q['mode'].replace('_', ' ')} {q['key']!r} in {where or 'every topic'} via {q['via']}"
+              + (f", window {q['begin']}..{q['end']}" if q["begin"] or q["end"] != LONG_MAX else ""))
+        if q["via"] == "index":
+            cands = sum(len(lk["candidates"]) for lk in r["lookups"])
+            print(f"index: {r['index_files']} files, {cands} candidate offsets (max {q['max_num']} per key), "
+                  f"{len(r['hash_collisions'])} hash collisions filtered out")
+            for lk in r["lookups"]:
+                for s in lk["files_skipped"]:
+                    print(f"  skipped index/{s['file']}: {s['reason']}")
+    for w in r["warnings"]:
+        print(f"WARNING: {w}")
+    for u in r["unreadable"]:
+        print(f"unreadable offset {u['physical_offset']}: {u['reason']}")
+    print(f"{len(r['messages'])} message(s)")
+    for m in r["messages"]:
+        print(f"- offset {m['physical_offset']}  msgId {m['offset_msg_id']}  uniqKey "
+              f"{m['properties'].get(UNIQ_KEY, '-')}")
+        print(f"  topic {m['topic']}  queue {m['queue_id']}  queueOffset {m['queue_offset']}  "
+              f"type {m['transaction_type']}  sysFlag 0x{m['sys_flag']:X}  reconsumeTimes {m['reconsume_times']}")
+        print(f"  stored {m['store_time']} ({m['store_timestamp']}) on {m['store_host']}; "
+              f"born {m['born_time']} ({m['born_timestamp']}) on {m['born_host']}")
+        props = "  ".join(f"{k}={v}" for k, v in m["properties"].items())
+        print(f"  properties {props}")
+        comp = f", {m['body_compression']} {m['stored_body_length']} -> {m['body_length']} bytes" \
+            if m["body_compression"] else ""
+        print(f"  body {m['body_length']} bytes{comp}: {m['body_preview']}")
+        if m.get("body_note"):
+            print(f"  note: {m['body_note']}")
+        if show_body:
+            print("  body:", m.get("body", "(base64) " + m.get("body_base64", "")))
+
+
+if __name__ == "__main__":
+    run_main("query", main)

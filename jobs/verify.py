@@ -1,0 +1,252 @@
+"""`python -m jobs.verify --store STORE [--broker-config FILE] [--report FILE.json]`: are the store's
+consume queues and index files what its commit log implies?
+
+Decodes the commit log like the rebuild, builds every consume-queue and index file's bytes in memory
+and compares them with the files in STORE (nothing in STORE is written; work files go to a temporary
+directory outside it, removed afterwards). Exit status: 0 consistent, 1 inconsistencies found,
+2 could not run. A summary goes to the console, every detail to the JSON report.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+if __package__ in (None, ""):  # spark-submit jobs/verify.py: make the repo root importable, and drop
+    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_json, run_main,  # noqa: E402
+                               settings_from)
+from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.verify_stage import (Findings, check_cq, check_index, expected_headers,  # noqa: E402
+                                        orphan_cq_task, orphan_index_findings, plan_cq_checks,
+                                        plan_index_checks, pointer_check)
+from storage_format.settings import BrokerSettings  # noqa: E402
+
+DEFAULT_MAX_FINDINGS = 1000
+CONSOLE_LINES = 25
+
+
+def inside(child: Location, parent: Location) -> bool:
+    """Is `child` the same as or below `parent`?"""
+    c, p = child.uri.rstrip("/") + "/", parent.uri.rstrip("/") + "/"
+    return c.startswith(p)
+
+
+def work_location(store: Location, work_dir: str | None) -> Location:
+    """A fresh work directory outside the store (under --work-dir, else the system temp dir)."""
+    base = location(work_dir) if work_dir else location(tempfile.gettempdir())
+    work = base.child(f"reput-verify-{uuid.uuid4().hex[:12]}")
+    if inside(work, store) or inside(store, work):
+        raise JobError(f"work directory {work.uri} must be outside the store {store.uri}")
+    return work
+
+
+def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
+           with_index: bool, split_size: int, quiet: bool) -> tuple[ScanResult, Findings, dict]:
+    """Scan, then compare consume queues and index files; returns the scan, findings and counts."""
+    scan = scan_store(spark, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
+                      split_size=split_size, quiet=quiet)
+    pointers = pointer_check(scan)
+    found = Findings()
+    for problem in scan.tail_problems():
+        # The broker stops dispatching at the first invalid record: what follows is unreachable.
+        end = scan.end
+        found.add("commitlog", "invalid_tail", end.path or store.child("commitlog").uri,
+                  offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
+    stats: dict[str, int] = {}
+    parallelism = spark.sparkContext.defaultParallelism
+    if with_cq:
+        cq_dir = store.child("consumequeue")
+        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism)
+        checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
+                  else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
+        for f in run_tasks(spark, checks, check_cq, "consume queues", quiet=quiet):
+            found.merge(f)
+        stats["consumequeue_files_checked"] = found.files_checked
+    if with_index:
+        index_dir = store.child("index")
+        tasks = plan_index(scan, settings, work, index_dir)
+        headers = [h for part in run_tasks(spark, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
+        stats["index_files_expected"] = len(headers)
+        before = found.files_checked
+        if tasks:
+            checks = plan_index_checks(tasks, headers, index_dir, pointers, found)
+            for f in run_tasks(spark, checks, check_index, "index files", quiet=quiet):
+                found.merge(f)
+        else:
+            orphan_index_findings(index_dir, found)
+        stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
+        stats["index_files_checked"] = found.files_checked - before
+    return scan, found, stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("verify", "Check a RocketMQ store's consume queues and index files against its commit log.")
+    p.add_argument("--report", help="write the full findings as JSON to this file (outside the store)")
+    p.add_argument("--only", choices=("consumequeue", "index"), help="check only this artifact")
+    p.add_argument("--work-dir", help="where the temporary work files go (default: the system temp dir); "
+                                      "must be outside the store")
+    p.add_argument("--max-findings", type=int, default=DEFAULT_MAX_FINDINGS,
+                   help=f"detailed findings kept in the report (default {DEFAULT_MAX_FINDINGS}; counts are "
+                        f"always complete; at most 20 per file and kind)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
+    args = p.parse_args(argv)
+    settings = settings_from(args)
+    store = location(args.store)
+    if not store.is_dir():
+        raise JobError(f"{store.uri}: not a directory")
+    report_loc = location(args.report) if args.report else None
+    if report_loc is not None and inside(report_loc, store):
+        raise JobError(f"--report {report_loc.uri} must be outside the store (verify never writes into it)")
+    with_cq = args.only != "index"
+    with_index = args.only != "consumequeue" and settings.message_index_enable
+    work = work_location(store, args.work_dir)
+    spark = get_spark("verify", args.master)
+    started = time.monotonic()
+    try:
+        work.makedirs()
+        scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
+                                    split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                                    quiet=args.json)
+    finally:
+        work.delete_tree()
+    report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,
+                          time.monotonic() - started)
+    if report_loc is not None:
+        report_loc.write_bytes(json.dumps(report, indent=2, ensure_ascii=False).encode("utf-8"))
+    if args.json:
+        print_json(report)
+    else:
+        print_summary(report, args.report)
+    return EXIT_FINDINGS if found.total() else EXIT_OK
+
+
+def build_report(args: argparse.Namespace, store: Location, settings: BrokerSettings, scan: ScanResult,
+                 found: Findings, stats: dict, with_cq: bool, with_index: bool, seconds: float) -> dict:
+    """The JSON report; keys are a stable interface for scripts."""
+    details = sorted(found.details, key=_detail_order)
+    per_file = found.per_file()
+    per_queue: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for path, kinds in per_file.items():
+        parts = path.split("/")
+        if parts[0] == "consumequeue" and len(parts) == 4:
+            for kind, n in kinds.items():
+                per_queue[f"{parts[1]}/{parts[2]}"][kind] += n
+    end = scan.end
+    return {
+        "job": "verify",
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "store": store.uri,
+        "status": "inconsistent" if found.total() else "consistent",
+        "exit_code": EXIT_FINDINGS if found.total() else EXIT_OK,
+        "checked": {"consumequeue": with_cq, "index": with_index,
+                    "index_disabled_by_config": not settings.message_index_enable},
+        "settings": settings.to_dict(),
+        "commitlog": {
+            "segments": len(scan.segments),
+            "message_records": scan.message_records,
+            "max_physical_offset": scan.max_physical_offset,
+            "scan_end": end.as_list() if end else None,
+            "scan_end_detail": end.describe() if end else None,
+            "segments_with_data_after_end": scan.stitched.data_after_end,
+        },
+        **stats,
+        "finding_counts": dict(sorted(found.counts.items())),
+        "findings_total": found.total(),
+        "details_kept": min(len(details), args.max_findings),
+        "details_dropped": max(0, len(details) - args.max_findings) + (found.total() - len(details)),
+        "per_queue": {q: dict(k) for q, k in sorted(per_queue.items())},
+        "per_file": per_file,
+        "findings": details[:args.max_findings],
+        "seconds": round(seconds, 3),
+    }
+
+
+KIND_RANK = {"invalid_tail": 0, "wrong_size": 0, "missing_file": 0, "extra_file": 0, "out_of_order": 0, "unexpected_file": 0,
+             "header_differs": 1, "slot_differs": 2, "missing_entry": 3, "entry_differs": 3, "extra_entry": 3,
+             "stale_bytes": 4, "broken_chain": 5, "key_not_found": 6}
+
+
+def _detail_order(d: dict) -> tuple:
+    """File by file; in a file, file-level findings first, then entries in order, then chains and lookups."""
+    where = d.get("entry", d.get("position"))
+    return (d["artifact"] != "consumequeue", d["path"], KIND_RANK[d["kind"]], -1 if where is None else where)
+
+
+def describe(d: dict) -> str:
+    """One console line for a finding: where, what, expected vs found."""
+    where = d["path"]
+    if "entry" in d and d["kind"] not in ("missing_file", "extra_file"):
+        where += f" entry {d['entry']}"
+    elif d.get("position") is not None and d["kind"] not in ("missing_file",):
+        where += f" position {d['position']}"
+    if d.get("slot") is not None and d["kind"] in ("slot_differs", "key_not_found", "broken_chain"):
+        where += f" slot {d['slot']}"
+    if d.get("byte_offset") is not None:
+        where += f" (byte {d['byte_offset']})"
+    what = d["kind"]
+    if d.get("field"):
+        what += f" {d['field']}: expected {d['expected']}, found {d['found']}"
+    elif d.get("fields"):
+        what += " " + ", ".join(f"{f} expected {d['expected'][f]} found {d['found'][f]}" for f in d["fields"])
+    elif d["kind"] == "slot_differs":
+        what += f": expected {d['expected']}, found {d['found']}"
+    elif d["kind"] == "extra_entry":
+        what += f": {d['found']}"
+    elif d["kind"] == "missing_entry":
+        what += f": expected {d['expected']}"
+    if d.get("points_at"):
+        what += f" -> points at: {d['points_at']}"
+    if d.get("reason"):
+        what += f": {d['reason']}"
+    elif d.get("detail"):
+        what += f": {d['detail']}"
+    return f"  {where}: {what}"
+
+
+def print_summary(r: dict, report_path: str | None) -> None:
+    """The console summary: what was compared, counts per kind, the first findings."""
+    c = r["commitlog"]
+    print(f"store {r['store']}")
+    print(f"commit log: {c['message_records']} records in {c['segments']} segments, valid up to offset "
+          f"{c['max_physical_offset']} (scan ended: {c['scan_end']})")
+    if r["checked"]["consumequeue"]:
+        print(f"consume queues: {r.get('consumequeue_files_checked', 0)} files compared")
+    if r["checked"]["index"]:
+        print(f"index: {r.get('index_files_expected', 0)} files expected, {r.get('index_files_on_disk', 0)} on disk, "
+              f"{r.get('index_files_checked', 0)} compared")
+    elif r["checked"]["index_disabled_by_config"]:
+        print("index: not checked (messageIndexEnable=false)")
+    if not r["findings_total"]:
+        print("CONSISTENT: every checked file is what the commit log implies")
+        return
+    print(f"INCONSISTENT: {r['findings_total']} findings")
+    for kind, n in r["finding_counts"].items():
+        print(f"  {kind}: {n}")
+    shown = r["findings"][:CONSOLE_LINES]
+    print(f"first {len(shown)} of {r['findings_total']}:")
+    for d in shown:
+        print(describe(d))
+    if report_path:
+        print(f"details: {report_path}")
+    else:
+        print("details: pass --report FILE.json (or --json)")
+
+
+if __name__ == "__main__":
+    run_main("verify", main)

@@ -1,0 +1,414 @@
+"""Hostile input corpus: broken stores made from a small golden case (or the encoder), one per kind of damage.
+
+Each builder copies a clean store into a fresh directory, damages it in one precise way and returns a
+`Damage` saying which file and byte offset a job's message must name and what each job should do
+with it. Offsets are found by decoding the clean bytes, so the corpus follows the golden data.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from storage_format.commitlog import RecordColumns, decode_buffer, segment_name
+from storage_format.encoder import write_store
+from storage_format.properties import TAGS, locate_properties
+from storage_format.record import TRAN_MASK, Message, properties_string
+from storage_format.settings import load_settings
+
+JOBS = ("rebuild", "inspect", "verify", "recover")  # recover runs with --dry-run
+
+# What a job must do with a damaged store.
+ERROR = "error"  # exit 2 with one line naming the file and byte offset
+REPORTED = "reported"  # inspect/recover exit 0, verify exit 1; the report names the file and byte offset
+ACCEPTED = "accepted"  # exit 0: the broker takes these bytes as they are, and so does reput
+IGNORED = "ignored"  # the job does not read the damaged file: exit 0, as on the clean store
+
+SOURCE_CASE = "clean-small-11"
+VICTIM_SEGMENT = 3  # a segment with whole segments before and after it
+VICTIM_RECORD = 10  # a record in the middle of that segment
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A damaged store, where the damage is, and the expected outcome per job."""
+
+    name: str
+    store: Path
+    broker_config: Path
+    file: Path  # the damaged (or missing) file
+    offset: int  # byte offset inside `file` that a message must name
+    expect: dict[str, str]  # job name -> ERROR / REPORTED / ACCEPTED / IGNORED
+    why: str
+    victim: dict = field(default_factory=dict)  # facts about the damaged record (for ACCEPTED checks)
+    where: dict[str, tuple[Path, int]] = field(default_factory=dict)  # per job, when not (file, offset)
+
+    def location(self, job: str) -> tuple[Path, int]:
+        """The file and byte offset `job` must name."""
+        return self.where.get(job, (self.file, self.offset))
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A writable copy of a store directory (without the golden manifest)."""
+    shutil.copytree(src, dst, copy_function=shutil.copyfile, ignore=shutil.ignore_patterns("manifest.json"))
+    for root, dirs, files in os.walk(dst):
+        for name in dirs + files:
+            os.chmod(os.path.join(root, name), 0o755 if name in dirs else 0o644)
+    return dst
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """sha256 of every file below `root` by relative path (directories listed with an empty digest)."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for d in dirs:
+            out[os.path.normpath(os.path.join(rel_dir, d)) + "/"] = ""
+        for f in files:
+            out[os.path.normpath(os.path.join(rel_dir, f))] = hashlib.sha256(Path(dirpath, f).read_bytes()).hexdigest()
+    return out
+
+
+def segment_paths(store: Path) -> list[Path]:
+    """The commit-log segment files of a store, in name (offset) order."""
+    return sorted((store / "commitlog").iterdir())
+
+
+def segment_columns(path: Path) -> RecordColumns:
+    """The valid records of one clean segment file."""
+    return decode_buffer(path.read_bytes(), int(path.name)).columns
+
+
+def _patch(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite bytes of a file in place."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _flip_bit(path: Path, offset: int, bit: int) -> None:
+    """Flip one bit of one byte of a file."""
+    raw = bytearray(path.read_bytes()[offset:offset + 1])
+    raw[0] ^= 1 << bit
+    _patch(path, offset, bytes(raw))
+
+
+class GoldenVictim:
+    """A clean copy of the source case and the record chosen for damage (segment-relative fields)."""
+
+    def __init__(self, golden: Path, dst: Path) -> None:
+        self.store = copy_store(golden / SOURCE_CASE, dst)
+        self.settings = load_settings(self.store / "broker.conf")
+        self.segment = segment_paths(self.store)[VICTIM_SEGMENT]
+        self.cols = segment_columns(self.segment)
+        self.i = VICTIM_RECORD
+        self.pos = int(self.cols.pos[self.i])
+
+    def field(self, name: str) -> int:
+        """One decoded field of the victim record."""
+        return int(getattr(self.cols, name)[self.i])
+
+    def damage(self, name: str, offset: int, expect: dict[str, str], why: str, file: Path | None = None,
+               where: dict | None = None, **victim) -> Damage:
+        """The Damage for this store."""
+        file = file or self.segment
+        return Damage(name, self.store, self.store / "broker.conf", file, offset, expect, why, victim, where or {})
+
+    def cq_location(self, i: int) -> tuple[Path, int]:
+        """Consume-queue file and byte offset of record i's entry in the store."""
+        size = self.settings.consume_queue_file_size
+        qo = int(self.cols.queue_offset[i])
+        start = qo * 20 // size * size
+        return (self.store / "consumequeue" / self.cols.topic[i].as_py() / str(int(self.cols.queue_id[i]))
+                / f"{start:020d}", qo * 20 - start)
+
+
+# --- expected outcomes ------------------------------------------------------------------------------
+
+def outcome(rebuild: str, inspect: str, verify: str, recover: str) -> dict[str, str]:
+    """Expected outcome per job."""
+    return {"rebuild": rebuild, "inspect": inspect, "verify": verify, "recover": recover}
+
+
+# Bytes that break the record chain in the middle of the commit log (records follow the damage).
+CHAIN = outcome(ERROR, REPORTED, REPORTED, REPORTED)
+# Bytes no job can read.
+UNREADABLE = outcome(ERROR, ERROR, ERROR, ERROR)
+
+
+def truncated_segment(golden: Path, dst: Path) -> Damage:
+    """A middle segment cut to 100000 bytes (the broker refuses to load it)."""
+    v = GoldenVictim(golden, dst)
+    os.truncate(v.segment, 100_000)
+    return v.damage("truncated-segment", 100_000, UNREADABLE, "segment shorter than mappedFileSizeCommitLog")
+
+
+def oversized_segment(golden: Path, dst: Path) -> Damage:
+    """A middle segment 4 KiB longer than mappedFileSizeCommitLog."""
+    v = GoldenVictim(golden, dst)
+    size = v.segment.stat().st_size
+    with open(v.segment, "ab") as f:
+        f.write(b"\0" * 4096)
+    return v.damage("oversized-segment", size, UNREADABLE, "segment longer than mappedFileSizeCommitLog")
+
+
+def missing_segment(golden: Path, dst: Path) -> Damage:
+    """A middle segment deleted: a gap in the segment names."""
+    v = GoldenVictim(golden, dst)
+    v.segment.unlink()
+    return v.damage("gap-in-segment-names", 0, CHAIN,
+                    "a segment is missing between two others: the chain cannot continue")
+
+
+def bad_magic(golden: Path, dst: Path) -> Damage:
+    """The victim record's magic replaced by 0x12345678."""
+    v = GoldenVictim(golden, dst)
+    _patch(v.segment, v.pos + 4, struct.pack(">I", 0x12345678))
+    return v.damage("bad-magic", v.pos, CHAIN, "magic is neither a message nor a blank")
+
+
+def bitflip_magic(golden: Path, dst: Path) -> Damage:
+    """One bit of the victim record's magic flipped."""
+    v = GoldenVictim(golden, dst)
+    _flip_bit(v.segment, v.pos + 6, 3)
+    return v.damage("bitflip-magic", v.pos, CHAIN, "one bit of the magic flipped")
+
+
+def bitflip_total_size_high(golden: Path, dst: Path) -> Damage:
+    """Bit 30 of the victim's totalSize flipped: it runs far past the segment."""
+    v = GoldenVictim(golden, dst)
+    _flip_bit(v.segment, v.pos, 6)  # + 2^30
+    return v.damage("bitflip-totalsize-high", v.pos, CHAIN, "totalSize runs far past the segment")
+
+
+def bitflip_total_size_low(golden: Path, dst: Path) -> Damage:
+    """Bit 2 of the victim's totalSize flipped: its fields no longer add up."""
+    v = GoldenVictim(golden, dst)
+    _flip_bit(v.segment, v.pos + 3, 2)  # +-4 bytes
+    return v.damage("bitflip-totalsize-low", v.pos, CHAIN, "totalSize off by 4: fields no longer add up")
+
+
+def total_size(value: int, label: str) -> Callable[[Path, Path], Damage]:
+    """A builder setting the victim's totalSize to `value` (None: 100 bytes past the segment end)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        size = value if value is not None else v.settings.mapped_file_size_commitlog - v.pos + 100
+        _patch(v.segment, v.pos, struct.pack(">i", size))
+        return v.damage(f"totalsize-{label}", v.pos, CHAIN, f"totalSize {size}")
+    build.__name__ = f"total_size_{label}"
+    return build
+
+
+def bitflip_queue_offset(golden: Path, dst: Path) -> Damage:
+    """A flipped high bit of queueOffset: the chain is intact, the consume-queue position is absurd."""
+    v = GoldenVictim(golden, dst)
+    _flip_bit(v.segment, v.pos + 20 + 2, 0)  # + 2^40
+    return v.damage("bitflip-queue-offset", v.pos, outcome(ERROR, ACCEPTED, ERROR, ERROR),
+                    "queueOffset jumps by 2^40: the queue would need 10^10 files")
+
+
+def bitflip_store_timestamp(golden: Path, dst: Path) -> Damage:
+    """storeTimestamp of the store's first record + 2^62 ms: far past any date a file name can hold."""
+    v = GoldenVictim(golden, dst)
+    first = segment_paths(v.store)[0]
+    cols = segment_columns(first)
+    at = int(cols.pos[0]) + 48 + int(cols.born_host_len[0]) + 4
+    _flip_bit(first, at, 6)
+    first_index = sorted((v.store / "index").iterdir())[0]
+    return v.damage("bitflip-store-timestamp", int(cols.pos[0]), outcome(ERROR, ACCEPTED, REPORTED, REPORTED),
+                    "storeTimestamp in the year 146 million: no index file name can hold it", file=first,
+                    where={"verify": (first_index, 0)})  # verify: the header's beginTimestamp differs
+
+
+def bitflip_physical_offset(golden: Path, dst: Path) -> Damage:
+    """The stored physicalOffset no longer equals the record's position: its entries would point elsewhere."""
+    v = GoldenVictim(golden, dst)
+    _flip_bit(v.segment, v.pos + 28 + 4, 0)  # + 2^24
+    return v.damage("bitflip-physical-offset", v.pos, outcome(ERROR, ERROR, ERROR, ERROR),
+                    "physicalOffset differs from the record's own offset")
+
+
+def zeroed_header_last_segment(golden: Path, dst: Path) -> Damage:
+    """Eight zero bytes over a record header in the last segment look like the end of the data, but
+    records follow in the same segment."""
+    v = GoldenVictim(golden, dst)
+    last = segment_paths(v.store)[-1]
+    cols = segment_columns(last)
+    pos = int(cols.pos[len(cols) // 2])
+    _patch(last, pos, b"\0" * 8)
+    return v.damage("zeroed-header-last-segment", pos, CHAIN, "a zeroed header in the middle of the last segment",
+                    file=last)
+
+
+def misnamed_segment(golden: Path, dst: Path) -> Damage:
+    """A segment renamed to start 1 byte early: it overlaps the previous one."""
+    v = GoldenVictim(golden, dst)
+    renamed = v.segment.with_name(segment_name(int(v.segment.name) - 1))
+    v.segment.rename(renamed)
+    return v.damage("misnamed-segment", 0, CHAIN, "segment name not where the previous segment ends", file=renamed)
+
+
+def topic_length_past_record(golden: Path, dst: Path) -> Damage:
+    """The victim's topicLength set to 127: the topic runs past totalSize."""
+    v = GoldenVictim(golden, dst)
+    _patch(v.segment, v.field("topic_start") - 1, bytes([127]))
+    return v.damage("topic-length-past-record", v.pos, CHAIN, "topicLength 127 runs past totalSize")
+
+
+def topic_invalid_utf8(golden: Path, dst: Path) -> Damage:
+    """A 0xFF byte in the victim's topic."""
+    v = GoldenVictim(golden, dst)
+    _patch(v.segment, v.field("topic_start") + 1, b"\xff")
+    return v.damage("topic-invalid-utf8", v.pos, outcome(ERROR, ERROR, ERROR, ERROR),
+                    "a topic must be a directory name: bytes must decode")
+
+
+def _tagged_victim(v: GoldenVictim) -> tuple[int, int, int]:
+    """(record index, TAGS value start, length) of the first NOT/COMMIT record from VICTIM_RECORD on
+    that has a TAGS value of 2+ bytes and an ordinary topic."""
+    starts, lengths = locate_properties(v.cols.arr, v.cols.properties_start, v.cols.properties_length, (TAGS,))[TAGS]
+    topics = v.cols.topic.to_pylist()
+    tran = v.cols.sys_flag & TRAN_MASK
+    for i in range(VICTIM_RECORD, len(v.cols)):
+        if starts[i] >= 0 and lengths[i] >= 2 and tran[i] in (0, 8) and topics[i] != "SCHEDULE_TOPIC_XXXX":
+            return i, int(starts[i]), int(lengths[i])
+    raise AssertionError("no tagged record in the victim segment")
+
+
+def _victim_facts(v: GoldenVictim, i: int) -> dict:
+    """What a rebuild must write for record i: its queue, queue offset, offset and size."""
+    cols = v.cols
+    return {"topic": cols.topic[i].as_py(), "queue_id": int(cols.queue_id[i]),
+            "queue_offset": int(cols.queue_offset[i]), "phy": int(cols.physical_offset[i]),
+            "size": int(cols.total_size[i])}
+
+
+def properties_invalid_utf8(golden: Path, dst: Path) -> Damage:
+    """The broker decodes properties with U+FFFD; tagsCode is the Java hash of that string."""
+    v = GoldenVictim(golden, dst)
+    i, start, length = _tagged_victim(v)
+    raw = bytearray(v.cols.arr[start:start + length].tobytes())
+    raw[1] = 0xFF
+    _patch(v.segment, start, bytes(raw))
+    return v.damage("properties-invalid-utf8", int(v.cols.pos[i]), outcome(ACCEPTED, ACCEPTED, REPORTED, ACCEPTED),
+                    "invalid UTF-8 in TAGS: decoded with U+FFFD as Java does", where={"verify": v.cq_location(i)},
+                    tags=bytes(raw), index_unchanged=True, **_victim_facts(v, i))
+
+
+def properties_without_separators(golden: Path, dst: Path) -> Damage:
+    """No \\x01/\\x02 left: the broker's parser finds no property at all (tagsCode 0, no keys)."""
+    v = GoldenVictim(golden, dst)
+    i, _, _ = _tagged_victim(v)
+    start, length = int(v.cols.properties_start[i]), int(v.cols.properties_length[i])
+    raw = v.cols.arr[start:start + length].tobytes().replace(b"\x01", b"=").replace(b"\x02", b";")
+    _patch(v.segment, start, raw)
+    return v.damage("properties-without-separators", int(v.cols.pos[i]),
+                    outcome(ACCEPTED, ACCEPTED, REPORTED, ACCEPTED), "properties without separators parse to nothing",
+                    where={"verify": v.cq_location(i)}, tags=None, index_unchanged=False, **_victim_facts(v, i))
+
+
+def index_wrong_size(golden: Path, dst: Path) -> Damage:
+    """The first index file 1000 bytes short."""
+    v = GoldenVictim(golden, dst)
+    first = sorted((v.store / "index").iterdir())[0]
+    os.truncate(first, v.settings.index_file_size - 1000)
+    return v.damage("index-wrong-size", v.settings.index_file_size - 1000, outcome(IGNORED, IGNORED, REPORTED, ERROR),
+                    "index file shorter than its configured size", file=first)
+
+
+def consume_queue_wrong_size(golden: Path, dst: Path) -> Damage:
+    """One consume-queue file cut to 1234 bytes."""
+    v = GoldenVictim(golden, dst)
+    first = sorted(p for p in (v.store / "consumequeue").rglob("*") if p.is_file())[0]
+    os.truncate(first, 1234)
+    return v.damage("consumequeue-wrong-size", 1234, outcome(IGNORED, IGNORED, REPORTED, ERROR),
+                    "consume-queue file shorter than its configured size", file=first)
+
+
+def checkpoint_wrong_size(golden: Path, dst: Path) -> Damage:
+    """10 bytes: not even the timestamps are there (the broker maps 4096 bytes, so a longer but still
+    short file would read as zeros past its end)."""
+    v = GoldenVictim(golden, dst)
+    os.truncate(v.store / "checkpoint", 10)
+    return v.damage("checkpoint-wrong-size", 10, outcome(IGNORED, IGNORED, IGNORED, ERROR),
+                    "checkpoint shorter than its timestamps", file=v.store / "checkpoint")
+
+
+# --- synthetic stores from the encoder ----------------------------------------------------------------
+
+SYNTH_SEGMENT = 4096
+SYNTH_CONF = ("mappedFileSizeCommitLog=4096\nmappedFileSizeConsumeQueue=200\nmaxHashSlotNum=8\n"
+              "maxIndexNum=32\nmessageIndexEnable=true\n")
+SYNTH_BAD_AT = 25  # the hostile record's position in the message list
+
+
+def synthetic_messages(count: int = 60, bad_topic: str | None = None) -> list[Message]:
+    """`count` small messages over two topics and queues; message SYNTH_BAD_AT gets `bad_topic`."""
+    msgs = []
+    for n in range(count):
+        topic = bad_topic if (bad_topic is not None and n == SYNTH_BAD_AT) else f"Topic{n % 2}"
+        msgs.append(Message(topic=topic, body=f"body-{n}".encode() * 3, queue_id=n % 3,
+                            store_timestamp=1_700_000_000_000 + 1000 * n, born_timestamp=1_700_000_000_000 + 1000 * n,
+                            properties=properties_string({"TAGS": f"tag{n % 4}", "KEYS": f"k{n} k{n + 1}",
+                                                          "UNIQ_KEY": f"U{n:08d}"})))
+    return msgs
+
+
+def write_synthetic(dst: Path, msgs: list[Message]) -> Path:
+    """A small store of `msgs` (several 4 KiB segments) with its broker.conf."""
+    write_store(dst, msgs, SYNTH_SEGMENT)
+    (dst / "broker.conf").write_text(SYNTH_CONF)
+    return dst
+
+
+def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
+    """A builder for a synthetic store whose record SYNTH_BAD_AT has `topic`."""
+    def build(golden: Path, dst: Path) -> Damage:
+        msgs = synthetic_messages(bad_topic=topic)
+        write_synthetic(dst, msgs)
+        phy = msgs[SYNTH_BAD_AT].physical_offset
+        seg = dst / "commitlog" / segment_name(phy - phy % SYNTH_SEGMENT)
+        return Damage(f"topic-{label}", dst, dst / "broker.conf", seg, phy % SYNTH_SEGMENT, UNREADABLE,
+                      f"topic {topic!r} would escape consumequeue/")
+    build.__name__ = f"topic_{label}"
+    return build
+
+
+BUILDERS: list[Callable[[Path, Path], Damage]] = [
+    truncated_segment, oversized_segment, missing_segment, bad_magic, bitflip_magic, bitflip_total_size_high,
+    bitflip_total_size_low, bitflip_store_timestamp, bitflip_physical_offset, zeroed_header_last_segment,
+    misnamed_segment, total_size(0, "zero"), total_size(-1, "negative"),
+    total_size(None, "past-segment"), bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
+    properties_invalid_utf8, properties_without_separators, _bad_topic("../../x", "dotdot"),
+    _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), index_wrong_size, consume_queue_wrong_size,
+    checkpoint_wrong_size,
+]
+
+
+def build_all(golden: Path, root: Path) -> list[Damage]:
+    """Every corpus case under root/<n>-<builder>/store."""
+    out = []
+    for n, builder in enumerate(BUILDERS):
+        out.append(builder(golden, root / f"{n:02d}-{builder.__name__}" / "store"))
+    return out
+
+
+def cq_entry(out: Path, topic: str, queue_id: int, queue_offset: int, cq_file_size: int) -> tuple[int, int, int]:
+    """(phy, size, tagsCode) of one consume-queue entry in a rebuilt OUT."""
+    start = queue_offset * 20 // cq_file_size * cq_file_size
+    data = (out / "consumequeue" / topic / str(queue_id) / f"{start:020d}").read_bytes()
+    at = queue_offset * 20 - start
+    return struct.unpack(">qiq", data[at:at + 20])
+
+
+if __name__ == "__main__":  # python -m tests.hostile DIR: write the corpus for a look by hand
+    import sys
+
+    from tests.conftest import GOLDEN
+
+    for d in build_all(GOLDEN, Path(sys.argv[1])):
+        print(f"{d.name:32s} {d.file} @ {d.offset}: {d.why}")

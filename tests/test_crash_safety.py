@@ -1,0 +1,122 @@
+"""Crash safety: a rebuild killed with SIGKILL (driver, JVM and Python workers at once) at any point leaves
+OUT absent or complete and correct, never touches the store, and a re-run gives byte-identical output
+with nothing left beside OUT. Kill points are the hooks of jobs/pipeline/faults.py."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.hostile import tree_digest
+
+CASE = "clean-small-11"
+REPORT = "reput-report.json"
+OLD_FILE = "previous-output.txt"  # marks the OUT an --overwrite run replaces
+# (kill point, whether the run replaces an existing OUT with --overwrite)
+POINTS = [("after-decode", False), ("in-build-task", False), ("before-publish-rename", False),
+          ("between-renames", True), ("before-old-delete", True)]
+MARKER_TIMEOUT_S = 300
+
+
+def out_digest(out: Path) -> dict[str, str]:
+    """File digests of a rebuilt OUT without the run report (it holds times and paths)."""
+    return {k: v for k, v in tree_digest(out).items() if k != REPORT}
+
+
+def rebuild_argv(golden: Path, out: Path, overwrite: bool) -> list[str]:
+    """Arguments of a rebuild of the source case into `out`."""
+    store = golden / CASE
+    return (["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out)]
+            + (["--overwrite"] if overwrite else []))
+
+
+@pytest.fixture(scope="module")
+def reference(golden, spark, tmp_path_factory) -> dict[str, str]:
+    """Digest of an uninterrupted rebuild (in this process's Spark session)."""
+    from jobs.rebuild import main as rebuild_main
+
+    out = tmp_path_factory.mktemp("reference") / "out"
+    assert rebuild_main(rebuild_argv(golden, out, False) + ["--json"]) == 0
+    return out_digest(out)
+
+
+@pytest.fixture(scope="module")
+def killed(golden, tmp_path_factory) -> dict[str, Path]:
+    """Start one `python -m jobs.rebuild` per kill point (all at once), wait until each has paused at its
+    point, SIGKILL its whole process group. Returns point -> directory holding OUT (`outdir/out`)."""
+    store_before = tree_digest(golden / CASE)
+    runs: dict[str, tuple[subprocess.Popen, Path]] = {}
+    try:
+        for point, overwrite in POINTS:
+            root = tmp_path_factory.mktemp(point)
+            outdir = root / "outdir"
+            outdir.mkdir()
+            if overwrite:  # the previous output that --overwrite replaces
+                (outdir / "out").mkdir()
+                (outdir / "out" / OLD_FILE).write_text("the output of an earlier run\n")
+            env = dict(os.environ, REPUT_TEST_PAUSE_AT=point, REPUT_TEST_PAUSE_MARK=str(root / "paused"))
+            argv = [sys.executable, "-m", "jobs.rebuild", *rebuild_argv(golden, outdir / "out", overwrite),
+                    "--master", "local[2]"]
+            with open(root / "stderr", "wb") as err:
+                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                        start_new_session=True)
+            runs[point] = (proc, root)
+        deadline = time.monotonic() + MARKER_TIMEOUT_S
+        for point, (proc, root) in runs.items():
+            while not (root / "paused").exists():
+                log = root / "stderr"
+                assert proc.poll() is None, f"{point}: exited {proc.returncode}: {log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"{point}: never paused: {log.read_text()[-3000:]}"
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for point, (proc, _) in runs.items():  # the JVM and the Python workers died with the driver
+            assert _group_gone(proc.pid, within_s=60), f"{point}: processes of the killed run survive"
+    finally:
+        for proc, _ in runs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert tree_digest(golden / CASE) == store_before
+    return {point: root / "outdir" for point, (_, root) in runs.items()}
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    """No process of the group is left (killed processes disappear once their new parent reaps them)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("point,overwrite", POINTS, ids=[p for p, _ in POINTS])
+def test_killed_rebuild_then_rerun(point, overwrite, killed, reference, golden, spark):
+    """Right after the kill OUT is absent, the previous output, or the complete new output; the re-run
+    (restoring a previous output an interrupted --overwrite moved aside) ends byte-identical to an
+    uninterrupted rebuild, and only OUT remains in its directory."""
+    from jobs.pipeline.cli import JobError
+    from jobs.rebuild import main as rebuild_main
+
+    outdir = killed[point]
+    out = outdir / "out"
+    old = {OLD_FILE: tree_digest(out)[OLD_FILE]} if out.exists() and (out / OLD_FILE).exists() else None
+    if out.exists():
+        assert old is not None or out_digest(out) == reference
+    if point == "between-renames":
+        assert not out.exists()
+        with pytest.raises(JobError, match="already exists"):  # the previous output is put back first
+            rebuild_main(rebuild_argv(golden, out, overwrite=False))
+        assert tree_digest(out) == {OLD_FILE: tree_digest(out)[OLD_FILE]}
+    assert rebuild_main(rebuild_argv(golden, out, overwrite) + ["--json"]) == 0
+    assert out_digest(out) == reference
+    assert sorted(p.name for p in outdir.iterdir()) == ["out"]

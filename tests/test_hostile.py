@@ -1,0 +1,151 @@
+"""Hostile input: on every store of the corpus (tests/hostile.py) each job ends with a precise message or
+a correct result, leaves the input byte-identical and writes nothing outside its output directory."""
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.cli import run_main
+from storage_format.java_hash import java_hash_bytes
+from tests.hostile import (ACCEPTED, BUILDERS, ERROR, IGNORED, JOBS, REPORTED, SOURCE_CASE, Damage, bad_magic,
+                           copy_store, cq_entry, missing_segment, tree_digest, zeroed_header_last_segment)
+
+REPORT = "reput-report.json"
+
+
+def run_job(job: str, argv: list[str], capfd) -> tuple[int, str, str]:
+    """Run `python -m jobs.<job> argv` in this process (the suite's Spark session): status, stdout, stderr.
+    Anything but SystemExit escaping run_main is an unhandled error, and fails the test."""
+    capfd.readouterr()
+    module = importlib.import_module(f"jobs.{job}")
+    with pytest.raises(SystemExit) as exited:
+        run_main(job, module.main, argv)
+    captured = capfd.readouterr()
+    return exited.value.code, captured.out, captured.err
+
+
+def job_argv(job: str, d: Damage, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """Arguments of one job on a damaged store; verify's and recover's work files go beside OUT (they
+    must be gone afterwards)."""
+    argv = ["--store", str(d.store), "--broker-config", str(d.broker_config), *extra]
+    return argv + {"rebuild": ["--out", str(out)], "inspect": ["--json"],
+                   "verify": ["--json", "--work-dir", str(out.parent)],
+                   "recover": ["--dry-run", "--work", str(out.parent)]}[job]
+
+
+def out_digest(out: Path) -> dict[str, str]:
+    """File digests of a rebuilt OUT without the run report (it holds times and paths)."""
+    return {k: v for k, v in tree_digest(out).items() if k != REPORT}
+
+
+@pytest.fixture(scope="module")
+def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
+    """OUT of a rebuild of an undamaged copy of the source case."""
+    from jobs.rebuild import main as rebuild_main
+
+    root = tmp_path_factory.mktemp("clean")
+    store = copy_store(golden / SOURCE_CASE, root / "store")
+    out = root / "out"
+    assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+                         "--json"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("builder", BUILDERS, ids=lambda b: b.__name__)
+def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, capfd, monkeypatch, request):
+    """Exit 2 with one line naming the file and byte offset, or the damage reported by file and byte
+    offset, or accepted as the broker accepts it, or ignored when the job does not read that file; never
+    a traceback; the store's bytes unchanged; nothing created outside OUT (the job's cwd is the case
+    directory, and verify's/recover's work directories must be gone)."""
+    d = builder(golden, tmp_path / "store")
+    before = tree_digest(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    after = tree_digest(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("out/")} == before
+    expect = d.expect[job]
+    path, offset = d.location(job)
+    where = f"{path} at byte offset {offset}"
+    if expect == ERROR:
+        assert code == 2, stderr[-2000:]
+        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
+        assert len(errors) == 1 and where in errors[0], (where, errors)
+        assert not out.exists()
+        return
+    assert f"reput {job}: error" not in stderr
+    if job == "verify":
+        assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
+        if expect == REPORTED:
+            assert verify_names(json.loads(stdout), d.store, path, offset, where), where
+        return
+    assert code == 0, stderr[-2000:]
+    if job == "inspect":
+        problems = json.loads(stdout)["problems"]
+        if expect == REPORTED:
+            assert any(where in p for p in problems), (where, problems)
+        else:
+            assert problems == []
+        return
+    if job == "recover":
+        plan = json.loads(stdout)
+        if expect == REPORTED:
+            assert where in stdout, where
+        else:
+            assert plan["changes"] is False
+        return
+    if expect == IGNORED:
+        assert out_digest(out) == out_digest(clean_rebuild)
+    else:
+        assert expect == ACCEPTED
+        check_accepted_rebuild(d, out, clean_rebuild)
+
+
+def verify_names(report: dict, store: Path, path: Path, offset: int, where: str) -> bool:
+    """verify's JSON report names the file and byte offset: in a message, or as a finding on that file at
+    that byte offset (or, for a file of the wrong size, with that size found)."""
+    if where in json.dumps(report, ensure_ascii=False):
+        return True
+    rel = path.relative_to(store).as_posix()
+    return any(f.get("path") == rel and offset in (f.get("byte_offset"), f.get("found")) for f in report["findings"])
+
+
+def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
+    """The damaged record is dispatched as the broker would (tagsCode of what its properties parse to);
+    every other consume-queue entry is unchanged."""
+    v = d.victim
+    cq_size = 2000
+    phy, size, tags = cq_entry(out, v["topic"], v["queue_id"], v["queue_offset"], cq_size)
+    assert (phy, size) == (v["phy"], v["size"])
+    assert tags == (java_hash_bytes(v["tags"]) if v["tags"] is not None else 0)
+    assert tags != cq_entry(clean, v["topic"], v["queue_id"], v["queue_offset"], cq_size)[2]
+    start = v["queue_offset"] * 20 // cq_size * cq_size
+    victim_file = f"consumequeue/{v['topic']}/{v['queue_id']}/{start:020d}"
+    got, want = out_digest(out), out_digest(clean)
+    if not v["index_unchanged"]:  # the record's index keys are gone: later index files shift
+        got, want = ({k: h for k, h in t.items() if k.startswith("consumequeue/")} for t in (got, want))
+    assert got.keys() == want.keys()
+    assert {k for k in got if got[k] != want[k]} == {victim_file}
+    at = v["queue_offset"] * 20 - start
+    a, b = (out / victim_file).read_bytes(), (clean / victim_file).read_bytes()
+    assert a[:at] == b[:at] and a[at + 20:] == b[at + 20:]
+    assert struct.unpack(">q", a[at + 12:at + 20])[0] == tags
+
+
+@pytest.mark.parametrize("builder", [bad_magic, missing_segment, zeroed_header_last_segment],
+                         ids=lambda b: b.__name__)
+def test_chain_damage_found_with_mid_segment_splits(builder, golden, spark, tmp_path, capfd):
+    """With 64 KiB splits (each finds its first record by the physicalOffset rule) the damage is found
+    at the same file and byte offset, whichever split holds it."""
+    d = builder(golden, tmp_path / "store")
+    code, _, stderr = run_job("rebuild", job_argv("rebuild", d, tmp_path / "out", ("--split-size", "65536")), capfd)
+    errors = [line for line in stderr.splitlines() if line.startswith("reput rebuild: error: ")]
+    assert code == 2 and len(errors) == 1
+    assert f"{d.file} at byte offset {d.offset}" in errors[0]
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,235 @@
+"""jobs.verify: every consistent golden store passes; the torn stores and copies with injected faults
+fail with findings that name the file, the entry and the field."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.cli import run_main
+from jobs.verify import main as verify_main
+from tests.conftest import GOLDEN, golden_cases, manifest
+
+CONSISTENT = [c for c in golden_cases() if "recovered" not in c
+              and manifest(c)["oracle_self_check"]["byte_exact_match"]]
+TORN = [c for c in golden_cases() if c.endswith("unclean-torn-11")]
+BASE = "clean-small-11"
+SLOTS, ENTRIES = 64, 256  # the small profile's maxHashSlotNum / maxIndexNum
+
+
+def run(store: Path, tmp_path: Path, conf: Path | None = None) -> tuple[int, dict]:
+    report = tmp_path / "report.json"
+    code = verify_main(["--store", str(store), "--broker-config", str(conf or store / "broker.conf"),
+                        "--report", str(report), "--work-dir", str(tmp_path / "work")])
+    return code, json.loads(report.read_text())
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A private copy of clean-small-11 to break."""
+    dest = tmp_path / "store"
+    shutil.copytree(GOLDEN / BASE, dest)
+    return dest
+
+
+def kinds(report: dict) -> dict[str, int]:
+    return report["finding_counts"]
+
+
+@pytest.mark.parametrize("case", CONSISTENT)
+def test_consistent_golden_stores_exit_0(case, spark, golden, tmp_path, capsys):
+    """Clean, headless-rebuilt and crashed-but-untorn stores: every file is what the commit log implies.
+    Nothing is written into the store, and the work directory is removed."""
+    code, report = run(GOLDEN / case, tmp_path)
+    assert code == 0, report["findings"][:5]
+    assert report["status"] == "consistent" and report["findings_total"] == 0
+    m = manifest(case)
+    files = m["files"]
+    assert report["consumequeue_files_checked"] == sum(1 for f in files if f.startswith("consumequeue/"))
+    assert report["index_files_checked"] == report["index_files_expected"] == len(m["index_files"])
+    assert report["commitlog"]["max_physical_offset"] == m["commitlog_scan"]["max_physical_offset"]
+    assert list((tmp_path / "work").iterdir()) == []
+    assert "CONSISTENT: every checked file" in capsys.readouterr().out
+
+
+def test_verify_writes_nothing_into_the_store(spark, store, tmp_path, capsys):
+    before = tree_digest(store)
+    code, _ = run(store, tmp_path)
+    assert code == 0 and tree_digest(store) == before
+    out = capsys.readouterr().out
+    assert "CONSISTENT" in out
+
+
+@pytest.mark.parametrize("case", TORN)
+def test_torn_store_reports_the_torn_record(case, spark, golden, tmp_path):
+    """The consume-queue entry and the index entries of the torn record point past the commit log's valid
+    end; nothing else is reported, and the index file is the one the manifest's oracle names."""
+    m = manifest(case)
+    torn = m["torn"]
+    code, report = run(GOLDEN / case, tmp_path)
+    assert code == 1
+    found = report["findings"]
+    cq = [d for d in found if d["artifact"] == "consumequeue"]
+    assert len(cq) == 1 and cq[0]["kind"] == "extra_entry" and cq[0]["points_at"] == "past_end"
+    assert cq[0]["queue"] == f"{torn['torn_record_topic']}/{torn['torn_record_queue']}"
+    assert cq[0]["entry"] == torn["torn_record_queueOffset"]
+    assert cq[0]["found"]["phyOffset"] == torn["torn_record_offset"]
+    assert cq[0]["found"]["size"] == torn["torn_record_size"]
+    cq_problem = next(p for p in m["oracle_self_check"]["problems"] if p.startswith("CQ mismatch"))
+    assert cq[0]["path"] in cq_problem
+    index_name = re.search(r"index mismatch #\d+ (\d{17})", " ".join(m["oracle_self_check"]["problems"])).group(1)
+    ix = [d for d in found if d["artifact"] == "index"]
+    assert {d["path"] for d in ix} == {f"index/{index_name}"}
+    extra = [d for d in ix if d["kind"] == "extra_entry"]
+    assert extra and all(d["found"]["phyOffset"] == torn["torn_record_offset"] and d["points_at"] == "past_end"
+                         for d in extra)
+    assert {d["field"] for d in ix if d["kind"] == "header_differs"} >= {"endPhyOffset", "indexCount"}
+    assert set(kinds(report)) <= {"commitlog.invalid_tail", "consumequeue.extra_entry", "index.extra_entry",
+                                  "index.header_differs", "index.slot_differs"}
+    tail = [d for d in found if d["artifact"] == "commitlog"]
+    assert len(tail) == 1 and tail[0]["commitlog_offset"] == torn["torn_record_offset"]
+    assert tail[0]["path"].endswith("/commitlog/" + f"{torn['torn_record_offset'] - tail[0]['offset']:020d}")
+
+
+def test_flipped_byte_in_a_consume_queue_entry(spark, store, tmp_path):
+    rel = "consumequeue/TopicTest/0/00000000000000002000"
+    path = store / rel
+    data = bytearray(path.read_bytes())
+    entry = 7
+    (phy,) = struct.unpack_from(">q", data, entry * 20)
+    data[entry * 20 + 6] ^= 0x10  # a byte inside phyOffset
+    path.write_bytes(data)
+    code, report = run(store, tmp_path)
+    assert code == 1 and kinds(report) == {"consumequeue.entry_differs": 1}
+    d = report["findings"][0]
+    assert d["path"] == rel and d["entry"] == 100 + entry and d["byte_offset"] == entry * 20
+    assert d["fields"] == ["phyOffset"] and d["expected"]["phyOffset"] == phy
+    assert d["found"]["phyOffset"] == phy ^ (0x10 << 8)
+    assert d["points_at"] == "not_a_record"
+
+
+def test_deleted_consume_queue_file(spark, store, tmp_path, capsys):
+    rel = "consumequeue/TopicTest/1/00000000000000002000"
+    entries = sum(1 for phy, size, _ in struct.iter_unpack(">qiq", (store / rel).read_bytes()) if size)
+    (store / rel).unlink()
+    code, report = run(store, tmp_path)
+    assert code == 1 and kinds(report) == {"consumequeue.missing_file": 1}
+    d = report["findings"][0]
+    assert d["path"] == rel and d["entry"] == 100 and d["entries"] == entries
+    assert rel in capsys.readouterr().out
+
+
+def _index_names(store: Path) -> list[str]:
+    return sorted(p.name for p in (store / "index").iterdir())
+
+
+def test_truncated_index_file(spark, store, tmp_path):
+    name = _index_names(store)[3]
+    path = store / "index" / name
+    keep = 40 + SLOTS * 4 + 200 * 20  # entries 200.. are cut off
+    data = path.read_bytes()
+    (count,) = struct.unpack_from(">i", data, 36)
+    path.write_bytes(data[:keep])
+    code, report = run(store, tmp_path)
+    assert code == 1
+    rel = f"index/{name}"
+    assert {d["path"] for d in report["findings"]} == {rel}
+    size = next(d for d in report["findings"] if d["kind"] == "wrong_size")
+    assert size["found"] == keep and size["expected"] == len(data) and "position 200" in size["detail"]
+    missing = sorted(d["position"] for d in report["findings"] if d["kind"] == "missing_entry")
+    assert missing[0] == 200 and report["per_file"][rel]["missing_entry"] == count - 200
+
+
+def test_zeroed_index_slot(spark, store, tmp_path):
+    """The slot's whole chain becomes unreachable: the slot, every entry of the chain (unreachable) and
+    every key in it (not found) are named."""
+    name = _index_names(store)[5]
+    path = store / "index" / name
+    data = bytearray(path.read_bytes())
+    slot = next(s for s in range(SLOTS) if struct.unpack_from(">i", data, 40 + 4 * s)[0] > 0)
+    (pos,) = struct.unpack_from(">i", data, 40 + 4 * slot)
+    chain = []
+    while pos > 0:
+        chain.append(pos)
+        (pos,) = struct.unpack_from(">i", data, 40 + SLOTS * 4 + pos * 20 + 16)
+    struct.pack_into(">i", data, 40 + 4 * slot, 0)
+    path.write_bytes(data)
+    code, report = run(store, tmp_path)
+    assert code == 1
+    rel = f"index/{name}"
+    found = report["findings"]
+    assert {d["path"] for d in found} == {rel}
+    s = [d for d in found if d["kind"] == "slot_differs"]
+    assert len(s) == 1 and s[0]["slot"] == slot and s[0]["found"] == 0 and s[0]["expected"] == chain[0]
+    assert s[0]["byte_offset"] == 40 + 4 * slot
+    assert sorted(d["position"] for d in found if d["kind"] == "key_not_found") == sorted(chain)
+    assert sorted(d["position"] for d in found if d["kind"] == "broken_chain") == sorted(chain)
+
+
+def test_deleted_index_file_is_named_and_the_rest_still_pair(spark, store, tmp_path):
+    """Files are paired by their headers, so a missing middle file does not shift the comparison."""
+    names = _index_names(store)
+    (store / "index" / names[10]).unlink()
+    code, report = run(store, tmp_path)
+    assert code == 1 and kinds(report) == {"index.missing_file": 1}
+    d = report["findings"][0]
+    assert d["file_number"] == 10 and names[9] in d["detail"]
+    assert report["index_files_checked"] == len(names) - 1
+
+
+def test_consume_queue_tail_extra_entry_and_stale_bytes(spark, store, tmp_path):
+    """Past a queue's logical end: a unit the broker would read is an extra entry (here pointing past
+    the commit log's end); non-zero bytes after the broker's stopping point are stale bytes."""
+    qdir = store / "consumequeue" / "TopicTest" / "0"
+    last = sorted(qdir.iterdir())[-1]
+    data = bytearray(last.read_bytes())
+    used = next(i for i, (p, s, t) in enumerate(struct.iter_unpack(">qiq", data)) if s == 0)
+    struct.pack_into(">qiq", data, used * 20, 10**9, 300, 0)
+    struct.pack_into(">qiq", data, (used + 3) * 20, 5, 5, 5)
+    last.write_bytes(data)
+    code, report = run(store, tmp_path)
+    assert code == 1
+    assert kinds(report) == {"consumequeue.extra_entry": 1, "consumequeue.stale_bytes": 1}
+    start = int(last.name) // 20
+    extra = next(d for d in report["findings"] if d["kind"] == "extra_entry")
+    assert extra["entry"] == start + used and extra["points_at"] == "past_end"
+    stale = next(d for d in report["findings"] if d["kind"] == "stale_bytes")
+    assert stale["entry"] == start + used + 3 and stale["units"] == 1
+
+
+def test_cannot_run_exit_2(spark, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as e:
+        run_main("verify", verify_main, ["--store", str(tmp_path / "empty")])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:  # the report may not go into the store
+        run_main("verify", verify_main, ["--store", str(GOLDEN / BASE), "--report", str(GOLDEN / BASE / "r.json")])
+    assert e.value.code == 2
+
+
+def test_index_alignment_pairs_by_header():
+    """Pure pairing: a disk file whose name sorts out of place is paired with the expected file it holds
+    and reported out of order; an unknown file is extra; nothing shifts the other pairs."""
+    from jobs.pipeline.verify_stage import Findings, align_index_files
+    from storage_format.index_file import IndexHeader
+
+    exp = [(i, IndexHeader(1000 * i, 1000 * i + 999, 100 * i, 100 * i + 99, 3, 256)) for i in range(5)]
+    junk = IndexHeader(7, 7, 7, 7, 1, 2)
+    disk = [("a0", exp[0][1]), ("a1", exp[2][1]), ("a2", exp[1][1]), ("a3", exp[3][1]), ("a4", junk),
+            ("a5", exp[4][1])]
+    found = Findings()
+    pairs = align_index_files(exp, disk, found)
+    assert pairs == {0: "a0", 1: "a2", 2: "a1", 3: "a3", 4: "a5"}
+    assert found.counts["index.extra_file"] == 1 and found.counts["index.missing_file"] == 0
+    assert {d["path"] for d in found.details if d["kind"] == "extra_file"} == {"index/a4"}
+    assert {d["path"] for d in found.details if d["kind"] == "out_of_order"} >= {"index/a2"}
