@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark("catalog", args.master)
     report = catalog(spark, location(args.store), location(args.table), settings, store_id=args.store_id,
                      include_body=args.include_body,
-                     split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                     split_size=args.split_size,
                      quiet=args.json)
     if args.json:
         print_json(report)

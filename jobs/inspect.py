@@ -11,7 +11,7 @@ if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo roo
 
 from jobs.pipeline.cli import EXIT_OK, parser, print_json, run_main, settings_from  # noqa: E402
 from jobs.pipeline.fs import location  # noqa: E402
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     spark = get_spark("inspect", args.master)
     result = scan_store(spark, location(args.store), settings, with_keys=False,
-                        split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                        split_size=args.split_size,
                         quiet=args.json)
     report = summary(result)
     if args.json:

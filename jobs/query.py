@@ -33,7 +33,8 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.scan import list_segments  # noqa: E402
 from storage_format.commitlog import MIN_RECORD_SIZE, decode_buffer, records_from_columns  # noqa: E402
 from storage_format.errors import StoreFormatError  # noqa: E402
-from storage_format.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader  # noqa: E402
+from storage_format.index_file import (ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, is_time_matched,  # noqa: E402
+                                       select_phy_offsets)
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id, encode_offset_msg_id  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
@@ -47,42 +48,6 @@ PREVIEW_CHARS = 120
 TRAN_NAMES = {0x0: "NOT", 0x4: "PREPARED", 0x8: "COMMIT", 0xC: "ROLLBACK"}
 COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}  # 5.x: (sysFlag >> 8) & 7; 4.x: always zlib
 _ENTRY = struct.Struct(">iqii")  # an index entry: keyHash, phyOffset, timeDiff, prevIndex
-
-
-# ------------------------------------------------------------------------- the broker's index walk
-
-
-def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:
-    """IndexFile.isTimeMatched: the window covers the file, or one of its ends falls inside it."""
-    return ((begin < h.begin_timestamp and end > h.end_timestamp)
-            or h.begin_timestamp <= begin <= h.end_timestamp
-            or h.begin_timestamp <= end <= h.end_timestamp)
-
-
-def select_phy_offsets(h: IndexHeader, slot_value: int, entry: Callable[[int], tuple[int, int, int, int]],
-                       key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
-    """IndexFile.selectPhyOffset: walk one slot chain newest to oldest, appending matching offsets.
-
-    `entry(pos)` gives (keyHash, phyOffset, timeDiff, prevIndex). The walk ends at a negative
-    timeDiff, a prevIndex outside 1..indexCount or equal to the current position, or an entry older
-    than `begin`; a chain that loops without ending (the broker would spin) is cut after indexCount steps.
-    """
-    count = h.index_count
-    if slot_value <= 0 or slot_value > count or count <= 1:
-        return
-    pos = slot_value
-    for _ in range(count):
-        if len(out) >= max_num:
-            return
-        kh, phy, diff, prev = entry(pos)
-        if diff < 0:
-            return
-        t = h.begin_timestamp + diff * 1000
-        if kh == key_hash and begin <= t <= end:
-            out.append(phy)
-        if prev <= 0 or prev > count or prev == pos or t < begin:
-            return
-        pos = prev
 
 
 @dataclass

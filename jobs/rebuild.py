@@ -22,7 +22,7 @@ from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, s
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with Staging(out, overwrite=args.overwrite) as staging:
         t0 = time.monotonic()
         scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
-                          split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                          split_size=args.split_size,
                           quiet=args.json)
         timings["decode_s"] = time.monotonic() - t0
         pause_at("after-decode")

@@ -28,7 +28,6 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 
@@ -93,7 +92,7 @@ def _run(args) -> int:
     if not store.child("commitlog").is_dir():
         raise JobError(f"{store.uri}: not a broker store (no commitlog directory)")
     tz = ZoneInfo(args.index_name_tz)
-    split_size = DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size
+    split_size = args.split_size
     kw = dict(split_size=split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
               quiet=args.json)
     if args.dry_run:

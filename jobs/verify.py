@@ -29,7 +29,7 @@ from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_json, run_main,  # noqa: E402
                                settings_from)
 from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify_stage import (Findings, check_cq, check_index, expected_headers,  # noqa: E402
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         work.makedirs()
         scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
-                                    split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                                    split_size=args.split_size,
                                     quiet=args.json)
     finally:
         work.delete_tree()

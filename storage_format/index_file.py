@@ -3,7 +3,8 @@
 Building is vectorised: a file's entries are numbered 1..n in dispatch order; a stable sort by slot
 gives every entry its previous-in-slot position and the slot table its newest position. The broker's
 quirks (timeDiff of a rolled file's first entry, header begin fields set after the first entry,
-hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1) live here and nowhere else.
+hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1) and the broker's lookup walk
+(IndexFile.selectPhyOffset, used by jobs.query) live here and nowhere else.
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import StoreFormatError
-from .java_hash import index_key_hash, java_hash, index_key_hash_scalar
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -217,48 +216,37 @@ def is_full(header: IndexHeader, max_entries: int) -> bool:
     return header.index_count >= max_entries
 
 
-@dataclass(frozen=True)
-class IndexFileView:
-    """A parsed index file: header, slot table and used entries (positions 1..indexCount-1)."""
-
-    header: IndexHeader
-    slots: np.ndarray
-    entries: np.ndarray  # ENTRY_DTYPE, entries[0] is position 1
-
-    def lookup(self, key: str, begin_ms: int | None = None, end_ms: int | None = None,
-               max_num: int = 64) -> list[int]:
-        """Physical offsets for `key` (`topic#key`), walking the slot chain newest first like
-        IndexFile.selectPhyOffset: hash must match, time within [begin, end] when given."""
-        kh = index_key_hash_scalar(java_hash(key))
-        pos = int(self.slots[kh % len(self.slots)])
-        count = self.header.index_count
-        out: list[int] = []
-        while 0 < pos < count and pos <= len(self.entries) and len(out) < max_num:
-            e = self.entries[pos - 1]
-            ts = self.header.begin_timestamp + int(e["diff"]) * 1000
-            in_time = (begin_ms is None or ts >= begin_ms) and (end_ms is None or ts <= end_ms)
-            if int(e["hash"]) == kh and in_time:
-                out.append(int(e["phy"]))
-            prev = int(e["prev"])
-            if prev <= 0 or prev > count or prev == pos:
-                break
-            pos = prev
-        return out
+def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:
+    """IndexFile.isTimeMatched: the window covers the file, or one of its ends falls inside it."""
+    return ((begin < h.begin_timestamp and end > h.end_timestamp)
+            or h.begin_timestamp <= begin <= h.end_timestamp
+            or h.begin_timestamp <= end <= h.end_timestamp)
 
 
-def parse_index_file(data: bytes | memoryview, slots: int, max_entries: int, path: str = "<index>") -> IndexFileView:
-    """Parse an index file; its size must match the configured slots and entries."""
-    expected = file_size(slots, max_entries)
-    if len(data) != expected:
-        raise StoreFormatError(path, len(data), f"index file is {len(data)} bytes, expected {expected} "
-                                                f"(maxHashSlotNum={slots}, maxIndexNum={max_entries})")
-    header = IndexHeader.from_bytes(data[:HEADER_SIZE])
-    if not 1 <= header.index_count <= max_entries:
-        raise StoreFormatError(path, 36, f"indexCount {header.index_count} outside 1..{max_entries}")
-    table = np.frombuffer(data, dtype=">i4", count=slots, offset=HEADER_SIZE)
-    entries = np.frombuffer(data, dtype=ENTRY_DTYPE, count=header.index_count - 1,
-                            offset=HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE)
-    return IndexFileView(header, table, entries)
+def select_phy_offsets(h: IndexHeader, slot_value: int, entry: Callable[[int], tuple[int, int, int, int]],
+                       key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+    """IndexFile.selectPhyOffset: walk one slot chain newest to oldest, appending matching offsets.
+
+    `entry(pos)` gives (keyHash, phyOffset, timeDiff, prevIndex). The walk ends at a negative
+    timeDiff, a prevIndex outside 1..indexCount or equal to the current position, or an entry older
+    than `begin`; a chain that loops without ending (the broker would spin) is cut after indexCount steps.
+    """
+    count = h.index_count
+    if slot_value <= 0 or slot_value > count or count <= 1:
+        return
+    pos = slot_value
+    for _ in range(count):
+        if len(out) >= max_num:
+            return
+        kh, phy, diff, prev = entry(pos)
+        if diff < 0:
+            return
+        t = h.begin_timestamp + diff * 1000
+        if kh == key_hash and begin <= t <= end:
+            out.append(phy)
+        if prev <= 0 or prev > count or prev == pos or t < begin:
+            return
+        pos = prev
 
 
 def format_name(epoch_ms: int, tz: dt.tzinfo = dt.timezone.utc) -> str:

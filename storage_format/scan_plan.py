@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
 
+DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # bytes of commit log per decode task
 END_NO_NEXT_SEGMENT = "no_next_segment"
 END_MISSING_SEGMENT = "missing_segment"
 END_ERROR = "error"  # the split could not be decoded (its summary carries the error)

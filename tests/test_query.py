@@ -12,7 +12,8 @@ from functools import lru_cache
 import pytest
 
 from jobs.query import main as query_main
-from jobs.query import preview, select_phy_offsets
+from jobs.query import preview
+from storage_format.index_file import select_phy_offsets
 from storage_format.index_file import IndexHeader
 from tests import golden_walk
 from tests.conftest import GOLDEN

@@ -7,6 +7,7 @@ import sys
 from typing import Callable
 
 from storage_format.errors import SettingsError, StoreFormatError
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import BrokerSettings, load_settings
 
 EXIT_OK = 0
@@ -23,7 +24,7 @@ def parser(job: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="broker store directory (storePathRootDir), local path or URI")
     p.add_argument("--broker-config", help="broker .properties file (e.g. a golden case's broker.conf); "
                                            "defaults to the broker's defaults")
-    p.add_argument("--split-size", type=_size, default=None,
+    p.add_argument("--split-size", type=_size, default=DEFAULT_SPLIT_SIZE,
                    help="bytes of commit log per decode task (e.g. 64m; default 128m; 0 = one per segment)")
     p.add_argument("--master", help="Spark master for the embedded session (default local[*]; ignored "
                                     "under spark-submit unless given)")
