@@ -175,41 +175,44 @@ def _time_diff(store_ts: np.ndarray, base: np.ndarray) -> np.ndarray:
 
 def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,
                          slots: int, max_entries: int) -> int:
-    """Put entries into an existing file in place, as IndexFile.putKey does one by one; returns how
-    many fitted. Used by recovery, which resumes indexing in the last kept file."""
+    """Put entries into an existing file in place, with the result of IndexFile.putKey one by one;
+    returns how many fitted. Used by recovery, which resumes indexing in the last kept file.
+
+    Vectorised like a fresh file: a new entry's previous-in-slot position is the newest new entry of
+    its slot before it, or for the first of its slot the slot's value on disk when that is valid at
+    its put (0 < value <= indexCount); each first put into a slot without a valid value counts in
+    hashSlotCount.
+    """
     header = IndexHeader.from_bytes(data[:HEADER_SIZE])
     count = header.index_count
-    room = max(0, max_entries - count)
-    n = min(room, len(key_hash))
-    table_at = HEADER_SIZE
-    table = np.frombuffer(data, dtype=">i4", count=slots, offset=table_at).copy()
-    begin_ts, begin_phy = header.begin_timestamp, header.begin_phy_offset
-    slot_count = header.hash_slot_count
-    end_ts, end_phy = header.end_timestamp, header.end_phy_offset
-    for i in range(n):  # sequential by nature: each put reads the slot the previous put wrote
-        kh, p, ts = int(key_hash[i]), int(phy[i]), int(store_ts[i])
-        s = kh % slots
-        slot_value = int(table[s])
-        if slot_value <= 0 or slot_value > count:
-            slot_value = 0
-        diff = 0 if begin_ts <= 0 else min(max(_java_div(ts - begin_ts, 1000), 0), INT_MAX)
-        at = HEADER_SIZE + slots * SLOT_SIZE + count * ENTRY_SIZE
-        data[at:at + ENTRY_SIZE] = np.array([(kh, p, diff, slot_value)], dtype=ENTRY_DTYPE).tobytes()
-        table[s] = count
-        if count <= 1:
-            begin_ts, begin_phy = ts, p
-        if slot_value == 0:
-            slot_count += 1
-        count += 1
-        end_ts, end_phy = ts, p
-    data[table_at:table_at + slots * SLOT_SIZE] = table.tobytes()
-    data[:HEADER_SIZE] = IndexHeader(begin_ts, end_ts, begin_phy, end_phy, slot_count, count).to_bytes()
+    n = min(max(0, max_entries - count), len(key_hash))
+    if n == 0:
+        return 0
+    kh = np.asarray(key_hash[:n]).astype(np.int64)
+    ts = np.asarray(store_ts[:n], np.int64)
+    ph = np.asarray(phy[:n], np.int64)
+    table = np.frombuffer(data, dtype=">i4", count=slots, offset=HEADER_SIZE).astype(np.int64)
+    position = count + np.arange(n, dtype=np.int64)
+    order, s_sorted, same, last = _by_slot(kh % slots)
+    prev = np.empty(n, np.int64)
+    prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
+    first_put = order[~same]
+    on_disk = table[s_sorted[~same]]
+    valid = (on_disk > 0) & (on_disk <= position[first_put])
+    prev[first_put] = np.where(valid, on_disk, 0)
+    table[s_sorted[last]] = position[order[last]]
+    fresh = count <= 1  # the file's first put sets the header's begin fields
+    base = np.full(n, ts[0] if fresh else header.begin_timestamp, np.int64)
+    base[0] = header.begin_timestamp
+    entries = np.empty(n, dtype=ENTRY_DTYPE)
+    entries["hash"], entries["phy"], entries["diff"], entries["prev"] = kh, ph, _time_diff(ts, base), prev
+    at = HEADER_SIZE + slots * SLOT_SIZE + count * ENTRY_SIZE
+    data[at:at + n * ENTRY_SIZE] = entries.tobytes()
+    data[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE] = table.astype(">i4").tobytes()
+    begin_ts, begin_phy = (int(ts[0]), int(ph[0])) if fresh else (header.begin_timestamp, header.begin_phy_offset)
+    data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
+                                     header.hash_slot_count + int(np.count_nonzero(~valid)), count + n).to_bytes()
     return n
-
-
-def _java_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
 
 
 def is_full(header: IndexHeader, max_entries: int) -> bool:
