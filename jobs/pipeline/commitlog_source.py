@@ -1,7 +1,8 @@
 """`spark.read.format("rocketmq-commitlog").load(STORE)`: commit-log records as a DataFrame.
 
 Partitioning: one partition per split, a byte range of one segment (option `splitSize`, default
-128 MiB; `0` = whole segments); a split that starts mid-segment finds its first record by the
+128 MiB; `0` = whole segments); consecutive small splits are packed into one partition, keeping at least
+`minPartitions` (default 4) partitions. A split that starts mid-segment finds its first record by the
 physicalOffset rule. Performance: each partition decodes vectorised in its Python worker and yields
 Arrow record batches (no per-row Python objects). Bodies are left out unless `includeBody` is true.
 
@@ -9,7 +10,8 @@ Rows are the valid records each split's walk reaches: a walk stops at the first 
 segment. Unlike the jobs (jobs.pipeline.scan), the reader does not check chain continuity across
 splits, so on a corrupt store use `splitSize=0` or the jobs for exact broker semantics.
 
-Options: `brokerConfig` (broker .properties path, read on the driver), `splitSize`, `includeBody`.
+Options: `brokerConfig` (broker .properties path, read on the driver), `splitSize`, `minPartitions`,
+`includeBody`.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from storage_format.scan_plan import Split, plan_splits
 from storage_format.settings import BrokerSettings, load_settings
 
 from .fs import location
-from .scan import DEFAULT_SPLIT_SIZE, SplitTask, decode_split_columns, list_segments
+from .scan import DEFAULT_SPLIT_SIZE, SplitTask, decode_split_columns, list_segments, pack_splits
 
 SCHEMA = (
     "segment STRING, physical_offset BIGINT, total_size INT, magic_version INT, body_crc INT, "
@@ -43,17 +45,17 @@ BODY_FIELD = ", body BINARY"
 
 @dataclass(frozen=True)
 class SplitPartition(InputPartition):
-    """One split: picklable, sent to the executor that reads it."""
+    """Consecutive splits read by one task: picklable, sent to the executor that reads them."""
 
-    split: Split
+    splits: tuple[Split, ...]
     settings: BrokerSettings
     include_body: bool
 
-    def __init__(self, split: Split, settings: BrokerSettings, include_body: bool) -> None:
-        object.__setattr__(self, "split", split)
+    def __init__(self, splits: tuple[Split, ...], settings: BrokerSettings, include_body: bool) -> None:
+        object.__setattr__(self, "splits", splits)
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "include_body", include_body)
-        object.__setattr__(self, "value", split.index)
+        object.__setattr__(self, "value", splits[0].index)
 
 
 def format_hosts(cols: RecordColumns, which: str) -> pa.Array:
@@ -111,20 +113,24 @@ def record_batch(cols: RecordColumns, segment: str, include_body: bool) -> pa.Re
 
 
 class CommitlogReader(DataSourceReader):
-    """Plans splits on the driver (file listing only) and decodes one split per task."""
+    """Plans splits on the driver (file listing only) and decodes them in tasks."""
 
-    def __init__(self, store: str, settings: BrokerSettings, split_size: int, include_body: bool) -> None:
+    def __init__(self, store: str, settings: BrokerSettings, split_size: int, include_body: bool,
+                 min_partitions: int = 4) -> None:
         self.store, self.settings = store, settings
-        self.split_size, self.include_body = split_size, include_body
+        self.split_size, self.include_body, self.min_partitions = split_size, include_body, min_partitions
 
     def partitions(self) -> list[SplitPartition]:
         segments = list_segments(location(self.store), self.settings)
-        return [SplitPartition(sp, self.settings, self.include_body) for sp in plan_splits(segments, self.split_size)]
+        tasks = [SplitTask(sp, self.settings) for sp in plan_splits(segments, self.split_size)]
+        return [SplitPartition(tuple(t.split for t in group), self.settings, self.include_body)
+                for group in pack_splits(tasks, self.split_size, self.min_partitions)]
 
     def read(self, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
-        cols = decode_split_columns(SplitTask(partition.split, partition.settings, with_cq=False, with_keys=False))
-        if len(cols):
-            yield record_batch(cols, partition.split.segment.path.rsplit("/", 1)[-1], partition.include_body)
+        for split in partition.splits:
+            cols = decode_split_columns(SplitTask(split, partition.settings, with_cq=False, with_keys=False))
+            if len(cols):
+                yield record_batch(cols, split.segment.path.rsplit("/", 1)[-1], partition.include_body)
 
 
 class CommitlogDataSource(DataSource):
@@ -142,7 +148,7 @@ class CommitlogDataSource(DataSource):
         settings = load_settings(opts.get("brokerConfig"))
         split = opts.get("splitSize")
         return CommitlogReader(opts["path"], settings, DEFAULT_SPLIT_SIZE if split is None else int(split),
-                               _flag(opts.get("includeBody")))
+                               _flag(opts.get("includeBody")), int(opts.get("minPartitions", 4)))
 
 
 def _flag(value: str | None) -> bool:
