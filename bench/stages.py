@@ -7,7 +7,7 @@ the Python workers' peak memory watched meanwhile (bench.memory).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import io
 import json
 import shutil
@@ -150,13 +150,17 @@ def decode_only(spark, store: Path, settings: BrokerSettings, split_size: int, d
                        detail={"tasks": len(scan.splits), "scan_end": scan.end.as_list() if scan.end else None})
 
 
-def _run_job(module: str, argv: list[str]) -> tuple[int, str]:
-    """Run `python -m jobs.<module>`'s main in this process (same SparkSession); (exit code, stdout)."""
+def _timed_job(module: str, argv: list[str]) -> tuple[int, str, float, int]:
+    """Run `python -m jobs.<module>`'s main in this process (same SparkSession), timed from main() to
+    its return: (exit code, stdout, seconds, peak worker RSS)."""
     main = importlib.import_module(f"jobs.{module}").main
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(argv)
-    return code, out.getvalue()
+    with WorkerMemory() as mem:
+        t0 = time.monotonic()
+        with contextlib.redirect_stdout(out):
+            code = main(argv)
+        seconds = time.monotonic() - t0
+    return code, out.getvalue(), seconds, mem.peak
 
 
 def rebuild(store: Path, out: Path, split_size: int, master: str, data_bytes: int) -> StageResult:
@@ -164,29 +168,19 @@ def rebuild(store: Path, out: Path, split_size: int, master: str, data_bytes: in
     shutil.rmtree(out, ignore_errors=True)
     argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
             "--split-size", str(split_size), "--master", master, "--json"]
-    with WorkerMemory() as mem:
-        t0 = time.monotonic()
-        code, stdout = _run_job("rebuild", argv)
-        seconds = time.monotonic() - t0
+    code, stdout, seconds, peak = _timed_job("rebuild", argv)
     report = json.loads(stdout)
     detail = {"exit_code": code, "job_timings_s": report.get("timings"),
               "consumequeue_files": report.get("consumequeue_files"),
               "index_files": len(report.get("index_files") or []), "tasks_decode": report.get("splits")}
     return StageResult("jobs.rebuild (CQ + index)", seconds, report.get("message_records"), data_bytes,
-                       mem.peak, detail=detail)
-
-
-def verify_available() -> bool:
-    """jobs.verify is measured only where the module exists."""
-    return importlib.util.find_spec("jobs.verify") is not None
+                       peak, detail=detail)
 
 
 def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
            data_bytes: int) -> StageResult:
     """`jobs.verify` over a store made of the bench commit log and the rebuilt consume queues/index
     (symlinks), timed from main() to its return."""
-    if not verify_available():
-        return StageResult("jobs.verify", None, note="n/a: jobs/verify.py does not exist")
     view = work_root / "verify-store"
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(parents=True)
@@ -196,10 +190,7 @@ def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master:
             (view / name).symlink_to(target)
     argv = ["--store", str(view), "--broker-config", str(store / "broker.conf"), "--work-dir", str(work_root),
             "--split-size", str(split_size), "--master", master, "--json"]
-    with WorkerMemory() as mem:
-        t0 = time.monotonic()
-        code, stdout = _run_job("verify", argv)
-        seconds = time.monotonic() - t0
+    code, stdout, seconds, peak = _timed_job("verify", argv)
     try:
         report = json.loads(stdout)
     except ValueError:
@@ -210,4 +201,4 @@ def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master:
               "index_files_checked": report.get("index_files_checked")}
     checked = (report.get("commitlog") or {}).get("message_records", records)
     note = "" if code == 0 else f"exit code {code}: the rebuilt files did not verify"
-    return StageResult("jobs.verify", seconds, checked, data_bytes, mem.peak, detail=detail, note=note)
+    return StageResult("jobs.verify", seconds, checked, data_bytes, peak, detail=detail, note=note)
