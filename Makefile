@@ -19,6 +19,8 @@ demo: venv
 	$(PY) -m storage_format.sample_store $(DEMO)/store
 	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
 	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt
+	mkdir -p $(DEMO)/checked && ln -s ../store/commitlog ../rebuilt/consumequeue ../rebuilt/index $(DEMO)/checked/
+	$(PY) -m jobs.verify --store $(DEMO)/checked --broker-config $(DEMO)/store/broker.conf
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
 
 test: venv
