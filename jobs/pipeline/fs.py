@@ -1,6 +1,9 @@
 """One filesystem layer for every path reput touches: local paths, hdfs://, s3://, ... via pyarrow.fs."""
 from __future__ import annotations
 
+import errno
+import mmap
+import os
 import posixpath
 from dataclasses import dataclass
 
@@ -68,8 +71,6 @@ class Location:
     def is_hole(self, offset: int, end: int) -> bool:
         """True when the file provably stores nothing in [offset, end): a hole of a sparse local file
         (reads as zeros), asked with lseek(SEEK_DATA). False when it holds data or nobody can tell."""
-        import os
-
         if not isinstance(self.fs, pafs.LocalFileSystem) or not hasattr(os, "SEEK_DATA"):
             return False
         try:
@@ -79,7 +80,6 @@ class Location:
         try:
             return os.lseek(fd, offset, os.SEEK_DATA) >= end
         except OSError as exc:
-            import errno
             return exc.errno == errno.ENXIO  # no data at or after offset
         finally:
             os.close(fd)
@@ -136,9 +136,6 @@ MMAP_MIN_BYTES = 1 << 20
 def _map_range(path: str, offset: int, length: int) -> pa.Buffer:
     """A read-only memory map of path[offset:offset+length] as an Arrow buffer (the buffer keeps the
     map alive; it is unmapped when the last view of it goes)."""
-    import mmap
-    import os
-
     with open(path, "rb") as f:
         length = max(0, min(length, os.fstat(f.fileno()).st_size - offset))
         if length == 0:
@@ -157,7 +154,6 @@ def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" in uri:
         fs, path = pafs.FileSystem.from_uri(uri)
     else:
-        import os
         fs, path = pafs.LocalFileSystem(), os.path.abspath(uri)
     _CACHE[uri] = (fs, path)
     return fs, path
@@ -167,5 +163,4 @@ def location(path: str) -> Location:
     """A Location for a user-given path or URI (relative local paths become absolute)."""
     if "://" in path:
         return Location(path.rstrip("/"))
-    import os
     return Location(os.path.abspath(path))
