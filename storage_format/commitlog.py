@@ -398,11 +398,8 @@ class RecordColumns:
         """Values of one property (null when absent or dropped by the broker's parsing rules)."""
         starts, lengths = self._props[name]
         present = starts >= 0
-        return self._slices(np.where(present, starts, self._fill_starts(starts)), lengths, present)
-
-    def _fill_starts(self, starts: np.ndarray) -> np.ndarray:
-        # Absent values become empty slices placed at the record's properties start, keeping order.
-        return self.properties_start
+        # Absent values become empty slices at the record's properties start, keeping slices in order.
+        return self._slices(np.where(present, starts, self.properties_start), lengths, present)
 
     def property_string(self, name: str) -> pa.Array:
         return _utf8_lenient(self.property_binary(name))

@@ -47,23 +47,13 @@ class IndexHeader:
         return cls(*(int(v) for v in h))
 
 
+def key_slots(key_hash: np.ndarray, slots: int | np.ndarray) -> np.ndarray:
+    """Hash slot of each (non-negative) keyHash in an index file of `slots` slots: keyHash % slots."""
+    return np.asarray(key_hash, dtype=np.int64) % np.asarray(slots, dtype=np.int64)
+
+
 def file_size(slots: int, max_entries: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE + max_entries * ENTRY_SIZE
-
-
-def key_string(topic: str, key: str) -> str:
-    """The indexed string for a key: `topic#key`."""
-    return f"{topic}#{key}"
-
-
-def time_diffs(store_ts: np.ndarray, begin_before_first: int) -> np.ndarray:
-    """timeDiff (seconds) per entry of one file, with the header's begin timestamp as the broker
-    sees it at each put: the inherited value for the first entry, the first entry's time after."""
-    base = np.empty(len(store_ts), np.int64)
-    if len(store_ts):
-        base[0] = begin_before_first
-        base[1:] = store_ts[0]
-    return _time_diff(np.asarray(store_ts, np.int64), base)
 
 
 @dataclass
@@ -118,7 +108,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        order, s_sorted, _, last = _by_slot(np.asarray(key_hash).astype(np.int64) % slots)
+        order, s_sorted, _, last = _by_slot(key_slots(key_hash, slots))
         newest[s_sorted[last]] = n + 1 + order[last]
         if first is None:
             first = (int(store_ts[0]), int(phy[0]))
@@ -141,7 +131,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        order, s_sorted, same, last = _by_slot(np.asarray(key_hash).astype(np.int64) % slots)
+        order, s_sorted, same, last = _by_slot(key_slots(key_hash, slots))
         position = np.arange(done + 1, done + k + 1, dtype=np.int64)
         prev = np.empty(k, np.int64)
         prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
@@ -165,7 +155,8 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
 
 
 def _time_diff(store_ts: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """timeDiff in seconds of each entry against the begin timestamp its put saw (see time_diffs)."""
+    """timeDiff in seconds of each entry against the header begin timestamp its put saw (0 when that
+    is <= 0, clamped to 0..Integer.MAX_VALUE, Java's truncating division)."""
     delta = store_ts - base
     diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
     diff = np.clip(diff, 0, INT_MAX)
@@ -193,7 +184,7 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     ph = np.asarray(phy[:n], np.int64)
     table = np.frombuffer(data, dtype=">i4", count=slots, offset=HEADER_SIZE).astype(np.int64)
     position = count + np.arange(n, dtype=np.int64)
-    order, s_sorted, same, last = _by_slot(kh % slots)
+    order, s_sorted, same, last = _by_slot(key_slots(kh, slots))
     prev = np.empty(n, np.int64)
     prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
     first_put = order[~same]
@@ -213,10 +204,6 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
                                      header.hash_slot_count + int(np.count_nonzero(~valid)), count + n).to_bytes()
     return n
-
-
-def is_full(header: IndexHeader, max_entries: int) -> bool:
-    return header.index_count >= max_entries
 
 
 def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:

@@ -56,11 +56,6 @@ def index_key_hashes(topics: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.Chu
     return index_key_hash(_hash_with_topic(topic_prefix_hashes(topics), data, offsets))
 
 
-def key_slots(key_hash: np.ndarray, slots: int | np.ndarray) -> np.ndarray:
-    """Hash slot of each (non-negative) keyHash in an index file of `slots` slots: keyHash % slots."""
-    return np.asarray(key_hash, dtype=np.int64) % np.asarray(slots, dtype=np.int64)
-
-
 def index_keys(cols: RecordColumns, only: np.ndarray | None = None) -> IndexKeys:
     """Index keys of the records in `cols` (optionally only where `only` is True), in dispatch order."""
     take = (cols.sys_flag & TRAN_MASK) != TRAN_ROLLBACK

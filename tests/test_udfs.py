@@ -20,7 +20,8 @@ from pyspark.util import PythonEvalType
 import udfs
 from jobs.pipeline.commitlog_source import read_commitlog
 from storage_format.consume_queue import tags_codes
-from storage_format.index_keys import index_key_hashes, key_slots
+from storage_format.index_file import key_slots
+from storage_format.index_keys import index_key_hashes
 from storage_format.java_hash import java_hash_arrow
 from storage_format.msg_id import (
     decode_offset_msg_ids,

@@ -13,7 +13,8 @@ from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import IntegerType, LongType
 
 from storage_format.consume_queue import tags_codes
-from storage_format.index_keys import index_key_hashes, key_slots
+from storage_format.index_file import key_slots
+from storage_format.index_keys import index_key_hashes
 from storage_format.java_hash import java_hash_arrow
 from storage_format.settings import BrokerSettings
 
