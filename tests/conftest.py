@@ -19,6 +19,27 @@ def golden_cases(prefixes: tuple[str, ...] = ("",), exclude: tuple[str, ...] = (
     return [n for n in names if n.startswith(prefixes) and not any(x in n for x in exclude)]
 
 
+# Golden cases today's code does not yet handle, with the issue that fixes each (xfail strict: a fix
+# that makes one pass turns the suite red until its entry is removed here).
+KNOWN_FAILING: dict[str, str] = {
+    "lmq-clean-small-11": "issue 13: LMQ multi-dispatch (4.9.8)",
+    "lmq-rebuild-headless-11": "issue 13: LMQ multi-dispatch (4.9.8)",
+    "lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (4.9.8)",
+    "v5-lmq-clean-small-11": "issue 13: LMQ multi-dispatch (5.3.3)",
+    "v5-lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (5.3.3)",
+    "v5-controller-clean-small-11": "issue 13: controller-mode confirm offset (5.3.3)",
+    "v5-controller-clean-small-11-reopened": "issue 13: controller-mode confirm offset (5.3.3)",
+    "v5-controller-unclean-11": "issue 13: controller-mode recovery (5.3.3)",
+    "v5-controller-unclean-cqahead-11": "issue 13: controller-mode recovery (5.3.3)",
+}
+
+
+def case_params(cases: list[str]) -> list:
+    """`cases` as pytest params, the known-failing ones marked xfail(strict=True) with their issue."""
+    return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[c]))
+            if c in KNOWN_FAILING else c for c in cases]
+
+
 def manifest(case: str) -> dict:
     return json.loads((GOLDEN / case / "manifest.json").read_text())
 

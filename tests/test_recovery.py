@@ -32,10 +32,14 @@ from storage_format.markers import detect_generation, markers_after_clean_start
 from storage_format.record import MAGIC_V1, MAGIC_V2
 from storage_format.settings import BrokerSettings
 
-from .conftest import GOLDEN, manifest
+from .conftest import GOLDEN, case_params, golden_cases, manifest
 
 REPO = Path(__file__).resolve().parents[1]
 UNCLEAN = ["unclean-11", "unclean-torn-11", "v5-unclean-11", "v5-unclean-torn-11"]
+# Every golden crashed input with the broker's recovered store beside it: `<case>-recovered`, and the
+# controller-mode store that kept `abort` through a graceful shutdown, reopened by the broker.
+RECOVERY_PAIRS = {**{c: f"{c}-recovered" for c in golden_cases() if f"{c}-recovered" in golden_cases()},
+                  "v5-controller-clean-small-11": "v5-controller-clean-small-11-reopened"}
 CONF = GOLDEN / "unclean-11" / "broker.conf"
 
 
@@ -61,9 +65,9 @@ def writable_copy(src: Path, dst: Path) -> Path:
 
 
 def assert_matches_recovered(out: Path, case: str) -> None:
-    """OUT equals `<case>-recovered`: commit-log names and sha256, consume-queue paths and sha256,
-    index files in name order by sha256, checkpoint sha256, no abort, 5.x abort.bak."""
-    files = manifest(f"{case}-recovered")["files"]
+    """OUT equals the broker's recovery of `case`: commit-log names and sha256, consume-queue paths and
+    sha256, index files in name order by sha256, checkpoint sha256, no abort, 5.x abort.bak."""
+    files = manifest(RECOVERY_PAIRS[case])["files"]
     for prefix in ("commitlog/", "consumequeue/"):
         expect = {k: v["sha256"] for k, v in files.items() if k.startswith(prefix)}
         got = {k: v for k, v in tree(out).items() if k.startswith(prefix)}
@@ -366,20 +370,29 @@ def test_checkpoint_after_rules():
 # jobs.recover on the golden crashed stores (Spark)
 
 
+class _Recovered(dict):
+    """OUT of `jobs.recover` per golden crashed case, made on first use (one run per case per module)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, case: str) -> Path:
+        out = self.root / case
+        assert run_recover("--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                           "--out", str(out), "--json") == 0
+        self[case] = out
+        return out
+
+
 @pytest.fixture(scope="module")
 def recovered(spark, golden, tmp_path_factory) -> dict[str, Path]:
-    """OUT of `jobs.recover` for every golden unclean case."""
-    root = tmp_path_factory.mktemp("recovered")
-    out = {}
-    for case in UNCLEAN:
-        out[case] = root / case
-        assert run_recover("--store", str(golden / case), "--broker-config", str(golden / case / "broker.conf"),
-                           "--out", str(out[case]), "--json") == 0
-    return out
+    return _Recovered(tmp_path_factory.mktemp("recovered"))
 
 
-@pytest.mark.parametrize("case", UNCLEAN)
+@pytest.mark.parametrize("case", case_params(sorted(RECOVERY_PAIRS)))
 def test_out_equals_broker_recovery(recovered, case):
+    """OUT of every golden crashed store equals what RocketMQ's own recovery made of it."""
     assert_matches_recovered(recovered[case], case)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.pipeline.cli import run_main
 from jobs.verify import main as verify_main
-from tests.conftest import GOLDEN, golden_cases, manifest
+from tests.conftest import GOLDEN, case_params, golden_cases, manifest
 
 CONSISTENT = [c for c in golden_cases() if "recovered" not in c
               and manifest(c)["oracle_self_check"]["byte_exact_match"]]
@@ -46,7 +46,7 @@ def kinds(report: dict) -> dict[str, int]:
     return report["finding_counts"]
 
 
-@pytest.mark.parametrize("case", CONSISTENT)
+@pytest.mark.parametrize("case", case_params(CONSISTENT))
 def test_consistent_golden_stores_exit_0(case, spark, golden, tmp_path, capsys):
     """Clean, headless-rebuilt and crashed-but-untorn stores: every file is what the commit log implies.
     Nothing is written into the store, and the work directory is removed."""
