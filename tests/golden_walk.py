@@ -4,12 +4,12 @@ Used to check codecs against bytes the real broker wrote; it trusts nothing it c
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-GOLDEN = Path(os.environ.get("REPUT_GOLDEN", Path(__file__).resolve().parents[2] / "shared" / "golden"))
+from tests.conftest import GOLDEN
+
 _MAGICS = (0xDAA320A7, 0xDAA320AB)
 
 
@@ -28,7 +28,7 @@ class GoldenRecord:
 
 
 def case_dir(case: str) -> Path:
-    """Directory of a golden case (tests take the `golden` fixture first, which skips when absent)."""
+    """Directory of a golden case; a missing one fails the test (the golden stores are the ground truth)."""
     path = GOLDEN / case
     assert path.is_dir(), f"golden case missing: {path}"
     return path
@@ -44,13 +44,15 @@ def broker_conf(case: str) -> dict[str, str]:
     return out
 
 
-def parse_properties(raw: bytes) -> dict[str, str]:
-    """`name\\x01value\\x02` items; an item needs a non-empty name and value; later names win."""
-    out = {}
-    for item in raw.decode("utf-8", "replace").split("\x02"):
-        parts = item.split("\x01")
-        if len(parts) == 2 and parts[0] and parts[1]:
-            out[parts[0]] = parts[1]
+def parse_properties(text: str | None) -> dict[str, str]:
+    """The broker's properties map, written from its rules (MessageDecoder.string2messageProperties)
+    as splits rather than its index walk: items between \\x02; the name runs to an item's first \\x01,
+    the value is the rest (it may hold \\x01); an item is kept when both are non-empty; later names win."""
+    out: dict[str, str] = {}
+    for item in (text or "").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if name and sep and value:
+            out[name] = value
     return out
 
 
@@ -84,7 +86,7 @@ def records(case: str) -> list[GoldenRecord]:
             topic = buf[p : p + topic_len]
             p += topic_len
             (props_len,) = struct.unpack_from(">h", buf, p)
-            props = parse_properties(buf[p + 2 : p + 2 + props_len])
+            props = parse_properties(buf[p + 2 : p + 2 + props_len].decode("utf-8", "replace"))
             (physical,) = struct.unpack_from(">q", buf, pos + 28)
             assert physical == base + pos, f"{segment} at {pos}: physicalOffset {physical}"
             out.append(GoldenRecord(physical, sys_flag, born, store, host, port, topic, props))

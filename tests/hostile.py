@@ -378,15 +378,32 @@ def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
     return build
 
 
+total_size_zero = total_size(0, "zero")
+total_size_negative = total_size(-1, "negative")
+total_size_past_segment = total_size(None, "past-segment")
+
 BUILDERS: list[Callable[[Path, Path], Damage]] = [
     truncated_segment, oversized_segment, missing_segment, bad_magic, bitflip_magic, bitflip_total_size_high,
     bitflip_total_size_low, bitflip_store_timestamp, bitflip_physical_offset, zeroed_header_last_segment,
-    misnamed_segment, total_size(0, "zero"), total_size(-1, "negative"),
-    total_size(None, "past-segment"), bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
+    misnamed_segment, total_size_zero, total_size_negative,
+    total_size_past_segment, bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
     properties_invalid_utf8, properties_without_separators, _bad_topic("../../x", "dotdot"),
     _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), index_wrong_size, consume_queue_wrong_size,
     checkpoint_wrong_size,
 ]
+
+# Damage inside one segment that the decoder alone finds (storage_format.commitlog.decode_buffer): the
+# end reason it must report there. tests/test_decode_damage.py checks every one without Spark; the jobs
+# only carry the decoder's end to the operator, so the Spark matrix keeps one case per end reason
+# (bad_magic, total_size_past_segment, topic_length_past_record, topic_invalid_utf8) and not the others.
+DECODE_ENDS: dict[Callable[[Path, Path], Damage], str] = {
+    bad_magic: "badmagic", bitflip_magic: "badmagic", bitflip_total_size_high: "bad_total_size",
+    bitflip_total_size_low: "size_mismatch", total_size_zero: "bad_total_size",
+    total_size_negative: "bad_total_size", total_size_past_segment: "bad_total_size",
+    topic_length_past_record: "size_mismatch", topic_invalid_utf8: "error",
+}
+DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, total_size_zero, total_size_negative)
+JOB_BUILDERS = [b for b in BUILDERS if b not in DECODE_ONLY]  # run through every job (Spark)
 
 
 def build_all(golden: Path, root: Path) -> list[Damage]:

@@ -15,6 +15,7 @@ from tests.hostile import tree_digest
 CASE = "clean-small-11"
 REPORT = "reput-report.json"
 SUBPROCESS_TIMEOUT_S = 600
+pytestmark = pytest.mark.slow  # seven rebuilds, two of them in their own Spark sessions
 
 
 def out_digest(out: Path) -> dict[str, str]:

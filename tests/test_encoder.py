@@ -37,8 +37,8 @@ from storage_format.sample_store import (
     write_sample_store,
 )
 from storage_format.settings import load_settings
+from tests.conftest import GOLDEN
 
-GOLDEN = Path(os.environ.get("REPUT_GOLDEN", Path(__file__).resolve().parents[2] / "shared" / "golden"))
 
 # ---------------------------------------------------------------------------------------------
 # Independent reference parser (struct only)

@@ -1,5 +1,7 @@
 """Hostile input: on every store of the corpus (tests/hostile.py) each job ends with a precise message or
-a correct result, leaves the input byte-identical and writes nothing outside its output directory."""
+a correct result, leaves the input byte-identical and writes nothing outside its output directory.
+Damage the decoder alone finds is checked on the decoder in tests/test_decode_damage.py; here every
+job runs on one case per decoder end reason."""
 from __future__ import annotations
 
 import importlib
@@ -11,10 +13,11 @@ import pytest
 
 from jobs.pipeline.cli import run_main
 from storage_format.java_hash import java_hash_bytes
-from tests.hostile import (ACCEPTED, BUILDERS, ERROR, IGNORED, JOBS, REPORTED, SOURCE_CASE, Damage, bad_magic,
+from tests.hostile import (ACCEPTED, ERROR, IGNORED, JOB_BUILDERS, JOBS, REPORTED, SOURCE_CASE, Damage, bad_magic,
                            copy_store, cq_entry, missing_segment, tree_digest, zeroed_header_last_segment)
 
 REPORT = "reput-report.json"
+pytestmark = pytest.mark.slow  # ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py
 
 
 def run_job(job: str, argv: list[str], capfd) -> tuple[int, str, str]:
@@ -56,7 +59,7 @@ def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("job", JOBS)
-@pytest.mark.parametrize("builder", BUILDERS, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("builder", JOB_BUILDERS, ids=lambda b: b.__name__)
 def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, capfd, monkeypatch, request):
     """Exit 2 with one line naming the file and byte offset, or the damage reported by file and byte
     offset, or accepted as the broker accepts it, or ignored when the job does not read that file; never

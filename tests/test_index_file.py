@@ -1,35 +1,45 @@
 """Index files: the vectorised builders equal IndexFile.putKey applied one key at a time."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from storage_format.index_file import (ENTRY_DTYPE, HEADER_SIZE, SLOT_SIZE, IndexHeader, IndexState,
-                                       append_to_index_file, build_index_file, file_size)
+from storage_format.index_file import IndexState, append_to_index_file, build_index_file, file_size
 
+# The model's own layout (IndexHeader / IndexFile of the broker), not storage_format's constants.
+# Header: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount.
+HEADER = struct.Struct(">qqqqii")
+ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex
 SLOTS, MAX = 8, 40
 INT_MAX = 2**31 - 1
 
 
+def empty_file(begin_ts: int = 0, begin_phy: int = 0) -> bytearray:
+    """A new index file as the broker creates it: header with indexCount 1, zero slots and entries;
+    a rolled file starts with its predecessor's end timestamp and offset as begin and end."""
+    return bytearray(HEADER.pack(begin_ts, begin_ts, begin_phy, begin_phy, 0, 1)
+                     + bytes(SLOTS * 4 + MAX * ENTRY.size))
+
+
 def put_key_reference(data: bytearray, kh: int, phy: int, ts: int) -> bool:
     """IndexFile.putKey, transcribed statement by statement (the test's independent model)."""
-    h = IndexHeader.from_bytes(data[:HEADER_SIZE])
-    count = h.index_count
+    begin_ts, _, begin_phy, _, slot_count, count = HEADER.unpack_from(data)
     if count >= MAX:
         return False
-    slot_at = HEADER_SIZE + (kh % SLOTS) * SLOT_SIZE
-    slot_value = int.from_bytes(data[slot_at:slot_at + 4], "big", signed=True)
+    slot_at = HEADER.size + (kh % SLOTS) * 4
+    (slot_value,) = struct.unpack_from(">i", data, slot_at)
     if slot_value <= 0 or slot_value > count:
         slot_value = 0
-    diff = ts - h.begin_timestamp
+    diff = ts - begin_ts
     diff = int(diff / 1000) if abs(diff) < 2**52 else (abs(diff) // 1000) * (1 if diff > 0 else -1)
-    diff = 0 if h.begin_timestamp <= 0 else min(max(diff, 0), INT_MAX)
-    at = HEADER_SIZE + SLOTS * SLOT_SIZE + count * 20
-    data[at:at + 20] = np.array([(kh, phy, diff, slot_value)], dtype=ENTRY_DTYPE).tobytes()
-    data[slot_at:slot_at + 4] = count.to_bytes(4, "big")
-    begin_ts, begin_phy = (ts, phy) if count <= 1 else (h.begin_timestamp, h.begin_phy_offset)
-    data[:HEADER_SIZE] = IndexHeader(begin_ts, ts, begin_phy, phy, h.hash_slot_count + (slot_value == 0),
-                                     count + 1).to_bytes()
+    diff = 0 if begin_ts <= 0 else min(max(diff, 0), INT_MAX)
+    ENTRY.pack_into(data, HEADER.size + SLOTS * 4 + count * ENTRY.size, kh, phy, diff, slot_value)
+    struct.pack_into(">i", data, slot_at, count)
+    if count <= 1:
+        begin_ts, begin_phy = ts, phy
+    HEADER.pack_into(data, 0, begin_ts, ts, begin_phy, phy, slot_count + (slot_value == 0), count + 1)
     return True
 
 
@@ -51,7 +61,8 @@ def test_build_and_append_equal_put_key(keys, inherited_ts, split):
     model byte for byte: timeDiff of the first entry, slot chains, hashSlotCount, the count limit."""
     kh, phy, ts = arrays(keys)
     inherited = IndexState(inherited_ts, 777 if inherited_ts else 0)
-    empty = bytearray(build_index_file(kh[:0].astype(np.int32), phy[:0], ts[:0], SLOTS, MAX, inherited))
+    empty = empty_file(inherited_ts, inherited.end_phy_offset)
+    assert build_index_file(kh[:0].astype(np.int32), phy[:0], ts[:0], SLOTS, MAX, inherited) == bytes(empty)
     model = bytearray(empty)
     fitted = 0
     for k, p, t in zip(kh.tolist(), phy.tolist(), ts.tolist()):
@@ -65,15 +76,14 @@ def test_build_and_append_equal_put_key(keys, inherited_ts, split):
     rest = append_to_index_file(appended, kh[first:], phy[first:], ts[first:], SLOTS, MAX)
     assert first + rest == fitted
     assert bytes(appended) == bytes(model)
-    assert len(appended) == file_size(SLOTS, MAX)
+    assert len(appended) == file_size(SLOTS, MAX) == HEADER.size + SLOTS * 4 + MAX * ENTRY.size
 
 
 def test_garbage_slot_value_counts_as_empty():
     """A slot holding a position past indexCount is invalid: the put starts a new chain."""
-    data = bytearray(build_index_file(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64),
-                                      SLOTS, MAX, IndexState()))
-    data[HEADER_SIZE + 3 * SLOT_SIZE:HEADER_SIZE + 4 * SLOT_SIZE] = (30).to_bytes(4, "big")
+    data = empty_file()
+    struct.pack_into(">i", data, HEADER.size + 3 * 4, 30)
     model = bytearray(data)
     put_key_reference(model, 3, 10, 1_700_000_000_000)
     append_to_index_file(data, np.array([3]), np.array([10]), np.array([1_700_000_000_000]), SLOTS, MAX)
-    assert data == model and IndexHeader.from_bytes(data[:HEADER_SIZE]).hash_slot_count == 1
+    assert data == model and HEADER.unpack_from(data)[4] == 1

@@ -143,8 +143,7 @@ def test_checkpoint_golden_values(golden):
     assert checkpoint_bytes(cp, 5) == (golden / "v5-unclean-11-recovered" / "checkpoint").read_bytes()
 
 
-@pytest.mark.parametrize("case", sorted(p.name for p in GOLDEN.iterdir() if (p / "manifest.json").exists())
-                         if GOLDEN.is_dir() else [])
+@pytest.mark.parametrize("case", golden_cases())
 def test_generation_detection_on_golden(golden, case):
     d = golden / case
     abort = (d / "abort").read_bytes() if (d / "abort").exists() else None
