@@ -2,7 +2,7 @@
 offline with Spark exactly as the broker's own start-up recovery would leave it.
 
 Modes: `--out OUT` writes the recovered store to OUT (STORE is only read); `--dry-run` prints (and with
-`--plan FILE` writes) the plan as JSON; `--in-place --backup-dir DIR` applies the plan to STORE with a
+`--plan FILE` writes) the plan: a summary for people, JSON with `--json`; `--in-place --backup-dir DIR` applies the plan to STORE with a
 backup and a journal (`--resume` / `--rollback` finish or undo a run that was killed). `--full-index`
 rebuilds the whole index instead of resuming it. Exit status 0 = done (or nothing to do), 2 = error.
 """
@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo roo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline import inplace  # noqa: E402
+from jobs.pipeline import recover_text as text  # noqa: E402
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
@@ -39,7 +40,7 @@ def _args(argv: list[str] | None):
     p = parser("recover", "Recover a RocketMQ store after an unclean shutdown (abort file present), the "
                           "way the broker's start-up recovery does, but offline and in parallel.")
     p.add_argument("--out", help="write the recovered store here (must not exist unless --overwrite)")
-    p.add_argument("--dry-run", action="store_true", help="only print the plan (JSON); write no store files")
+    p.add_argument("--dry-run", action="store_true", help="only print the plan (a summary; JSON with --json); write no store files")
     p.add_argument("--plan", help="also write the plan (JSON) to this file")
     p.add_argument("--in-place", action="store_true", help="apply the plan to STORE itself (needs --backup-dir)")
     p.add_argument("--backup-dir", help="with --in-place: every file changed or deleted is copied here first")
@@ -54,7 +55,7 @@ def _args(argv: list[str] | None):
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
     p.add_argument("--work", help="directory for the scan's intermediate files (default: beside OUT, in the "
                                   "store for --in-place, a temporary directory for --dry-run)")
-    p.add_argument("--json", action="store_true", help="print the plan/report as JSON")
+    p.add_argument("--json", action="store_true", help="print the plan/result as JSON instead of the summary")
     args = p.parse_args(argv)
     if args.resume or args.rollback:
         if args.resume and args.rollback:
@@ -86,7 +87,10 @@ def _run(args) -> int:
     if args.resume or args.rollback:
         path = inplace.local_store(store.uri)
         result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
-        print_json(result) if args.json else print(f"{'resumed' if args.resume else 'rolled back'}: {result}")
+        if args.json:
+            print_json(result)
+        else:
+            _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     settings = settings_from(args)
     if not store.child("commitlog").is_dir():
@@ -126,8 +130,27 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     finally:
         work.delete_tree()
     _write_plan(args, summary)
-    print_json(summary)
+    if args.json:
+        print_json(summary)
+    else:
+        _print_lines(text.plan_lines(summary, broker=_broker_state(store)))
     return EXIT_OK
+
+
+def _broker_state(store: Location) -> str | None:
+    """Whether a broker holds the store's lock right now (local stores; None where nobody can tell)."""
+    try:
+        path = inplace.local_store(store.uri)
+    except JobError:
+        return None
+    if inplace.broker_holds_lock(path):
+        return f"RUNNING: {path / 'lock'} is locked; the tail after the last dispatched position is in flight"
+    return f"not running ({path / 'lock'} is not locked)"
+
+
+def _print_lines(lines: list[str]) -> None:
+    """The console form, one line each."""
+    print("\n".join(lines))
 
 
 def _check_outside(store: Location, other: Location, what: str) -> None:
@@ -209,21 +232,8 @@ def _report(args, plan: RecoveryPlan, summary: dict, headline: str) -> None:
     """Human (or JSON) summary of what was done."""
     if args.json:
         print_json(summary)
-        return
-    t = summary["truncation"]
-    cq = summary["consumequeue"]
-    idx = summary["index"]
-    print(headline)
-    print(f"  RocketMQ {summary['generation']}, {summary['state']}, {summary['recovery']} recovery")
-    print(f"  start segment {summary['start_segment']['name']}: {summary['start_segment']['reason']}")
-    print(f"  truncation at {t['offset']} ({t['reason']}{': ' + t['detail'] if t['detail'] else ''})")
-    print(f"  commit-log segments deleted: {len(summary['commitlog']['to_delete'])}")
-    print(f"  consume-queue files rewritten {len(cq['to_rewrite'])}, created {len(cq['to_create'])}, "
-          f"deleted {len(cq['to_delete'])}")
-    print(f"  index files deleted {len(idx.get('deleted_newer_than_checkpoint', idx.get('deleted', [])))}, "
-          f"created {len(idx.get('to_create', []))}")
-    for w in summary["warnings"]:
-        print(f"  warning: {w}")
+    else:
+        _print_lines(text.result_lines(summary, headline))
 
 
 def _entry(argv: list[str] | None = None) -> None:

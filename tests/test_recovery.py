@@ -598,6 +598,7 @@ def test_inplace_end_to_end_with_a_kill_then_resume_then_rollback(golden, tmp_pa
     assert again.returncode == 2 and "--resume" in again.stderr and "Traceback" not in again.stderr
     done = subprocess.run(cmd[:5] + ["--resume"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"resumed: {store} recovered in place (") and "{" not in done.stdout
     assert_matches_recovered(store, "unclean-torn-11")
     manifest_ops = json.loads((backup / "reput-backup.json").read_text())["ops"]
     assert {o["path"] for o in manifest_ops if o["op"] != "create"} <= {
@@ -605,4 +606,5 @@ def test_inplace_end_to_end_with_a_kill_then_resume_then_rollback(golden, tmp_pa
     back = subprocess.run(cmd[:5] + ["--rollback", "--backup-dir", str(backup)], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert back.returncode == 0, back.stderr
+    assert back.stdout.startswith(f"rolled back: {store} is as it was before recovery (") and "{" not in back.stdout
     assert tree(store) == old

@@ -17,12 +17,13 @@ R = TypeVar("R")
 
 
 class Progress:
-    """Prints `label: done/total tasks, MB, MB/s` while a Spark job runs (stderr, every few seconds)."""
+    """Prints `label: done/total tasks, elapsed, MB of total MB, MB/s, ETA` while a Spark job runs (stderr,
+    every few seconds), and a last line with the totals when it is done."""
 
     def __init__(self, spark: SparkSession, label: str, total: int, total_bytes: int = 0,
-                 every: float = 2.0, stream=sys.stderr) -> None:
+                 every: float = 2.0, stream=None) -> None:
         self.sc, self.label, self.total, self.total_bytes = spark.sparkContext, label, total, total_bytes
-        self.every, self.stream = every, stream
+        self.every, self.stream = every, stream if stream is not None else sys.stderr
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.started = time.monotonic()
@@ -37,12 +38,7 @@ class Progress:
         return done
 
     def _line(self, done: int) -> str:
-        secs = max(time.monotonic() - self.started, 1e-9)
-        line = f"[reput] {self.label}: {done}/{self.total} tasks, {secs:.1f}s"
-        if self.total_bytes and self.total:
-            mb = self.total_bytes * done / self.total / 1e6
-            line += f", ~{mb:.0f} MB, ~{mb / secs:.0f} MB/s"
-        return line
+        return progress_line(self.label, done, self.total, time.monotonic() - self.started, self.total_bytes)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -57,6 +53,19 @@ class Progress:
         self._thread.join()
         if exc[0] is None:
             print(self._line(self.total), file=self.stream, flush=True)
+
+
+def progress_line(label: str, done: int, total: int, secs: float, total_bytes: int = 0) -> str:
+    """One progress line: tasks done of the total, elapsed time, bytes of the total and the rate (bytes
+    counted per finished task, evenly), and while unfinished the ETA from the rate of tasks so far."""
+    secs = max(secs, 1e-9)
+    line = f"[reput] {label}: {done}/{total} tasks, {secs:.1f}s"
+    if total_bytes and total:
+        mb, total_mb = total_bytes * done / total / 1e6, total_bytes / 1e6
+        line += f", ~{mb:.0f} of {total_mb:.0f} MB, ~{mb / secs:.0f} MB/s"
+    if done < total:
+        line += f", ETA {secs * (total - done) / done:.0f}s" if done else ", ETA unknown (no task done yet)"
+    return line
 
 
 def run_tasks(spark: SparkSession, items: Sequence[T], fn: Callable[[T], R], label: str,
