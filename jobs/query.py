@@ -38,14 +38,15 @@ from storage_format.index_file import (ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, Index
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id, encode_offset_msg_id  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
-from storage_format.record import FLAG_COMPRESSED, MAGIC_V1, MAGIC_V2, TRAN_MASK, Message  # noqa: E402
+from storage_format.record import (FLAG_COMPRESSED, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,  # noqa: E402
+                                  TRAN_NOT, TRAN_PREPARED, TRAN_ROLLBACK, Message)
 from storage_format.scan_plan import Segment  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 DEFAULT_MAX_NUM = 64  # the broker's maxMsgsNumBatch: queryOffset never returns more per query
 LONG_MAX = 2**63 - 1
 PREVIEW_CHARS = 120
-TRAN_NAMES = {0x0: "NOT", 0x4: "PREPARED", 0x8: "COMMIT", 0xC: "ROLLBACK"}
+TRAN_NAMES = {TRAN_NOT: "NOT", TRAN_PREPARED: "PREPARED", TRAN_COMMIT: "COMMIT", TRAN_ROLLBACK: "ROLLBACK"}
 COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}  # 5.x: (sysFlag >> 8) & 7; 4.x: always zlib
 _ENTRY = struct.Struct(">iqii")  # an index entry: keyHash, phyOffset, timeDiff, prevIndex
 
@@ -290,7 +291,7 @@ def by_scan(args: argparse.Namespace, topic: str | None, key: str, uniq: bool, b
 
     spark = get_spark("query", args.master)
     df = read_commitlog(spark, args.store, args.broker_config, args.split_size)
-    df = df.filter((F.col("transaction_type") != 0xC) & F.col("store_timestamp").between(begin, end))
+    df = df.filter((F.col("transaction_type") != TRAN_ROLLBACK) & F.col("store_timestamp").between(begin, end))
     if topic is not None:
         df = df.filter(F.col("topic") == topic)
     cond = (F.col("uniq_key") == key) if uniq else F.array_contains(F.split(F.col("keys"), " "), key)

@@ -18,8 +18,8 @@ import pyarrow as pa
 from .errors import StoreFormatError
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY, locate_properties
 from .ragged import slices_to_binary
-from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_MASK,
-                     Message)
+from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC,
+                     TRAN_MASK, Message)
 
 MIN_RECORD_SIZE = 91  # IPv4 hosts, empty body, topic and properties (v1)
 BLANK_HEADER = 8
@@ -36,8 +36,6 @@ END_BLANK = "blank"  # normal end of a segment: reading goes on in the next one
 END_STOP = "stop"  # reached the end of the byte range asked for: the chain goes on
 END_FILE = "end_of_file"  # the chain ended exactly at the segment end (no blank)
 INVALID_ENDS = (END_BAD_MAGIC, END_SIZE_MISMATCH, END_CRC_MISMATCH, END_BAD_TOTAL_SIZE, END_BAD_DELAY)
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
 class NeedMoreBytes(Exception):

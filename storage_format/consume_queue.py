@@ -11,12 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .java_hash import java_hash_arrow
-from .record import TRAN_COMMIT, TRAN_MASK, TRAN_NOT
+from .record import SCHEDULE_TOPIC, TRAN_COMMIT, TRAN_MASK, TRAN_NOT
 
 CQ_UNIT_SIZE = 20
 CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 PRE_BLANK_SIZE = 0x7FFFFFFF  # size of the filler units before a queue's first entry
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
 def file_name(start: int) -> str:
@@ -57,8 +56,11 @@ def pack_entries(phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> bytes:
     return out.tobytes()
 
 
-def unpack_entries(data: bytes | memoryview) -> np.ndarray:
-    """A consume-queue file (or part) as a structured array of (phy, size, tags)."""
+def unpack_entries(data: bytes | memoryview, file_size: int | None = None) -> np.ndarray:
+    """Consume-queue bytes as a read-only structured array of (phy, size, tags) units: the whole
+    units of `data`, or with `file_size` exactly file_size / 20 units (a short file padded with zeros)."""
+    if file_size is not None:
+        data = bytes(data[:file_size]).ljust(file_size, b"\0")
     usable = len(data) - len(data) % CQ_UNIT_SIZE
     return np.frombuffer(data, dtype=CQ_DTYPE, count=usable // CQ_UNIT_SIZE)
 

@@ -23,6 +23,7 @@ ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev
 HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"), ("end_phy", ">i8"),
                          ("slot_count", ">i4"), ("index_count", ">i4")])
 NAME_FORMAT = "%Y%m%d%H%M%S"
+NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,11 @@ def format_name(epoch_ms: int, tz: dt.tzinfo = dt.timezone.utc) -> str:
     """Index file name for a time: yyyyMMddHHmmssSSS in the given zone."""
     t = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=tz)
     return t.strftime(NAME_FORMAT) + f"{epoch_ms % 1000:03d}"
+
+
+def is_name(name: str) -> bool:
+    """Whether a file name has the index-name form: 17 digits (yyyyMMddHHmmssSSS)."""
+    return len(name) == NAME_DIGITS and name.isdigit()
 
 
 def parse_name(name: str, tz: dt.tzinfo = dt.timezone.utc) -> int:

@@ -21,6 +21,11 @@ TRAN_PREPARED = 0x4
 TRAN_COMMIT = 0x8
 TRAN_ROLLBACK = 0xC
 
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here (DELAY level = queueId + 1)
+# storeTimestamps that are dates (0001-01-01 .. 9999-12-31T23:59:59.999 UTC): the range a Python or
+# Arrow timestamp holds, so the only ones that can name an index file or fill a timestamp column.
+MIN_DATE_MS, MAX_DATE_MS = -62_135_596_800_000, 253_402_300_799_999
+
 PROP_NAME_VALUE_SEP = "\x01"
 PROP_SEP = "\x02"
 

@@ -29,15 +29,14 @@ Rules as in DefaultMessageStore.load/recover/start of 4.9.8 and 5.3.3, checked a
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .commitlog import END_BLANK, ScanEnd
-from .consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, keep_first_of_each_offset
+from .commitlog import END_BLANK, RecordColumns, ScanEnd
+from .consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, keep_first_of_each_offset, unpack_entries
 from .index_file import IndexHeader, IndexState
 from .record import MAGIC_V1, MAGIC_V2
 from .scan_plan import END_NO_NEXT_SEGMENT
@@ -67,10 +66,8 @@ class SegmentHead:
 def read_segment_head(data: bytes, start: int) -> SegmentHead:
     """Magic and storeTimestamp of the record at the start of a segment (any bytes accepted)."""
     data = bytes(data[:SEGMENT_HEAD_BYTES]).ljust(SEGMENT_HEAD_BYTES, b"\0")
-    magic = struct.unpack_from(">I", data, 4)[0]
-    sys_flag = struct.unpack_from(">i", data, 36)[0]
-    ts_at = 48 + (20 if sys_flag & 0x10 else 8)
-    return SegmentHead(start, magic, struct.unpack_from(">q", data, ts_at)[0])
+    head = RecordColumns(data, start, np.zeros(1, np.int64))  # the decoder's field offsets, unchecked
+    return SegmentHead(start, int(head.magic[0]), int(head.store_timestamp[0]))
 
 
 @dataclass(frozen=True)
@@ -169,12 +166,6 @@ def segments_to_delete(segment_starts: list[int], truncate_at: int) -> list[int]
 # consume queues
 
 
-def cq_units(data: bytes | memoryview) -> np.ndarray:
-    """All units of a consume-queue file as a structured array (phy, size, tags)."""
-    usable = len(data) - len(data) % CQ_UNIT_SIZE
-    return np.frombuffer(data, dtype=CQ_DTYPE, count=usable // CQ_UNIT_SIZE)
-
-
 def _first_invalid_unit(units: np.ndarray) -> int:
     """Index of the first unit that is not (phy >= 0 and size > 0), or len(units)."""
     bad = np.flatnonzero((units["phy"] < 0) | (units["size"] <= 0))
@@ -210,7 +201,7 @@ def load_queue(topic: str, queue_id: int, files: list[int], read_file: Callable[
     max_phy = -1
     process = files[idx]
     while True:
-        units = cq_units(read_file(files[idx]))
+        units = unpack_entries(read_file(files[idx]))
         k = _first_invalid_unit(units)
         if k:
             max_phy = int(units["phy"][k - 1]) + int(units["size"][k - 1])
@@ -412,7 +403,7 @@ def render_units(state: QueueState, file_start: int, read_file: Callable[[int], 
     if file_start in state.created:
         units = np.zeros(n, dtype=CQ_DTYPE)
     else:
-        units = cq_units(read_file(file_start)).copy()
+        units = unpack_entries(read_file(file_start)).copy()
     if state.first_created == file_start and state.pre_blank_until > file_start:
         units["size"][:(state.pre_blank_until - file_start) // CQ_UNIT_SIZE] = PRE_BLANK_SIZE
     at, e = state.written_entries()

@@ -26,7 +26,9 @@ from .record import (
     FLAG_STOREHOST_V6,
     PROP_NAME_VALUE_SEP,
     PROP_SEP,
+    SCHEDULE_TOPIC,
     TRAN_COMMIT,
+    TRAN_MASK,
     TRAN_PREPARED,
     TRAN_ROLLBACK,
     Message,
@@ -51,7 +53,6 @@ RESTART_FRACTION = 0.85  # share of the records written before the restart
 COMPRESS_OVER = 4096  # client default compressMsgBodyOverHowmuch
 ZLIB_SYS_FLAG = FLAG_COMPRESSED | (0x3 << 8)  # compressed + compression type ZLIB (bits 8..10)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RETRY_TOPIC = "%RETRY%ConsumerGroupA"
@@ -370,7 +371,7 @@ class _Traffic:
                 real = dict(items)
                 self.put(Message(
                     topic=real["REAL_TOPIC"], body=half.body, queue_id=int(real["REAL_QID"]), flag=half.flag,
-                    sys_flag=(half.sys_flag & ~0xC) | TRAN_COMMIT, born_timestamp=half.born_timestamp,
+                    sys_flag=(half.sys_flag & ~TRAN_MASK) | TRAN_COMMIT, born_timestamp=half.born_timestamp,
                     born_host=half.born_host, born_port=half.born_port, store_timestamp=self.tick(),
                     prepared_transaction_offset=half.physical_offset, properties=props(items),
                 ), "tx_commit")
@@ -388,12 +389,12 @@ class _Traffic:
         if rollback and self.prepared:
             src = self.prepared.pop(0)
             msg = self.client_message(src.topic, src.queue_id, store_api=True)
-            msg.sys_flag = (msg.sys_flag & ~0xC) | TRAN_ROLLBACK
+            msg.sys_flag = (msg.sys_flag & ~TRAN_MASK) | TRAN_ROLLBACK
             msg.prepared_transaction_offset = src.physical_offset
             self.put(msg, "raw_rollback")
         else:
             msg = self.client_message("TopicTest", self.rng.randrange(USER_TOPICS["TopicTest"]), store_api=True)
-            msg.sys_flag = (msg.sys_flag & ~0xC) | TRAN_PREPARED
+            msg.sys_flag = (msg.sys_flag & ~TRAN_MASK) | TRAN_PREPARED
             self.prepared.append(self.put(msg, "raw_prepared"))
 
     def batch(self) -> None:

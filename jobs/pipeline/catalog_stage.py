@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from storage_format.commitlog import RecordColumns
 from storage_format.msg_id import encode_offset_msg_ids
+from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import Split
 from storage_format.settings import BrokerSettings
 
@@ -29,7 +30,6 @@ from .scan import SplitTask, decode_split_columns
 PARTITION_COLUMN = "topic"
 MAX_DIR_BYTES = 200  # keep "topic=..." well under the usual 255-byte file-name limit
 _TS = pa.timestamp("us", tz="UTC")
-_MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31T23:59:59.999 UTC
 # Table columns in order; `body` only in tables created with --include-body.
 CATALOG_FIELDS: list[pa.Field] = [
     pa.field("topic", pa.string()),
@@ -158,7 +158,7 @@ def offset_msg_ids(cols: RecordColumns) -> pa.Array:
 def timestamps(ms: np.ndarray) -> pa.Array:
     """Epoch milliseconds as a UTC timestamp column; values outside years 1-9999 (bad bytes) are null."""
     ms = ms.astype(np.int64)
-    bad = (ms < _MIN_MS) | (ms > _MAX_MS)
+    bad = (ms < MIN_DATE_MS) | (ms > MAX_DATE_MS)
     return pa.array(np.where(bad, 0, ms) * 1000, _TS, mask=bad)
 
 

@@ -92,7 +92,7 @@ def record_batch(cols: RecordColumns, segment: str, include_body: bool) -> pa.Re
         "flag": pa.array(cols.flag, pa.int32()),
         "queue_offset": pa.array(cols.queue_offset, pa.int64()),
         "sys_flag": pa.array(cols.sys_flag, pa.int32()),
-        "transaction_type": pa.array((cols.sys_flag & 0xC).astype(np.int32)),
+        "transaction_type": pa.array(cols.transaction_type.astype(np.int32)),
         "born_timestamp": pa.array(cols.born_timestamp, pa.int64()),
         "born_host": format_hosts(cols, "born"),
         "store_timestamp": pa.array(cols.store_timestamp, pa.int64()),

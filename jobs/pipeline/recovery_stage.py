@@ -21,7 +21,7 @@ from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.commitlog import parse_segment_name, segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import HEADER_SIZE, IndexHeader, format_name, parse_name
+from storage_format.index_file import HEADER_SIZE, IndexHeader, format_name, is_name, parse_name
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, GenerationGuess, detect_generation
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
@@ -81,7 +81,7 @@ def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[ru
     root = store.child("index")
     out = []
     for info in root.list():
-        if info.type.name != "File" or len(info.base_name) != 17 or not info.base_name.isdigit():
+        if info.type.name != "File" or not is_name(info.base_name):
             continue
         loc = root.child(info.base_name)
         if info.size != settings.index_file_size:

@@ -21,6 +21,7 @@ from storage_format.consume_queue import has_cq_entry, tags_codes, unsafe_topic_
 from storage_format.errors import StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.properties import TAGS
+from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
                                       Stitched, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
@@ -29,7 +30,6 @@ from .faults import fail_once
 from .fs import Location
 from .tasks import run_tasks
 
-MIN_DATE_MS, MAX_DATE_MS = -62135596800000, 253402300799999  # 0001-01-01 .. 9999-12-31T23:59:59.999 UTC
 CQ_SCHEMA = pa.schema([("topic", pa.large_string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                        ("phy", pa.int64()), ("size", pa.int32()), ("tags", pa.int64())])
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])

@@ -16,8 +16,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name
-from storage_format.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader
+from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, unpack_entries
+from storage_format.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, is_name
 from storage_format.index_file import file_size as index_file_size
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from storage_format.scan_plan import Segment
@@ -31,7 +31,6 @@ CQ_FIELDS = (("phy", "phyOffset"), ("size", "size"), ("tags", "tagsCode"))
 INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
 HEADER_FIELDS = (("beginTimestamp", 0), ("endTimestamp", 8), ("beginPhyOffset", 16), ("endPhyOffset", 24),
                  ("hashSlotCount", 32), ("indexCount", 36))
-INDEX_NAME_DIGITS = 17
 
 
 # ------------------------------------------------------------------------------------------- findings
@@ -134,14 +133,6 @@ def cq_rel(topic: str, queue_id: int, name: str) -> str:
     return f"consumequeue/{topic}/{queue_id}/{name}"
 
 
-def _cq_units(data: bytes, file_size: int) -> np.ndarray:
-    """A file's bytes as file_size/20 units; a short file is padded with zero units."""
-    raw = data[:file_size]
-    if len(raw) < file_size:
-        raw = raw + bytes(file_size - len(raw))
-    return np.frombuffer(raw, dtype=CQ_DTYPE)
-
-
 def _cq_entry(u: np.void) -> dict:
     """A consume-queue unit with the broker's field names."""
     return {"phyOffset": int(u["phy"]), "size": int(u["size"]), "tagsCode": int(u["tags"])}
@@ -156,8 +147,8 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
                 detail=f"file is {len(disk)} bytes, expected {file_size} (mappedFileSizeConsumeQueue); "
                        + (f"entries from {start // CQ_UNIT_SIZE + len(disk) // CQ_UNIT_SIZE} on are cut off"
                           if len(disk) < file_size else "bytes past the configured size are ignored"))
-    exp = np.zeros(file_size // CQ_UNIT_SIZE, CQ_DTYPE) if expected is None else _cq_units(expected, file_size)
-    got = _cq_units(disk, file_size)
+    exp = unpack_entries(expected or b"", file_size)
+    got = unpack_entries(disk, file_size)
     differ = (exp["phy"] != got["phy"]) | (exp["size"] != got["size"]) | (exp["tags"] != got["tags"])
     if not differ.any():
         return
@@ -221,7 +212,7 @@ def check_cq(task: CqCheckTask) -> Findings:
     for topic, qid, name in extra:
         rel = cq_rel(topic, qid, name)
         data = b.out.child(topic, str(qid), name).read_bytes()
-        units = _cq_units(data, fs)
+        units = unpack_entries(data, fs)
         used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
         out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
                 units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
@@ -567,7 +558,7 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
         if info.type.name != "File":
             out.add("index", "unexpected_file", f"index/{info.base_name}", detail="not a regular file")
             continue
-        if len(info.base_name) != INDEX_NAME_DIGITS or not info.base_name.isdigit():
+        if not is_name(info.base_name):
             out.add("index", "unexpected_file", f"index/{info.base_name}",
                     detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file")
         files.append((info.base_name, read_header(index_dir.child(info.base_name))))
