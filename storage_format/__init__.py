@@ -1,6 +1,22 @@
 """Byte-level RocketMQ store formats: pure Python + numpy/pyarrow, no Spark.
 
-One module per artifact: `commitlog` (records), `encoder` (writes records/segments),
-`properties`, `java_hash`, `consume_queue`, `index_file`, `checkpoint`, `markers`,
-`settings` (broker .properties), `msg_id`, `recovery` (pure recovery planning).
+Every broker rule and store layout lives in one module here (tests/test_layout.py checks this list):
+
+- `record`: the record's constants (magics, sysFlag bits, transaction types) and the `Message` object
+- `commitlog`: the record chain walk and the columnar record decoder
+- `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
+- `encoder`: `Message` objects to record bytes and full-size segments
+- `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
+- `java_hash`: Java `String.hashCode()` over many UTF-8 strings (tagsCode, index key hashes)
+- `ragged`: ragged byte slices of one buffer as Arrow arrays
+- `consume_queue`: consume-queue entries, tagsCode and file layout
+- `index_keys`: the index keys of dispatched records in the broker's order
+- `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
+- `checkpoint`: the `checkpoint` file
+- `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores
+- `msg_id`: offset message ids and producers' unique keys
+- `settings`: broker `.properties` over the broker's defaults
+- `recovery`: the broker's start-up recovery as pure planning
+- `sample_store`: a small deterministic sample store for the demo and tests
+- `errors`: the exception family (every error names the file and byte offset)
 """

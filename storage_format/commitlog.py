@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -119,8 +119,8 @@ def find_first_record(buf: memoryview | bytes, base_offset: int, start: int, sto
     return None
 
 
-def walk_chain(buf: memoryview | bytes, base_offset: int, start: int, stop: int, segment_end: int,
-               path: str = "<buffer>") -> tuple[np.ndarray, int, ScanEnd]:
+def walk_chain(buf: memoryview | bytes, base_offset: int, start: int, stop: int,
+               segment_end: int) -> tuple[np.ndarray, int, ScanEnd]:
     """Follow totalSize from `start` while positions are < `stop`: (record positions, blanks, end).
 
     `segment_end` is where the segment ends in buffer coordinates; when it lies past the buffer,
@@ -201,7 +201,8 @@ HEAD_DTYPE = np.dtype([("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i
 class RecordColumns:
     """Column view over valid records of one buffer; each field is decoded on first use.
 
-    `positions` are buffer positions of records already checked by `validate_layout`.
+    `positions` are buffer positions of records found by the chain walk; `first_invalid_record`
+    checks that their fields add up before any field is trusted.
     """
 
     def __init__(self, buf: memoryview | bytes, base_offset: int, positions: np.ndarray,
@@ -505,7 +506,6 @@ class DecodedChunk:
     end: ScanEnd
     first_position: int | None  # buffer position of the first record walked, if any
     path: str = "<buffer>"
-    extra: dict = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -531,7 +531,7 @@ def decode_buffer(buf: memoryview | bytes, base_offset: int, start: int = 0, sto
             return DecodedChunk(RecordColumns(buf, base_offset, np.zeros(0, np.int64), path), 0,
                                 ScanEnd(END_STOP, base_offset + stop), None, path)
         first = found
-    positions, blanks, end = walk_chain(buf, base_offset, first, stop, segment_end, path)
+    positions, blanks, end = walk_chain(buf, base_offset, first, stop, segment_end)
     cols = RecordColumns(buf, base_offset, positions, path)
     invalid = first_invalid_record(cols, check_crc)
     if invalid is not None:

@@ -49,13 +49,6 @@ def tags_codes(tags: pa.Array, topics: pa.Array, delay_level: np.ndarray, store_
     return codes
 
 
-def pack_entries(phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> bytes:
-    """Entries as consume-queue bytes, 20 per entry, big-endian."""
-    out = np.empty(len(phy), dtype=CQ_DTYPE)
-    out["phy"], out["size"], out["tags"] = phy, size, tags
-    return out.tobytes()
-
-
 def unpack_entries(data: bytes | memoryview, file_size: int | None = None) -> np.ndarray:
     """Consume-queue bytes as a read-only structured array of (phy, size, tags) units: the whole
     units of `data`, or with `file_size` exactly file_size / 20 units (a short file padded with zeros)."""

@@ -223,11 +223,6 @@ class SegmentWriter:
 
     # -- public API -------------------------------------------------------------------------------
 
-    @property
-    def next_offset(self) -> int:
-        """Global offset where the next record would start if it fits the current segment."""
-        return self._seg_base + self._pos
-
     def append(self, msg: Message) -> int:
         """Append one record; returns its physical offset."""
         if self._closed:

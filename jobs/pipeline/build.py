@@ -59,8 +59,8 @@ class CqTask:
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
             topics: set[str] | None = None, target_tasks: int = 4) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size."""
-    fs = settings.consume_queue_file_size
-    units = fs // CQ_UNIT_SIZE
+    file_size = settings.consume_queue_file_size
+    units = file_size // CQ_UNIT_SIZE
     queues: dict[tuple[str, int], list] = {}
     for s in scan.accepted:
         for key, (_, cq_rows, row, lo, hi) in s.queues.items():
@@ -74,20 +74,21 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     for (topic, qid), (lo, hi, sources) in sorted(queues.items()):
         if hi - lo + 1 > sum(src.rows for src in sources):
             raise queue_gap_error(scan, work, topic, qid, sources)
-        first, last = (lo * CQ_UNIT_SIZE) // fs, (hi * CQ_UNIT_SIZE) // fs
+        first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         for f in range(first, last + 1, files_per_run):
-            runs.append(QueueFiles(topic, qid, f * fs, min(last, f + files_per_run - 1) * fs, lo, tuple(sources)))
-    total = sum((r.last_file - r.first_file) // fs + 1 for r in runs) * units
+            last_file = min(last, f + files_per_run - 1) * file_size
+            runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
+    total = sum((r.last_file - r.first_file) // file_size + 1 for r in runs) * units
     per_task = max(units, min(TARGET_CQ_ENTRIES_PER_TASK, -(-total // max(1, target_tasks))))
     tasks, current, size = [], [], 0
     for r in runs:
         current.append(r)
-        size += ((r.last_file - r.first_file) // fs + 1) * units
+        size += ((r.last_file - r.first_file) // file_size + 1) * units
         if size >= per_task:
-            tasks.append(CqTask(tuple(current), work, out, fs))
+            tasks.append(CqTask(tuple(current), work, out, file_size))
             current, size = [], 0
     if current:
-        tasks.append(CqTask(tuple(current), work, out, fs))
+        tasks.append(CqTask(tuple(current), work, out, file_size))
     return tasks
 
 

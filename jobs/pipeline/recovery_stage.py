@@ -314,10 +314,6 @@ class RecoveryPlan:
         return bool(self.abnormal or self.segments_deleted or rewritten or created or deleted or self.index_changes
                     or self.checkpoint_changes)
 
-    def seg_name(self, start: int) -> str:
-        """20-digit segment name."""
-        return segment_name(start)
-
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output)."""
         rewritten, created, deleted = self.cq_changes()
@@ -448,8 +444,8 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
 
     t0 = time.monotonic()
     queue_dirs = {q.key: q for q in list_queues(store)}
-    fs = settings.consume_queue_file_size
-    loads = load_queues(spark, list(queue_dirs.values()), fs, quiet)
+    cq_file_size = settings.consume_queue_file_size
+    loads = load_queues(spark, list(queue_dirs.values()), cq_file_size, quiet)
     max_phy_before = max((ld.max_phy for ld in loads.values()), default=-1)
     truncate = max_phy_before >= p
     tails = cq_tails(spark, scan, work, {k: ld.max_phy for k, ld in loads.items()}, quiet)
@@ -465,7 +461,7 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
         """The queue's recovery state, created on first use."""
         if key not in states:
             ld = loads.get(key) or rules.QueueLoad(key[0], key[1], (), 0, -1)
-            states[key] = rules.QueueState.start(ld, fs)
+            states[key] = rules.QueueState.start(ld, cq_file_size)
         return states[key]
 
     if abnormal:  # recoverAbnormally dispatches [start, P); recoverNormally dispatches nothing

@@ -187,7 +187,7 @@ def check_cq(task: CqCheckTask) -> Findings:
     inside the runs (and the task's extra_files) are compared with zeros."""
     out = Findings()
     b = task.build
-    fs = b.file_size
+    file_size = b.file_size
     seen: dict[tuple[str, int], set[int]] = defaultdict(set)
     for item, start, data, entries in cq_file_bytes(b):
         key = (item.topic, item.queue_id)
@@ -201,7 +201,7 @@ def check_cq(task: CqCheckTask) -> Findings:
                     detail=f"file missing: {entries} entries from entry {start // CQ_UNIT_SIZE} on")
             continue
         out.files_checked += 1
-        compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, fs, end, task.pointers, out)
+        compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out)
     extra: list[tuple[str, int, str]] = list(task.extra_files)
     for item in b.items:
         qdir = b.out.child(item.topic, str(item.queue_id))
@@ -212,12 +212,12 @@ def check_cq(task: CqCheckTask) -> Findings:
     for topic, qid, name in extra:
         rel = cq_rel(topic, qid, name)
         data = b.out.child(topic, str(qid), name).read_bytes()
-        units = unpack_entries(data, fs)
+        units = unpack_entries(data, file_size)
         used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
         out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
                 units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
         out.files_checked += 1
-        compare_cq_file(None, data, rel, topic, qid, int(name), fs, task.queue_ends.get((topic, qid), 0),
+        compare_cq_file(None, data, rel, topic, qid, int(name), file_size, task.queue_ends.get((topic, qid), 0),
                         task.pointers, out)
     return out
 
