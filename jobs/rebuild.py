@@ -18,6 +18,7 @@ if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo roo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
@@ -73,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     tz = ZoneInfo(args.index_name_tz)
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
+    limit = store_dispatch_limit(store, settings)
     spark = get_spark("rebuild", args.master)
     timings: dict[str, float] = {}
     started = time.monotonic()
     with Staging(out, overwrite=args.overwrite) as staging:
         t0 = time.monotonic()
         scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
-                          split_size=args.split_size,
-                          quiet=args.json)
+                          split_size=args.split_size, dispatch_limit=limit.offset, quiet=args.json)
         timings["decode_s"] = time.monotonic() - t0
         pause_at("after-decode")
         problems = scan.tail_problems()
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         check_staged(staging.dir, settings, cq_files, index_names)
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
+        report["dispatch"] = dispatch_report("rebuild", limit, scan)
         staging.dir.child(REPORT_NAME).write_bytes(_json_bytes(report))
         staging.publish()
     if args.json:

@@ -35,7 +35,9 @@ from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify_stage import (Findings, check_cq, check_index, expected_headers,  # noqa: E402
                                         orphan_cq_task, orphan_index_findings, plan_cq_checks,
                                         plan_index_checks, pointer_check)
+from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
+from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
@@ -57,10 +59,12 @@ def work_location(store: Location, work_dir: str | None) -> Location:
 
 
 def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
-           with_index: bool, split_size: int, quiet: bool) -> tuple[ScanResult, Findings, dict]:
-    """Scan, then compare consume queues and index files; returns the scan, findings and counts."""
+           with_index: bool, split_size: int, quiet: bool,
+           limit: DispatchLimit = NO_LIMIT) -> tuple[ScanResult, Findings, dict]:
+    """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
+    confirm offset `limit`) implies; returns the scan, findings and counts."""
     scan = scan_store(spark, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
-                      split_size=split_size, quiet=quiet)
+                      split_size=split_size, dispatch_limit=limit.offset, quiet=quiet)
     pointers = pointer_check(scan)
     found = Findings()
     for problem in scan.tail_problems():
@@ -116,17 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = work_location(store, args.work_dir)
+    limit = store_dispatch_limit(store, settings)
     spark = get_spark("verify", args.master)
     started = time.monotonic()
     try:
         work.makedirs()
         scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
-                                    split_size=args.split_size,
-                                    quiet=args.json)
+                                    split_size=args.split_size, quiet=args.json, limit=limit)
     finally:
         work.delete_tree()
     report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,
                           time.monotonic() - started)
+    report["dispatch"] = dispatch_report("verify", limit, scan)
     if report_loc is not None:
         report_loc.write_bytes(json.dumps(report, indent=2, ensure_ascii=False).encode("utf-8"))
     if args.json:

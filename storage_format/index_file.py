@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +46,11 @@ class IndexHeader:
     def from_bytes(cls, data: bytes | memoryview) -> "IndexHeader":
         h = np.frombuffer(data, dtype=HEADER_DTYPE, count=1)[0]
         return cls(*(int(v) for v in h))
+
+    def as_loaded(self) -> "IndexHeader":
+        """The header as IndexHeader.load sees it: an indexCount <= 0 (a never-written, zero-filled
+        file) counts as 1, so the next put goes to entry 1."""
+        return self if self.index_count > 0 else replace(self, index_count=1)
 
 
 def key_slots(key_hash: np.ndarray, slots: int | np.ndarray) -> np.ndarray:
@@ -175,7 +180,7 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     its put (0 < value <= indexCount); each first put into a slot without a valid value counts in
     hashSlotCount.
     """
-    header = IndexHeader.from_bytes(data[:HEADER_SIZE])
+    header = IndexHeader.from_bytes(data[:HEADER_SIZE]).as_loaded()
     count = header.index_count
     n = min(max(0, max_entries - count), len(key_hash))
     if n == 0:

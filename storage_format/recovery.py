@@ -36,6 +36,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .commitlog import END_BLANK, RecordColumns, ScanEnd
+from .confirm_offset import RecoveredConfirm
 from .consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, keep_first_of_each_offset, unpack_entries
 from .index_file import IndexHeader, IndexState
 from .record import MAGIC_V1, MAGIC_V2
@@ -429,6 +430,7 @@ class IndexFileInfo:
 
     name: str
     header: IndexHeader
+    empty_on_disk: bool = False  # a 0-byte file (crash leftover): the broker maps it at full size, zero-filled
 
 
 def index_files_after_load(files: list[IndexFileInfo], cp: Checkpoint, abnormal: bool) -> tuple[list[IndexFileInfo], list[IndexFileInfo]]:
@@ -520,7 +522,7 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
     """IndexService.buildIndex over the dispatched passes, starting from the last kept file."""
     cur = None
     if last_kept is not None:
-        h = last_kept.header
+        h = last_kept.header.as_loaded()
         cur = IndexTarget(last_kept.name, IndexState(h.end_timestamp, h.end_phy_offset), [], h.index_count,
                           h.end_timestamp, h.end_phy_offset)
     targets: list[IndexTarget] = [cur] if cur is not None else []
@@ -570,8 +572,10 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
 
 def checkpoint_after(cp: Checkpoint, generation: int, abnormal: bool, last_cq_record_ts: int | None,
                      rolled_full_end_ts: list[int], last_valid_record_offset: int | None,
-                     start_offset: int, log_end: int) -> tuple[Checkpoint, dict[str, str]]:
-    """The checkpoint a broker leaves after this recovery, a start and a clean shutdown, with why."""
+                     start_offset: int, log_end: int,
+                     confirm: RecoveredConfirm | None = None) -> tuple[Checkpoint, dict[str, str]]:
+    """The checkpoint a broker leaves after this recovery, a start and a clean shutdown, with why.
+    `confirm` (5.x) is the confirm offset from confirm_offset.py; without it, the plain rule."""
     why: dict[str, str] = {"physic_msg_timestamp": "unchanged: recovery appends nothing to the commit log, "
                                                    "so the commit-log flush never moves it"}
     logics = cp.logics_msg_timestamp
@@ -591,11 +595,14 @@ def checkpoint_after(cp: Checkpoint, generation: int, abnormal: bool, last_cq_re
     out = replace(cp, logics_msg_timestamp=logics, index_msg_timestamp=index)
     if generation >= 5:
         why["master_flushed_offset"] = "unchanged (only set in controller / slave roles)"
+        if confirm is not None:
+            why["confirm_phy_offset"] = confirm.why
+            return replace(out, confirm_phy_offset=confirm.offset), why
         if abnormal:
-            confirm = last_valid_record_offset if last_valid_record_offset is not None else start_offset
+            offset = last_valid_record_offset if last_valid_record_offset is not None else start_offset
         else:
-            confirm = last_valid_record_offset if last_valid_record_offset is not None else log_end
-        out = replace(out, confirm_phy_offset=confirm)
+            offset = last_valid_record_offset if last_valid_record_offset is not None else log_end
+        out = replace(out, confirm_phy_offset=offset)
         why["confirm_phy_offset"] = ("start offset of the last valid record the recovery scan found "
                                      "(CommitLog.setConfirmOffset(lastValidMsgPhyOffset))")
     return out, why

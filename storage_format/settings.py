@@ -27,6 +27,12 @@ class BrokerSettings:
     max_message_size: int = 1024 * 1024 * 4
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    # Controller-mode HA (5.x): dispatch and abnormal recovery stop at the confirm offset (confirm_offset.py).
+    enable_controller_mode: bool = False
+    all_ack_in_sync_state_set: bool = False
+    duplication_enable: bool = False
+    read_uncommitted: bool = False
+    broker_role: str = "ASYNC_MASTER"
 
     @property
     def consume_queue_file_size(self) -> int:
@@ -59,6 +65,11 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "maxMessageSize": ("max_message_size", int),
     "messageDelayLevel": ("message_delay_level", str),
     "fileReservedTime": ("file_reserved_time", int),
+    "enableControllerMode": ("enable_controller_mode", bool),
+    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", bool),
+    "duplicationEnable": ("duplication_enable", bool),
+    "readUnCommitted": ("read_uncommitted", bool),
+    "brokerRole": ("broker_role", str),
 }
 
 

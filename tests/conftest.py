@@ -32,10 +32,6 @@ KNOWN_FAILING: dict[str, str] = {
     "lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (4.9.8)",
     "v5-lmq-clean-small-11": "issue 13: LMQ multi-dispatch (5.3.3)",
     "v5-lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (5.3.3)",
-    "v5-controller-clean-small-11": "issue 13: controller-mode confirm offset (5.3.3)",
-    "v5-controller-clean-small-11-reopened": "issue 13: controller-mode confirm offset (5.3.3)",
-    "v5-controller-unclean-11": "issue 13: controller-mode recovery (5.3.3)",
-    "v5-controller-unclean-cqahead-11": "issue 13: controller-mode recovery (5.3.3)",
 }
 
 

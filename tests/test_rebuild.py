@@ -10,8 +10,11 @@ from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_ha
                                    index_hashes, report, run_rebuild)
 
 # Every store the broker wrote from a clean dispatch (not crashed inputs, not recovered outputs: recovery
-# indexes one record twice and leaves stale entries, which a rebuild does not reproduce).
-CASES = [c for c in golden_cases() if "unclean" not in c]
+# indexes one record twice and leaves stale entries, which a rebuild does not reproduce). A store the broker
+# reopened after keeping `abort` (manifest `recovered_from`) is a recovered output too: see REOPENED.
+CASES = [c for c in golden_cases() if "unclean" not in c and "recovered_from" not in manifest(c)]
+REOPENED = [c for c in golden_cases() if "unclean" not in c and "recovered_from" in manifest(c)]
+CONTROLLER = [c for c in CASES if manifest(c).get("controller")]
 
 
 @pytest.mark.parametrize("case", case_params(CASES))
@@ -93,3 +96,31 @@ def test_out_inside_store_is_refused(spark, tmp_path, capsys):
         run_main("rebuild", main, ["--store", str(store), "--out", str(store / "rebuilt")])
     assert exc.value.code == 2
     assert not (store / "rebuilt").exists()
+
+
+@pytest.mark.parametrize("case", case_params(REOPENED))
+def test_rebuild_of_a_reopened_store(case, spark, tmp_path, capsys):
+    """A store the broker's abnormal recovery reopened: consume queues byte-exact; index files byte-exact
+    for every file the recovery kept; the files it re-created (which index the boundary record a second
+    time) are there in the same number."""
+    out = tmp_path / "out"
+    assert run_rebuild(case, out, "--split-size", "65536") == 0
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)
+    kept = len(manifest(case)["oracle_self_check"]["details"]["index_files_kept"])
+    got, want = index_hashes(out), golden_index_hashes(case)
+    assert 0 < kept < len(want) and got[:kept] == want[:kept] and len(got) == len(want)
+
+
+@pytest.mark.parametrize("case", CONTROLLER)
+def test_rebuild_stops_at_the_confirm_offset(case, spark, tmp_path, capsys):
+    """Controller mode with allAckInSyncStateSet: dispatch stops before the record straddling the checkpoint's
+    confirmPhyOffset; the report says where and why (byte-exactness: test_rebuild_is_byte_exact)."""
+    out = tmp_path / "out"
+    assert run_rebuild(case, out) == 0
+    c = manifest(case)["controller"]
+    d = report(out)["dispatch"]
+    assert d["confirm_offset"] == c["checkpoint_confirmPhyOffset"]
+    assert d["first_record_not_dispatched"] == c["record_straddling_confirm"]["offset"]
+    assert d["records_not_dispatched"] == c["records_beyond_confirm"]
+    assert "allAckInSyncStateSet" in d["reason"]
+    assert "dispatch stopped at the confirm offset" in capsys.readouterr().err

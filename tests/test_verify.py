@@ -15,8 +15,11 @@ from jobs.pipeline.cli import run_main
 from jobs.verify import main as verify_main
 from tests.conftest import GOLDEN, case_params, golden_cases, manifest
 
-CONSISTENT = [c for c in golden_cases() if "recovered" not in c
+# Stores a recovery produced (`*-recovered`, or reopened: manifest `recovered_from`) index one record twice;
+# verify reports that (see test_reopened_store_differs_only_in_recreated_index_files).
+CONSISTENT = [c for c in golden_cases() if "recovered" not in c and "recovered_from" not in manifest(c)
               and manifest(c)["oracle_self_check"]["byte_exact_match"]]
+REOPENED = [c for c in golden_cases() if "recovered_from" in manifest(c) and "recovered" not in c]
 TORN = [c for c in golden_cases() if c.endswith("unclean-torn-11")]
 BASE = "clean-small-11"
 SLOTS, ENTRIES = 64, 256  # the small profile's maxHashSlotNum / maxIndexNum
@@ -233,3 +236,15 @@ def test_index_alignment_pairs_by_header():
     assert found.counts["index.extra_file"] == 1 and found.counts["index.missing_file"] == 0
     assert {d["path"] for d in found.details if d["kind"] == "extra_file"} == {"index/a4"}
     assert {d["path"] for d in found.details if d["kind"] == "out_of_order"} >= {"index/a2"}
+
+
+@pytest.mark.parametrize("case", REOPENED)
+def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_path):
+    """A store the broker's abnormal recovery reopened: every consume-queue file is what dispatch up to the
+    confirm offset implies; the only findings are in the index files the recovery re-created."""
+    code, rep = run(GOLDEN / case, tmp_path)
+    kept = set(manifest(case)["oracle_self_check"]["details"]["index_files_kept"])
+    assert code == 1 and rep["findings"]
+    assert {f["artifact"] for f in rep["findings"]} == {"index"}
+    assert all(f["path"].split("/")[-1] not in kept for f in rep["findings"])
+    assert rep["dispatch"]["confirm_offset"] == manifest(case)["checkpoint"]["confirmPhyOffset"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from storage_format import confirm_offset
 from storage_format import recovery as rules
 from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.commitlog import parse_segment_name, segment_name
@@ -77,13 +78,17 @@ def list_queues(store: Location) -> list[QueueDir]:
 
 
 def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[rules.IndexFileInfo, str]]:
-    """Index files (name, header) with their URI; a file of the wrong size is an error."""
+    """Index files (name, header) with their URI; a file of the wrong size is an error, except a 0-byte
+    one (zeros, as the broker maps it)."""
     root = store.child("index")
     out = []
     for info in root.list():
         if info.type.name != "File" or not is_name(info.base_name):
             continue
         loc = root.child(info.base_name)
+        if info.size == 0:  # a crash leftover: IndexFile maps it at full size, zero-filled, and loads it
+            out.append((rules.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
+            continue
         if info.size != settings.index_file_size:
             raise StoreFormatError(loc.uri, info.size, f"index file is {info.size} bytes, expected "
                                                        f"{settings.index_file_size} (maxHashSlotNum, maxIndexNum)")
@@ -276,6 +281,7 @@ class RecoveryPlan:
     checkpoint_why: dict[str, str]
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    dispatch: dict = field(default_factory=dict)  # how far the recovery's dispatch went, and why
 
     # ---- derived views ---------------------------------------------------------------------------
     def cq_rel(self, key: tuple[str, int], start: int) -> str:
@@ -377,6 +383,7 @@ class RecoveryPlan:
                 "warnings": [w for s in self.states.values() for w in s.warnings],
             },
             "index": index_dict,
+            "dispatch": self.dispatch,
             "post_start_redispatch": {
                 "from_offset": self.reput_from, "to_offset": t.offset,
                 "rule": ("4.x start(): ReputMessageService from the consume queues' max physical offset"
@@ -433,14 +440,18 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
                                   f"would delete every consume queue); nothing to recover")
     starts = [s.start for s in segments]
     start = rules.choose_start_segment(starts, _heads(segments), markers.checkpoint, settings, g, abnormal)
+    limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(spark, store, settings, split_size=split_size, check_crc=settings.check_crc_on_recover,
-                      work=work, from_offset=start.offset, label="validate", quiet=quiet)
+                      work=work, from_offset=start.offset, dispatch_limit=limit.offset, label="validate",
+                      quiet=quiet)
     timings["validate_s"] = time.monotonic() - t0
     acc = scan.accepted
     last_walk = acc[-1].end if acc else None
     truncation = rules.truncation_point(scan.end, last_walk)
     p = truncation.offset
-    last_record = max((s.last_record_offset for s in acc if s.last_record_offset is not None), default=None)
+    last_valid = max((s.last_record_offset for s in acc if s.last_record_offset is not None), default=None)
+    stop = scan.dispatch_stop()
+    last_record = last_valid if limit.offset is None else stop.last_offset  # the last record dispatched
 
     t0 = time.monotonic()
     queue_dirs = {q.key: q for q in list_queues(store)}
@@ -520,8 +531,13 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
         rolled = resume.rolled_full_end_ts
     timings["index_plan_s"] = time.monotonic() - t0
 
-    cp_after, why = rules.checkpoint_after(markers.checkpoint, g, abnormal, last_cq_ts, rolled, last_record,
-                                           start.offset, p)
+    dispatched_end = stop.last_end if limit.offset is not None else (
+        scan.max_physical_offset if last_valid is not None else None)
+    confirm = (confirm_offset.confirm_after_abnormal(settings, markers.checkpoint, segments[0].start, start.offset,
+                                                     last_valid, dispatched_end) if abnormal else
+               confirm_offset.confirm_after_normal(settings, markers.checkpoint, segments[0].start, p, last_valid))
+    cp_after, why = rules.checkpoint_after(markers.checkpoint, g, abnormal, last_cq_ts, rolled, last_valid,
+                                           start.offset, p, confirm)
     if markers.checkpoint_raw is None:
         warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
                         "segment) and so does reput")
@@ -532,7 +548,8 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
                         f"{', '.join(scan.stitched.data_after_end)}")
     return RecoveryPlan(store, settings, gen, markers, abnormal, segments, start, scan, work, truncation,
                         rules.segments_to_delete(starts, p), queue_dirs, loads, states, truncate, max_phy_before,
-                        reput_from, index, cp_after, why, warnings, timings)
+                        reput_from, index, cp_after, why, warnings, timings,
+                        {**limit.to_dict(), **stop.to_dict()} if limit.offset is not None else limit.to_dict())
 
 
 def _audit(spark, store: Location, settings: BrokerSettings, work: Location, start: int, split_size: int,

@@ -74,12 +74,15 @@ def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
         for f in idx.kept:
             if appended is not None and f.name == appended.appends_to:
                 data = bytearray(Location(idx.uris[f.name]).read_bytes())
+                data.extend(bytes(plan.settings.index_file_size - len(data)))  # a 0-byte file maps as zeros
                 k = appended.all_keys()
                 put = append_to_index_file(data, k.key_hash, k.phy, k.store_ts, plan.settings.max_hash_slot_num,
                                            plan.settings.max_index_num)
                 if put != len(k):
                     raise rules.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
                 out.render_bytes[f"index/{f.name}"] = bytes(data)
+            elif f.empty_on_disk:
+                out.render_bytes[f"index/{f.name}"] = bytes(plan.settings.index_file_size)
             elif with_copies:
                 out.copies.append((f"index/{f.name}", idx.uris[f.name], plan.settings.index_file_size))
         for name, t in zip(idx.new_names, idx.resume.new_files):

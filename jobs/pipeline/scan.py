@@ -50,6 +50,7 @@ class SplitTask:
     work: Location | None = None  # write cq-<i>.arrow / keys-<i>.arrow here
     with_cq: bool = True
     with_keys: bool = True
+    dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
 
 
 @dataclass
@@ -78,6 +79,12 @@ class SplitSummary:
     record_after_end: int | None = None
     # Offset of the first record whose storeTimestamp is no date (years 1-9999): it cannot name an index file.
     undated_record: int | None = None
+    # Under a dispatch limit (confirm offset): the last record dispatched, the first one held back and
+    # how many valid records of the split are held back (they get no consume-queue entry or index key).
+    last_dispatched_offset: int | None = None
+    last_dispatched_end: int | None = None
+    first_held_back: int | None = None
+    held_back: int = 0
 
     def walk(self) -> SplitWalk:
         return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks)
@@ -165,6 +172,30 @@ class ScanResult:
     @property
     def bytes_read(self) -> int:
         return sum(s.bytes_read for s in self.summaries.values())
+
+    def dispatch_stop(self) -> DispatchStop:
+        """How far dispatch went under the scan's dispatch limit (every record when there is none)."""
+        acc = self.accepted
+        last = max((s.last_dispatched_offset for s in acc if s.last_dispatched_offset is not None), default=None)
+        end = max((s.last_dispatched_end for s in acc if s.last_dispatched_end is not None), default=None)
+        held = [s.first_held_back for s in acc if s.first_held_back is not None]
+        return DispatchStop(last, end, min(held, default=None), sum(s.held_back for s in acc))
+
+
+@dataclass(frozen=True)
+class DispatchStop:
+    """Under a dispatch limit: the last record dispatched (offset, end), the first valid record held back
+    (the one straddling or past the confirm offset) and how many valid records were held back."""
+
+    last_offset: int | None
+    last_end: int | None
+    first_held_back: int | None
+    held_back: int
+
+    def to_dict(self) -> dict:
+        """The report form."""
+        return {"last_dispatched_record": self.last_offset, "dispatched_up_to": self.last_end,
+                "first_record_not_dispatched": self.first_held_back, "records_not_dispatched": self.held_back}
 
 
 def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
@@ -275,7 +306,8 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     undated = np.flatnonzero((ts < MIN_DATE_MS) | (ts > MAX_DATE_MS))
     if len(undated):
         summary.undated_record = cols.base_offset + int(cols.pos[undated[0]])
-    cq_mask = has_cq_entry(cols.sys_flag)
+    dispatched = _dispatched(task, summary, cols)
+    cq_mask = has_cq_entry(cols.sys_flag) & dispatched
     for key, records in zip(groups.keys, np.bincount(groups.group, minlength=len(groups.keys)).tolist()):
         summary.queues[key] = [records, 0, 0, 0, 0]
     if task.with_cq:
@@ -294,7 +326,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
         if task.work is not None:
             _write_ipc(task.work.child(f"cq-{sp.index:06d}.arrow"), cq)
     if task.with_keys and task.settings.message_index_enable:
-        keys = index_keys(cols)
+        keys = index_keys(cols, None if task.dispatch_limit is None else dispatched)
         summary.keys = len(keys)
         if len(keys):
             summary.last_key = (int(keys.store_ts[-1]), int(keys.phy[-1]))
@@ -303,6 +335,23 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
                        pa.table({"key_hash": keys.key_hash, "phy": keys.phy, "store_ts": keys.store_ts},
                                 schema=KEY_SCHEMA))
     return summary
+
+
+def _dispatched(task: SplitTask, summary: SplitSummary, cols) -> np.ndarray:
+    """Which records dispatch takes (all, or those ending at or below the confirm offset); notes in the
+    summary the last record taken and the first held back."""
+    ends = cols.physical_offset + cols.total_size.astype(np.int64)
+    if task.dispatch_limit is None:
+        return np.ones(len(ends), bool)
+    ok = ends <= task.dispatch_limit
+    taken, held = np.flatnonzero(ok), np.flatnonzero(~ok)
+    if len(taken):
+        summary.last_dispatched_offset = int(cols.physical_offset[taken[-1]])
+        summary.last_dispatched_end = int(ends[taken[-1]])
+    if len(held):
+        summary.first_held_back = int(cols.physical_offset[held[0]])
+        summary.held_back = len(held)
+    return ok
 
 
 @dataclass(frozen=True)
@@ -404,16 +453,19 @@ def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
 def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
-               label: str = "decode", quiet: bool = False) -> ScanResult:
+               dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
-    `from_offset` starts at the segment holding that offset (recovery's start segment).
+    `from_offset` starts at the segment holding that offset (recovery's start segment). With
+    `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
+    and index keys; the scan itself still covers every valid record.
     """
     segments = list_segments(store, settings)
     if from_offset is not None:
         segments = [s for s in segments if s.start + s.size > from_offset]
     splits = plan_splits(segments, split_size)
-    base = SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys) if splits else None
+    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit)
+            if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     groups = pack_splits(tasks, split_size, 2 * spark.sparkContext.defaultParallelism)
     summaries = {s.index: s for done in run_tasks(spark, groups, decode_splits, label,
