@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.recover_text import SHOWN, iso_utc, plan_lines, resume_lines, rollback_lines
+from jobs.pipeline.messages import iso_utc
+from jobs.pipeline.recover_text import SHOWN, plan_lines, when, resume_lines, rollback_lines
 
 CASE = "unclean-torn-11"
 
@@ -27,7 +28,8 @@ def test_iso_utc_matches_datetime(ms):
 
 
 def test_iso_utc_names_the_odd_values():
-    assert iso_utc(0) == "0 (never set)" and iso_utc(None) == "-" and "not a date" in iso_utc(2**62)
+    assert when(0) == "0 (never set)" and when(None) == "-" and "not a date" in iso_utc(2**62)
+    assert iso_utc(-1) == "1969-12-31T23:59:59.999Z"
 
 
 def run_recover(capsys, *args: str) -> str:

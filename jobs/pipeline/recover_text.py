@@ -2,26 +2,20 @@
 the machine form with unchanged keys; this module only reads it and turns it into short lines."""
 from __future__ import annotations
 
-import datetime as dt
-
 from storage_format.consume_queue import CQ_UNIT_SIZE
+
+from .messages import iso_utc
 
 SHOWN = 12  # file names listed per kind before "... and N more"
 CHECKPOINT_FIELDS = (("physic_msg_timestamp", "physicMsgTimestamp"), ("logics_msg_timestamp", "logicsMsgTimestamp"),
                      ("index_msg_timestamp", "indexMsgTimestamp"))
 
 
-def iso_utc(ms: int | None) -> str:
-    """Epoch milliseconds as ISO-8601 UTC with milliseconds (`2026-11-22T05:08:55.948Z`); 0 is "never"."""
+def when(ms: int | None) -> str:
+    """A checkpoint or header time for people: ISO-8601 UTC; 0 (never set) and None (absent) said as such."""
     if ms is None:
         return "-"
-    if ms == 0:
-        return "0 (never set)"
-    try:
-        t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} (not a date)"
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return "0 (never set)" if ms == 0 else iso_utc(ms)
 
 
 def _listed(verb: str, names: list[str], note: str = "") -> list[str]:
@@ -67,8 +61,8 @@ def _checkpoint(s: dict) -> list[str]:
     lines = ["checkpoint (times in ISO-8601 UTC)"]
     for key, java in CHECKPOINT_FIELDS:
         before, after = cp["before"][key], cp["after"][key]
-        change = "unchanged" if before == after else f"-> {iso_utc(after)} ({after})"
-        lines.append(f"    {java:<20} {iso_utc(before)} ({before}) {change}")
+        change = "unchanged" if before == after else f"-> {when(after)} ({after})"
+        lines.append(f"    {java:<20} {when(before)} ({before}) {change}")
         if before != after and cp["why"].get(key):
             lines.append(f"    {'':<20} why: {cp['why'][key]}")
     return lines
@@ -118,7 +112,7 @@ def _index(s: dict) -> list[str]:
     """Index files removed, appended to, created; the boundary records indexed a second time."""
     idx = s["index"]
     lines = [f"index ({idx['mode']}; {idx['files_before']} files before; checkpoint index time "
-             f"{iso_utc(idx['checkpoint_index_msg_timestamp'])})"]
+             f"{when(idx['checkpoint_index_msg_timestamp'])})"]
     removed = idx.get("deleted_newer_than_checkpoint", idx.get("deleted", []))
     why = " (newer than the checkpoint's index time)" if "deleted_newer_than_checkpoint" in idx else ""
     lines += _listed("remove", [f"index/{n}" for n in removed], why)
@@ -129,7 +123,7 @@ def _index(s: dict) -> list[str]:
     for new in idx.get("to_create", [])[:SHOWN]:
         if isinstance(new, dict):
             lines.append(f"    create   index/{new['file']}: {new['entries']} entries; header starts at "
-                         f"{iso_utc(new['inherits_end_timestamp'])}, offset {new['inherits_end_phy_offset']} "
+                         f"{when(new['inherits_end_timestamp'])}, offset {new['inherits_end_phy_offset']} "
                          f"(the previous file's end)")
         else:
             lines.append(f"    create   index/{new}")
