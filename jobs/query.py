@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import string
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from storage_format.record import TRAN_ROLLBACK  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 DEFAULT_MAX_NUM = 64  # the broker's maxMsgsNumBatch: queryOffset never returns more per query
+MSG_ID_FALLBACK_MAX_NUM = 32  # MQAdminImpl.queryMessageByUniqKey asks for 32 offsets
 LONG_MAX = 2**63 - 1
 _ENTRY = struct.Struct(">iqii")  # an index entry: keyHash, phyOffset, timeDiff, prevIndex
 
@@ -169,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--key", help="a message key (one KEYS token)")
     mode.add_argument("--uniq-key", help="a producer unique key (UNIQ_KEY, the client's msgId)")
-    mode.add_argument("--msg-id", help="an offset message id (store host + port + physical offset)")
+    mode.add_argument("--msg-id", help="a message id: an offset message id (store host + port + physical offset), "
+                                       "else searched as a unique key like mqadmin queryMsgById")
     p.add_argument("--begin", type=parse_time, default=0, help="window start: epoch ms or ISO-8601 (default 0)")
     p.add_argument("--end", type=parse_time, default=LONG_MAX,
                    help="window end: epoch ms or ISO-8601 (default: no end)")
@@ -193,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"store": store.uri, "query": {}, "index_files": None, "lookups": [], "hash_collisions": [],
                     "unreadable": [], "warnings": [], "messages": []}
     if args.msg_id is not None:
-        offsets = query_msg_id(args.msg_id, reader, result)
+        offsets, why = query_msg_id(args.msg_id, reader, result)
+        if why is not None:
+            offsets = msg_id_fallback(args, store, settings, reader, offsets, why, result)
     else:
         uniq = args.uniq_key is not None
         key = args.uniq_key if uniq else args.key
@@ -220,32 +225,61 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK if result["messages"] else EXIT_FINDINGS
 
 
-def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> list[int]:
-    """The record an offset message id names; a mismatching store host is a warning."""
+def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> tuple[list[int], str | None]:
+    """The record an offset message id names, and why the id must also be tried as a unique key (None
+    when the record is there and was stored by the id's host): mqadmin queryMsgById falls back to the
+    unique-key query whenever the id does not decode or viewing it fails."""
+    text = msg_id.strip()
+    result["query"] = {"mode": "msg_id", "msg_id": msg_id, "via": "commitlog"}
     try:
-        mid = decode_offset_msg_id(msg_id.strip())
+        mid = decode_offset_msg_id(text)
     except ValueError as exc:
-        raise JobError(str(exc)) from None
-    result["query"] = {"mode": "msg_id", "msg_id": msg_id, "store_host": mid.host, "store_port": mid.port,
-                       "physical_offset": mid.physical_offset, "via": "commitlog"}
+        if not text or any(c not in string.hexdigits for c in text):
+            raise JobError(str(exc)) from None
+        return [], f"{text} is not an offset message id ({exc})"
+    result["query"].update({"store_host": mid.host, "store_port": mid.port, "physical_offset": mid.physical_offset})
     msg, why = reader.read(mid.physical_offset)
     if msg is None:
         result["unreadable"].append({"physical_offset": mid.physical_offset, "reason": why})
-        result["warnings"].append("no record at the id's offset: if this is a producer's msgId (UNIQ_KEY), "
-                                  "use --uniq-key instead")
-        return []
+        return [], f"no record at the id's offset {mid.physical_offset}"
     if bytes(msg.store_host) != mid.host_bytes or msg.store_port != mid.port:
         result["warnings"].append(f"the record's store host {host_text(msg.store_host, msg.store_port)} differs from "
                                   f"the id's {mid.host}:{mid.port} (an id of another broker, or not an offset id)")
-    return [mid.physical_offset]
+        return [mid.physical_offset], "the record at the id's offset was stored by another host"
+    return [mid.physical_offset], None
+
+
+def msg_id_fallback(args: argparse.Namespace, store: Location, settings: BrokerSettings, reader: RecordReader,
+                    at_offset: list[int], why: str, result: dict) -> list[int]:
+    """The id as a unique key (UNIQ_KEY) in --topic or every topic, at most MSG_ID_FALLBACK_MAX_NUM
+    offsets per topic (the admin's 32), in the --begin/--end window; the record at the id's offset
+    stays the answer when no message carries the id as its unique key."""
+    key = args.msg_id.strip()
+    topics = [args.topic] if args.topic else topics_with_queues(store)
+    result["query"].update({"fallback": "uniq_key", "topics_searched": topics, "max_num": MSG_ID_FALLBACK_MAX_NUM,
+                            "via": "index"})
+    found = by_index(store, settings, reader, topics, key, True, MSG_ID_FALLBACK_MAX_NUM, args.begin, args.end,
+                     result) if topics else []
+    if found:
+        result["unreadable"] = [u for u in result["unreadable"]
+                                if u["physical_offset"] != result["query"].get("physical_offset")]
+        result["warnings"].append(f"{why}: found as a unique key (UNIQ_KEY), as mqadmin queryMsgById falls back to")
+        return found
+    result["warnings"].append(f"{why}; no message has it as its unique key either (searched "
+                              f"{len(topics)} topics; a producer's msgId is a UNIQ_KEY: --uniq-key)")
+    return at_offset
 
 
 def print_human(r: dict, show_body: bool) -> None:
     """The console form of the result: what was searched, then each message in a few lines."""
     q = r["query"]
     if q.get("mode") == "msg_id":
-        print(f"offset message id {q['msg_id']}: store host {q['store_host']}:{q['store_port']}, "
-              f"physical offset {q['physical_offset']}")
+        if "store_host" in q:
+            print(f"offset message id {q['msg_id']}: store host {q['store_host']}:{q['store_port']}, "
+                  f"physical offset {q['physical_offset']}")
+        if q.get("fallback"):
+            print(f"then as a unique key in {len(q['topics_searched'])} topics via the index "
+                  f"(max {q['max_num']} offsets per topic, like mqadmin queryMsgById)")
     else:
         where = q["topic"] if q["topic"] else f"{len(q['topics_searched'] or [])} topics"
         print(f"{q['mode'].replace('_', ' ')} {q['key']!r} in {where or 'every topic'} via {q['via']}"

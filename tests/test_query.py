@@ -251,11 +251,29 @@ def test_msg_id_reads_the_record(case, golden, capsys):
 
 
 def test_msg_id_without_record(golden, capsys):
-    """An id whose offset holds no record (e.g. a UNIQ_KEY given as --msg-id) finds nothing, says why."""
+    """An id whose offset holds no record and that no message carries as its unique key finds nothing,
+    says why (after trying it as a unique key, as mqadmin queryMsgById does)."""
     case = "clean-small-11"
     code, got = run(capsys, case, "--msg-id", "C0A8000A00002A9F0000000000000005")
     assert code == 1 and got["messages"] == [] and got["unreadable"][0]["physical_offset"] == 5
-    assert "--uniq-key" in got["warnings"][0]
+    assert got["query"]["fallback"] == "uniq_key" and "--uniq-key" in got["warnings"][0]
+
+
+@pytest.mark.parametrize("case", SMALL)
+def test_msg_id_falls_back_to_the_unique_key(case, golden, capsys):
+    """A producer's msgId (UNIQ_KEY, IPv4 and IPv6 clients) given as --msg-id: it decodes as an offset id
+    whose offset holds no record, so it is searched as a unique key (32 offsets per topic, as
+    MQAdminImpl.queryMessageByUniqKey asks) and finds what --uniq-key finds."""
+    recs = golden_walk.records(case)
+    for width in (32, 56):
+        uniq = next(r.properties["UNIQ_KEY"] for r in recs if len(r.properties.get("UNIQ_KEY", "")) == width
+                    and (r.sys_flag & 0xC) != 0xC)
+        code, got = run(capsys, case, "--msg-id", uniq)
+        _, by_uniq = run(capsys, case, "--uniq-key", uniq)
+        want = sorted(r.physical_offset for r in recs
+                      if r.properties.get("UNIQ_KEY") == uniq and (r.sys_flag & 0xC) != 0xC)
+        assert code == 0 and offsets(got) == offsets(by_uniq) == want
+        assert got["query"]["fallback"] == "uniq_key" and got["query"]["max_num"] == 32 and not got["unreadable"]
 
 
 def test_torn_record_is_reported_unreadable(golden, capsys):

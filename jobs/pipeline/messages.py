@@ -60,6 +60,7 @@ class RecordReader:
         if chunk.count != 1:
             return None, f"not a valid record: {chunk.end.reason} {chunk.end.detail}".strip()
         msg = records_from_columns(chunk.columns)[0]
+        msg.extra["total_size"] = size
         if msg.physical_offset != offset:
             return None, f"bytes here look like a record but its physicalOffset field is {msg.physical_offset}"
         return msg, None
