@@ -9,7 +9,8 @@ if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo roo
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.pipeline.cli import EXIT_OK, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.cli import (EXIT_OK, add_generation_flag, parser, print_json, run_main,  # noqa: E402
+                              settings_from)
 from jobs.pipeline.fs import location  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
@@ -41,11 +42,12 @@ def summary(result: ScanResult) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = parser("inspect", "Summarise a RocketMQ store's commit log (records, queues, where the data ends).")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_generation_flag(p)
     args = p.parse_args(argv)
     settings = settings_from(args)
     spark = get_spark("inspect", args.master)
     result = scan_store(spark, location(args.store), settings, with_keys=False,
-                        split_size=args.split_size,
+                        split_size=args.split_size, generation=args.rocketmq_version,
                         quiet=args.json)
     report = summary(result)
     if args.json:

@@ -18,8 +18,9 @@ if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo roo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, parser, print_json, run_main,  # noqa: E402
+                              settings_from)
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
-from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="rebuild up to the first invalid record (as the broker dispatches) instead of refusing "
                         "a commit log that does not end cleanly")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
+    add_generation_flag(p)
     args = p.parse_args(argv)
     settings = settings_from(args)
     store, out = location(args.store), location(args.out)
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     with Staging(out, overwrite=args.overwrite) as staging:
         t0 = time.monotonic()
         scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
-                          split_size=args.split_size, dispatch_limit=limit.offset, quiet=args.json)
+                          split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
+                          quiet=args.json)
         timings["decode_s"] = time.monotonic() - t0
         pause_at("after-decode")
         problems = scan.tail_problems()

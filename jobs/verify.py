@@ -26,8 +26,8 @@ if __package__ in (None, ""):  # spark-submit jobs/verify.py: make the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
-from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_json, run_main,  # noqa: E402
-                               settings_from)
+from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_generation_flag, parser,  # noqa: E402
+                               print_json, run_main, settings_from)
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
@@ -60,11 +60,11 @@ def work_location(store: Location, work_dir: str | None) -> Location:
 
 def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
-           limit: DispatchLimit = NO_LIMIT) -> tuple[ScanResult, Findings, dict]:
+           limit: DispatchLimit = NO_LIMIT, generation: int | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
     confirm offset `limit`) implies; returns the scan, findings and counts."""
     scan = scan_store(spark, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
-                      split_size=split_size, dispatch_limit=limit.offset, quiet=quiet)
+                      split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation)
     pointers = pointer_check(scan)
     found = Findings()
     for problem in scan.tail_problems():
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"detailed findings kept in the report (default {DEFAULT_MAX_FINDINGS}; counts are "
                         f"always complete; at most 20 per file and kind)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
+    add_generation_flag(p)
     args = p.parse_args(argv)
     settings = settings_from(args)
     store = location(args.store)
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         work.makedirs()
         scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
-                                    split_size=args.split_size, quiet=args.json, limit=limit)
+                                    split_size=args.split_size, quiet=args.json, limit=limit,
+                                    generation=args.rocketmq_version)
     finally:
         work.delete_tree()
     report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,

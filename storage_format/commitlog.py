@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import StoreFormatError
+from .multi_dispatch import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY, locate_properties
 from .ragged import slices_to_binary
 from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC,
@@ -391,7 +392,7 @@ class RecordColumns:
     @cached_property
     def _props(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return locate_properties(self.arr, self.properties_start, self.properties_length,
-                                 (TAGS, KEYS, UNIQ_KEY, DELAY))
+                                 (TAGS, KEYS, UNIQ_KEY, DELAY, INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET))
 
     def property_binary(self, name: str) -> pa.Array:
         """Values of one property (null when absent or dropped by the broker's parsing rules)."""

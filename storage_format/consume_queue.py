@@ -69,6 +69,23 @@ def keep_first_of_each_offset(queue_offset: np.ndarray) -> np.ndarray:
     return keep
 
 
+def place_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kept mask, queue position of each kept entry) for entries dispatched in order into a new queue,
+    by ConsumeQueue.putMessagePositionInfo: an entry ending at or below the queue's maxPhysicOffset is
+    skipped; the first lands at its offset (pre-blank units before it); a later one with a non-zero
+    offset below the write position is skipped ("repeatedly"), any other is appended AT THE WRITE
+    POSITION, whatever its offset (where offsets were used up without an entry, e.g. 5.x LMQ queues)."""
+    keep = np.zeros(len(queue_offset), bool)
+    at = np.zeros(len(queue_offset), np.int64)
+    write, max_phy = None, -1
+    for i, (qo, end) in enumerate(zip(queue_offset.tolist(), (phy.astype(np.int64) + size).tolist())):
+        if end <= max_phy or (write is not None and qo != 0 and qo < write):
+            continue
+        at[i] = qo if write is None else write
+        write, max_phy, keep[i] = at[i] + 1, end, True
+    return keep, at[keep]
+
+
 def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray,
                       file_size: int, queue_first_offset: int | None = None) -> dict[int, bytes]:
     """Files of one queue (or of a range of its files): {file start offset: full-size file bytes}.

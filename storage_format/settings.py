@@ -33,6 +33,10 @@ class BrokerSettings:
     duplication_enable: bool = False
     read_uncommitted: bool = False
     broker_role: str = "ASYNC_MASTER"
+    # LMQ / multi-dispatch (storage_format.multi_dispatch); None = not in the config (the broker's default
+    # false), told apart from an explicit false so a store written with them on is not silently read without.
+    enable_multi_dispatch: bool | None = None
+    enable_lmq: bool | None = None
 
     @property
     def consume_queue_file_size(self) -> int:
@@ -70,6 +74,8 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "duplicationEnable": ("duplication_enable", bool),
     "readUnCommitted": ("read_uncommitted", bool),
     "brokerRole": ("broker_role", str),
+    "enableMultiDispatch": ("enable_multi_dispatch", bool),
+    "enableLmq": ("enable_lmq", bool),
 }
 
 

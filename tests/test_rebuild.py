@@ -124,3 +124,41 @@ def test_rebuild_stops_at_the_confirm_offset(case, spark, tmp_path, capsys):
     assert d["records_not_dispatched"] == c["records_beyond_confirm"]
     assert "allAckInSyncStateSet" in d["reason"]
     assert "dispatch stopped at the confirm offset" in capsys.readouterr().err
+
+
+def _lmq_refusal(store, out, conf, capsys, *extra: str) -> str:
+    """Run rebuild expecting exit 2 with nothing published; the one-line error."""
+    from jobs.pipeline.cli import run_main
+    from jobs.rebuild import main
+    with pytest.raises(SystemExit) as exc:
+        run_main("rebuild", main, ["--store", str(store), "--out", str(out), "--broker-config", str(conf), *extra])
+    assert exc.value.code == 2 and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_lmq_store_without_multi_dispatch_setting_is_refused(spark, tmp_path, capsys):
+    """A store whose records carry multi-dispatch offsets, read with a config that leaves
+    enableMultiDispatch unset: refused by name instead of silently dropping every LMQ entry."""
+    case = "lmq-clean-small-11"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("\n".join(line for line in (GOLDEN / case / "broker.conf").read_text().splitlines()
+                              if not line.startswith(("enableMultiDispatch", "enableLmq"))))
+    err = _lmq_refusal(GOLDEN / case, tmp_path / "out", conf, capsys)
+    assert "enableMultiDispatch" in err and "INNER_MULTI_QUEUE_OFFSET" in err and "commit-log offset" in err
+
+
+def test_headless_v5_lmq_store_needs_the_version(spark, tmp_path, capsys):
+    """A bare 5.x LMQ commit log (no abort.bak or checkpoint to tell the version) holds offsets only 5.x
+    writes: refused naming --rocketmq-version; with --rocketmq-version 5 it is byte-exact."""
+    case = "v5-lmq-clean-small-11"
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / case / "commitlog", store / "commitlog")
+    err = _lmq_refusal(store, tmp_path / "out", GOLDEN / case / "broker.conf", capsys)
+    assert "--rocketmq-version" in err and "only RocketMQ 5.x writes" in err and "byte offset" in err
+    from jobs.rebuild import main
+    out = tmp_path / "out5"
+    assert main(["--store", str(store), "--out", str(out), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                 "--rocketmq-version", "5", "--json"]) == 0
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)

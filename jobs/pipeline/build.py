@@ -13,10 +13,12 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from storage_format.consume_queue import CQ_UNIT_SIZE, build_queue_files, file_name, keep_first_of_each_offset
+from storage_format.consume_queue import (CQ_UNIT_SIZE, build_queue_files, file_name, keep_first_of_each_offset,
+                                          place_units)
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import IndexState, index_file_chunks, names_for
 from storage_format.index_file import file_size as index_file_size
+from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
 from .faults import pause_at
@@ -34,6 +36,8 @@ class QueueSlice:
     split_index: int
     row_start: int
     rows: int
+    lo: int = 0  # smallest and largest queue offset among the rows
+    hi: int = -1
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class QueueFiles:
     last_file: int
     queue_first_offset: int
     sources: tuple[QueueSlice, ...]
+    placed: bool = False  # entries land where the broker's write position puts them (consume_queue.place_units)
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,18 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
                 continue
             q = queues.setdefault(key, [lo, hi, []])
             q[0], q[1] = min(q[0], lo), max(q[1], hi)
-            q[2].append(QueueSlice(s.index, row, cq_rows))
+            q[2].append(QueueSlice(s.index, row, cq_rows, lo, hi))
     runs: list[QueueFiles] = []
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
+    unordered = set().union(*(s.unordered for s in scan.accepted))
     for (topic, qid), (lo, hi, sources) in sorted(queues.items()):
+        first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
+        if is_lmq(topic) and not _in_step(sources, (topic, qid) in unordered):
+            # offsets used up without an entry (5.x): one run places the whole queue as the broker does
+            runs.append(QueueFiles(topic, qid, first * file_size, last * file_size, lo, tuple(sources), placed=True))
+            continue
         if hi - lo + 1 > sum(src.rows for src in sources):
             raise queue_gap_error(scan, work, topic, qid, sources)
-        first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
             runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
@@ -90,6 +100,11 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     if current:
         tasks.append(CqTask(tuple(current), work, out, file_size))
     return tasks
+
+
+def _in_step(sources: list[QueueSlice], unordered: bool) -> bool:
+    """The queue's entries step by exactly 1 in dispatch order (so each lands at its stored offset)."""
+    return not unordered and all(b.lo == a.hi + 1 for a, b in zip(sources, sources[1:]))
 
 
 def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
@@ -138,13 +153,17 @@ def cq_file_bytes(task: CqTask) -> Iterator[tuple[QueueFiles, int, bytes, int]]:
     tables: dict[int, pa.Table] = {}
     for item in task.items:
         t = _queue_entries(item, task.work, task.file_size, tables)
-        qo = t.column("queue_offset").to_numpy()
-        keep = keep_first_of_each_offset(qo)
-        files = build_queue_files(qo[keep], t.column("phy").to_numpy()[keep], t.column("size").to_numpy()[keep],
-                                  t.column("tags").to_numpy()[keep], task.file_size, item.queue_first_offset)
+        qo, phy, size = (t.column(c).to_numpy() for c in ("queue_offset", "phy", "size"))
+        if item.placed:
+            keep, at = place_units(qo, phy, size)
+            first = int(at[0]) if len(at) else 0
+        else:
+            keep = keep_first_of_each_offset(qo)
+            at, first = qo[keep], item.queue_first_offset
+        files = build_queue_files(at, phy[keep], size[keep], t.column("tags").to_numpy()[keep], task.file_size, first)
         for start, data in files.items():
             lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
-            yield item, start, data, int(((qo[keep] >= lo) & (qo[keep] < hi)).sum())
+            yield item, start, data, int(((at >= lo) & (at < hi)).sum())
 
 
 def build_cq(task: CqTask) -> dict:

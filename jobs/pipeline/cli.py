@@ -31,6 +31,12 @@ def parser(job: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
+def add_generation_flag(p: argparse.ArgumentParser) -> None:
+    """--rocketmq-version: the generation whose rules apply where 4.x and 5.x differ (multi-dispatch)."""
+    p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
+                   help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
+
+
 def _size(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     t = text.strip().lower()

@@ -11,27 +11,28 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
                                       find_first_record, parse_segment_name)
-from storage_format.consume_queue import has_cq_entry, tags_codes, unsafe_topic_reason
-from storage_format.errors import StoreFormatError
+from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
+from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
+                                           MultiDispatchRules, rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
                                       Stitched, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
 
+from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from .faults import fail_once
+from .generation import store_generation
 from .fs import Location
 from .tasks import run_tasks
 
-CQ_SCHEMA = pa.schema([("topic", pa.large_string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
-                       ("phy", pa.int64()), ("size", pa.int32()), ("tags", pa.int64())])
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
 
 
@@ -51,6 +52,7 @@ class SplitTask:
     with_cq: bool = True
     with_keys: bool = True
     dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
+    lmq: MultiDispatchRules | None = None  # multi-dispatch rules, None when the config turns it off
 
 
 @dataclass
@@ -85,6 +87,10 @@ class SplitSummary:
     last_dispatched_end: int | None = None
     first_held_back: int | None = None
     held_back: int = 0
+    # Queues whose entries in this split do not step by exactly 1 (repeats, or offsets used up elsewhere).
+    unordered: set[tuple[str, int]] = field(default_factory=set)
+    # Offset of a record with both multi-dispatch properties while enableMultiDispatch is not configured.
+    lmq_unconfigured: int | None = None
 
     def walk(self) -> SplitWalk:
         return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks)
@@ -292,8 +298,8 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     summary.last_record_offset = cols.base_offset + last_pos
     summary.last_record_end = summary.last_record_offset + int(cols.total_size[-1])
     topics = cols.topic
-    groups = _queue_groups(cols)
-    for reason_at, topic in _unsafe_topics(groups):
+    groups = queue_groups(topics, cols.queue_id)
+    for reason_at, topic in unsafe_topics(groups):
         at = cols.base_offset + int(cols.pos[reason_at])
         raise StoreFormatError(sp.segment.path, at - sp.segment.start, f"{topic} (record at commit-log offset {at})")
     moved = np.flatnonzero(cols.physical_offset != cols.base_offset + cols.pos)
@@ -314,15 +320,15 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
         tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
                           task.settings.delay_levels_ms)
         rows = np.flatnonzero(cq_mask)
-        # Rows grouped by queue in (topic, queueId) order, commit-log order kept inside a queue.
-        combined = np.sort((groups.group[rows].astype(np.int64) << 32) | np.arange(len(rows), dtype=np.int64))
-        rows = rows[combined & 0xFFFFFFFF]
-        qo = cols.queue_offset[rows]
-        cq = pa.table({"topic": pc.take(groups.topic_names, groups.topic_rank[rows]),
-                       "queue_id": pa.array(cols.queue_id[rows], pa.int32()), "queue_offset": pa.array(qo),
-                       "phy": pa.array(cols.physical_offset[rows]), "size": pa.array(cols.total_size[rows], pa.int32()),
-                       "tags": pa.array(tags[rows])}, schema=CQ_SCHEMA)
-        _queue_ranges(summary, groups, combined >> 32, qo)
+        try:
+            lmq = split_lmq(cols, rows, task.lmq, task.settings.enable_multi_dispatch is not None)
+            cq, cq_groups, row_group = cq_table(cols, groups, rows, tags, lmq.entries)
+        except MultiDispatchError as err:
+            at = cols.base_offset + int(cols.pos[err.record])
+            raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                                   f"{err} (record at commit-log offset {at})") from None
+        summary.lmq_unconfigured = lmq.unconfigured_at
+        queue_ranges(summary.queues, summary.unordered, cq_groups, row_group, cq.column("queue_offset").to_numpy())
         if task.work is not None:
             _write_ipc(task.work.child(f"cq-{sp.index:06d}.arrow"), cq)
     if task.with_keys and task.settings.message_index_enable:
@@ -352,58 +358,6 @@ def _dispatched(task: SplitTask, summary: SplitSummary, cols) -> np.ndarray:
         summary.first_held_back = int(cols.physical_offset[held[0]])
         summary.held_back = len(held)
     return ok
-
-
-@dataclass(frozen=True)
-class QueueGroups:
-    """Records grouped by (topic, queueId): keys in (topic, queueId) order and each record's group.
-
-    Topics are dictionary-encoded once, so per-topic work runs once per distinct topic.
-    """
-
-    keys: list[tuple[str, int]]
-    group: np.ndarray  # group number per record (index into keys)
-    topic_names: pa.Array  # distinct topics, sorted
-    topic_rank: np.ndarray  # per record: index into topic_names
-    first_record: list[int]  # per distinct topic (sorted order): index of its first record
-
-
-def _queue_groups(cols) -> QueueGroups:
-    encoded = pc.dictionary_encode(cols.topic)
-    names = encoded.dictionary.to_pylist()
-    order = sorted(range(len(names)), key=names.__getitem__)
-    rank_of_code = np.empty(len(names), np.int64)
-    rank_of_code[order] = np.arange(len(names))
-    codes = encoded.indices.to_numpy()
-    topic_rank = rank_of_code[codes]
-    first_of_code = np.full(len(names), len(codes), np.int64)
-    np.minimum.at(first_of_code, codes, np.arange(len(codes)))
-    qid = cols.queue_id.astype(np.int64) + 2**31  # signed order as non-negative 32 bits
-    uniq, group = np.unique((topic_rank << 32) | qid, return_inverse=True)
-    sorted_names = [names[i] for i in order]
-    keys = [(sorted_names[k >> 32], (k & 0xFFFFFFFF) - 2**31) for k in uniq.tolist()]
-    return QueueGroups(keys, group.reshape(-1), pa.array(sorted_names, pa.large_string()), topic_rank,
-                       first_of_code[order].tolist())
-
-
-def _unsafe_topics(groups: QueueGroups) -> list[tuple[int, str]]:
-    """(record index, reason) for topics that cannot be a directory name under consumequeue/."""
-    bad = [(first, reason) for topic, first in zip(groups.topic_names.to_pylist(), groups.first_record)
-           if (reason := unsafe_topic_reason(topic))]
-    return [min(bad)] if bad else []
-
-
-def _queue_ranges(summary: SplitSummary, groups: QueueGroups, row_group: np.ndarray, qo: np.ndarray) -> None:
-    """Record per queue where its rows start in the split's sorted consume-queue table, and the
-    smallest and largest queue offset among them."""
-    if not len(row_group):
-        return
-    starts = np.flatnonzero(np.diff(row_group, prepend=-1))
-    counts = np.diff(np.append(starts, len(row_group)))
-    lows, highs = np.minimum.reduceat(qo, starts), np.maximum.reduceat(qo, starts)
-    for g, row, n, lo, hi in zip(row_group[starts].tolist(), starts.tolist(), counts.tolist(), lows.tolist(),
-                                 highs.tolist()):
-        summary.queues[groups.keys[g]][1:] = [n, row, lo, hi]
 
 
 def _write_ipc(loc: Location, table: pa.Table) -> None:
@@ -453,18 +407,23 @@ def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
 def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
-               dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False) -> ScanResult:
+               dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
+               generation: int | None = None) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
     `from_offset` starts at the segment holding that offset (recovery's start segment). With
     `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
-    and index keys; the scan itself still covers every valid record.
+    and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
+    multi-dispatch rules; None detects it from the store's marker files.
     """
     segments = list_segments(store, settings)
     if from_offset is not None:
         segments = [s for s in segments if s.start + s.size > from_offset]
     splits = plan_splits(segments, split_size)
-    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit)
+    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
+    lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
+                    generation is not None or guess.generation >= 5) if guess else None
+    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     groups = pack_splits(tasks, split_size, 2 * spark.sparkContext.defaultParallelism)
@@ -481,4 +440,19 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
             summaries[s.index] = s
     if stitched.failed is not None:
         raise summaries[stitched.failed].error
-    return ScanResult(segments, splits, stitched, summaries)
+    result = ScanResult(segments, splits, stitched, summaries)
+    check_multi_dispatch(result)
+    return result
+
+
+def check_multi_dispatch(scan: ScanResult) -> None:
+    """Refuse records written with enableMultiDispatch=true when the config leaves it unset (the broker
+    default, false, would drop every multi-dispatch entry: more likely a forgotten config than intended)."""
+    unset = min((s.lmq_unconfigured for s in scan.accepted if s.lmq_unconfigured is not None), default=None)
+    if unset is not None:
+        seg = next(g for g in scan.segments if g.start <= unset < g.start + g.size)
+        raise SettingsError(f"the record at {seg.path} at byte offset {unset - seg.start} (commit-log offset {unset}) "
+                            f"carries {INNER_MULTI_DISPATCH} and {INNER_MULTI_QUEUE_OFFSET}, which a broker writes "
+                            f"only with enableMultiDispatch=true, but the broker config does not set "
+                            f"enableMultiDispatch: pass the broker's config (--broker-config) or set "
+                            f"enableMultiDispatch (and enableLmq) explicitly")
