@@ -133,9 +133,10 @@ def _lmq_refusal(store, out, conf, capsys, *extra: str) -> str:
     with pytest.raises(SystemExit) as exc:
         run_main("rebuild", main, ["--store", str(store), "--out", str(out), "--broker-config", str(conf), *extra])
     assert exc.value.code == 2 and not out.exists()
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("reput rebuild: error:")]
+    assert len(errors) == 1 and "Traceback" not in err
+    return errors[0]
 
 
 def test_lmq_store_without_multi_dispatch_setting_is_refused(spark, tmp_path, capsys):
