@@ -31,6 +31,7 @@ from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_j
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
+from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
 from storage_format.index_file import (ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, is_time_matched,  # noqa: E402
                                        select_phy_offsets)
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
@@ -190,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-num must be positive")
     settings = settings_from(args)
     store = location(args.store)
+    check_store_supported(store, settings)
     if not store.is_dir():
         raise JobError(f"{store.uri}: not a directory")
     reader = RecordReader(store, settings)

@@ -25,6 +25,8 @@ if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo roo
 from jobs.pipeline import inplace  # noqa: E402
 from jobs.pipeline import recover_text as text  # noqa: E402
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.store_gate import check_store_supported, commitlog_dir  # noqa: E402
+from storage_format.store_layout import commitlog_path  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
@@ -93,8 +95,9 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     settings = settings_from(args)
-    if not store.child("commitlog").is_dir():
-        raise JobError(f"{store.uri}: not a broker store (no commitlog directory)")
+    check_store_supported(store, settings)
+    if not commitlog_dir(store, settings).is_dir():
+        raise JobError(f"{commitlog_dir(store, settings).uri}: not a broker store (no commitlog directory)")
     tz = ZoneInfo(args.index_name_tz)
     split_size = args.split_size
     kw = dict(split_size=split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
@@ -198,6 +201,9 @@ def _check_written(root: Location, output, index_names: list[str]) -> None:
 
 def _in_place(args, store: Location, settings, kw, tz) -> int:
     """Stage, back up, journal and switch the store itself (see jobs.pipeline.inplace)."""
+    if commitlog_path(settings):
+        raise JobError(f"--in-place: storePathCommitLog={commitlog_path(settings)} keeps the commit log outside "
+                       f"the store, which the in-place switch does not cover; recover with --out instead")
     path = inplace.local_store(store.uri)
     backup = Path(args.backup_dir).resolve()
     _check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")

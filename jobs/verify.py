@@ -37,6 +37,7 @@ from jobs.pipeline.verify_stage import (Findings, check_cq, check_index, expecte
                                         plan_index_checks, pointer_check)
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
+from jobs.pipeline.store_gate import check_store_supported, commitlog_dir  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
@@ -70,7 +71,7 @@ def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work:
     for problem in scan.tail_problems():
         # The broker stops dispatching at the first invalid record: what follows is unreachable.
         end = scan.end
-        found.add("commitlog", "invalid_tail", end.path or store.child("commitlog").uri,
+        found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
                   offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
     stats: dict[str, int] = {}
     parallelism = spark.sparkContext.defaultParallelism
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     settings = settings_from(args)
     store = location(args.store)
+    check_store_supported(store, settings)
     if not store.is_dir():
         raise JobError(f"{store.uri}: not a directory")
     report_loc = location(args.report) if args.report else None

@@ -18,6 +18,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `msg_id`: offset message ids and producers' unique keys
 - `settings`: broker `.properties` over the broker's defaults
 - `recovery`: the broker's start-up recovery as pure planning
+- `store_layout`: broker features and store layouts reput does not implement, refused by name
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps
 - `sample_store`: a small deterministic sample store for the demo and tests
 - `errors`: the exception family (every error names the file and byte offset)

@@ -37,6 +37,14 @@ class BrokerSettings:
     # false), told apart from an explicit false so a store written with them on is not silently read without.
     enable_multi_dispatch: bool | None = None
     enable_lmq: bool | None = None
+    # Features reput does not implement: store_layout.py refuses a store that uses one, by name.
+    enable_dleger_commit_log: bool = False
+    store_type: str = "default"
+    enable_consume_queue_ext: bool = False
+    force_verify_prop_crc: bool = False
+    enabled_append_prop_crc: bool = False
+    store_path_commit_log: str | None = None  # None: <store>/commitlog
+    read_only_commit_log_store_paths: str | None = None
 
     @property
     def consume_queue_file_size(self) -> int:
@@ -76,6 +84,13 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "brokerRole": ("broker_role", str),
     "enableMultiDispatch": ("enable_multi_dispatch", bool),
     "enableLmq": ("enable_lmq", bool),
+    "enableDLegerCommitLog": ("enable_dleger_commit_log", bool),
+    "storeType": ("store_type", str),
+    "enableConsumeQueueExt": ("enable_consume_queue_ext", bool),
+    "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
+    "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),
+    "storePathCommitLog": ("store_path_commit_log", str),
+    "readOnlyCommitLogStorePaths": ("read_only_commit_log_store_paths", str),
 }
 
 

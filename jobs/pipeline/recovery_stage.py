@@ -28,6 +28,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from .fs import Location
+from .store_gate import commitlog_dir
 from .build import plan_cq
 from .scan import ScanResult, list_segments, read_ipc, scan_store
 from .tasks import run_tasks
@@ -436,7 +437,7 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     abnormal = markers.abort is not None
     segments = list_segments(store, settings)
     if not segments:
-        raise rules.RecoveryError(f"{store.child('commitlog').uri}: the commit log has no segments (the broker "
+        raise rules.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the broker "
                                   f"would delete every consume queue); nothing to recover")
     starts = [s.start for s in segments]
     start = rules.choose_start_segment(starts, _heads(segments), markers.checkpoint, settings, g, abnormal)

@@ -26,11 +26,13 @@ from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
                                       Stitched, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
+from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from .faults import fail_once
 from .generation import store_generation
 from .fs import Location
+from .store_gate import commitlog_dir
 from .tasks import run_tasks
 
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
@@ -207,9 +209,10 @@ class DispatchStop:
 def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
     """Commit-log segments in offset order; a segment of the wrong size is an error (the broker
     refuses to load it too)."""
-    commitlog = store.child("commitlog")
+    commitlog = commitlog_dir(store, settings)
     if not commitlog.is_dir():
-        raise ScanError(f"{commitlog.uri}: no commitlog directory in the store")
+        where = "storePathCommitLog" if commitlog_path(settings) else "the store"
+        raise ScanError(f"{commitlog.uri}: no commitlog directory (from {where})")
     segments = []
     for info in commitlog.list():
         start = parse_segment_name(info.base_name)
@@ -309,6 +312,10 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
                                f"record at commit-log offset {at} stores physicalOffset "
                                f"{int(cols.physical_offset[moved[0]])}: its consume-queue and index entries would "
                                f"point elsewhere")
+    batch = inner_batch_records(cols.sys_flag)
+    if len(batch):
+        at = cols.base_offset + int(cols.pos[batch[0]])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start, inner_batch_reason(at))
     undated = np.flatnonzero((ts < MIN_DATE_MS) | (ts > MAX_DATE_MS))
     if len(undated):
         summary.undated_record = cols.base_offset + int(cols.pos[undated[0]])

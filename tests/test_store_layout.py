@@ -1,0 +1,135 @@
+"""Features reput does not implement are refused by name (exit 2, nothing written, before Spark starts), found
+from the broker config and from the store's files; a single storePathCommitLog is honoured."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.pipeline.cli import run_main
+from storage_format.encoder import write_store
+from storage_format.record import Message
+from storage_format.settings import BrokerSettings
+from storage_format.store_layout import (StoreListing, UnsupportedStoreError, check_store, commitlog_path,
+                                         inner_batch_records, layout_refusal, setting_refusal)
+from tests.conftest import GOLDEN
+from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes
+
+BASE = "v5-clean-small-11"
+
+# (id, extra broker.conf lines, files to create in the store, the name the message must carry)
+REFUSALS = [
+    ("dledger-setting", "enableDLegerCommitLog=true\n", [], "enableDLegerCommitLog"),
+    ("dledger-layout", "", ["dledger-n0/data/00000000000000000000"], "dledger-n0/"),
+    ("rocksdb-setting", "storeType=defaultRocksDB\n", [], "storeType=defaultRocksDB"),
+    ("rocksdb-layout", "", ["consumequeue/CURRENT", "consumequeue/MANIFEST-000005", "consumequeue/000009.sst"],
+     "consumequeue/"),
+    ("batchcq-layout", "", ["batchconsumequeue/BatchTopic/0/00000000000000000000"], "batchconsumequeue/"),
+    ("cqext-setting", "enableConsumeQueueExt=true\n", [], "enableConsumeQueueExt"),
+    ("cqext-layout", "", ["consumequeue_ext/TopicTest/0/00000000000000000000"], "consumequeue_ext/"),
+    ("propcrc-verify", "forceVerifyPropCRC=true\n", [], "forceVerifyPropCRC"),
+    ("propcrc-append", "enabledAppendPropCRC=true\n", [], "enabledAppendPropCRC"),
+    ("multi-path", "storePathCommitLog=/data/a/commitlog,/data/b/commitlog\n", [], "storePathCommitLog"),
+    ("read-only-paths", "readOnlyCommitLogStorePaths=/data/old/commitlog\n", [], "readOnlyCommitLogStorePaths"),
+]
+
+
+def make_store(root: Path, conf_extra: str, files: list[str]) -> Path:
+    """A copy of the golden store with the feature's setting in its broker.conf and its files added."""
+    store = root / "store"
+    shutil.copytree(GOLDEN / BASE, store)
+    for p in [store, *store.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (store / "broker.conf").write_text((GOLDEN / BASE / "broker.conf").read_text() + conf_extra)
+    for rel in files:
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_bytes(b"\0" * 64)
+    return store
+
+
+def job_argv(job: str, store: Path, tmp: Path) -> list[str]:
+    """Arguments for one job; every output goes under tmp/out*."""
+    common = ["--store", str(store), "--broker-config", str(store / "broker.conf")]
+    return common + {"rebuild": ["--out", str(tmp / "out")],
+                     "verify": ["--report", str(tmp / "out.json"), "--work-dir", str(tmp / "out-work")],
+                     "recover": ["--out", str(tmp / "out")],
+                     "inspect": [],
+                     "catalog": ["--table", str(tmp / "out-table")],
+                     "query": ["--msg-id", "C0A8000A00002A9F0000000000000000"]}[job]
+
+
+def job_main(job: str):
+    import importlib
+
+    return importlib.import_module(f"jobs.{job}").main
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "catalog", "query"])
+@pytest.mark.parametrize("case,conf,files,name", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_every_job_refuses_by_name(job, case, conf, files, name, tmp_path, capsys):
+    store = make_store(tmp_path, conf, files)
+    before = tree(store)
+    with pytest.raises(SystemExit) as exc:
+        run_main(job, job_main(job), job_argv(job, store, tmp_path))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2
+    assert len(err) == 1 and name in err[0] and "does not implement" in err[0], err
+    assert "Traceback" not in "".join(err)
+    assert tree(store) == before and not list(tmp_path.glob("out*"))
+
+
+def test_the_checks_pure():
+    assert setting_refusal(BrokerSettings()) is None
+    assert layout_refusal(StoreListing(frozenset({"commitlog/", "consumequeue/", "index/", "checkpoint"}))) is None
+    # empty feature directories hold nothing reput would miss
+    assert layout_refusal(StoreListing(frozenset({"batchconsumequeue/", "consumequeue_ext/"}))) is None
+    assert "storeType=DEFAULTROCKSDB" in setting_refusal(BrokerSettings(store_type="DEFAULTROCKSDB"))
+    assert setting_refusal(BrokerSettings(read_only_commit_log_store_paths="")) is None
+    with pytest.raises(UnsupportedStoreError, match="IDENTITY"):
+        check_store(BrokerSettings(), StoreListing(frozenset({"consumequeue/"}), frozenset({"IDENTITY"})))
+    assert commitlog_path(BrokerSettings(store_path_commit_log=" /x/commitlog ")) == "/x/commitlog"
+    assert commitlog_path(BrokerSettings()) is None
+    assert inner_batch_records(np.array([0, 0x80, 0x10, 0x84])).tolist() == [1, 3]
+
+
+def test_inner_batch_record_is_refused_by_name(spark, tmp_path, capsys):
+    """A record with the inner-batch sysFlag (BatchConsumeQueue) is named, not blamed on damage."""
+    store = tmp_path / "store"
+    msgs = [Message("T", b"x", store_timestamp=1_700_000_000_000 + i, sys_flag=0x80 if i == 3 else 0)
+            for i in range(6)]
+    write_store(store, msgs, 1 << 16)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=65536\n")
+    with pytest.raises(SystemExit) as exc:
+        run_main("rebuild", job_main("rebuild"), ["--store", str(store), "--broker-config", str(conf),
+                                                  "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "inner-batch sysFlag 0x80" in err and "BatchConsumeQueue" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_single_store_path_commit_log_is_honoured(spark, tmp_path, capsys):
+    """The commit log outside the store root, named by storePathCommitLog: rebuild is byte-exact; recover
+    --in-place is refused (its switch covers the store root only)."""
+    store = make_store(tmp_path, "", [])
+    elsewhere = tmp_path / "disk2" / "commitlog"
+    elsewhere.parent.mkdir()
+    shutil.move(str(store / "commitlog"), elsewhere)
+    conf = tmp_path / "broker.conf"
+    conf.write_text((store / "broker.conf").read_text() + f"storePathCommitLog={elsewhere}\n")
+    out = tmp_path / "rebuilt"
+    with pytest.raises(SystemExit) as exc:
+        run_main("rebuild", job_main("rebuild"), ["--store", str(store), "--broker-config", str(conf),
+                                                  "--out", str(out), "--json"])
+    assert exc.value.code == 0
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes(BASE)
+    with pytest.raises(SystemExit) as exc:
+        run_main("recover", job_main("recover"), ["--store", str(store), "--broker-config", str(conf),
+                                                  "--in-place", "--backup-dir", str(tmp_path / "bak")])
+    assert exc.value.code == 2 and "storePathCommitLog" in capsys.readouterr().err
