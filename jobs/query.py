@@ -13,13 +13,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import string
-import struct
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-import pyarrow as pa
 
 if __package__ in (None, ""):  # spark-submit jobs/query.py: make the repo root importable, and drop
     # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
@@ -32,8 +27,7 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
 from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
-from storage_format.index_file import (ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, is_time_matched,  # noqa: E402
-                                       select_phy_offsets)
+from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
@@ -43,54 +37,16 @@ from storage_format.settings import BrokerSettings  # noqa: E402
 DEFAULT_MAX_NUM = 64  # the broker's maxMsgsNumBatch: queryOffset never returns more per query
 MSG_ID_FALLBACK_MAX_NUM = 32  # MQAdminImpl.queryMessageByUniqKey asks for 32 offsets
 LONG_MAX = 2**63 - 1
-_ENTRY = struct.Struct(">iqii")  # an index entry: keyHash, phyOffset, timeDiff, prevIndex
-
-
-@dataclass
-class IndexSearch:
-    """What a queryOffset over the store's index files found."""
-
-    offsets: list[int] = field(default_factory=list)  # in the broker's order (newest file/entry first)
-    searched: list[str] = field(default_factory=list)  # files whose chain was walked
-    skipped: list[dict] = field(default_factory=list)  # files that could not be used, and why
-    files: int = 0
-
-
 def index_names(index_dir: Location) -> list[str]:
     """Index files in name order (the broker's load order; names are creation times)."""
     return [i.base_name for i in index_dir.list() if i.type.name == "File"]
 
 
-def query_offsets(index_dir: Location, settings: BrokerSettings, key: str, max_num: int, begin: int,
-                  end: int) -> IndexSearch:
-    """IndexService.queryOffset for the index key `key` (`topic#key`), reading only headers, one slot
-    and the chain's entries of each file (random access, like the broker's memory map)."""
-    res = IndexSearch()
-    names = index_names(index_dir)
-    res.files = len(names)
-    key_hash = index_key_hash_scalar(java_hash(key))
-    slots, size = settings.max_hash_slot_num, settings.index_file_size
-    for name in reversed(names):
-        loc = index_dir.child(name)
-        with loc.fs.open_input_file(loc.path) as f:
-            if f.size() != size:
-                res.skipped.append({"file": name, "reason": f"{f.size()} bytes, expected {size}"})
-                continue
-            h = IndexHeader.from_bytes(bytes(f.read_at(HEADER_SIZE, 0)))
-            if is_time_matched(h, begin, end):
-                slot_value = int.from_bytes(bytes(f.read_at(SLOT_SIZE, HEADER_SIZE + (key_hash % slots) * SLOT_SIZE)),
-                                            "big", signed=True)
-                select_phy_offsets(h, slot_value, _entry_reader(f, HEADER_SIZE + slots * SLOT_SIZE), key_hash,
-                                   max_num, begin, end, res.offsets)
-                res.searched.append(name)
-        if h.begin_timestamp < begin or len(res.offsets) >= max_num:
-            break
-    return res
-
-
-def _entry_reader(f: pa.NativeFile, base: int) -> Callable[[int], tuple[int, int, int, int]]:
-    """Reads the entry at a position of an open index file: (keyHash, phyOffset, timeDiff, prevIndex)."""
-    return lambda pos: _ENTRY.unpack_from(bytes(f.read_at(ENTRY_SIZE, base + pos * ENTRY_SIZE)))
+def query_index(index_dir: Location, settings: BrokerSettings, key: str, max_num: int, begin: int,
+                end: int) -> IndexSearch:
+    """IndexService.queryOffset for the index key `key` (`topic#key`) over the store's index files."""
+    return query_offsets(index_names(index_dir), lambda name: index_dir.child(name).open_input(),
+                         settings.index_layout, index_key_hash_scalar(java_hash(key)), max_num, begin, end)
 
 
 def carries(msg: Message, topic: str | None, key: str, uniq: bool) -> bool:
@@ -133,7 +89,7 @@ def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, to
         raise JobError(f"{index_dir.uri}: no index directory (use --scan to search the commit log)")
     found: list[int] = []
     for topic in topics:
-        search = query_offsets(index_dir, settings, f"{topic}#{key}", max_num, begin, end)
+        search = query_index(index_dir, settings, f"{topic}#{key}", max_num, begin, end)
         result["index_files"] = search.files
         result["lookups"].append({"index_key": f"{topic}#{key}", "candidates": search.offsets,
                                   "files_searched": len(search.searched), "files_skipped": search.skipped})

@@ -4,6 +4,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 
 - `record`: the record's constants (magics, sysFlag bits, transaction types) and the `Message` object
 - `commitlog`: the record chain walk and the columnar record decoder
+- `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `encoder`: `Message` objects to record bytes and full-size segments
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules

@@ -20,7 +20,7 @@ from .multi_dispatch import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY, locate_properties
 from .ragged import slices_to_binary
 from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC,
-                     TRAN_MASK, Message)
+                     TRAN_MASK)
 
 MIN_RECORD_SIZE = 91  # IPv4 hosts, empty body, topic and properties (v1)
 BLANK_HEADER = 8
@@ -569,22 +569,3 @@ def first_invalid_record(cols: RecordColumns, check_crc: bool) -> tuple[int, str
         return None
     i, _, reason, why = min(found)
     return i, reason, why
-
-
-def records_from_columns(cols: RecordColumns, with_body: bool = True) -> list[Message]:
-    """Message objects from decoded columns (tests and small audits; not for the hot path)."""
-    topics = cols.topic.to_pylist()
-    props = cols.properties.to_pylist()
-    bodies = cols.body().to_pylist() if with_body else [b""] * len(cols)
-    born_hosts, store_hosts = cols.host_bytes("born"), cols.host_bytes("store")
-    out = []
-    for i in range(len(cols)):
-        out.append(Message(
-            topic=topics[i], body=bodies[i], queue_id=int(cols.queue_id[i]), queue_offset=int(cols.queue_offset[i]),
-            flag=int(cols.flag[i]), sys_flag=int(cols.sys_flag[i]), born_timestamp=int(cols.born_timestamp[i]),
-            born_host=born_hosts[i], born_port=int(cols.born_port[i]), store_timestamp=int(cols.store_timestamp[i]),
-            store_host=store_hosts[i], store_port=int(cols.store_port[i]), reconsume_times=int(cols.reconsume_times[i]),
-            prepared_transaction_offset=int(cols.prepared_transaction_offset[i]), properties=props[i] or "",
-            physical_offset=int(cols.physical_offset[i]), body_crc=int(cols.body_crc[i]),
-            magic_v2=bool(cols.is_v2[i])))
-    return out

@@ -3,14 +3,18 @@
 Building is vectorised: a file's entries are numbered 1..n in dispatch order; a stable sort by slot
 gives every entry its previous-in-slot position and the slot table its newest position. The broker's
 quirks (timeDiff of a rolled file's first entry, header begin fields set after the first entry,
-hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1) and the broker's lookup walk
-(IndexFile.selectPhyOffset, used by jobs.query) live here and nowhere else.
+hashSlotCount, Integer.MIN_VALUE hash -> 0, index count starting at 1), the file layout (IndexLayout:
+size, slot and entry offsets, the slot rule) and the broker's lookup (IndexService.queryOffset and
+IndexFile.selectPhyOffset, used by jobs.query) live here and nowhere else.
 """
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -22,6 +26,10 @@ INT_MAX = 2**31 - 1
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"), ("end_phy", ">i8"),
                          ("slot_count", ">i4"), ("index_count", ">i4")])
+# The header's fields by the broker's names (IndexHeader), with their byte offsets.
+HEADER_FIELD_OFFSETS = {broker: HEADER_DTYPE.fields[key][1] for broker, key in zip(
+    ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount"),
+    HEADER_DTYPE.names)}
 NAME_FORMAT = "%Y%m%d%H%M%S"
 NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
 
@@ -42,6 +50,12 @@ class IndexHeader:
                          self.hash_slot_count, self.index_count)], dtype=HEADER_DTYPE)
         return arr.tobytes()
 
+    def broker_fields(self) -> dict[str, int]:
+        """The fields by the broker's names, in file order."""
+        values = (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+                  self.hash_slot_count, self.index_count)
+        return dict(zip(HEADER_FIELD_OFFSETS, values))
+
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> "IndexHeader":
         h = np.frombuffer(data, dtype=HEADER_DTYPE, count=1)[0]
@@ -58,8 +72,48 @@ def key_slots(key_hash: np.ndarray, slots: int | np.ndarray) -> np.ndarray:
     return np.asarray(key_hash, dtype=np.int64) % np.asarray(slots, dtype=np.int64)
 
 
-def file_size(slots: int, max_entries: int) -> int:
-    return HEADER_SIZE + slots * SLOT_SIZE + max_entries * ENTRY_SIZE
+@dataclass(frozen=True)
+class IndexLayout:
+    """Where the parts of an index file lie: the header, then `slots` 4-byte slots, then
+    `max_entries` 20-byte entries (maxHashSlotNum, maxIndexNum). Every offset in an index file is
+    computed here."""
+
+    slots: int
+    max_entries: int
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes (the broker creates every index file at this size)."""
+        return self.entries_at + self.max_entries * ENTRY_SIZE
+
+    @property
+    def entries_at(self) -> int:
+        """Byte offset of entry position 0 (never used: the first entry is at position 1)."""
+        return HEADER_SIZE + self.slots * SLOT_SIZE
+
+    def slot_of(self, key_hash: int) -> int:
+        """The slot of one non-negative keyHash (see key_slots)."""
+        return int(key_slots(key_hash, self.slots))
+
+    def slot_at(self, slot: int) -> int:
+        """Byte offset of a slot."""
+        return HEADER_SIZE + slot * SLOT_SIZE
+
+    def entry_at(self, position: int) -> int:
+        """Byte offset of the entry at a position."""
+        return self.entries_at + position * ENTRY_SIZE
+
+    def whole_entries(self, nbytes: int) -> int:
+        """How many entry positions the first `nbytes` of a file hold whole."""
+        return max(0, (nbytes - self.entries_at) // ENTRY_SIZE)
+
+    def slot_table(self, data: bytes) -> np.ndarray:
+        """The slot values of a full-size file, as a big-endian int32 view."""
+        return np.frombuffer(data, ">i4", self.slots, HEADER_SIZE)
+
+    def entries(self, data: bytes) -> np.ndarray:
+        """Every entry position of a full-size file, as an ENTRY_DTYPE view."""
+        return np.frombuffer(data, ENTRY_DTYPE, self.max_entries, self.entries_at)
 
 
 @dataclass
@@ -188,7 +242,8 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     kh = np.asarray(key_hash[:n]).astype(np.int64)
     ts = np.asarray(store_ts[:n], np.int64)
     ph = np.asarray(phy[:n], np.int64)
-    table = np.frombuffer(data, dtype=">i4", count=slots, offset=HEADER_SIZE).astype(np.int64)
+    layout = IndexLayout(slots, max_entries)
+    table = layout.slot_table(data).astype(np.int64)
     position = count + np.arange(n, dtype=np.int64)
     order, s_sorted, same, last = _by_slot(key_slots(kh, slots))
     prev = np.empty(n, np.int64)
@@ -203,9 +258,9 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     base[0] = header.begin_timestamp
     entries = np.empty(n, dtype=ENTRY_DTYPE)
     entries["hash"], entries["phy"], entries["diff"], entries["prev"] = kh, ph, _time_diff(ts, base), prev
-    at = HEADER_SIZE + slots * SLOT_SIZE + count * ENTRY_SIZE
+    at = layout.entry_at(count)
     data[at:at + n * ENTRY_SIZE] = entries.tobytes()
-    data[HEADER_SIZE:HEADER_SIZE + slots * SLOT_SIZE] = table.astype(">i4").tobytes()
+    data[HEADER_SIZE:layout.entries_at] = table.astype(">i4").tobytes()
     begin_ts, begin_phy = (int(ts[0]), int(ph[0])) if fresh else (header.begin_timestamp, header.begin_phy_offset)
     data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
                                      header.hash_slot_count + int(np.count_nonzero(~valid)), count + n).to_bytes()
@@ -217,6 +272,56 @@ def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:
     return ((begin < h.begin_timestamp and end > h.end_timestamp)
             or h.begin_timestamp <= begin <= h.end_timestamp
             or h.begin_timestamp <= end <= h.end_timestamp)
+
+
+class RandomAccessFile(Protocol):
+    """What the lookup needs of an open index file (pyarrow's NativeFile has it): random reads."""
+
+    def size(self) -> int: ...
+
+    def read_at(self, nbytes: int, offset: int) -> bytes: ...
+
+
+@dataclass
+class IndexSearch:
+    """What a queryOffset over a store's index files found."""
+
+    offsets: list[int] = field(default_factory=list)  # in the broker's order (newest file/entry first)
+    searched: list[str] = field(default_factory=list)  # files whose chain was walked
+    skipped: list[dict] = field(default_factory=list)  # files that could not be used, and why
+    files: int = 0
+
+
+_ENTRY = struct.Struct(">iqii")  # one entry read alone: keyHash, phyOffset, timeDiff, prevIndex
+
+
+def query_offsets(names: list[str], open_file: Callable[[str], AbstractContextManager[RandomAccessFile]],
+                  layout: IndexLayout, key_hash: int, max_num: int, begin: int, end: int) -> IndexSearch:
+    """IndexService.queryOffset for one index key hash over the files `names` (in name order, the
+    broker's load order): newest file first, a file searched when its time range overlaps [begin,
+    end], the walk stopping after a file that begins before `begin` or when max_num offsets are found.
+    Reads only headers, one slot and the chain's entries of each file (like the broker's memory map);
+    a file of the wrong size is skipped and listed."""
+    res = IndexSearch(files=len(names))
+    for name in reversed(names):
+        with open_file(name) as f:
+            if f.size() != layout.size:
+                res.skipped.append({"file": name, "reason": f"{f.size()} bytes, expected {layout.size}"})
+                continue
+            h = IndexHeader.from_bytes(bytes(f.read_at(HEADER_SIZE, 0)))
+            if is_time_matched(h, begin, end):
+                raw = bytes(f.read_at(SLOT_SIZE, layout.slot_at(layout.slot_of(key_hash))))
+                select_phy_offsets(h, int.from_bytes(raw, "big", signed=True), _entry_reader(f, layout), key_hash,
+                                   max_num, begin, end, res.offsets)
+                res.searched.append(name)
+        if h.begin_timestamp < begin or len(res.offsets) >= max_num:
+            break
+    return res
+
+
+def _entry_reader(f: RandomAccessFile, layout: IndexLayout) -> Callable[[int], tuple[int, int, int, int]]:
+    """Reads the entry at a position of an open file: (keyHash, phyOffset, timeDiff, prevIndex)."""
+    return lambda pos: _ENTRY.unpack_from(bytes(f.read_at(ENTRY_SIZE, layout.entry_at(pos))))
 
 
 def select_phy_offsets(h: IndexHeader, slot_value: int, entry: Callable[[int], tuple[int, int, int, int]],

@@ -1,6 +1,6 @@
 """The logical commit-log record: one Python object per message, used by the encoder and tests.
 
-The decoder does not build these (it returns Arrow columns); `commitlog.records_from_columns`
+The decoder does not build these (it returns Arrow columns); `record_reader.records_from_columns`
 turns columns back into `Message` objects for tests and small audits.
 """
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .consume_queue import CQ_UNIT_SIZE
 from .errors import SettingsError
+from .index_file import IndexLayout
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -53,8 +54,13 @@ class BrokerSettings:
         return units * CQ_UNIT_SIZE
 
     @property
+    def index_layout(self) -> IndexLayout:
+        """Where the parts of this store's index files lie (maxHashSlotNum, maxIndexNum)."""
+        return IndexLayout(self.max_hash_slot_num, self.max_index_num)
+
+    @property
     def index_file_size(self) -> int:
-        return 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20
+        return self.index_layout.size
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:

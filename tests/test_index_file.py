@@ -6,7 +6,7 @@ import struct
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from storage_format.index_file import IndexState, append_to_index_file, build_index_file, file_size
+from storage_format.index_file import IndexLayout, IndexState, append_to_index_file, build_index_file
 
 # The model's own layout (IndexHeader / IndexFile of the broker), not storage_format's constants.
 # Header: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount.
@@ -76,7 +76,7 @@ def test_build_and_append_equal_put_key(keys, inherited_ts, split):
     rest = append_to_index_file(appended, kh[first:], phy[first:], ts[first:], SLOTS, MAX)
     assert first + rest == fitted
     assert bytes(appended) == bytes(model)
-    assert len(appended) == file_size(SLOTS, MAX) == HEADER.size + SLOTS * 4 + MAX * ENTRY.size
+    assert len(appended) == IndexLayout(SLOTS, MAX).size
 
 
 def test_garbage_slot_value_counts_as_empty():
@@ -87,3 +87,14 @@ def test_garbage_slot_value_counts_as_empty():
     put_key_reference(model, 3, 10, 1_700_000_000_000)
     append_to_index_file(data, np.array([3]), np.array([10]), np.array([1_700_000_000_000]), SLOTS, MAX)
     assert data == model and HEADER.unpack_from(data)[4] == 1
+
+
+def test_layout_offsets_match_the_model():
+    """Size, slot and entry offsets, and the slot rule, as the model lays the file out."""
+    layout = IndexLayout(SLOTS, MAX)
+    assert layout.size == HEADER.size + SLOTS * 4 + MAX * ENTRY.size
+    assert [layout.slot_at(s) for s in (0, 7)] == [HEADER.size, HEADER.size + 28]
+    assert [layout.entry_at(p) for p in (0, 1, MAX - 1)] == [HEADER.size + SLOTS * 4 + p * ENTRY.size
+                                                            for p in (0, 1, MAX - 1)]
+    assert [layout.slot_of(h) for h in (0, 7, 8, 2**31 - 1)] == [0, 7, 0, (2**31 - 1) % SLOTS]
+    assert layout.whole_entries(layout.entry_at(5) + 19) == 5 and layout.whole_entries(10) == 0

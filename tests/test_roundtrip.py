@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from storage_format import commitlog
 from storage_format.encoder import SegmentWriter, record_size, write_store
 from storage_format.record import Message, properties_string
+from storage_format.record_reader import records_from_columns
 from storage_format.sample_store import SEGMENT_SIZE, build_sample_messages, group_batches
 
 
 def decode_records(buf: bytes, base_offset: int) -> tuple[list[Message], object]:
     """The decoder's records of one segment buffer (CRC checked) and how its walk ended."""
     chunk = commitlog.decode_buffer(buf, base_offset, check_crc=True)
-    return commitlog.records_from_columns(chunk.columns), chunk.end
+    return records_from_columns(chunk.columns), chunk.end
 
 
 def decode_store(commitlog_dir: Path) -> tuple[list[Message], list[str]]:

@@ -16,8 +16,7 @@ import pyarrow as pa
 from storage_format.consume_queue import (CQ_UNIT_SIZE, build_queue_files, file_name, keep_first_of_each_offset,
                                           place_units)
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import IndexState, index_file_chunks, names_for
-from storage_format.index_file import file_size as index_file_size
+from storage_format.index_file import IndexLayout, IndexState, index_file_chunks, names_for
 from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
@@ -253,7 +252,7 @@ def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
 
 def _build_one(task: IndexTask, plan: IndexFilePlan) -> tuple[int, int | None]:
     stream, first_ts = index_file_stream(task, plan, zero_tail=False)
-    size = index_file_size(task.slots, task.max_entries)
+    size = IndexLayout(task.slots, task.max_entries).size
     task.out.child(pending_name(plan.file_no)).write_with_zero_tail(stream, size)
     return plan.file_no, first_ts
 

@@ -8,10 +8,10 @@ from typing import Iterator
 
 import numpy as np
 
-from storage_format.commitlog import (END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer,
-                                      records_from_columns)
+from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, unpack_entries, unsafe_topic_reason
-from storage_format.index_file import ENTRY_DTYPE, HEADER_SIZE, SLOT_SIZE, IndexHeader
+from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
+from storage_format.record_reader import records_from_columns
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
@@ -196,27 +196,26 @@ def dump_index(store: Location, settings: BrokerSettings, name: str, first: int 
     from position `first` (default 1) when asked."""
     rel, data = _index_bytes(store, settings, name)
     h = IndexHeader.from_bytes(data[:HEADER_SIZE])
-    n_slots, max_entries = settings.max_hash_slot_num, settings.max_index_num
-    slots = np.frombuffer(data, dtype=">i4", count=n_slots, offset=HEADER_SIZE)
-    entries = np.frombuffer(data, dtype=ENTRY_DTYPE, count=max_entries, offset=HEADER_SIZE + n_slots * SLOT_SIZE)
-    used = min(max(h.index_count, 1), max_entries)
-    yield index_summary(rel, h, slots, entries, used, max_entries)
+    layout = settings.index_layout
+    slots, entries = layout.slot_table(data), layout.entries(data)
+    used = min(max(h.index_count, 1), layout.max_entries)
+    yield index_summary(rel, h, layout, slots, entries, used)
     pos = 1 if first is None else first
     for p in range(pos, min(pos + count, used)):
         e = entries[p]
         yield {"kind": "index_entry", "file": rel, "position": p,
-               "byte": HEADER_SIZE + n_slots * SLOT_SIZE + p * ENTRY_DTYPE.itemsize,
-               "keyHash": int(e["hash"]), "slot": int(e["hash"]) % n_slots if e["hash"] >= 0 else None,
+               "byte": layout.entry_at(p),
+               "keyHash": int(e["hash"]), "slot": layout.slot_of(int(e["hash"])) if e["hash"] >= 0 else None,
                "phyOffset": int(e["phy"]), "timeDiff": int(e["diff"]), "prevIndex": int(e["prev"]),
                "time": iso_utc(h.begin_timestamp + int(e["diff"]) * 1000)}
 
 
-def index_summary(rel: str, h: IndexHeader, slots: np.ndarray, entries: np.ndarray, used: int,
-                  max_entries: int) -> dict:
+def index_summary(rel: str, h: IndexHeader, layout: IndexLayout, slots: np.ndarray, entries: np.ndarray,
+                  used: int) -> dict:
     """Header fields, how many slots are used, chain lengths (entries reachable from each used slot)
     and broken chains, walked the way the broker's lookup walks them."""
     found = Findings()
-    reach = chain_walk(slots, entries, used, rel, found)
+    reach = chain_walk(layout, slots, entries, used, rel, found)
     lengths = np.bincount(reach[reach >= 0], minlength=len(slots))[slots != 0]
     hist = np.bincount(lengths) if len(lengths) else np.zeros(0, np.int64)
     return {
@@ -226,7 +225,7 @@ def index_summary(rel: str, h: IndexHeader, slots: np.ndarray, entries: np.ndarr
                    "beginPhyOffset": h.begin_phy_offset, "endPhyOffset": h.end_phy_offset,
                    "hashSlotCount": h.hash_slot_count, "indexCount": h.index_count},
         "slots": {"total": len(slots), "used": int(np.count_nonzero(slots))},
-        "entries": {"used": used - 1, "capacity": max_entries - 1},
+        "entries": {"used": used - 1, "capacity": layout.max_entries - 1},
         "chains": {"count": int(len(lengths)), "min": int(lengths.min()) if len(lengths) else 0,
                    "max": int(lengths.max()) if len(lengths) else 0,
                    "mean": round(float(lengths.mean()), 2) if len(lengths) else 0.0,

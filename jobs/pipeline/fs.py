@@ -59,6 +59,10 @@ class Location:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
         return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
 
+    def open_input(self) -> pa.NativeFile:
+        """The file opened for random reads (read_at, size); close it, e.g. with `with`."""
+        return self.fs.open_input_file(self.path)
+
     def read_range(self, offset: int, length: int) -> pa.Buffer:
         """Up to `length` bytes from `offset` (fewer at the end of the file). Large ranges of local
         files are memory-mapped read-only instead of copied: the bytes come from the page cache as

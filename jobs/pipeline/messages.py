@@ -7,12 +7,11 @@ import datetime as dt
 import ipaddress
 import zlib
 
-from storage_format.commitlog import MIN_RECORD_SIZE, decode_buffer, records_from_columns
-from storage_format.errors import StoreFormatError
 from storage_format.msg_id import encode_offset_msg_id
 from storage_format.properties import UNIQ_KEY, parse_properties
-from storage_format.record import (FLAG_COMPRESSED, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK, TRAN_NOT,
-                                   TRAN_PREPARED, TRAN_ROLLBACK, Message)
+from storage_format.record import (FLAG_COMPRESSED, TRAN_COMMIT, TRAN_MASK, TRAN_NOT, TRAN_PREPARED,
+                                   TRAN_ROLLBACK, Message)
+from storage_format.record_reader import read_record
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -42,28 +41,10 @@ class RecordReader:
         seg = next((s for s in self.segments if s.start <= offset < s.start + s.size), None)
         if seg is None:
             return None, "no commit-log segment holds this offset"
-        pos = offset - seg.start
-        loc = Location(seg.path)
-        head = bytes(loc.read_range(pos, min(8, seg.size - pos)))
-        if len(head) < 8:
-            return None, "offset is at the very end of a segment"
-        size, magic = int.from_bytes(head[:4], "big", signed=True), int.from_bytes(head[4:8], "big")
-        if magic not in (MAGIC_V1, MAGIC_V2):
-            return None, f"no record starts here (magic 0x{magic:08X})"
-        if size < MIN_RECORD_SIZE or pos + size > seg.size:
-            return None, f"totalSize {size} does not fit the segment"
-        buf = bytes(loc.read_range(pos, size))
-        try:
-            chunk = decode_buffer(buf, offset, 0, 1, segment_end=len(buf), path=seg.path)
-        except StoreFormatError as exc:
-            return None, exc.reason
-        if chunk.count != 1:
-            return None, f"not a valid record: {chunk.end.reason} {chunk.end.detail}".strip()
-        msg = records_from_columns(chunk.columns)[0]
-        msg.extra["total_size"] = size
-        if msg.physical_offset != offset:
-            return None, f"bytes here look like a record but its physicalOffset field is {msg.physical_offset}"
-        return msg, None
+        got = read_record(seg, Location(seg.path).read_range, offset)
+        if got.message is not None:
+            got.message.extra["total_size"] = got.total_size
+        return got.message, got.reason
 
 
 def body_of(msg: Message) -> tuple[bytes, str | None, str | None]:

@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, unpack_entries
-from storage_format.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, is_name
-from storage_format.index_file import file_size as index_file_size
+from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHeader, IndexLayout, is_name, key_slots
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from storage_format.scan_plan import Segment
 
@@ -29,8 +28,6 @@ from .scan import ScanResult, read_ipc
 DETAILS_PER_KIND = 20  # detailed findings kept per file and kind (counts are always complete)
 CQ_FIELDS = (("phy", "phyOffset"), ("size", "size"), ("tags", "tagsCode"))
 INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
-HEADER_FIELDS = (("beginTimestamp", 0), ("endTimestamp", 8), ("beginPhyOffset", 16), ("endPhyOffset", 24),
-                 ("hashSlotCount", 32), ("indexCount", 36))
 
 
 # ------------------------------------------------------------------------------------------- findings
@@ -339,9 +336,7 @@ def header_dict(h: IndexHeader | None) -> dict | None:
     """An index header with the broker's field names (None stays None)."""
     if h is None:
         return None
-    return {"beginTimestamp": h.begin_timestamp, "endTimestamp": h.end_timestamp,
-            "beginPhyOffset": h.begin_phy_offset, "endPhyOffset": h.end_phy_offset,
-            "hashSlotCount": h.hash_slot_count, "indexCount": h.index_count}
+    return h.broker_fields()
 
 
 def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[str, IndexHeader | None]],
@@ -413,15 +408,15 @@ def _pairs_view(h: np.ndarray, phy: np.ndarray) -> np.ndarray:
     return rec.view("V16")
 
 
-def chain_walk(slots: np.ndarray, entries: np.ndarray, count: int, rel: str, out: Findings) -> np.ndarray:
+def chain_walk(layout: IndexLayout, slots: np.ndarray, entries: np.ndarray, count: int, rel: str,
+               out: Findings) -> np.ndarray:
     """Walk every slot chain of a file at once (newest to oldest, like the broker). Returns, per
     position, the slot whose chain reaches it (-1: unreachable); reports broken chains."""
-    n_slots = len(slots)
     reach = np.full(count, -1, np.int64)
     s_val = slots.astype(np.int64)
     bad = np.flatnonzero((s_val < 0) | (s_val >= count))
     for s in bad.tolist():
-        out.add("index", "broken_chain", rel, slot=s, byte_offset=HEADER_SIZE + s * SLOT_SIZE, position=int(s_val[s]),
+        out.add("index", "broken_chain", rel, slot=s, byte_offset=layout.slot_at(s), position=int(s_val[s]),
                 reason=f"slot points at position {int(s_val[s])}, outside the used entries 1..{count - 1}")
     owner = np.flatnonzero((s_val > 0) & (s_val < count))
     cur = s_val[owner]
@@ -437,11 +432,11 @@ def chain_walk(slots: np.ndarray, entries: np.ndarray, count: int, rel: str, out
         cur, owner = cur[~again], owner[~again]
         reach[cur] = owner
         h = entries["hash"][cur].astype(np.int64)
-        wrong = (h < 0) | (h % n_slots != owner)
+        wrong = (h < 0) | (key_slots(h, layout.slots) != owner)
         for p, s, hv in zip(cur[wrong].tolist(), owner[wrong].tolist(), h[wrong].tolist()):
             out.add("index", "broken_chain", rel, slot=s, position=p,
                     reason=f"entry with keyHash {hv} sits in the chain of slot {s}, not of slot "
-                           f"{hv % n_slots if hv >= 0 else 'none (negative hash)'}")
+                           f"{layout.slot_of(hv) if hv >= 0 else 'none (negative hash)'}")
         prev = entries["prev"][cur].astype(np.int64)
         forward = (prev < 0) | ((prev > 0) & (prev >= cur))
         for p, s, pv in zip(cur[forward].tolist(), owner[forward].tolist(), prev[forward].tolist()):
@@ -456,14 +451,14 @@ def chain_walk(slots: np.ndarray, entries: np.ndarray, count: int, rel: str, out
     return reach
 
 
-def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, slots: int, max_entries: int,
+def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, layout: IndexLayout,
                        pointers: PointerCheck, out: Findings) -> None:
     """Compare one index file with the bytes the commit log implies; chains and key lookups are
     checked on the disk file whenever anything differs."""
     art = "index"
     size = len(expected)
     if len(disk) != size:
-        cut = max(0, (len(disk) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE)
+        cut = layout.whole_entries(len(disk))
         out.add(art, "wrong_size", rel, file_number=file_no, expected=size, found=len(disk),
                 detail=f"file is {len(disk)} bytes, expected {size}"
                        + (f"; entries from position {cut} on are cut off" if len(disk) < size else ""))
@@ -471,17 +466,15 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, slo
         return
     raw = disk[:size] + bytes(max(0, size - len(disk)))
     eh, dh = IndexHeader.from_bytes(expected[:HEADER_SIZE]), IndexHeader.from_bytes(raw[:HEADER_SIZE])
-    for (name, at), ev, dv in zip(HEADER_FIELDS, header_dict(eh).values(), header_dict(dh).values()):
+    for (name, at), ev, dv in zip(HEADER_FIELD_OFFSETS.items(), header_dict(eh).values(), header_dict(dh).values()):
         if ev != dv:
             out.add(art, "header_differs", rel, file_number=file_no, field=name, byte_offset=at, expected=ev, found=dv)
-    e_slots = np.frombuffer(expected, ">i4", slots, HEADER_SIZE)
-    d_slots = np.frombuffer(raw, ">i4", slots, HEADER_SIZE)
+    e_slots, d_slots = layout.slot_table(expected), layout.slot_table(raw)
     for s in np.flatnonzero(e_slots != d_slots).tolist():
-        out.add(art, "slot_differs", rel, file_number=file_no, slot=s, byte_offset=HEADER_SIZE + s * SLOT_SIZE,
+        out.add(art, "slot_differs", rel, file_number=file_no, slot=s, byte_offset=layout.slot_at(s),
                 expected=int(e_slots[s]), found=int(d_slots[s]))
-    base = HEADER_SIZE + slots * SLOT_SIZE
-    e_ent = np.frombuffer(expected, ENTRY_DTYPE, max_entries, base)
-    d_ent = np.frombuffer(raw, ENTRY_DTYPE, max_entries, base)
+    e_ent, d_ent = layout.entries(expected), layout.entries(raw)
+    max_entries = layout.max_entries
     differ = np.zeros(max_entries, bool)
     for key, _ in INDEX_FIELDS:
         differ |= e_ent[key] != d_ent[key]
@@ -492,7 +485,7 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, slo
     stale = differ & (pos >= e_count) & ((pos >= d_count) | (pos == 0)) & ~d_zero
     for p in np.flatnonzero(differ & ~stale).tolist():
         e, d = e_ent[p], d_ent[p]
-        where = {"file_number": file_no, "position": p, "byte_offset": base + p * ENTRY_SIZE}
+        where = {"file_number": file_no, "position": p, "byte_offset": layout.entry_at(p)}
         if d_zero[p]:
             out.add(art, "missing_entry", rel, **where, expected=_index_entry(e), found=_index_entry(d))
         elif p >= e_count:
@@ -504,20 +497,21 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, slo
     if stale.any():
         at = np.flatnonzero(stale)
         out.add(art, "stale_bytes", rel, file_number=file_no, position=int(at[0]),
-                byte_offset=base + int(at[0]) * ENTRY_SIZE, entries=int(len(at)),
+                byte_offset=layout.entry_at(int(at[0])), entries=int(len(at)),
                 detail=f"{len(at)} non-zero entries at positions the header's indexCount ({dh.index_count}) "
                        f"does not cover")
-    reach = chain_walk(d_slots, d_ent, d_count, rel, out)
+    reach = chain_walk(layout, d_slots, d_ent, d_count, rel, out)
     d_hash = d_ent["hash"][:d_count].astype(np.int64)
-    ok = np.flatnonzero((reach >= 0) & (d_hash >= 0) & (d_hash % slots == reach))
+    ok = np.flatnonzero((reach >= 0) & (d_hash >= 0) & (key_slots(d_hash, layout.slots) == reach))
     findable = _pairs_view(d_ent["hash"][ok], d_ent["phy"][ok])
     e_pos = np.arange(1, e_count)
     lost = e_pos[~np.isin(_pairs_view(e_ent["hash"][e_pos], e_ent["phy"][e_pos]), findable)]
     for p in lost.tolist():
         kh = int(e_ent["hash"][p])
+        slot = layout.slot_of(kh)
         out.add(art, "key_not_found", rel, file_number=file_no, position=p, key_hash=kh,
-                phy_offset=int(e_ent["phy"][p]), slot=kh % slots,
-                detail=f"a lookup of keyHash {kh} (slot {kh % slots}) does not reach phyOffset {int(e_ent['phy'][p])}")
+                phy_offset=int(e_ent["phy"][p]), slot=slot,
+                detail=f"a lookup of keyHash {kh} (slot {slot}) does not reach phyOffset {int(e_ent['phy'][p])}")
 
 
 def stream_equal(chunks: Iterator[bytes], loc: Location, size: int) -> bool:
@@ -525,7 +519,7 @@ def stream_equal(chunks: Iterator[bytes], loc: Location, size: int) -> bool:
     if loc.size() != size:
         return False
     at = 0
-    with loc.fs.open_input_file(loc.path) as f:
+    with loc.open_input() as f:
         for chunk in chunks:
             if bytes(f.read_at(len(chunk), at)) != chunk:
                 return False
@@ -538,16 +532,15 @@ def check_index(task: IndexCheckTask) -> Findings:
     both files in memory for the detailed comparison only when they do not."""
     out = Findings()
     b = task.build
-    size = index_file_size(b.slots, b.max_entries)
+    layout = IndexLayout(b.slots, b.max_entries)
     for plan in b.files:
         name = task.disk[plan.file_no]
         loc = Location(task.store_index_dir).child(name)
         out.files_checked += 1
-        if stream_equal(index_file_stream(b, plan)[0], loc, size):
+        if stream_equal(index_file_stream(b, plan)[0], loc, layout.size):
             continue
         data, _ = index_file_bytes(b, plan)
-        compare_index_file(data, loc.read_bytes(), f"index/{name}", plan.file_no, b.slots, b.max_entries,
-                           task.pointers, out)
+        compare_index_file(data, loc.read_bytes(), f"index/{name}", plan.file_no, layout, task.pointers, out)
     return out
 
 
