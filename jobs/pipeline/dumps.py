@@ -11,8 +11,8 @@ import numpy as np
 from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, unpack_entries, unsafe_topic_reason
 from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
-from storage_format.record_reader import records_from_columns
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
+from storage_format.record_reader import records_from_columns
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
