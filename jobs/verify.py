@@ -32,9 +32,11 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
-from jobs.pipeline.verify_stage import (Findings, check_cq, check_index, expected_headers,  # noqa: E402
-                                        orphan_cq_task, orphan_index_findings, plan_cq_checks,
-                                        plan_index_checks, pointer_check)
+from jobs.pipeline.findings import Findings, detail_order  # noqa: E402
+from jobs.pipeline.verify_cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
+from jobs.pipeline.verify_index import (check_index, expected_headers, orphan_index_findings,  # noqa: E402
+                                        plan_index_checks)
+from jobs.pipeline.verify_stage import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store_gate import check_store_supported, commitlog_dir  # noqa: E402
@@ -142,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         print_json(report)
     else:
         print_summary(report, args.report)
-    return EXIT_FINDINGS if found.total() else EXIT_OK
+    return EXIT_FINDINGS if found.fails() else EXIT_OK
 
 
 def build_report(args: argparse.Namespace, store: Location, settings: BrokerSettings, scan: ScanResult,
                  found: Findings, stats: dict, with_cq: bool, with_index: bool, seconds: float) -> dict:
     """The JSON report; keys are a stable interface for scripts."""
-    details = sorted(found.details, key=_detail_order)
+    details = sorted(found.details, key=detail_order)
     per_file = found.per_file()
     per_queue: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for path, kinds in per_file.items():
@@ -162,7 +164,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
         "store": store.uri,
         "status": "inconsistent" if found.total() else "consistent",
-        "exit_code": EXIT_FINDINGS if found.total() else EXIT_OK,
+        "exit_code": EXIT_FINDINGS if found.fails() else EXIT_OK,
         "checked": {"consumequeue": with_cq, "index": with_index,
                     "index_disabled_by_config": not settings.message_index_enable},
         "settings": settings.to_dict(),
@@ -184,17 +186,6 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "findings": details[:args.max_findings],
         "seconds": round(seconds, 3),
     }
-
-
-KIND_RANK = {"invalid_tail": 0, "wrong_size": 0, "missing_file": 0, "extra_file": 0, "out_of_order": 0, "unexpected_file": 0,
-             "header_differs": 1, "slot_differs": 2, "missing_entry": 3, "entry_differs": 3, "extra_entry": 3,
-             "stale_bytes": 4, "broken_chain": 5, "key_not_found": 6}
-
-
-def _detail_order(d: dict) -> tuple:
-    """File by file; in a file, file-level findings first, then entries in order, then chains and lookups."""
-    where = d.get("entry", d.get("position"))
-    return (d["artifact"] != "consumequeue", d["path"], KIND_RANK[d["kind"]], -1 if where is None else where)
 
 
 def describe(d: dict) -> str:

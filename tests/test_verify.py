@@ -13,7 +13,7 @@ import pytest
 
 from jobs.pipeline.cli import run_main
 from jobs.verify import main as verify_main
-from tests.conftest import GOLDEN, case_params, golden_cases, manifest
+from tests.conftest import GOLDEN, REPO, case_params, golden_cases, manifest
 
 # Stores a recovery produced (`*-recovered`, or reopened: manifest `recovered_from`) index one record twice;
 # verify reports that (see test_reopened_store_differs_only_in_recreated_index_files).
@@ -223,7 +223,8 @@ def test_cannot_run_exit_2(spark, tmp_path):
 def test_index_alignment_pairs_by_header():
     """Pure pairing: a disk file whose name sorts out of place is paired with the expected file it holds
     and reported out of order; an unknown file is extra; nothing shifts the other pairs."""
-    from jobs.pipeline.verify_stage import Findings, align_index_files
+    from jobs.pipeline.findings import Findings
+    from jobs.pipeline.verify_index import align_index_files
     from storage_format.index_file import IndexHeader
 
     exp = [(i, IndexHeader(1000 * i, 1000 * i + 999, 100 * i, 100 * i + 99, 3, 256)) for i in range(5)]
@@ -248,3 +249,29 @@ def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_p
     assert {f["artifact"] for f in rep["findings"]} == {"index"}
     assert all(f["path"].split("/")[-1] not in kept for f in rep["findings"])
     assert rep["dispatch"]["confirm_offset"] == manifest(case)["checkpoint"]["confirmPhyOffset"]
+
+
+def test_finding_kinds_are_one_registry():
+    """Every kind the verify code reports is registered for its artifact, every registered kind is
+    reported somewhere, the README's table is the registry's, and an unregistered kind is refused."""
+    from jobs.pipeline.findings import KINDS, Findings, detail_order, readme_table
+
+    reported = set()
+    for path in (REPO / "jobs").rglob("*.py"):
+        text = path.read_text()
+        reported |= set(re.findall(r'\.add\("([a-z]+)", "([a-z_]+)"', text))
+        arts = re.findall(r'\bart = "([a-z]+)"', text)  # a compare function's artifact, one per module
+        assert len(set(arts)) <= 1, path
+        reported |= {(arts[0], k) for k in re.findall(r'\.add\(art, "([a-z_]+)"', text)}
+    registered = {(a, k.name) for k in KINDS.values() for a in k.artifacts}
+    assert reported == registered
+    assert readme_table() in (REPO / "README.md").read_text()
+    found = Findings()
+    with pytest.raises(ValueError, match="not registered"):
+        found.add("index", "no_such_kind", "index/x")
+    with pytest.raises(ValueError, match="not registered for consumequeue"):
+        found.add("consumequeue", "broken_chain", "consumequeue/t/0/x")
+    assert not found.fails()
+    for name, k in KINDS.items():
+        found.add(k.artifacts[0], name, f"{k.artifacts[0]}/f")
+    assert found.fails() and len(sorted(found.details, key=detail_order)) == len(KINDS)

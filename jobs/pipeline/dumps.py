@@ -17,9 +17,10 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from .cli import JobError
+from .findings import Findings
 from .fs import Location
 from .messages import Message, RecordReader, iso_utc, message_dict
-from .verify_stage import Findings, chain_walk
+from .verify_index import chain_walk
 
 WINDOW = 4 << 20  # commit-log bytes read at a time when walking records
 CHAIN_DETAILS = 10  # broken-chain reasons listed for an index file
