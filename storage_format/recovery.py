@@ -139,6 +139,16 @@ class Truncation:
                 "invalid_record_offset": self.invalid_record_offset}
 
 
+def dispatch_settings(settings: BrokerSettings, generation: int, abnormal: bool) -> BrokerSettings:
+    """The settings the abnormal recovery's own dispatch runs with. 4.x runs it inside load(), before the
+    schedule service has loaded its delay levels (maxDelayLevel is still 0), so a SCHEDULE_TOPIC_XXXX
+    record it dispatches gets the TAGS hash (0 without TAGS) as tagsCode, not its delivery time - in its
+    own queue and in every queue it multi-dispatches to. 5.x loads the levels first."""
+    if generation >= 5 or not abnormal:
+        return settings
+    return replace(settings, message_delay_level="")
+
+
 def truncation_point(end: ScanEnd, last_walk_end: ScanEnd | None) -> Truncation:
     """The truncation point from where the validating scan ended.
 
@@ -189,6 +199,15 @@ class QueueLoad:
     def key(self) -> tuple[str, int]:
         """(topic, queueId)."""
         return self.topic, self.queue_id
+
+
+def dropped_at_load(files: list[tuple[int, int]], generation: int) -> tuple[int, ...]:
+    """Files of one queue (start, size) that MappedFileQueue.doLoad deletes instead of mapping: 5.x deletes a
+    0-byte LAST file (a crash right after creating it) and the queue writes it again; 4.x refuses it."""
+    ordered = sorted(files)
+    if generation >= 5 and ordered and ordered[-1][1] == 0:
+        return (ordered[-1][0],)
+    return ()
 
 
 def load_queue(topic: str, queue_id: int, files: list[int], read_file: Callable[[int], bytes],
@@ -393,8 +412,8 @@ class QueueState:
         return sorted(f for f in touched if f in self.files)
 
     def deleted_files(self) -> list[int]:
-        """Files gone after recovery: removed at load or by truncation."""
-        return sorted(set(self.load.removed_at_load) | set(self.truncated_files))
+        """Files gone after recovery: removed at load or by truncation (and not created again)."""
+        return sorted((set(self.load.removed_at_load) | set(self.truncated_files)) - set(self.files))
 
 
 def render_units(state: QueueState, file_start: int, read_file: Callable[[int], bytes]) -> np.ndarray:

@@ -27,8 +27,6 @@ def golden_cases(prefixes: tuple[str, ...] = ("",), exclude: tuple[str, ...] = (
 # Golden cases today's code does not yet handle, with the issue that fixes each (xfail strict: a fix
 # that makes one pass turns the suite red until its entry is removed here).
 KNOWN_FAILING: dict[str, str] = {
-    "lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (4.9.8)",
-    "v5-lmq-unclean-11": "issue 13: LMQ multi-dispatch in recovery (5.3.3)",
 }
 
 

@@ -192,3 +192,34 @@ def test_guessed_4x_refuses_a_5x_only_record():
                     np.array([0, 0], np.int32), guessed)
     assert err.value.record == 1 and "--rocketmq-version" in str(err.value)
     assert len(lmq_entries(pa.array(["%LMQ%a"]), pa.array(["1"]), pa.array(["T"]), np.array([0], np.int32), guessed))
+
+
+def test_4x_abnormal_recovery_dispatches_schedule_records_with_the_tags_hash():
+    """4.9.8 runs the abnormal recovery before the schedule service loads its delay levels: a
+    SCHEDULE_TOPIC_XXXX record it dispatches gets the TAGS hash; 5.x and normal recovery are unchanged."""
+    from storage_format.java_hash import java_hash_arrow
+    from storage_format.recovery import dispatch_settings
+    s = load_settings(GOLDEN / "lmq-unclean-11" / "broker.conf")
+    tags, topics = pa.array(["TagA", None]), pa.array(["SCHEDULE_TOPIC_XXXX"] * 2)
+    level, ts = np.array([3, 3]), np.array([1000, 1000])
+    quirk = dispatch_settings(s, 4, True)
+    assert tags_codes(tags, topics, level, ts, quirk.delay_levels_ms).tolist() == \
+        [int(java_hash_arrow(tags)[0]), 0]
+    for same in (dispatch_settings(s, 5, True), dispatch_settings(s, 4, False)):
+        assert tags_codes(tags, topics, level, ts, same.delay_levels_ms).tolist() == [11000, 11000]
+
+
+def test_golden_recovery_shows_the_schedule_tags_quirk():
+    """The broker's recovered LMQ store holds SCHEDULE_TOPIC_XXXX entries with tagsCode 0 or a TAGS hash
+    (far below any delivery time), which a normal dispatch never writes."""
+    from storage_format.consume_queue import unpack_entries
+    base = GOLDEN / "lmq-unclean-11-recovered" / "consumequeue" / "SCHEDULE_TOPIC_XXXX"
+    small = sum(int(((u["size"] > 0) & (u["size"] < 0x7FFFFFFF) & (np.abs(u["tags"]) < 2**32)).sum())
+                for f in base.rglob("0*") for u in [unpack_entries(f.read_bytes())])
+    assert small > 0
+
+
+def test_5x_drops_an_empty_last_consume_queue_file_at_load():
+    from storage_format.recovery import dropped_at_load
+    assert dropped_at_load([(2000, 0), (0, 2000)], 5) == (2000,)
+    assert dropped_at_load([(0, 0), (2000, 2000)], 5) == () and dropped_at_load([(2000, 0)], 4) == ()

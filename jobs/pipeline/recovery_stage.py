@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -107,6 +107,7 @@ class LoadTask:
     """A group of queues whose load state one Spark task reads."""
     queues: tuple[QueueDir, ...]
     file_size: int
+    generation: int = 4
 
 
 def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
@@ -114,21 +115,25 @@ def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
     out = []
     try:
         for q in task.queues:
-            for start, size in q.files:
+            dropped = rules.dropped_at_load(list(q.files), task.generation)
+            files = [(start, size) for start, size in q.files if start not in dropped]
+            for start, size in files:
                 if size != task.file_size:
                     raise StoreFormatError(q.file_uri(start), size, f"consume-queue file is {size} bytes, expected "
                                                                     f"{task.file_size} (mappedFileSizeConsumeQueue); "
                                                                     f"the broker refuses to load it")
-            out.append(rules.load_queue(q.topic, q.queue_id, [s for s, _ in q.files],
-                                        lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size))
+            ld = rules.load_queue(q.topic, q.queue_id, [s for s, _ in files],
+                                  lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
+            out.append(replace(ld, removed_at_load=ld.removed_at_load + dropped) if dropped else ld)
     except StoreFormatError as err:
         return err
     return out
 
 
-def load_queues(spark, queues: list[QueueDir], file_size: int, quiet: bool) -> dict[tuple[str, int], rules.QueueLoad]:
+def load_queues(spark, queues: list[QueueDir], file_size: int, quiet: bool,
+                generation: int = 4) -> dict[tuple[str, int], rules.QueueLoad]:
     """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
-    tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size)
+    tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
              for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
     out: dict[tuple[str, int], rules.QueueLoad] = {}
     for result in run_tasks(spark, tasks, _load_queues, "consume-queue state", quiet=quiet):
@@ -442,9 +447,9 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     starts = [s.start for s in segments]
     start = rules.choose_start_segment(starts, _heads(segments), markers.checkpoint, settings, g, abnormal)
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
-    scan = scan_store(spark, store, settings, split_size=split_size, check_crc=settings.check_crc_on_recover,
-                      work=work, from_offset=start.offset, dispatch_limit=limit.offset, label="validate",
-                      quiet=quiet)
+    scan = scan_store(spark, store, rules.dispatch_settings(settings, g, abnormal), split_size=split_size,
+                      check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
+                      dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
     timings["validate_s"] = time.monotonic() - t0
     acc = scan.accepted
     last_walk = acc[-1].end if acc else None
@@ -457,7 +462,7 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     t0 = time.monotonic()
     queue_dirs = {q.key: q for q in list_queues(store)}
     cq_file_size = settings.consume_queue_file_size
-    loads = load_queues(spark, list(queue_dirs.values()), cq_file_size, quiet)
+    loads = load_queues(spark, list(queue_dirs.values()), cq_file_size, quiet, g)
     max_phy_before = max((ld.max_phy for ld in loads.values()), default=-1)
     truncate = max_phy_before >= p
     tails = cq_tails(spark, scan, work, {k: ld.max_phy for k, ld in loads.items()}, quiet)
@@ -543,7 +548,7 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
         warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
                         "segment) and so does reput")
     if audit:
-        warnings.extend(_audit(spark, store, settings, work.child("audit"), start.offset, split_size, quiet))
+        warnings.extend(_audit(spark, store, settings, work.child("audit"), start.offset, split_size, quiet, g))
     if scan.stitched.data_after_end:
         warnings.append(f"segments after the truncation point hold records that recovery drops: "
                         f"{', '.join(scan.stitched.data_after_end)}")
@@ -554,14 +559,14 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
 
 
 def _audit(spark, store: Location, settings: BrokerSettings, work: Location, start: int, split_size: int,
-           quiet: bool) -> list[str]:
+           quiet: bool, g: int) -> list[str]:
     """Damage the broker's recovery does not look at, in the whole commit log: an invalid record before
     the recovery's start segment (dispatch or a rebuild from the start would stop there), or a record
     whose storeTimestamp is no date (the start-segment rule and index file names read it). Bytes that
     no broker could have written (a topic that is no directory name, a moved physicalOffset, a gap in a
     queue's offsets) raise StoreFormatError naming the record."""
     audit = scan_store(spark, store, settings, split_size=split_size, check_crc=settings.check_crc_on_recover,
-                       work=work, with_keys=False, label="audit", quiet=quiet)
+                       work=work, with_keys=False, label="audit", quiet=quiet, generation=g)
     plan_cq(audit, settings, work, work)  # raises on a gap in a queue's offsets
     found = []
     end = audit.end
