@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv demo test test-cluster bench package clean
+.PHONY: venv system-deps demo test test-cluster bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Debian packages the notebook needs: a font with CJK glyphs for topic names (fonts-droid-fallback).
+CJK_FONT := /usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf
+system-deps:
+	@if [ -f $(CJK_FONT) ]; then echo "system-deps: $(CJK_FONT) present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-droid-fallback >/dev/null; \
+	else echo "system-deps: install the Debian package fonts-droid-fallback (as root)" >&2; exit 1; fi
 
 demo: venv
 	rm -rf $(DEMO)

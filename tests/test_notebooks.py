@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -97,6 +98,12 @@ def test_audit_notebook_runs_headless(complete_sample_store, tmp_path, monkeypat
     assert f"{summary['records']} records in {store}" in text
     assert f"{len(summary['topics'])} topics" in text
     assert "index lookup found 1 record(s)" in text and "a full scan finds 1; agree: True" in text
+    assert "picked the first key carried by at most 64 records" in text
+    # topic names with CJK characters are drawn with a CJK font (make system-deps installs it), no box glyphs
+    assert "fonts: DejaVu Sans, Droid Sans Fallback" in text and "missing from" not in text
+    panels = re.findall(r"panel \d+: .* UTC, (\d+) bars of (\d+ \w+), (\d+) records", text)
+    assert panels and all(0 < int(n) <= 60 for n, _, _ in panels)
+    assert sum(int(r) for _, _, r in panels) == summary["records"]
     assert "verify: consistent (exit code 0, 0 findings)" in text
     report = json.loads((figures / "verify-report.json").read_text())
     assert report["status"] == "consistent" and report["commitlog"]["message_records"] == summary["records"]
