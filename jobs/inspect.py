@@ -17,6 +17,9 @@ from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 
 
+LMQ_SHOWN = 5  # LMQ queues named in the human summary (a store can have 100,000s; --json lists all)
+
+
 def summary(result: ScanResult) -> dict:
     """The inspect report; keys are a stable interface for scripts."""
     acc = result.accepted
@@ -31,6 +34,8 @@ def summary(result: ScanResult) -> dict:
         "last_store_timestamp": max(last) if last else None,
         "records_per_topic_queue": {t: {str(q): n for q, n in qs.items()}
                                     for t, qs in result.records_per_queue().items()},
+        "lmq_entries_per_queue": {t: {str(q): n for q, n in qs.items()}
+                                  for t, qs in result.lmq_entries_per_queue().items()},
         "scan_end": end.as_list() if end else None,
         "scan_end_detail": end.describe() if end else None,
         "problems": result.tail_problems(),
@@ -67,6 +72,10 @@ def _print_human(r: dict) -> None:
     print(f"scan ended           {r['scan_end_detail']}")
     for topic, queues in r["records_per_topic_queue"].items():
         print(f"  {topic}: " + ", ".join(f"q{q}={n}" for q, n in queues.items()))
+    lmq = [(f"{t}/{q}", n) for t, qs in r["lmq_entries_per_queue"].items() for q, n in qs.items()]
+    if lmq:
+        top = ", ".join(f"{name}={n}" for name, n in sorted(lmq, key=lambda x: (-x[1], x[0]))[:LMQ_SHOWN])
+        print(f"LMQ queues           {len(lmq)} with {sum(n for _, n in lmq)} entries; largest: {top}")
     for problem in r["problems"]:
         print(f"WARNING: {problem}")
 

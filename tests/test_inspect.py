@@ -26,3 +26,17 @@ def test_inspect_matches_manifest(case, split_size, spark, capsys):
                 "first_store_timestamp", "last_store_timestamp", "scan_end"):
         assert got[key] == scan[key], key
     assert got["records_per_topic_queue"] == m["records_per_topic_queue"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "lmq" in c and "recovered" not in c])
+def test_inspect_counts_lmq_entries_per_queue(case, spark, capsys):
+    """Entries per %LMQ% queue equal the manifest's count of what the broker wrote (4.9.8 and 5.3.3 rules);
+    the human summary names the LMQ queue count."""
+    m = manifest(case)
+    args = ["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf")]
+    assert inspect_main(args + ["--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["lmq_entries_per_queue"]
+    want = {k: v for k, v in m["lmq"]["multi_dispatch_entries_per_queue"].items() if k.startswith("%LMQ%")}
+    assert {f"{t}/{q}": n for t, qs in got.items() for q, n in qs.items()} == want
+    assert inspect_main(args) == 0
+    assert f"LMQ queues           {len(want)} with {sum(want.values())} entries" in capsys.readouterr().out

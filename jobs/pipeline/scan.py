@@ -20,7 +20,7 @@ from storage_format.consume_queue import has_cq_entry, tags_codes
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
-                                           MultiDispatchRules, rules_for)
+                                           MultiDispatchRules, is_lmq, rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
@@ -126,10 +126,19 @@ class ScanResult:
         return max(ends) if ends else (self.segments[0].start if self.segments else 0)
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:
+        """Records per topic and queueId (queues only multi-dispatch names have none)."""
+        return self._per_queue(0, lambda topic: True)
+
+    def lmq_entries_per_queue(self) -> dict[str, dict[int, int]]:
+        """Consume-queue entries multi-dispatch gives each `%LMQ%` queue (before the broker skips a repeat)."""
+        return self._per_queue(1, is_lmq)
+
+    def _per_queue(self, stat: int, wanted) -> dict[str, dict[int, int]]:
         out: dict[str, dict[int, int]] = defaultdict(dict)
         for s in self.accepted:
             for (topic, qid), stats in s.queues.items():
-                out[topic][qid] = out[topic].get(qid, 0) + stats[0]
+                if stats[stat] and wanted(topic):
+                    out[topic][qid] = out[topic].get(qid, 0) + stats[stat]
         return {t: dict(sorted(q.items())) for t, q in sorted(out.items())}
 
     def tail_problems(self) -> list[str]:
