@@ -29,7 +29,7 @@ from jobs.pipeline.catalog_stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
+from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the run's report as JSON")
     args = p.parse_args(argv)
     settings = settings_from(args)
-    check_store_supported(location(args.store), settings)
+    settings = store_settings(location(args.store), settings, args.broker_config is not None)
     spark = get_spark("catalog", args.master)
     report = catalog(spark, location(args.store), location(args.table), settings, store_id=args.store_id,
                      include_body=args.include_body,

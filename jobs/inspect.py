@@ -12,7 +12,7 @@ if __package__ in (None, ""):  # spark-submit jobs/inspect.py: make the repo roo
 from jobs.pipeline.cli import (EXIT_OK, add_generation_flag, parser, print_json, run_main,  # noqa: E402
                               settings_from)
 from jobs.pipeline.fs import location  # noqa: E402
-from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
+from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import get_spark  # noqa: E402
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     add_generation_flag(p)
     args = p.parse_args(argv)
     settings = settings_from(args)
-    check_store_supported(location(args.store), settings)
+    settings = store_settings(location(args.store), settings, args.broker_config is not None)
     spark = get_spark("inspect", args.master)
     result = scan_store(spark, location(args.store), settings, with_keys=False,
                         split_size=args.split_size, generation=args.rocketmq_version,

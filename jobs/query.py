@@ -26,7 +26,7 @@ from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_j
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
-from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
+from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-num must be positive")
     settings = settings_from(args)
     store = location(args.store)
-    check_store_supported(store, settings)
+    settings = store_settings(store, settings, args.broker_config is not None)
     if not store.is_dir():
         raise JobError(f"{store.uri}: not a directory")
     reader = RecordReader(store, settings)

@@ -20,7 +20,7 @@ if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo roo
 from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, parser, print_json, run_main,  # noqa: E402
                               settings_from)
-from jobs.pipeline.store_gate import check_store_supported  # noqa: E402
+from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     settings = settings_from(args)
     store, out = location(args.store), location(args.out)
-    check_store_supported(store, settings)
+    settings = store_settings(store, settings, args.broker_config is not None)
     check_paths(store, out)
     topics = {t for t in args.topics.split(",") if t} if args.topics else None
     tz = ZoneInfo(args.index_name_tz)

@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo roo
 from jobs.pipeline import inplace  # noqa: E402
 from jobs.pipeline import recover_text as text  # noqa: E402
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
-from jobs.pipeline.store_gate import check_store_supported, commitlog_dir  # noqa: E402
+from jobs.pipeline.store_gate import store_settings, commitlog_dir  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
@@ -95,7 +95,7 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     settings = settings_from(args)
-    check_store_supported(store, settings)
+    settings = store_settings(store, settings, args.broker_config is not None)
     if not commitlog_dir(store, settings).is_dir():
         raise JobError(f"{commitlog_dir(store, settings).uri}: not a broker store (no commitlog directory)")
     tz = ZoneInfo(args.index_name_tz)

@@ -39,7 +39,7 @@ from jobs.pipeline.verify_index import (check_index, expected_headers, orphan_in
 from jobs.pipeline.verify_stage import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
-from jobs.pipeline.store_gate import check_store_supported, commitlog_dir  # noqa: E402
+from jobs.pipeline.store_gate import store_settings, commitlog_dir  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     settings = settings_from(args)
     store = location(args.store)
-    check_store_supported(store, settings)
+    settings = store_settings(store, settings, args.broker_config is not None)
     if not store.is_dir():
         raise JobError(f"{store.uri}: not a directory")
     report_loc = location(args.report) if args.report else None

@@ -18,6 +18,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores
 - `msg_id`: offset message ids and producers' unique keys
 - `settings`: broker `.properties` over the broker's defaults
+- `java_props`: java.util.Properties syntax and Java's value parsers (parseInt/parseLong/parseBoolean/trim)
+- `broker_keys`: every key a 4.9.8 or 5.3.3 broker reads from its config file
 - `recovery`: the broker's start-up recovery as pure planning
 - `store_layout`: broker features and store layouts reput does not implement, refused by name
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps

@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import dataclasses
-import re
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .broker_keys import BROKER_KEYS
 from .consume_queue import CQ_UNIT_SIZE
 from .errors import SettingsError
 from .index_file import IndexLayout
+from .java_props import (INT_BITS, LONG_BITS, decode_properties_file, java_parse_boolean, java_parse_integral,
+                         java_trim, parse_properties)
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -101,88 +105,144 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
 
 
 def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """`"1s 5s 1m"` -> (1000, 5000, 60000); an unknown unit is an error, as in the broker."""
+    """`"1s 5s 1m"` -> (1000, 5000, 60000), as ScheduleMessageService.parseDelayLevel: split on single blanks
+    (trailing empty tokens dropped), a unit of s/m/h/d after a Long.parseLong number (any Unicode decimal
+    digits). Anything else makes the broker's schedule service fail to load: an error here too."""
     levels = []
-    for token in text.split(" "):
-        if not token:
-            continue
-        unit, number = token[-1], token[:-1]
-        if unit not in _UNIT_MS or not number.isdigit():
-            raise SettingsError(f"messageDelayLevel: cannot parse level {token!r}")
-        levels.append(int(number) * _UNIT_MS[unit])
+    tokens = text.split(" ")
+    while tokens and not tokens[-1]:
+        tokens.pop()  # Java's split drops trailing empty strings
+    for token in tokens:
+        unit, number = token[-1:], token[:-1]
+        if unit not in _UNIT_MS:
+            raise SettingsError(f"messageDelayLevel: level {token!r} does not end with a unit s, m, h or d "
+                                f"(the broker's schedule service fails to load)")
+        value = java_parse_integral(number, LONG_BITS)
+        if value is None:
+            raise SettingsError(f"messageDelayLevel: level {token!r}: {number!r} is not a decimal number for "
+                                f"Long.parseLong (the broker's schedule service fails to load)")
+        levels.append(_wrap_long(value * _UNIT_MS[unit]))
     return tuple(levels)
 
 
+def _wrap_long(v: int) -> int:
+    """Java long multiplication wraps around."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
 def parse_properties_text(text: str) -> dict[str, str]:
-    """Parse Java `.properties` syntax (comments, `=`/`:`/blank separators, line continuations)."""
-    out: dict[str, str] = {}
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.lstrip() if pending else raw.lstrip()
-        pending = ""
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending = line[:-1]
-            continue
-        logical.append(line)
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        m = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", line)
-        if not m:
-            continue
-        key, value = m.group(1), m.group(2)
-        out[key.replace("\\", "")] = value.strip()
-    return out
+    """Key -> raw value as java.util.Properties loads the text (java_props)."""
+    return parse_properties(text)
 
 
-def _coerce(name: str, value: str, kind: type) -> object:
+def _coerce(name: str, value: str, kind: type, default: object) -> tuple[object, str | None]:
+    """The value the broker sets for one key (MixAll.properties2Object), and a warning when that is not
+    what the text seems to say (Java ignores an unparsable number and keeps the default)."""
     if kind is bool:
-        if value.lower() not in ("true", "false"):
-            raise SettingsError(f"{name}: expected true or false, got {value!r}")
-        return value.lower() == "true"
+        got = java_parse_boolean(value)
+        if value.lower() not in ("true", "false") or value != value.strip():
+            return got, f"{name}={value!r}: Boolean.parseBoolean reads it as {str(got).lower()}"
+        return got, None
     if kind is int:
-        try:
-            return int(value)
-        except ValueError:
-            raise SettingsError(f"{name}: expected an integer, got {value!r}") from None
-    return value
+        got = java_parse_integral(value, INT_BITS)
+        if got is None:
+            return default, (f"{name}={value!r}: Integer.parseInt rejects it, so the broker ignores it and keeps "
+                             f"the default {default}")
+        return got, None
+    text = java_trim(value)
+    if name == "brokerRole" and text not in BROKER_ROLES:
+        return default, f"brokerRole={value!r}: not a BrokerRole, so the broker ignores it and keeps {default}"
+    return text, None
 
 
-def settings_from_mapping(props: dict[str, str]) -> BrokerSettings:
-    """Typed settings from broker property names; names reput does not use are ignored."""
-    kwargs = {}
+@dataclass(frozen=True)
+class LoadedSettings:
+    """Settings as the broker would set them, with a warning for every value it would ignore or read
+    differently and every key it does not know."""
+
+    settings: BrokerSettings
+    warnings: tuple[str, ...] = ()
+
+
+def unknown_key_warning(name: str) -> str | None:
+    """A warning for a key no broker reads (it is ignored), with the closest known key."""
+    if name in BROKER_KEYS:
+        return None
+    lower = {k.lower(): k for k in BROKER_KEYS}
+    close = [lower[name.lower()]] if name.lower() in lower else difflib.get_close_matches(name, BROKER_KEYS, 1, 0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{name}: not a broker setting (the broker ignores it){hint}"
+
+
+def settings_from_mapping(props: dict[str, str]) -> LoadedSettings:
+    """Typed settings from broker property names, with warnings (see LoadedSettings)."""
+    kwargs, warnings = {}, []
+    defaults = BrokerSettings()
     for name, value in props.items():
         if name in _PROPERTY_FIELDS:
             field_name, kind = _PROPERTY_FIELDS[name]
-            kwargs[field_name] = _coerce(name, value, kind)
+            kwargs[field_name], warning = _coerce(name, value, kind, getattr(defaults, field_name))
+        else:
+            warning = unknown_key_warning(name)
+        if warning:
+            warnings.append(warning)
     settings = BrokerSettings(**kwargs)
     _validate(settings)
-    return settings
+    return LoadedSettings(settings, tuple(warnings))
 
 
-def load_settings(path: str | Path | None) -> BrokerSettings:
-    """Settings from a broker `.properties` file, or the broker's defaults when `path` is None."""
+def load_settings_with_warnings(path: str | Path | None) -> LoadedSettings:
+    """Settings from a broker `.properties` file (read as the broker reads it), or the broker's defaults
+    when `path` is None, with the warnings."""
     if path is None:
-        return BrokerSettings()
+        return LoadedSettings(BrokerSettings())
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = decode_properties_file(Path(path).read_bytes())
     except OSError as exc:
         raise SettingsError(f"cannot read broker config {path}: {exc.strerror}") from None
     try:
-        return settings_from_mapping(parse_properties_text(text))
+        return settings_from_mapping(parse_properties(text))
     except SettingsError as exc:
         raise SettingsError(f"{path}: {exc}") from None
 
 
+def load_settings(path: str | Path | None) -> BrokerSettings:
+    """Settings from a broker `.properties` file, or the broker's defaults when `path` is None."""
+    return load_settings_with_warnings(path).settings
+
+
+def infer_file_sizes(s: BrokerSettings, segment_sizes: list[int], cq_file_sizes: list[int]) -> tuple[BrokerSettings, list[str]]:
+    """Without a broker config: the commit-log segment size and the consume-queue file size the files on disk
+    show (the broker pre-allocates both at full size), with a note for each value taken from them."""
+    notes = []
+    if segment_sizes and len(set(segment_sizes)) == 1 and segment_sizes[0] != s.mapped_file_size_commitlog:
+        s = dataclasses.replace(s, mapped_file_size_commitlog=segment_sizes[0])
+        notes.append(f"no broker config: mappedFileSizeCommitLog={segment_sizes[0]} taken from the commit-log "
+                     f"segment sizes on disk")
+    cq = [n for n in cq_file_sizes if n > 0]
+    if cq and len(set(cq)) == 1 and cq[0] != s.consume_queue_file_size and cq[0] % CQ_UNIT_SIZE == 0:
+        s = dataclasses.replace(s, mapped_file_size_consume_queue=cq[0])
+        notes.append(f"no broker config: mappedFileSizeConsumeQueue={cq[0]} taken from the consume-queue file "
+                     f"sizes on disk")
+    return s, notes
+
+
+INT_MAX = (1 << 31) - 1  # a Java int: the broker computes file sizes as ints and maps at most 2 GiB - 1
+
+
 def _validate(s: BrokerSettings) -> None:
+    """Refuse values the broker cannot run with, naming the setting and the limit."""
     if s.mapped_file_size_commitlog <= 0:
         raise SettingsError("mappedFileSizeCommitLog must be positive")
     if s.mapped_file_size_consume_queue <= 0:
         raise SettingsError("mappedFileSizeConsumeQueue must be positive")
     if s.max_hash_slot_num <= 0 or s.max_index_num <= 1:
         raise SettingsError("maxHashSlotNum must be > 0 and maxIndexNum > 1")
+    if s.consume_queue_file_size > INT_MAX:
+        raise SettingsError(f"mappedFileSizeConsumeQueue={s.mapped_file_size_consume_queue}: rounded up to whole "
+                            f"20-byte units it exceeds the Java int limit {INT_MAX} bytes")
+    if s.index_file_size > INT_MAX:
+        raise SettingsError(f"maxHashSlotNum={s.max_hash_slot_num}, maxIndexNum={s.max_index_num}: the index file "
+                            f"would be 40 + 4 x maxHashSlotNum + 20 x maxIndexNum = {s.index_file_size} bytes; the "
+                            f"broker computes that size as a Java int and maps at most {INT_MAX} bytes")
     s.delay_levels_ms  # parses or raises

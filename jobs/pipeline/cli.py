@@ -8,7 +8,7 @@ from typing import Callable
 
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
-from storage_format.settings import BrokerSettings, load_settings
+from storage_format.settings import BrokerSettings, load_settings_with_warnings
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # verify: inconsistencies found
@@ -47,7 +47,12 @@ def _size(text: str) -> int:
 
 
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
-    return load_settings(args.broker_config)
+    """The broker config as the broker reads it; a warning on stderr for every value the broker would ignore
+    or read differently and every key it does not know."""
+    loaded = load_settings_with_warnings(args.broker_config)
+    for warning in loaded.warnings:
+        print(f"reput: warning: {args.broker_config}: {warning}", file=sys.stderr)
+    return loaded.settings
 
 
 def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:

@@ -2,7 +2,10 @@
 name, before any Spark work; and where the commit log lives (a single storePathCommitLog is honoured)."""
 from __future__ import annotations
 
-from storage_format.settings import BrokerSettings
+import sys
+
+from storage_format.commitlog import parse_segment_name
+from storage_format.settings import BrokerSettings, infer_file_sizes
 from storage_format.store_layout import StoreListing, check_store, commitlog_path
 
 from .fs import Location, location
@@ -21,10 +24,46 @@ def list_store(store: Location) -> StoreListing:
     return StoreListing(root, cq_files, non_empty)
 
 
-def check_store_supported(store: Location, settings: BrokerSettings) -> None:
-    """Raise UnsupportedStoreError (exit 2) when the settings or the files show a feature reput does not
-    implement. Every job calls this before it starts Spark."""
+CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all are pre-allocated full size)
+
+
+def store_settings(store: Location, settings: BrokerSettings, config_given: bool) -> BrokerSettings:
+    """Every job's first step, before Spark starts: raise UnsupportedStoreError (exit 2) when the settings or
+    the files show a feature reput does not implement; without a broker config, take the file sizes from
+    the files on disk (a note on stderr says so)."""
     check_store(settings, list_store(store))
+    if config_given:
+        return settings
+    settings, notes = infer_file_sizes(settings, _segment_sizes(commitlog_dir(store, settings)),
+                                       _cq_file_sizes(store.child("consumequeue")))
+    for note in notes:
+        print(f"reput: note: {note}", file=sys.stderr)
+    return settings
+
+
+def _segment_sizes(commitlog: Location) -> list[int]:
+    """Sizes of the commit-log segments (20-digit names)."""
+    if not commitlog.is_dir():
+        return []
+    return [i.size for i in commitlog.list() if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+
+
+def _cq_file_sizes(cq: Location) -> list[int]:
+    """Sizes of the first few consume-queue files (topic/queueId/20-digit name)."""
+    out: list[int] = []
+    if not cq.is_dir():
+        return out
+    for t in cq.list():
+        if t.type.name != "Directory":
+            continue
+        for q in cq.child(t.base_name).list():
+            if q.type.name != "Directory":
+                continue
+            out += [f.size for f in cq.child(t.base_name).child(q.base_name).list()
+                    if f.type.name == "File" and parse_segment_name(f.base_name) is not None]
+            if len(out) >= CQ_FILES_SAMPLED:
+                return out
+    return out
 
 
 def commitlog_dir(store: Location, settings: BrokerSettings) -> Location:
