@@ -23,6 +23,8 @@ from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, parser, p
 from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
+from jobs.pipeline.generation import store_generation  # noqa: E402
+from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         if with_index:
             index_dir = staging.dir.child("index")
             index_dir.makedirs()
-            index_tasks = plan_index(scan, settings, staging.work, index_dir)
+            index_tasks = plan_index(scan, settings, staging.work, index_dir,
+                                     empty_file_index_count(store_generation(store, args.rocketmq_version).generation))
         # One Spark job for both kinds, the (longer) index tasks first: while an index file is built,
         # consume-queue tasks keep the other cores busy.
         firsts: list[tuple[int, int | None]] = []

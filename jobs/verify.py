@@ -39,6 +39,8 @@ from jobs.pipeline.verify_index import (check_index, expected_headers, orphan_in
 from jobs.pipeline.verify_stage import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
+from jobs.pipeline.generation import store_generation  # noqa: E402
+from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.store_gate import store_settings, commitlog_dir  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 
@@ -87,7 +89,8 @@ def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work:
         stats["consumequeue_files_checked"] = found.files_checked
     if with_index:
         index_dir = store.child("index")
-        tasks = plan_index(scan, settings, work, index_dir)
+        tasks = plan_index(scan, settings, work, index_dir,
+                           empty_file_index_count(store_generation(store, generation).generation))
         headers = [h for part in run_tasks(spark, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
         stats["index_files_expected"] = len(headers)
         before = found.files_checked

@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
+from .java_props import INT_BITS, java_parse_integral
 from .errors import StoreFormatError
 from .multi_dispatch import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY, locate_properties
@@ -405,13 +406,28 @@ class RecordColumns:
         return _utf8_lenient(self.property_binary(name))
 
     @cached_property
-    def delay_level(self) -> np.ndarray:
-        """DELAY property as int (Integer.parseInt); -1 when absent. Unparseable values raise ValueError."""
+    def _delays(self) -> tuple[np.ndarray, int | None]:
+        """DELAY as Integer.parseInt reads it (any Unicode decimal digit), -1 where absent or unparsable; and
+        the first SCHEDULE_TOPIC_XXXX record whose DELAY Java cannot parse (the broker rejects it; it parses
+        DELAY for that topic only), or None."""
         starts, lengths = self._props[DELAY]
         out = np.full(len(self), -1, np.int64)
-        for i in np.flatnonzero(starts >= 0):
-            out[i] = _java_parse_int(bytes(self.arr[starts[i]:starts[i] + lengths[i]]))
-        return out
+        bad = None
+        cand = np.flatnonzero(starts >= 0)
+        topics = self.topic_binary if len(cand) else None
+        for i in cand.tolist():
+            text = bytes(self.arr[starts[i]:starts[i] + lengths[i]]).decode("utf-8", "replace")
+            value = java_parse_integral(text, INT_BITS)
+            if value is not None:
+                out[i] = value
+            elif bad is None and topics[i].as_py() == SCHEDULE_TOPIC.encode():
+                bad = i
+        return out, bad
+
+    @property
+    def delay_level(self) -> np.ndarray:
+        """DELAY as an int (Integer.parseInt); -1 where absent or not an int (only SCHEDULE_TOPIC_XXXX uses it)."""
+        return self._delays[0]
 
     def host_bytes(self, which: str) -> list[bytes]:
         at = self.pos + 48 if which == "born" else self.store_host_at
@@ -462,31 +478,11 @@ class RecordColumns:
 
     def first_delay_error(self) -> tuple[int, str] | None:
         """A SCHEDULE_TOPIC_XXXX record whose DELAY is not an int makes the broker reject the record."""
-        starts, lengths = self._props[DELAY]
-        cand = np.flatnonzero(starts >= 0)
-        if not len(cand):
+        i = self._delays[1]
+        if i is None:
             return None
-        topics = self.topic_binary
-        for i in cand.tolist():
-            if topics[i].as_py() == SCHEDULE_TOPIC.encode():
-                raw = bytes(self.arr[starts[i]:starts[i] + lengths[i]])
-                try:
-                    _java_parse_int(raw)
-                except ValueError:
-                    return i, f"DELAY property {raw!r} is not an integer"
-        return None
-
-
-def _java_parse_int(raw: bytes) -> int:
-    """Integer.parseInt on ASCII digits with an optional sign; ValueError otherwise."""
-    text = raw.decode("utf-8", "replace")
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        raise ValueError(text)
-    value = int(text)
-    if not -2**31 <= value < 2**31:
-        raise ValueError(text)
-    return value
+        starts, lengths = self._props[DELAY]
+        return i, f"DELAY property {bytes(self.arr[starts[i]:starts[i] + lengths[i]])!r} is not an integer"
 
 
 def _utf8_lenient(binary: pa.Array) -> pa.Array:

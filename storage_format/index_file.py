@@ -129,13 +129,14 @@ ZERO_BLOCK = 8 << 20
 
 
 def build_index_file(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slots: int, max_entries: int,
-                     inherited: IndexState) -> bytes:
+                     inherited: IndexState, empty_count: int = 1) -> bytes:
     """Full bytes of one fresh index file holding these entries (at most max_entries - 1).
 
     `key_hash` is already non-negative (index_key_hash); `inherited` is the previous file's end
     (zeros for the first file of a store), which becomes the header's begin/end before any put.
     """
-    return b"".join(index_file_chunks(lambda: [(key_hash, phy, store_ts)], slots, max_entries, inherited))
+    return b"".join(index_file_chunks(lambda: [(key_hash, phy, store_ts)], slots, max_entries, inherited,
+                                      empty_count=empty_count))
 
 
 def _by_slot(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -151,8 +152,15 @@ def _by_slot(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return order, s_sorted, same, last
 
 
+def empty_file_index_count(generation: int) -> int:
+    """indexCount on disk of an index file that got no key: 4.9.x never writes it (the count lives in memory
+    until a put, and IndexService.shutdown() is empty), so it stays 0; 5.x flushes every file's header at
+    shutdown, writing the in-memory 1."""
+    return 0 if generation < 5 else 1
+
+
 def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
-                      zero_tail: bool = True) -> Iterator[bytes]:
+                      zero_tail: bool = True, empty_count: int = 1) -> Iterator[bytes]:
     """The bytes of one fresh index file, in order, from its entries given as chunks in dispatch order
     (without the zeros after the last entry when `zero_tail` is False: a writer can leave them sparse).
 
@@ -178,7 +186,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
     begin_ts = inherited.end_timestamp if inherited.end_timestamp > 0 else 0
     begin_phy = inherited.end_phy_offset if inherited.end_phy_offset > 0 else 0
-    header = IndexHeader(begin_ts, begin_ts, begin_phy, begin_phy, 0, 1)
+    header = IndexHeader(begin_ts, begin_ts, begin_phy, begin_phy, 0, empty_count)
     if n:
         header = IndexHeader(first[0], last_entry[0], first[1], last_entry[1], int(np.count_nonzero(newest)), n + 1)
     yield header.to_bytes()
@@ -365,6 +373,19 @@ def parse_name(name: str, tz: dt.tzinfo = dt.timezone.utc) -> int:
     """Epoch ms of an index file name (yyyyMMddHHmmssSSS in the given zone)."""
     t = dt.datetime.strptime(name[:14], NAME_FORMAT).replace(tzinfo=tz)
     return int(t.timestamp()) * 1000 + int(name[14:17])
+
+
+def first_ms_named_after(name: str, tz: dt.tzinfo = dt.timezone.utc) -> int:
+    """The earliest time whose index-file name sorts after `name`. The broker only sorts index file names
+    (IndexService.load), so a name that is no valid date (e.g. month 13) is legal on disk: then the first
+    millisecond of the year after its 4-digit prefix, which sorts after any name with that prefix."""
+    try:
+        return parse_name(name, tz) + 1
+    except ValueError:
+        year = int(name[:4])
+        if year >= 9999:
+            raise ValueError(f"index file name {name} sorts after every date") from None
+        return int(dt.datetime(year + 1, 1, 1, tzinfo=tz).timestamp() * 1000)
 
 
 def names_for(first_ts: list[int], tz: dt.tzinfo = dt.timezone.utc, after_ms: int | None = None) -> list[str]:

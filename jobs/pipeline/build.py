@@ -201,13 +201,15 @@ class IndexTask:
     out: Location  # the index/ directory
     slots: int
     max_entries: int
+    empty_count: int = 1  # indexCount of a file without keys (index_file.empty_file_index_count)
 
 
 def pending_name(file_no: int) -> str:
     return f".pending-{file_no:010d}"
 
 
-def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location) -> list[IndexTask]:
+def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
+               empty_count: int = 1) -> list[IndexTask]:
     """Number keys globally (prefix sum over accepted splits) and cut them into files of
     maxIndexNum - 1 keys; add the empty file the broker opens when a full file is followed by
     more records. Small files are grouped so a task holds about TARGET_INDEX_ENTRIES_PER_TASK keys."""
@@ -237,8 +239,8 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
         lo, hi = f * per, min(total, (f + 1) * per)
         plans.append(IndexFilePlan(f, slices(lo, hi), slices(lo - 1, lo)[0] if lo > 0 else None))
     group = max(1, TARGET_INDEX_ENTRIES_PER_TASK // per)
-    return [IndexTask(tuple(plans[i:i + group]), work, out, settings.max_hash_slot_num, settings.max_index_num)
-            for i in range(0, len(plans), group)]
+    return [IndexTask(tuple(plans[i:i + group]), work, out, settings.max_hash_slot_num, settings.max_index_num,
+                      empty_count) for i in range(0, len(plans), group)]
 
 
 def _keys(work: Location, sl: KeySlice) -> pa.Table:
@@ -276,7 +278,7 @@ def index_file_stream(task: IndexTask, plan: IndexFilePlan,
     first_ts = None
     if plan.sources:
         first_ts = int(_keys(task.work, plan.sources[0]).column("store_ts")[0].as_py())
-    return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail), first_ts
+    return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail, task.empty_count), first_ts
 
 
 def index_file_bytes(task: IndexTask, plan: IndexFilePlan) -> tuple[bytes, int | None]:

@@ -22,7 +22,7 @@ from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.commitlog import parse_segment_name, segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import HEADER_SIZE, IndexHeader, format_name, is_name, parse_name
+from storage_format.index_file import HEADER_SIZE, IndexHeader, first_ms_named_after, format_name, is_name
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, GenerationGuess, detect_generation
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
@@ -423,8 +423,11 @@ def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, 
     """Names for index files recovery creates: the wall clock, as the broker names them, but always
     after the last kept file so name order stays creation order."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    if kept:
-        ms = max(ms, parse_name(kept[-1].name, tz) + 1)
+    if kept and count:
+        try:
+            ms = max(ms, first_ms_named_after(kept[-1].name, tz))
+        except ValueError as exc:
+            raise rules.RecoveryError(f"index/{kept[-1].name}: {exc}; new index files cannot be named after it") from None
     return [format_name(ms + i, tz) for i in range(count)]
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from storage_format import recovery as rules
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
-from storage_format.index_file import append_to_index_file, build_index_file
+from storage_format.index_file import append_to_index_file, build_index_file, empty_file_index_count
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
 from .fs import Location
@@ -89,7 +89,8 @@ def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
             k = t.all_keys()
             out.render_bytes[f"index/{name}"] = build_index_file(k.key_hash, k.phy, k.store_ts,
                                                                   plan.settings.max_hash_slot_num,
-                                                                  plan.settings.max_index_num, t.inherited)
+                                                                  plan.settings.max_index_num, t.inherited,
+                                                                  empty_file_index_count(plan.generation.generation))
     # checkpoint and markers
     g = plan.generation.generation
     if plan.checkpoint_changes or with_copies:
@@ -212,7 +213,7 @@ def _rebuild_index(spark, plan: RecoveryPlan, index_dir: Location, quiet: bool, 
 
     scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
     index_dir.makedirs()
-    tasks = plan_index(scan, plan.settings, work, index_dir)
+    tasks = plan_index(scan, plan.settings, work, index_dir, empty_file_index_count(plan.generation.generation))
     firsts = [f for done in run_tasks(spark, tasks, build_index, "index files", quiet=quiet) for f in done]
     names = name_index_files(scan, firsts, tz)
     for no, name in sorted(names.items()):

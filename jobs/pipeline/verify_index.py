@@ -55,9 +55,9 @@ def expected_headers(task: IndexTask) -> list[tuple[int, IndexHeader]]:
         elif plan.inherited_from is not None:
             r = row(plan.inherited_from, 0)
             ts, phy = max(r["store_ts"], 0), max(r["phy"], 0)
-            out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, 1)))
+            out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, task.empty_count)))
         else:
-            out.append((plan.file_no, IndexHeader()))
+            out.append((plan.file_no, IndexHeader(index_count=task.empty_count)))
     return out
 
 
@@ -302,7 +302,7 @@ def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHead
     for t in tasks:
         files: tuple[IndexFilePlan, ...] = tuple(p for p in t.files if p.file_no in pairs)
         if files:
-            checks.append(IndexCheckTask(IndexTask(files, t.work, t.out, t.slots, t.max_entries),
+            checks.append(IndexCheckTask(IndexTask(files, t.work, t.out, t.slots, t.max_entries, t.empty_count),
                                          {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
     return checks
 
