@@ -20,7 +20,7 @@ from storage_format.settings import load_settings
 
 from . import report, stages
 from .cpu import CpuWatch
-from .synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
+from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
 STAGES = ("read", "decode", "rebuild", "verify")

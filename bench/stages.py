@@ -66,7 +66,7 @@ def _warm_worker(_: int) -> int:
     import jobs.pipeline.scan  # noqa: F401
     from storage_format.commitlog import decode_buffer
     from storage_format.consume_queue import tags_codes
-    from storage_format.encoder import encode_record
+    from storegen.encoder import encode_record
     from storage_format.index_keys import index_keys
     from storage_format.properties import TAGS
     from storage_format.record import Message

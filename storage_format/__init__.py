@@ -6,7 +6,6 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `commitlog`: the record chain walk and the columnar record decoder
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
-- `encoder`: `Message` objects to record bytes and full-size segments
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
 - `java_hash`: Java `String.hashCode()` over many UTF-8 strings (tagsCode, index key hashes)
 - `ragged`: ragged byte slices of one buffer as Arrow arrays
@@ -23,6 +22,5 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `recovery`: the broker's start-up recovery as pure planning
 - `store_layout`: broker features and store layouts reput does not implement, refused by name
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps
-- `sample_store`: a small deterministic sample store for the demo and tests
 - `errors`: the exception family (every error names the file and byte offset)
 """

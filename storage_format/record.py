@@ -5,7 +5,7 @@ turns columns back into `Message` objects for tests and small audits.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -58,7 +58,6 @@ class Message:
     physical_offset: int = -1
     body_crc: int | None = None  # None: the encoder computes it
     magic_v2: bool | None = None  # None: v2 exactly when the topic is longer than 127 chars (5.x rule)
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def properties_string(items: list[tuple[str, str]] | dict[str, str]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from storage_format.commitlog import RecordColumns, decode_buffer, segment_name
-from storage_format.encoder import write_store
+from storegen.encoder import write_store
 from storage_format.properties import TAGS, locate_properties
 from storage_format.record import TRAN_MASK, Message, properties_string
 from storage_format.settings import load_settings

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from storage_format.encoder import (
+from storegen.encoder import (
     SegmentWriter,
     encode_record,
     record_size,
@@ -26,7 +26,7 @@ from storage_format.encoder import (
     write_store,
 )
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, Message, properties_string
-from storage_format.sample_store import (
+from storegen.sample import (
     MIN_VALUE_KEY,
     MIN_VALUE_KEY_TOPIC,
     NON_ASCII_TOPIC,

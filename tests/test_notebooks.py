@@ -13,7 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from jobs.rebuild import main as rebuild_main
-from storage_format.sample_store import write_sample_store
+from storegen.sample import write_sample_store
 from tests.conftest import REPO
 
 NOTEBOOKS = REPO / "notebooks"

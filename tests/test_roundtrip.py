@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from storage_format import commitlog
-from storage_format.encoder import SegmentWriter, record_size, write_store
+from storegen.encoder import SegmentWriter, record_size, write_store
 from storage_format.record import Message, properties_string
 from storage_format.record_reader import records_from_columns
-from storage_format.sample_store import SEGMENT_SIZE, build_sample_messages, group_batches
+from storegen.sample import SEGMENT_SIZE, build_sample
 
 
 def decode_records(buf: bytes, base_offset: int) -> tuple[list[Message], object]:
@@ -98,8 +98,9 @@ def test_segment_writer_then_decode_buffer_returns_the_same_messages(units, segm
 
 def test_sample_store_decodes_to_its_messages(tmp_path: Path) -> None:
     """The whole default sample store decodes to exactly the messages it was built from."""
-    msgs = build_sample_messages()
-    summary = write_store(tmp_path, group_batches(msgs), SEGMENT_SIZE)
+    sample = build_sample()
+    msgs = sample.messages
+    summary = write_store(tmp_path, sample.puts(), SEGMENT_SIZE)
     got, ends = decode_store(tmp_path / "commitlog")
     assert len(got) == summary.records == len(msgs)
     assert got == [as_stored(m) for m in msgs]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jobs.pipeline.cli import run_main
-from storage_format.encoder import write_store
+from storegen.encoder import write_store
 from storage_format.record import Message
 from storage_format.settings import BrokerSettings
 from storage_format.store_layout import (StoreListing, UnsupportedStoreError, check_store, commitlog_path,

@@ -60,14 +60,15 @@ def _entry_row(n: int, rel: str, byte: int, unit: np.void, reader: RecordReader,
     phy, size, tags = int(unit["phy"]), int(unit["size"]), int(unit["tags"])
     row = {"kind": "entry", "queue_offset": n, "file": rel, "byte": byte, "phy_offset": phy, "size": size,
            "tags_code": tags}
-    msg, why = reader.read(phy)
+    got = reader.read_record(phy)
+    msg = got.message
     if msg is None:
-        row["message"], row["problem"] = None, f"no record at phyOffset {phy}: {why}"
+        row["message"], row["problem"] = None, f"no record at phyOffset {phy}: {got.reason}"
         return row
-    row["message"] = _message_brief(msg, msg.extra["total_size"])
+    row["message"] = _message_brief(msg, got.total_size)
     notes = []
-    if msg.extra["total_size"] != size:
-        notes.append(f"entry size {size} but the record's totalSize is {msg.extra['total_size']}")
+    if got.total_size != size:
+        notes.append(f"entry size {size} but the record's totalSize is {got.total_size}")
     if (msg.topic, msg.queue_id, msg.queue_offset) != (topic, queue_id, n):
         notes.append(f"the record is {msg.topic}/{msg.queue_id} at queueOffset {msg.queue_offset} "
                      f"(another queue's record, or a multi-dispatch/LMQ entry)")

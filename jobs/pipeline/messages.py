@@ -11,7 +11,7 @@ from storage_format.msg_id import encode_offset_msg_id
 from storage_format.properties import UNIQ_KEY, parse_properties
 from storage_format.record import (FLAG_COMPRESSED, TRAN_COMMIT, TRAN_MASK, TRAN_NOT, TRAN_PREPARED,
                                    TRAN_ROLLBACK, Message)
-from storage_format.record_reader import read_record
+from storage_format.record_reader import RecordRead, read_record
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -29,22 +29,20 @@ class RecordReader:
     def __init__(self, store: Location, settings: BrokerSettings) -> None:
         self.settings = settings
         self.segments: list[Segment] = list_segments(store, settings)
-        self._cache: dict[int, tuple[Message | None, str | None]] = {}
+        self._cache: dict[int, RecordRead] = {}
 
     def read(self, offset: int) -> tuple[Message | None, str | None]:
         """The record at `offset`, or None and why it cannot be read there."""
-        if offset not in self._cache:
-            self._cache[offset] = self._read(offset)
-        return self._cache[offset]
-
-    def _read(self, offset: int) -> tuple[Message | None, str | None]:
-        seg = next((s for s in self.segments if s.start <= offset < s.start + s.size), None)
-        if seg is None:
-            return None, "no commit-log segment holds this offset"
-        got = read_record(seg, Location(seg.path).read_range, offset)
-        if got.message is not None:
-            got.message.extra["total_size"] = got.total_size
+        got = self.read_record(offset)
         return got.message, got.reason
+
+    def read_record(self, offset: int) -> RecordRead:
+        """The record at `offset` with its totalSize, or why it cannot be read there."""
+        if offset not in self._cache:
+            seg = next((s for s in self.segments if s.start <= offset < s.start + s.size), None)
+            self._cache[offset] = (RecordRead(None, reason="no commit-log segment holds this offset") if seg is None
+                                   else read_record(seg, Location(seg.path).read_range, offset))
+        return self._cache[offset]
 
 
 def body_of(msg: Message) -> tuple[bytes, str | None, str | None]:

@@ -2,6 +2,9 @@
 
 Used to make sample stores, test inputs and benchmark stores; the layout follows CommitLog's
 `DefaultAppendMessageCallback` (4.9.8 / 5.3.3) byte for byte, including BLANK records and segment rolls.
+The record layout here is written from the broker's source on purpose, not from storage_format.commitlog:
+it is the independent writer the decoder's round-trip tests check against (and it is itself checked
+against the golden stores' bytes), so a mistake in one does not hide in the other.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .record import (
+from storage_format.commitlog import segment_name
+from storage_format.record import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
     MAGIC_BLANK,
@@ -67,6 +71,13 @@ def _topic_field(topic: str, magic_v2: bool | None) -> tuple[bytes, int]:
     return prefix + topic_b, (MAGIC_V2 if v2 else MAGIC_V1)
 
 
+def host_sys_flag(msg: Message) -> int:
+    """The message's sysFlag with the IPv6 host bits set from its host lengths, as the encoder stores it."""
+    flags = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
+    return flags | (FLAG_BORNHOST_V6 if len(msg.born_host) == 16 else 0) | (
+        FLAG_STOREHOST_V6 if len(msg.store_host) == 16 else 0)
+
+
 # A measured record: everything needed to place and pack it, computed once.
 # (totalSize, head struct, magic, bodyCRC, sysFlag, topic field, properties bytes)
 _Measured = tuple[int, struct.Struct, int, int, int, bytes, bytes]
@@ -89,9 +100,7 @@ def _measure(msg: Message) -> _Measured:
         )
     body = msg.body
     crc = (zlib.crc32(body) & 0x7FFFFFFF) if msg.body_crc is None else (msg.body_crc & 0xFFFFFFFF)
-    sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | (
-        (FLAG_BORNHOST_V6 if nb == 16 else 0) | (FLAG_STOREHOST_V6 if ns == 16 else 0)
-    )
+    sys_flag = host_sys_flag(msg)
     head = _HEADS[(nb == 16, ns == 16)]
     total = head.size + len(body) + len(topic_field) + 2 + len(props_b)
     return total, head, magic, crc, sys_flag, topic_field, props_b
@@ -137,11 +146,6 @@ def encode_record(msg: Message, physical_offset: int) -> bytes:
     buf = bytearray(m[0])
     _pack(buf, 0, msg, m, physical_offset, msg.queue_offset)
     return bytes(buf)
-
-
-def segment_name(start_offset: int) -> str:
-    """Commit-log file name of the segment starting at `start_offset` (20 zero-padded digits)."""
-    return f"{start_offset:020d}"
 
 
 @dataclass

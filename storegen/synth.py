@@ -12,13 +12,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from storage_format.encoder import LOCK_FILE_CONTENT, SegmentWriter
 from storage_format.record import Message
 
+from .encoder import LOCK_FILE_CONTENT, SegmentWriter
+from .sample import EPOCH_MS, STORE_HOST_1, props
+
 SPEC_NAME = "bench-store.json"
-STORE_HOST = bytes((192, 168, 0, 10))
 BORN_HOSTS = (bytes((10, 20, 30, 41)), bytes((10, 20, 30, 42)), bytes((10, 20, 30, 43)))
-EPOCH_MS = 1_792_000_000_000
 TAG_VALUES = ("TagA", "TagB", "TagC", "order-created", "order-paid", "order-shipped", "refund", "audit")
 
 
@@ -119,16 +119,16 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
                 n_keys += 1
             keys += n_keys
             if n_keys:
-                parts.append("KEYS\x01" + " ".join(f"ORDER-{randrange(10_000_000)}" for _ in range(n_keys)))
+                parts.append(("KEYS", " ".join(f"ORDER-{randrange(10_000_000)}" for _ in range(n_keys))))
             if spec.uniq_share >= 1.0 or rnd() < spec.uniq_share:
                 keys += 1
-                parts.append(f"UNIQ_KEY\x010A141E29{i % 3:04X}3C4D5E6F{clock % 86_400_000:08X}{i & 0xFFFF:04X}")
-            parts.append("CLUSTER\x01DefaultCluster")
+                parts.append(("UNIQ_KEY", f"0A141E29{i % 3:04X}3C4D5E6F{clock % 86_400_000:08X}{i & 0xFFFF:04X}"))
+            parts.append(("CLUSTER", "DefaultCluster"))
             if rnd() < spec.tags_share:
-                parts.append("TAGS\x01" + TAG_VALUES[randrange(len(TAG_VALUES))])
+                parts.append(("TAGS", TAG_VALUES[randrange(len(TAG_VALUES))]))
             writer.append(Message(topic=topic, body=pool[at:at + size], queue_id=qid, born_timestamp=clock - 1,
                                   born_host=born, born_port=50001, store_timestamp=clock,
-                                  store_host=STORE_HOST, store_port=10911, properties="\x02".join(parts)))
+                                  store_host=STORE_HOST_1[0], store_port=STORE_HOST_1[1], properties=props(parts)))
             if progress and i and i % 500_000 == 0:
                 print(f"[bench] store: {i:,} messages written, {time.monotonic() - started:.0f}s", flush=True)
     summary = writer.summary

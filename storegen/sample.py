@@ -1,10 +1,14 @@
 """A small, deterministic, realistic RocketMQ store (golden "small" profile) for demos and tests.
 
-`python -m storage_format.sample_store OUT_DIR [--messages N] [--seed S]` writes OUT_DIR/broker.conf and
+`python -m storegen.sample OUT_DIR [--messages N] [--seed S]` writes OUT_DIR/broker.conf and
 OUT_DIR/commitlog/ (+ lock). The traffic mimics what a 4.9.8 broker stores: client UNIQ_KEYs, KEYS with
 runs of spaces, zlib bodies, delay levels via SCHEDULE_TOPIC_XXXX and their delivery, retry/DLQ send-back,
 transaction half/commit/op records, raw PREPARED/ROLLBACK store-API records, IPv6 hosts, batches, and a
 broker restart 40 days later on an IPv6 store host.
+
+The rules it applies (the client's property string and UNIQ_KEY, delay levels as SCHEDULE_TOPIC_XXXX
+queues, transaction flags, batches) are written here from the client's and broker's source on purpose,
+independent of storage_format's readers: tests that decode the sample check reput against them.
 """
 from __future__ import annotations
 
@@ -18,22 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .encoder import SegmentWriter, WriteSummary, write_store
-from .record import (
-    FLAG_BORNHOST_V6,
-    FLAG_COMPRESSED,
-    FLAG_MULTI_TAGS,
-    FLAG_STOREHOST_V6,
-    PROP_NAME_VALUE_SEP,
-    PROP_SEP,
-    SCHEDULE_TOPIC,
-    TRAN_COMMIT,
-    TRAN_MASK,
-    TRAN_PREPARED,
-    TRAN_ROLLBACK,
-    Message,
-)
-from .settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from storage_format.msg_id import encode_offset_msg_id
+from storage_format.record import (FLAG_COMPRESSED, FLAG_MULTI_TAGS, PROP_NAME_VALUE_SEP, PROP_SEP, SCHEDULE_TOPIC,
+                                   TRAN_COMMIT, TRAN_MASK, TRAN_PREPARED, TRAN_ROLLBACK, Message)
+from storage_format.settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
+from .encoder import SegmentWriter, WriteSummary, host_sys_flag, write_store
 
 DEFAULT_MESSAGES = 3000
 DEFAULT_SEED = 11
@@ -119,20 +113,9 @@ def parse_props(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def offset_msg_id(store_host: bytes, store_port: int, physical_offset: int) -> str:
-    """The broker's offset message id: store host + port + commit-log offset, hex upper."""
-    return (store_host + store_port.to_bytes(4, "big") + physical_offset.to_bytes(8, "big")).hex().upper()
-
-
-def with_host_bits(msg: Message) -> int:
-    """The message's sysFlag with the IPv6 host bits the encoder will store (so records compare equal)."""
-    flags = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
-    return flags | (FLAG_BORNHOST_V6 if len(msg.born_host) == 16 else 0) | (
-        FLAG_STOREHOST_V6 if len(msg.store_host) == 16 else 0)
-
-
 def _month_start_ms(ts_ms: int) -> int:
-    """Start of the UTC month of `ts_ms`: the base of a UNIQ_KEY time field (MessageClientIDSetter)."""
+    """Start of the UTC month of `ts_ms`: the base of a UNIQ_KEY time field (MessageClientIDSetter).
+    Written here as the client does it, independent of storage_format.msg_id, which decodes it."""
     d = datetime.fromtimestamp(ts_ms / 1000, timezone.utc)
     return int(datetime(d.year, d.month, 1, tzinfo=timezone.utc).timestamp() * 1000)
 
@@ -152,6 +135,8 @@ class _Traffic:
         self.counters = [p.counter_start for p in PRODUCERS]
         self.writer = SegmentWriter(None, SEGMENT_SIZE)
         self.out: list[Message] = []
+        self.kinds: list[str] = []  # what produced each record of `out`
+        self.batch_of: list[int | None] = []  # the client batch each record of `out` belongs to
         self.pending_delay: list[tuple[int, Message]] = []  # (due ms, schedule record)
         self.pending_tx: list[tuple[int, Message]] = []  # (resolve at record count, half record)
         self.prepared: list[Message] = []
@@ -238,10 +223,11 @@ class _Traffic:
     def put(self, msg: Message, kind: str) -> Message:
         """Hand one record to the (dry) store: stamps store host/time and assigns offsets."""
         msg.store_host, msg.store_port = self.store_host
-        msg.sys_flag = with_host_bits(msg)
-        msg.extra["kind"] = kind
+        msg.sys_flag = host_sys_flag(msg)
         self.writer.append(msg)
         self.out.append(msg)
+        self.kinds.append(kind)
+        self.batch_of.append(None)
         return msg
 
     def put_batch(self, msgs: list[Message]) -> None:
@@ -249,11 +235,11 @@ class _Traffic:
         self.batch_id += 1
         for m in msgs:
             m.store_host, m.store_port = self.store_host
-            m.sys_flag = with_host_bits(m)
-            m.extra["kind"] = "batch"
-            m.extra["batch"] = self.batch_id
+            m.sys_flag = host_sys_flag(m)
         self.writer.append_batch(msgs)
         self.out.extend(msgs)
+        self.kinds.extend("batch" for _ in msgs)
+        self.batch_of.extend(self.batch_id for _ in msgs)
 
     def client_message(self, topic: str, queue_id: int, *, store_api: bool = False,
                        force_key: str | None = None, empty_body: bool = False) -> Message:
@@ -327,13 +313,14 @@ class _Traffic:
 
     def send_back(self) -> None:
         """Consumer send-back: a consumed record goes to %RETRY% via level 3+times, or to %DLQ%."""
-        candidates = [m for m in self.out[-200:] if m.topic in USER_TOPICS and m.extra["kind"] == "normal"]
+        candidates = [m for m, kind in zip(self.out[-200:], self.kinds[-200:])
+                      if m.topic in USER_TOPICS and kind == "normal"]
         if not candidates:
             return self.normal()
         src = self.rng.choice(candidates)
         times = self.rng.choice((0, 0, 0, 1, 2, 16))
         items = [(k, v) for k, v in parse_props(src.properties) if k not in ("CLUSTER",)]
-        head = [("ORIGIN_MESSAGE_ID", offset_msg_id(src.store_host, src.store_port, src.physical_offset)),
+        head = [("ORIGIN_MESSAGE_ID", encode_offset_msg_id(src.store_host, src.store_port, src.physical_offset)),
                 ("RETRY_TOPIC", src.topic)]
         common = dict(body=src.body, flag=src.flag, sys_flag=src.sys_flag, born_timestamp=src.born_timestamp,
                       born_host=src.born_host, born_port=src.born_port, reconsume_times=times + 1)
@@ -450,7 +437,7 @@ class _Traffic:
         self.raw_transaction(rollback=True)
         self.batch()
 
-    def run(self) -> list[Message]:
+    def run(self) -> "Sample":
         """Showcase first, then a weighted random mix until n records; the restart at 85 %."""
         self.showcase()
         kinds = (self.normal, self.delayed, self.half, self.raw_transaction, self.send_back, self.batch)
@@ -461,33 +448,44 @@ class _Traffic:
             self.rng.choices(kinds, weights)[0]()
             self.deliver_due()
             self.end_transactions()
-        return self.out[: self.n]
+        n = self.n
+        return Sample(self.out[:n], self.kinds[:n], self.batch_of[:n])
 
 
-def build_sample_messages(n: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED) -> list[Message]:
-    """The sample's records in commit-log order, with physical/queue offsets as the writer assigns them.
+@dataclass(frozen=True)
+class Sample:
+    """The sample's records in commit-log order (offsets as the writer assigns them), what produced each
+    one, and the client batch each belongs to (None: a single put)."""
 
-    Records of one client batch share `extra["batch"]`; `extra["kind"]` names what produced each one.
-    """
+    messages: list[Message]
+    kinds: list[str]
+    batches: list[int | None]
+
+    def puts(self) -> list[Message | list[Message]]:
+        """The records as the broker received them: consecutive records of one batch as one list."""
+        out: list[Message | list[Message]] = []
+        last = None
+        for msg, batch in zip(self.messages, self.batches):
+            if batch is not None and batch == last:
+                out[-1].append(msg)
+            elif batch is not None:
+                out.append([msg])
+            else:
+                out.append(msg)
+            last = batch
+        return out
+
+
+def build_sample(n: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED) -> Sample:
+    """The sample store's records, generated from `seed`."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     return _Traffic(n, seed).run()
 
 
-def group_batches(messages: list[Message]) -> list[Message | list[Message]]:
-    """Consecutive records with the same `extra["batch"]` become one list (a batch put)."""
-    out: list[Message | list[Message]] = []
-    last = None
-    for msg in messages:
-        batch = msg.extra.get("batch")
-        if batch is not None and batch == last:
-            out[-1].append(msg)
-        elif batch is not None:
-            out.append([msg])
-        else:
-            out.append(msg)
-        last = batch
-    return out
+def build_sample_messages(n: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED) -> list[Message]:
+    """The sample's records in commit-log order, with physical/queue offsets as the writer assigns them."""
+    return build_sample(n, seed).messages
 
 
 def broker_conf_text() -> str:
@@ -503,10 +501,11 @@ def write_sample_store(out_dir: str | Path, n: int = DEFAULT_MESSAGES, seed: int
     commitlog = out / "commitlog"
     if commitlog.exists() and any(commitlog.iterdir()):
         raise FileExistsError(f"{commitlog} already holds files; choose an empty directory")
-    messages = build_sample_messages(n, seed)
+    sample = build_sample(n, seed)
+    messages = sample.messages
     out.mkdir(parents=True, exist_ok=True)
     (out / "broker.conf").write_text(broker_conf_text(), encoding="utf-8")
-    written: WriteSummary = write_store(out, group_batches(messages), SEGMENT_SIZE)
+    written: WriteSummary = write_store(out, sample.puts(), SEGMENT_SIZE)
     topics = Counter(m.topic for m in messages)
     return {
         "out_dir": str(out),
@@ -518,13 +517,13 @@ def write_sample_store(out_dir: str | Path, n: int = DEFAULT_MESSAGES, seed: int
         "first_store_timestamp": messages[0].store_timestamp if messages else None,
         "last_store_timestamp": messages[-1].store_timestamp if messages else None,
         "topics": dict(sorted(topics.items())),
-        "kinds": dict(sorted(Counter(m.extra["kind"] for m in messages).items())),
+        "kinds": dict(sorted(Counter(sample.kinds).items())),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: write the sample store and print a one-line summary."""
-    parser = argparse.ArgumentParser(prog="python -m storage_format.sample_store", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m storegen.sample", description=__doc__)
     parser.add_argument("out_dir", metavar="OUT_DIR")
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="number of records")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
