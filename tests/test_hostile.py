@@ -37,7 +37,7 @@ def job_argv(job: str, d: Damage, out: Path, extra: tuple[str, ...] = ()) -> lis
     argv = ["--store", str(d.store), "--broker-config", str(d.broker_config), *extra]
     return argv + {"rebuild": ["--out", str(out)], "inspect": ["--json"],
                    "verify": ["--json", "--work-dir", str(out.parent)],
-                   "recover": ["--dry-run", "--work", str(out.parent)]}[job]
+                   "recover": ["--dry-run", "--json", "--work", str(out.parent)]}[job]
 
 
 def out_digest(out: Path) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from storage_format.checkpoint import Checkpoint, parse_checkpoint
-from storage_format.confirm_offset import DispatchLimit, reput_limit
+from storage_format.confirm_offset import NO_LIMIT, DispatchLimit, reput_limit, stored_confirm_applies
 from storage_format.markers import CHECKPOINT
 from storage_format.settings import BrokerSettings
 
@@ -19,7 +19,10 @@ def read_checkpoint(store: Location) -> Checkpoint | None:
 
 
 def store_dispatch_limit(store: Location, settings: BrokerSettings) -> DispatchLimit:
-    """The confirm offset the broker's ReputMessageService stops at on this store (None: no limit)."""
+    """The confirm offset the broker's ReputMessageService stops at on this store (None: no limit).
+    The checkpoint is read only when its confirm offset applies: a rebuild needs nothing else from it."""
+    if stored_confirm_applies(settings) is None:
+        return NO_LIMIT
     return reput_limit(settings, read_checkpoint(store))
 
 
