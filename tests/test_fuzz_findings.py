@@ -10,13 +10,13 @@ import pytest
 from jobs.pipeline.recovery_stage import new_index_names
 from storage_format.commitlog import decode_buffer
 from storage_format.consume_queue import tags_codes
-from storage_format.encoder import encode_record, write_store
 from storage_format.index_file import (HEADER_SIZE, IndexHeader, IndexState, build_index_file, empty_file_index_count,
                                        first_ms_named_after, format_name)
 from storage_format.properties import TAGS
 from storage_format.record import SCHEDULE_TOPIC, Message
 from storage_format.recovery import IndexFileInfo
 from storage_format.settings import BrokerSettings
+from storegen.encoder import encode_record, write_store
 
 TS = 1_700_000_000_000
 DELAYS = BrokerSettings().delay_levels_ms
