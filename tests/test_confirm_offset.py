@@ -181,3 +181,23 @@ def test_verify_of_a_controller_store_reports_entries_past_the_confirm_offset(sp
     r = json.loads(rep.read_text())
     assert r["dispatch"]["confirm_offset"] == confirm and r["findings_total"] > 0
     assert sha256(store / "checkpoint") != sha256(GOLDEN / BASE / "checkpoint")  # the store made for the test
+
+
+def test_recover_dry_run_says_how_far_dispatch_goes(spark, tmp_path, capsys):
+    """The plan (JSON and the summary for people) gives the confirm offset, why, and the confirm offset after."""
+    from jobs.recover import main as recover_main
+
+    case = "v5-controller-unclean-11"
+    plan_file = tmp_path / "plan.json"
+    assert recover_main(["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                         "--dry-run", "--plan", str(plan_file)]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads(plan_file.read_text())
+    c = json.loads((GOLDEN / case / "manifest.json").read_text())["controller"]
+    d = plan["dispatch"]
+    assert (d["confirm_offset"], d["first_record_not_dispatched"], d["records_not_dispatched"]) == \
+        (c["checkpoint_confirmPhyOffset"], c["record_straddling_confirm"]["offset"], c["records_beyond_confirm"])
+    straddling = c["record_straddling_confirm"]["offset"]
+    assert plan["checkpoint"]["after"]["confirm_phy_offset"] == straddling
+    assert f"dispatch stops at the confirm offset {c['checkpoint_confirmPhyOffset']}" in text
+    assert f"confirmPhyOffset     {c['checkpoint_confirmPhyOffset']} -> {straddling}" in text

@@ -65,6 +65,10 @@ def _checkpoint(s: dict) -> list[str]:
         lines.append(f"    {java:<20} {when(before)} ({before}) {change}")
         if before != after and cp["why"].get(key):
             lines.append(f"    {'':<20} why: {cp['why'][key]}")
+    if "confirm_phy_offset" in cp["why"]:  # 5.x: an offset, not a time
+        before, after = cp["before"]["confirm_phy_offset"], cp["after"]["confirm_phy_offset"]
+        lines.append(f"    {'confirmPhyOffset':<20} {before} " + ("unchanged" if before == after else f"-> {after}"))
+        lines.append(f"    {'':<20} why: {cp['why']['confirm_phy_offset']}")
     return lines
 
 
@@ -79,6 +83,11 @@ def _commitlog(s: dict) -> list[str]:
              f"    valid up to offset {t['offset']}{where}: {t['reason']}"]
     if t.get("detail"):
         lines.append(f"             {t['detail']}")
+    d = s.get("dispatch") or {}
+    if d.get("confirm_offset") is not None:
+        lines.append(f"    dispatch stops at the confirm offset {d['confirm_offset']}: {d['records_not_dispatched']} "
+                     f"valid records from offset {d['first_record_not_dispatched']} on stay undispatched "
+                     f"({d['reason']})")
     if cl["to_delete"]:
         lines += _listed("remove", cl["to_delete"], " (whole segment past the truncation point)")
     else:
