@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,26 @@ def test_recover_dry_run_says_how_far_dispatch_goes(spark, tmp_path, capsys):
     assert plan["checkpoint"]["after"]["confirm_phy_offset"] == straddling
     assert f"dispatch stops at the confirm offset {c['checkpoint_confirmPhyOffset']}" in text
     assert f"confirmPhyOffset     {c['checkpoint_confirmPhyOffset']} -> {straddling}" in text
+
+
+def test_recover_keeps_the_epoch_file(spark, tmp_path):
+    """5.3.3's load and recovery never touch epochFileCheckpoint (only a later role change truncates it):
+    recover --out carries it and its .bak over byte for byte."""
+    from jobs.recover import main as recover_main
+
+    case = "v5-controller-unclean-cqahead-11"
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / case, store)
+    for p in [store, *store.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    entries = b"1-0\n2-1290988\n"  # EpochFileCache (CheckpointFile): count, CRC32 & 0x7FFFFFFF, epoch-startOffset
+    epoch = b"2\n%d\n" % (zlib.crc32(entries) & 0x7FFFFFFF) + entries
+    (store / "epochFileCheckpoint").write_bytes(epoch)
+    (store / "epochFileCheckpoint.bak").write_bytes(b"1\n1-0\n")
+    out = tmp_path / "out"
+    assert recover_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+                         "--json"]) == 0
+    assert (out / "epochFileCheckpoint").read_bytes() == epoch
+    assert (out / "epochFileCheckpoint.bak").read_bytes() == b"1\n1-0\n"
+    assert sha256(out / "checkpoint") == json.loads((GOLDEN / f"{case}-recovered" / "manifest.json").read_text())[
+        "files"]["checkpoint"]["sha256"]
