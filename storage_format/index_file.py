@@ -159,6 +159,32 @@ def empty_file_index_count(generation: int) -> int:
     return 0 if generation < 5 else 1
 
 
+def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
+                      empty_count: int) -> tuple[IndexHeader, np.ndarray, int]:
+    """First pass over a fresh file's entries: its header, its slot table (the newest position per
+    slot) and how many entries it holds. A file without entries keeps the inherited begin/end."""
+    newest = np.zeros(slots, np.int64)
+    n = 0
+    first = last_entry = (0, 0)
+    for key_hash, phy, store_ts in chunks():
+        k = len(key_hash)
+        if not k:
+            continue
+        order, s_sorted, _, last = _by_slot(key_slots(key_hash, slots))
+        newest[s_sorted[last]] = n + 1 + order[last]
+        if n == 0:
+            first = (int(store_ts[0]), int(phy[0]))
+        last_entry = (int(store_ts[-1]), int(phy[-1]))
+        n += k
+    if n > max_entries - 1:
+        raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
+    if not n:
+        ts, phy_end = max(inherited.end_timestamp, 0), max(inherited.end_phy_offset, 0)
+        return IndexHeader(ts, ts, phy_end, phy_end, 0, empty_count), newest, 0
+    header = IndexHeader(first[0], last_entry[0], first[1], last_entry[1], int(np.count_nonzero(newest)), n + 1)
+    return header, newest, n
+
+
 def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
                       zero_tail: bool = True, empty_count: int = 1) -> Iterator[bytes]:
     """The bytes of one fresh index file, in order, from its entries given as chunks in dispatch order
@@ -169,26 +195,8 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
     the file; a second pass derives each entry's previous-in-slot position, carrying the newest position
     per slot across chunks. Memory is bounded by one chunk and two slot tables, whatever the file holds.
     """
-    newest = np.zeros(slots, np.int64)
-    n = 0
-    first = last_entry = None
-    for key_hash, phy, store_ts in chunks():
-        k = len(key_hash)
-        if not k:
-            continue
-        order, s_sorted, _, last = _by_slot(key_slots(key_hash, slots))
-        newest[s_sorted[last]] = n + 1 + order[last]
-        if first is None:
-            first = (int(store_ts[0]), int(phy[0]))
-        last_entry = (int(store_ts[-1]), int(phy[-1]))
-        n += k
-    if n > max_entries - 1:
-        raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
-    begin_ts = inherited.end_timestamp if inherited.end_timestamp > 0 else 0
-    begin_phy = inherited.end_phy_offset if inherited.end_phy_offset > 0 else 0
-    header = IndexHeader(begin_ts, begin_ts, begin_phy, begin_phy, 0, empty_count)
-    if n:
-        header = IndexHeader(first[0], last_entry[0], first[1], last_entry[1], int(np.count_nonzero(newest)), n + 1)
+    header, newest, n = _header_and_slots(chunks, slots, max_entries, inherited, empty_count)
+    begin_ts = max(inherited.end_timestamp, 0)
     yield header.to_bytes()
     yield newest.astype(">i4").tobytes()
     del newest
@@ -205,7 +213,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
         prev[order[~same]] = current[s_sorted[~same]]
         current[s_sorted[last]] = position[order[last]]
-        base = np.full(k, first[0], np.int64)
+        base = np.full(k, header.begin_timestamp, np.int64)
         if done == 0:
             base[0] = begin_ts  # the first put sees the inherited begin timestamp
         entries = np.empty(k, dtype=ENTRY_DTYPE)

@@ -79,7 +79,8 @@ def readme_table() -> str:
     """The README's table of finding kinds, rendered from the registry."""
     rows = ["| kind | in | severity | meaning |", "| --- | --- | --- | --- |"]
     for k in KINDS.values():
-        rows.append(f"| `{k.name}` | {', '.join(k.artifacts)} | {k.severity} ({SEVERITIES[k.severity]}) | {k.meaning} |")
+        severity = f"{k.severity} ({SEVERITIES[k.severity]})"
+        rows.append(f"| `{k.name}` | {', '.join(k.artifacts)} | {severity} | {k.meaning} |")
     return "\n".join(rows)
 
 

@@ -186,6 +186,21 @@ def chain_walk(layout: IndexLayout, slots: np.ndarray, entries: np.ndarray, coun
     return reach
 
 
+def compare_header_and_slots(expected: bytes, raw: bytes, layout: IndexLayout, rel: str, file_no: int,
+                             out: Findings) -> tuple[IndexHeader, IndexHeader]:
+    """Report header fields and slots that differ between two full-size files; returns both headers."""
+    eh, dh = IndexHeader.from_bytes(expected[:HEADER_SIZE]), IndexHeader.from_bytes(raw[:HEADER_SIZE])
+    for (name, at), ev, dv in zip(HEADER_FIELD_OFFSETS.items(), header_dict(eh).values(), header_dict(dh).values()):
+        if ev != dv:
+            out.add("index", "header_differs", rel, file_number=file_no, field=name, byte_offset=at, expected=ev,
+                    found=dv)
+    e_slots, d_slots = layout.slot_table(expected), layout.slot_table(raw)
+    for s in np.flatnonzero(e_slots != d_slots).tolist():
+        out.add("index", "slot_differs", rel, file_number=file_no, slot=s, byte_offset=layout.slot_at(s),
+                expected=int(e_slots[s]), found=int(d_slots[s]))
+    return eh, dh
+
+
 def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, layout: IndexLayout,
                        pointers: PointerCheck, out: Findings) -> None:
     """Compare one index file with the bytes the commit log implies; chains and key lookups are
@@ -200,14 +215,8 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, lay
     if disk == expected:
         return
     raw = disk[:size] + bytes(max(0, size - len(disk)))
-    eh, dh = IndexHeader.from_bytes(expected[:HEADER_SIZE]), IndexHeader.from_bytes(raw[:HEADER_SIZE])
-    for (name, at), ev, dv in zip(HEADER_FIELD_OFFSETS.items(), header_dict(eh).values(), header_dict(dh).values()):
-        if ev != dv:
-            out.add(art, "header_differs", rel, file_number=file_no, field=name, byte_offset=at, expected=ev, found=dv)
-    e_slots, d_slots = layout.slot_table(expected), layout.slot_table(raw)
-    for s in np.flatnonzero(e_slots != d_slots).tolist():
-        out.add(art, "slot_differs", rel, file_number=file_no, slot=s, byte_offset=layout.slot_at(s),
-                expected=int(e_slots[s]), found=int(d_slots[s]))
+    eh, dh = compare_header_and_slots(expected, raw, layout, rel, file_no, out)
+    d_slots = layout.slot_table(raw)
     e_ent, d_ent = layout.entries(expected), layout.entries(raw)
     max_entries = layout.max_entries
     differ = np.zeros(max_entries, bool)
