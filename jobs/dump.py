@@ -19,6 +19,7 @@ if __package__ in (None, ""):  # spark-submit jobs/dump.py: make the repo root i
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.pipeline.cli import EXIT_OK, JobError, parser, run_main, settings_from  # noqa: E402
+from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from jobs.pipeline.dump_text import row_lines  # noqa: E402
 from jobs.pipeline.dumps import dump_index, dump_queue, dump_records  # noqa: E402
 from jobs.pipeline.fs import location  # noqa: E402
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     settings = settings_from(args)
     store = location(args.store)
+    settings = store_settings(store, settings, args.broker_config is not None)
     if not store.is_dir():
         raise JobError(f"{store.uri}: not a directory")
     count = DEFAULT_COUNT if args.count is None else args.count

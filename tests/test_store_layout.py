@@ -57,7 +57,8 @@ def job_argv(job: str, store: Path, tmp: Path) -> list[str]:
                      "recover": ["--out", str(tmp / "out")],
                      "inspect": [],
                      "catalog": ["--table", str(tmp / "out-table")],
-                     "query": ["--msg-id", "C0A8000A00002A9F0000000000000000"]}[job]
+                     "query": ["--msg-id", "C0A8000A00002A9F0000000000000000"],
+                     "dump": ["--offset", "0"]}[job]
 
 
 def job_main(job: str):
@@ -70,7 +71,7 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "catalog", "query"])
+@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "catalog", "query", "dump"])
 @pytest.mark.parametrize("case,conf,files,name", REFUSALS, ids=[r[0] for r in REFUSALS])
 def test_every_job_refuses_by_name(job, case, conf, files, name, tmp_path, capsys):
     store = make_store(tmp_path, conf, files)
