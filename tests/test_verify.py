@@ -275,3 +275,32 @@ def test_finding_kinds_are_one_registry():
     for name, k in KINDS.items():
         found.add(k.artifacts[0], name, f"{k.artifacts[0]}/f")
     assert found.fails() and len(sorted(found.details, key=detail_order)) == len(KINDS)
+
+
+def test_pointer_check_names_what_an_offset_holds(golden):
+    """PointerCheck.classify on a golden store, without Spark: offsets of real records (by the test's own
+    reader), a BLANK, bytes inside a record, a record of another size or queue position, filler, and
+    offsets outside the valid log."""
+    from jobs.pipeline.verify_stage import PointerCheck
+    from storage_format.scan_plan import Segment
+    from tests import golden_walk
+
+    paths = sorted((golden / BASE / "commitlog").iterdir())
+    segments = tuple(Segment(int(p.name), p.stat().st_size, str(p)) for p in paths)
+    records = golden_walk.records(BASE)
+    end = manifest(BASE)["commitlog_scan"]["max_physical_offset"]
+    check = PointerCheck(segments, end)
+    record = records[len(records) // 2]
+    phy = record.physical_offset
+    seg = max(p for p in paths if int(p.name) <= phy)
+    size, _, _, qid, _, qo = struct.unpack_from(">iIiiiq", seg.read_bytes(), phy - int(seg.name))  # FORMAT.md
+    assert check.classify(phy, size, qid, qo) == "record"
+    assert check.classify(phy, size + 1) == "record_size_mismatch"
+    assert check.classify(phy, size, qid, qo + 1) == "record_other_position"
+    assert check.classify(phy + 1) == "not_a_record"
+    assert check.classify(records[0].physical_offset) == "record"
+    last_in_first = max(r.physical_offset for r in records if r.physical_offset < int(paths[1].name))
+    blank_at = last_in_first + struct.unpack_from(">i", paths[0].read_bytes(), last_in_first - segments[0].start)[0]
+    assert check.classify(blank_at) == "blank"
+    assert check.classify(0, 0x7FFFFFFF) == "filler"
+    assert check.classify(end) == "past_end" and check.classify(-1) == "before_start"

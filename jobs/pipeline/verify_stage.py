@@ -11,6 +11,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import numpy as np
+
+from storage_format.commitlog import HEAD_DTYPE
 from storage_format.consume_queue import PRE_BLANK_SIZE
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from storage_format.scan_plan import Segment
@@ -42,18 +45,18 @@ class PointerCheck:
         if seg is None:
             return "missing_segment"
         pos = phy - seg.start
-        head = bytes(Location(seg.path).read_range(pos, min(36, seg.size - pos)))
-        if len(head) < 8:
+        raw = bytes(Location(seg.path).read_range(pos, min(HEAD_DTYPE.itemsize, seg.size - pos)))
+        if len(raw) < 8:
             return "not_a_record"
-        total, magic = int.from_bytes(head[:4], "big", signed=True), int.from_bytes(head[4:8], "big")
-        if magic == MAGIC_BLANK:
+        head = np.frombuffer(raw.ljust(HEAD_DTYPE.itemsize, b"\0"), HEAD_DTYPE)[0]  # the decoder's field offsets
+        if head["magic"] == MAGIC_BLANK:
             return "blank"
-        if magic not in (MAGIC_V1, MAGIC_V2) or len(head) < 36 or int.from_bytes(head[28:36], "big") != phy:
+        if (head["magic"] not in (MAGIC_V1, MAGIC_V2) or len(raw) < HEAD_DTYPE.itemsize
+                or head["physical_offset"] != phy):
             return "not_a_record"
-        if size is not None and total != size:
+        if size is not None and head["total_size"] != size:
             return "record_size_mismatch"
-        if queue_id is not None and (int.from_bytes(head[12:16], "big", signed=True) != queue_id
-                                     or int.from_bytes(head[20:28], "big", signed=True) != queue_offset):
+        if queue_id is not None and (head["queue_id"] != queue_id or head["queue_offset"] != queue_offset):
             return "record_other_position"
         return "record"
 
