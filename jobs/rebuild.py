@@ -108,8 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         if with_index:
             index_dir = staging.dir.child("index")
             index_dir.makedirs()
-            index_tasks = plan_index(scan, settings, staging.work, index_dir,
-                                     empty_file_index_count(store_generation(store, args.rocketmq_version).generation))
+            guess = store_generation(store, args.rocketmq_version)
+            index_tasks = plan_index(scan, settings, staging.work, index_dir, empty_file_index_count(guess.generation))
+            if index_tasks and not index_tasks[-1].files[-1].sources and args.rocketmq_version is None \
+                    and guess.generation < 5:
+                print("reput rebuild: note: the last index file holds no key; its header gets indexCount 0 as a "
+                      "4.9.x broker leaves it (no 5.x marker in the store); pass --rocketmq-version 5 for a 5.x "
+                      "store, whose shutdown writes 1", file=sys.stderr)
         # One Spark job for both kinds, the (longer) index tasks first: while an index file is built,
         # consume-queue tasks keep the other cores busy.
         firsts: list[tuple[int, int | None]] = []

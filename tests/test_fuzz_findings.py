@@ -79,7 +79,7 @@ def test_empty_index_file_count_per_generation():
 
 
 @pytest.mark.parametrize("version,count", [(None, 0), ("5", 1)])
-def test_rebuild_writes_the_trailing_empty_index_file_per_generation(spark, tmp_path, version, count):
+def test_rebuild_writes_the_trailing_empty_index_file_per_generation(spark, tmp_path, capsys, version, count):
     """The last index file exactly full, then a record without keys: the broker opens an empty file."""
     from jobs.rebuild import main as rebuild_main
 
@@ -98,3 +98,4 @@ def test_rebuild_writes_the_trailing_empty_index_file_per_generation(spark, tmp_
     assert IndexHeader.from_bytes(files[0].read_bytes()[:HEADER_SIZE]).index_count == 4
     last = IndexHeader.from_bytes(files[1].read_bytes()[:HEADER_SIZE])
     assert last == IndexHeader(TS + 2, TS + 2, msgs[2].physical_offset, msgs[2].physical_offset, 0, count)
+    assert ("--rocketmq-version 5" in capsys.readouterr().err) == (version is None)  # a guessed 4.x says so
