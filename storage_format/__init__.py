@@ -16,6 +16,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `checkpoint`: the `checkpoint` file
 - `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores
 - `msg_id`: offset message ids and producers' unique keys
+- `month_time`: a unique key's born time from its month-relative offset (java.util.Calendar's month starts)
 - `settings`: broker `.properties` over the broker's defaults
 - `java_props`: java.util.Properties syntax and Java's value parsers (parseInt/parseLong/parseBoolean/trim)
 - `broker_keys`: every key a 4.9.8 or 5.3.3 broker reads from its config file

@@ -18,7 +18,6 @@ from storage_format.msg_id import (
     UNIQ_KEY_TYPE,
     OffsetMsgId,
     UniqKey,
-    born_time_ms,
     decode_offset_msg_id,
     decode_offset_msg_ids,
     decode_uniq_key,
@@ -26,8 +25,8 @@ from storage_format.msg_id import (
     encode_offset_msg_id,
     encode_offset_msg_ids,
     encode_uniq_key,
-    month_start_ms,
 )
+from storage_format.month_time import born_time_ms, month_start_ms
 from tests import golden_walk
 
 GOLDEN_UNIQ = "0A141E2A03094E25154F6D3F88CD0064"  # first record of clean-small-11
