@@ -3,9 +3,9 @@
 Building is vectorised: a file's entries are numbered 1..n in dispatch order; a stable sort by slot
 gives every entry its previous-in-slot position and the slot table its newest position. The broker's
 quirks (timeDiff of a rolled file's first entry, header begin fields set after the first entry,
-hashSlotCount, index count starting at 1; the key hash itself is java_hash.index_key_hash), the file layout (IndexLayout:
-size, slot and entry offsets, the slot rule) and the broker's lookup (IndexService.queryOffset and
-IndexFile.selectPhyOffset, used by jobs.query) live here and nowhere else.
+hashSlotCount, index count starting at 1), the file layout (IndexLayout: size, slot and entry offsets,
+the slot rule) and the broker's lookup (IndexService.queryOffset and IndexFile.selectPhyOffset, used
+by jobs.query) live here and nowhere else; the key hash itself is java_hash.index_key_hash.
 """
 from __future__ import annotations
 
