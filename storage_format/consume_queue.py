@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .commitlog import parse_segment_name, segment_name
 from .java_hash import java_hash_arrow
 from .record import SCHEDULE_TOPIC, TRAN_COMMIT, TRAN_MASK, TRAN_NOT
 
@@ -19,8 +20,14 @@ PRE_BLANK_SIZE = 0x7FFFFFFF  # size of the filler units before a queue's first e
 
 
 def file_name(start: int) -> str:
-    """Consume-queue file name: its first logical byte offset as 20 digits."""
-    return f"{start:020d}"
+    """Consume-queue file name: its first logical byte offset as 20 digits (UtilAll.offset2FileName,
+    which names commit-log segments too)."""
+    return segment_name(start)
+
+
+def parse_file_name(name: str) -> int | None:
+    """The start offset a consume-queue file name stands for, or None when it is not such a name."""
+    return parse_segment_name(name)
 
 
 def has_cq_entry(sys_flag: np.ndarray) -> np.ndarray:

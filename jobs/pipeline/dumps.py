@@ -9,7 +9,8 @@ from typing import Iterator
 import numpy as np
 
 from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer
-from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, unpack_entries, unsafe_topic_reason
+from storage_format.consume_queue import (CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries,
+                                          unsafe_topic_reason)
 from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
 from storage_format.record_reader import records_from_columns
@@ -43,7 +44,7 @@ def queue_dir(store: Location, topic: str, queue_id: int) -> Location:
 def _queue_files(qdir: Location) -> dict[int, str]:
     """Consume-queue files by their start (byte offset of their first unit in the queue)."""
     return {int(i.base_name): i.base_name for i in qdir.list()
-            if i.type.name == "File" and len(i.base_name) == 20 and i.base_name.isdigit()}
+            if i.type.name == "File" and parse_file_name(i.base_name) is not None}
 
 
 def _message_brief(msg: Message, size: int) -> dict:

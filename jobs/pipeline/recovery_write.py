@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from storage_format import recovery as rules
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
+from storage_format.consume_queue import file_name
 from storage_format.index_file import append_to_index_file, build_index_file, empty_file_index_count
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
@@ -164,7 +165,7 @@ def _render_cq(task: CqRenderTask) -> int:
     for rel, st, qdir, start in task.items:
         def read(s: int, qdir=qdir) -> bytes:
             """Crash-time bytes of one file of this queue."""
-            return Location(f"{qdir}/{s:020d}").read_bytes()
+            return Location(f"{qdir}/{file_name(s)}").read_bytes()
         task.dest.child(rel).write_bytes(rules.render_queue_file(st, start, read))
     return len(task.items)
 

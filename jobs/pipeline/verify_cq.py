@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, unpack_entries
+from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
 
 from .build import CqTask, cq_file_bytes
 from .findings import Findings
@@ -106,7 +106,8 @@ def check_cq(task: CqCheckTask) -> Findings:
     for item in b.items:
         qdir = b.out.child(item.topic, str(item.queue_id))
         for info in qdir.list():
-            start = int(info.base_name) if len(info.base_name) == 20 and info.base_name.isdigit() else -1
+            start = parse_file_name(info.base_name)
+            start = -1 if start is None else start
             if item.first_file <= start <= item.last_file and start not in seen[(item.topic, item.queue_id)]:
                 extra.append((item.topic, item.queue_id, info.base_name))
     for topic, qid, name in extra:
@@ -147,7 +148,7 @@ def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]
                 out.add("consumequeue", "unexpected_file", rel_q, detail="not a numeric queue directory")
                 continue
             for f in tdir.child(q.base_name).list():
-                if f.type.name != "File" or len(f.base_name) != 20 or not f.base_name.isdigit():
+                if f.type.name != "File" or parse_file_name(f.base_name) is None:
                     out.add("consumequeue", "unexpected_file", f"{rel_q}/{f.base_name}",
                             detail="not a 20-digit consume-queue file")
                     continue
