@@ -10,6 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m storage_format.kernel_cache
 	touch $@
 
 venv: $(VENV)/.installed

@@ -18,7 +18,7 @@ from jobs.pipeline.cli import _size
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
-from . import report, stages
+from . import broker, report, stages
 from .cpu import CpuWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
@@ -59,6 +59,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="runs per stage; the fastest is reported, all are kept in the JSON (default 1)")
     r.add_argument("--json-out", type=Path, help="JSON result file (default ROOT/bench-result.json)")
     r.add_argument("--keep-output", action="store_true", help="keep the rebuilt files (default: delete them)")
+    r.add_argument("--broker-build", type=Path,
+                   help="a RocketMQ 4.9.8 oracle build (../shared/oracle/build.sh OUT): also time the broker's own "
+                        "rebuild and jobs.rebuild as whole processes, interleaved, and print the ratios")
+    r.add_argument("--pairs", type=int, default=3, help="interleaved broker/reput pairs (default 3)")
     args = p.parse_args(argv)
     unknown = set(args.stages.split(",")) - set(STAGES)
     if unknown:
@@ -141,16 +145,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_output:
             shutil.rmtree(out, ignore_errors=True)
+    side = None
+    if args.broker_build:
+        side = broker.side_by_side(args.broker_build, store, args.root, args.pairs, args.master, args.split_size)
     settings_line = (f"Spark {startup.detail['master']}, split size {args.split_size >> 20} MiB; "
                      f"peak worker RSS = highest VmHWM of one Python worker during the stage")
     print()
     print(report.table(results, info, machine, settings_line))
+    if side is not None:
+        print()
+        print(broker.table(side))
     json_out = args.json_out or args.root / "bench-result.json"
     config = {"master": args.master, "split_size": args.split_size, "stages": wanted, "store_dir": str(store),
               "repeat": args.repeat,
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report.json_report(results, info, machine, config), indent=2))
+    figures = report.json_report(results, info, machine, config)
+    if side is not None:
+        figures["side_by_side"] = side.to_dict()
+    json_out.write_text(json.dumps(figures, indent=2))
     print(f"\n[bench] figures written to {json_out}")
     return 0
 

@@ -8,20 +8,15 @@ from pathlib import Path
 
 from .stages import StageResult
 
-# RocketMQ 4.9.8's own single-threaded rebuild of the default store, measured on a 2-core machine
-# like the bench's (start to caught-up): the figure to beat.
-ROCKETMQ_REFERENCE = {"name": "RocketMQ 4.9.8 rebuild (reference)", "seconds": "7.4-9.6",
-                      "messages_per_s": "0.42-0.54 M", "mb_per_s": "230-300"}
-
-
 def machine_info() -> dict:
     """CPU model, cores, memory, OS and library versions of this machine."""
     info: dict = {"cores": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and "cpu" not in info:
                 info["cpu"] = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("flags") and "simd" not in info:
+                info["simd"] = " ".join(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "sse4")))
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
@@ -50,7 +45,8 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
         f"{spec['segment_size'] / 2**30:g} GiB, {store_info['data_bytes'] / 1e6:,.1f} MB of commit log "
         f"(bodies {spec['body_min']}-{spec['body_max']} B, {spec['topics']} topics x {spec['queues']} queues, "
         f"index keys/message {store_info.get('keys_per_message', '?')})",
-        f"machine: {machine.get('cpu', '?')}, {machine.get('cores')} cores, {machine.get('memory_gib')} GiB; "
+        f"machine: {machine.get('cpu', '?')} ({machine.get('simd', '?')}), {machine.get('cores')} cores, "
+        f"{machine.get('memory_gib')} GiB; "
         f"load average at start {machine.get('load_average_at_start')}",
         settings_line,
         "",
@@ -74,8 +70,6 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
                                ("index_task_s", "  index tasks (sum of task times)")):
                 if key in timings:
                     lines.append(f"  {label:<34}{timings[key]:>9.2f}")
-    ref = ROCKETMQ_REFERENCE
-    lines.append(f"{ref['name']:<36}{ref['seconds']:>9}{ref['messages_per_s']:>12}{ref['mb_per_s']:>9}")
     lines.append("other load = CPU cores used by other processes on the machine during the stage "
                  "(0 on an idle machine)")
     return "\n".join(lines)
@@ -84,4 +78,4 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
 def json_report(results: list[StageResult], store_info: dict, machine: dict, config: dict) -> dict:
     """Everything the run measured, the machine and the run's settings, as one JSON object."""
     return {"machine": machine, "store": store_info, "config": config,
-            "results": [r.to_dict() for r in results], "rocketmq_reference": ROCKETMQ_REFERENCE}
+            "results": [r.to_dict() for r in results]}

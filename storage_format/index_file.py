@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from .index_chain import chain_prev, newest_positions
+
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -170,8 +172,7 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        order, s_sorted, _, last = _by_slot(key_slots(key_hash, slots))
-        newest[s_sorted[last]] = n + 1 + order[last]
+        newest_positions(key_slots(key_hash, slots), newest, n + 1)
         if n == 0:
             first = (int(store_ts[0]), int(phy[0]))
         last_entry = (int(store_ts[-1]), int(phy[-1]))
@@ -183,6 +184,27 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
         return IndexHeader(ts, ts, phy_end, phy_end, 0, empty_count), newest, 0
     header = IndexHeader(first[0], last_entry[0], first[1], last_entry[1], int(np.count_nonzero(newest)), n + 1)
     return header, newest, n
+
+
+def newest_positions_numpy(slot: np.ndarray, newest: np.ndarray, first_position: int) -> None:
+    """Reference for index_chain.newest_positions: the stable sort by slot, vectorised."""
+    if len(slot):
+        order, s_sorted, _, last = _by_slot(slot)
+        newest[s_sorted[last]] = first_position + order[last]
+
+
+def chain_prev_numpy(slot: np.ndarray, current: np.ndarray, first_position: int) -> np.ndarray:
+    """Reference for index_chain.chain_prev: the stable sort by slot, vectorised."""
+    k = len(slot)
+    prev = np.empty(k, np.int64)
+    if not k:
+        return prev
+    order, s_sorted, same, last = _by_slot(slot)
+    position = np.arange(first_position, first_position + k, dtype=np.int64)
+    prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
+    prev[order[~same]] = current[s_sorted[~same]]
+    current[s_sorted[last]] = position[order[last]]
+    return prev
 
 
 def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
@@ -207,12 +229,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        order, s_sorted, same, last = _by_slot(key_slots(key_hash, slots))
-        position = np.arange(done + 1, done + k + 1, dtype=np.int64)
-        prev = np.empty(k, np.int64)
-        prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
-        prev[order[~same]] = current[s_sorted[~same]]
-        current[s_sorted[last]] = position[order[last]]
+        prev = chain_prev(key_slots(key_hash, slots), current, done + 1)
         base = np.full(k, header.begin_timestamp, np.int64)
         if done == 0:
             base[0] = begin_ts  # the first put sees the inherited begin timestamp

@@ -98,3 +98,24 @@ def test_layout_offsets_match_the_model():
                                                             for p in (0, 1, MAX - 1)]
     assert [layout.slot_of(h) for h in (0, 7, 8, 2**31 - 1)] == [0, 7, 0, (2**31 - 1) % SLOTS]
     assert layout.whole_entries(layout.entry_at(5) + 19) == 5 and layout.whole_entries(10) == 0
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(slots=st.integers(1, 50), chunks=st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=40), max_size=4))
+def test_compiled_chains_equal_numpy_reference(slots, chunks):
+    """index_chain's sequential loops give the slot table and previous positions of the vectorised
+    reference, chunk after chunk."""
+    from storage_format.index_chain import chain_prev, newest_positions
+    from storage_format.index_file import chain_prev_numpy, key_slots, newest_positions_numpy
+
+    newest = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
+    current = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
+    position = 1
+    for chunk in chunks:
+        slot = key_slots(np.array(chunk, np.int64), slots)
+        newest_positions(slot, newest[0], position)
+        newest_positions_numpy(slot, newest[1], position)
+        assert np.array_equal(chain_prev(slot, current[0], position), chain_prev_numpy(slot, current[1], position))
+        assert np.array_equal(newest[0], newest[1]) and np.array_equal(current[0], current[1])
+        position += len(chunk)

@@ -22,7 +22,8 @@ from storage_format.settings import BrokerSettings
 
 from .faults import pause_at
 from .fs import Location
-from .scan import ScanResult, read_ipc
+from .scan import ScanResult
+from .workdir import read_cq, read_keys
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
@@ -67,12 +68,12 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     units = file_size // CQ_UNIT_SIZE
     queues: dict[tuple[str, int], list] = {}
     for s in scan.accepted:
-        for key, (_, cq_rows, row, lo, hi) in s.queues.items():
-            if cq_rows == 0 or (topics is not None and key[0] not in topics):
+        for key, st in s.queues.items():
+            if st.cq_rows == 0 or (topics is not None and key[0] not in topics):
                 continue
-            q = queues.setdefault(key, [lo, hi, []])
-            q[0], q[1] = min(q[0], lo), max(q[1], hi)
-            q[2].append(QueueSlice(s.index, row, cq_rows, lo, hi))
+            q = queues.setdefault(key, [st.min_offset, st.max_offset, []])
+            q[0], q[1] = min(q[0], st.min_offset), max(q[1], st.max_offset)
+            q[2].append(QueueSlice(s.index, st.first_row, st.cq_rows, st.min_offset, st.max_offset))
     runs: list[QueueFiles] = []
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
     unordered = set().union(*(s.unordered for s in scan.accepted))
@@ -111,7 +112,7 @@ def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
     """The record that breaks a queue's run of consecutive queue offsets (a damaged queueOffset: the
     broker would log "logic queue order maybe wrong" and append it out of place, or skip the queue's
     later entries), named by file and byte offset. Called only when a queue's offsets have a gap."""
-    t = pa.concat_tables([read_ipc(work.child(f"cq-{src.split_index:06d}.arrow")).slice(src.row_start, src.rows)
+    t = pa.concat_tables([read_cq(work, src.split_index).slice(src.row_start, src.rows)
                           for src in sources])  # the queue's entries in commit-log order
     qo, phy = t.column("queue_offset").to_numpy(), t.column("phy").to_numpy()
     before = np.concatenate([[qo[0] - 1], np.maximum.accumulate(qo)[:-1]])
@@ -138,7 +139,7 @@ def _queue_entries(item: QueueFiles, work: Location, file_size: int,
     lo, hi = item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
     for src in item.sources:
         if src.split_index not in tables:
-            tables[src.split_index] = read_ipc(work.child(f"cq-{src.split_index:06d}.arrow"))
+            tables[src.split_index] = read_cq(work, src.split_index)
         t = tables[src.split_index].slice(src.row_start, src.rows)
         qo = t.column("queue_offset").to_numpy()
         inside = (qo >= lo) & (qo < hi)
@@ -146,9 +147,21 @@ def _queue_entries(item: QueueFiles, work: Location, file_size: int,
     return pa.concat_tables(parts)
 
 
-def cq_file_bytes(task: CqTask) -> Iterator[tuple[QueueFiles, int, bytes, int]]:
-    """Every consume-queue file of the task as (run, file start, full-size bytes, entries in it):
-    the one code path behind writing (build_cq) and comparing (jobs.pipeline.verify_stage)."""
+@dataclass(frozen=True)
+class CqFile:
+    """One consume-queue file of a task: its run, start offset, full-size bytes, the entries it holds
+    and its used length (the end of its last entry; zeros follow)."""
+
+    item: QueueFiles
+    start: int
+    data: bytes
+    entries: int
+    used: int
+
+
+def cq_file_bytes(task: CqTask) -> Iterator[CqFile]:
+    """Every consume-queue file of the task: the one code path behind writing (build_cq) and comparing
+    (jobs.pipeline.verify_stage)."""
     tables: dict[int, pa.Table] = {}
     for item in task.items:
         t = _queue_entries(item, task.work, task.file_size, tables)
@@ -162,17 +175,18 @@ def cq_file_bytes(task: CqTask) -> Iterator[tuple[QueueFiles, int, bytes, int]]:
         files = build_queue_files(at, phy[keep], size[keep], t.column("tags").to_numpy()[keep], task.file_size, first)
         for start, data in files.items():
             lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
-            yield item, start, data, int(((at >= lo) & (at < hi)).sum())
+            inside = at[(at >= lo) & (at < hi)]
+            yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE)
 
 
 def build_cq(task: CqTask) -> dict:
     """Write the task's consume-queue files; returns {relative path: entries} for the report."""
     written: dict[str, int] = {}
-    for item, start, data, entries in cq_file_bytes(task):
-        used = len(data.rstrip(b"\x00"))  # the zeros after the last entry need not be written
-        task.out.child(item.topic, str(item.queue_id), file_name(start)).write_with_zero_tail(
-            [memoryview(data)[:used]], len(data))
-        written[f"{item.topic}/{item.queue_id}/{file_name(start)}"] = entries
+    for f in cq_file_bytes(task):
+        name = file_name(f.start)  # the zeros after the last entry need not be written
+        task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([memoryview(f.data)[:f.used]],
+                                                                                     len(f.data))
+        written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
     return written
 
 
@@ -244,7 +258,7 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
 
 
 def _keys(work: Location, sl: KeySlice) -> pa.Table:
-    return read_ipc(work.child(f"keys-{sl.split_index:06d}.arrow")).slice(sl.lo, sl.hi - sl.lo)
+    return read_keys(work, sl.split_index).slice(sl.lo, sl.hi - sl.lo)
 
 
 def build_index(task: IndexTask) -> list[tuple[int, int | None]]:

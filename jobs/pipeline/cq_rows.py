@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from storage_format.commitlog import RecordColumns
 from storage_format.consume_queue import unsafe_topic_reason
+from storage_format.split_decode import QueueStats
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LmqEntries,
                                            MultiDispatchError, MultiDispatchRules, lmq_entries)
 
@@ -118,7 +119,7 @@ def unsafe_topics(groups: QueueGroups) -> list[tuple[int, str]]:
     return [min(bad)] if bad else []
 
 
-def queue_ranges(queues: dict[tuple[str, int], list[int]], unordered: set[tuple[str, int]], groups: QueueGroups,
+def queue_ranges(queues: dict[tuple[str, int], QueueStats], unordered: set[tuple[str, int]], groups: QueueGroups,
                  row_group: np.ndarray, qo: np.ndarray) -> None:
     """Record per queue where its rows start in the split's sorted consume-queue table, and the
     smallest and largest queue offset among them."""
@@ -132,4 +133,5 @@ def queue_ranges(queues: dict[tuple[str, int], list[int]], unordered: set[tuple[
     unordered.update(groups.keys[g] for g in np.unique(row_group[steps]).tolist())
     for g, row, n, lo, hi in zip(row_group[starts].tolist(), starts.tolist(), counts.tolist(), lows.tolist(),
                                  highs.tolist()):
-        queues.setdefault(groups.keys[g], [0, 0, 0, 0, 0])[1:] = [n, row, lo, hi]
+        key = groups.keys[g]
+        queues[key] = QueueStats(queues[key].records if key in queues else 0, n, row, lo, hi)

@@ -30,7 +30,8 @@ from storage_format.settings import BrokerSettings
 from .fs import Location
 from .store_gate import commitlog_dir
 from .build import plan_cq
-from .scan import ScanResult, list_segments, read_ipc, scan_store
+from .scan import ScanResult, list_segments, scan_store
+from .workdir import read_cq, read_keys
 from .tasks import run_tasks
 
 QUEUES_PER_LOAD_TASK = 256
@@ -157,7 +158,7 @@ class TailTask:
 
 def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
     """Entries of one split whose end is past their queue's maxPhysicOffset (runs in a Spark task)."""
-    table = read_ipc(task.work.child(f"cq-{task.split_index:06d}.arrow"))
+    table = read_cq(task.work, task.split_index)
     out = {}
     for topic, qid, row, rows, max_phy in task.queues:
         t = table.slice(row, rows)
@@ -174,7 +175,8 @@ def cq_tails(spark, scan: ScanResult, work: Location, max_phy: dict[tuple[str, i
     """Per queue, in commit-log order, the scanned entries the broker would not skip."""
     tasks = []
     for s in scan.accepted:
-        qs = tuple((t, q, st[2], st[1], max_phy.get((t, q), -1)) for (t, q), st in sorted(s.queues.items()) if st[1])
+        qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
+                   for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
         if qs:
             tasks.append(TailTask(work, s.index, qs))
     parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
@@ -187,9 +189,9 @@ def cq_tails(spark, scan: ScanResult, work: Location, max_phy: dict[tuple[str, i
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
     """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
     for s in reversed(scan.accepted):
-        if not any(st[1] for st in s.queues.values()):
+        if not any(st.cq_rows for st in s.queues.values()):
             continue
-        phy = read_ipc(work.child(f"cq-{s.index:06d}.arrow")).column("phy").to_numpy()
+        phy = read_cq(work, s.index).column("phy").to_numpy()
         phy = phy[phy >= from_offset]
         if len(phy):
             return int(phy.max())
@@ -208,7 +210,7 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> rules.KeyBatch
             continue
         if s.last_key[1] < from_phy:
             break
-        t = read_ipc(work.child(f"keys-{s.index:06d}.arrow"))
+        t = read_keys(work, s.index)
         phy = t.column("phy").to_numpy()
         sel = phy >= from_phy
         batches.append(rules.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
@@ -612,7 +614,7 @@ def _key_store_ts(scan: ScanResult, work: Location, k: int) -> int | None:
     seen = 0
     for s in scan.accepted:
         if seen + s.keys > k:
-            t = read_ipc(work.child(f"keys-{s.index:06d}.arrow"))
+            t = read_keys(work, s.index)
             return int(t.column("store_ts")[k - seen].as_py())
         seen += s.keys
     return None

@@ -6,12 +6,12 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
@@ -26,6 +26,7 @@ from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
                                       Stitched, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
+from storage_format.split_decode import CqRows, FastSplit, KeyRows, QueueStats, decode_fast, record_after_clean_end
 from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
@@ -34,8 +35,9 @@ from .generation import store_generation
 from .fs import Location
 from .store_gate import commitlog_dir
 from .tasks import run_tasks
+from .workdir import write_cq, write_keys
 
-KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
+KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
 
 
 class ScanError(Exception):
@@ -55,6 +57,7 @@ class SplitTask:
     with_keys: bool = True
     dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
     lmq: MultiDispatchRules | None = None  # multi-dispatch rules, None when the config turns it off
+    kernel: bool = True  # try the compiled one-pass decoder first (storage_format.split_decode)
 
 
 @dataclass
@@ -73,8 +76,7 @@ class SplitSummary:
     last_store_ts: int | None = None
     last_record_offset: int | None = None
     last_record_end: int | None = None
-    # (topic, queueId) -> [records, cq entries, first cq row, min queue offset, max queue offset]
-    queues: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    queues: dict[tuple[str, int], QueueStats] = field(default_factory=dict)
     keys: int = 0
     last_key: tuple[int, int] | None = None  # (store_ts, phy) of the split's last index key
     error: StoreFormatError | None = None
@@ -127,18 +129,18 @@ class ScanResult:
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:
         """Records per topic and queueId (queues only multi-dispatch names have none)."""
-        return self._per_queue(0, lambda topic: True)
+        return self._per_queue("records", lambda topic: True)
 
     def lmq_entries_per_queue(self) -> dict[str, dict[int, int]]:
         """Consume-queue entries multi-dispatch gives each `%LMQ%` queue (before the broker skips a repeat)."""
-        return self._per_queue(1, is_lmq)
+        return self._per_queue("cq_rows", is_lmq)
 
-    def _per_queue(self, stat: int, wanted) -> dict[str, dict[int, int]]:
+    def _per_queue(self, stat: str, wanted) -> dict[str, dict[int, int]]:
         out: dict[str, dict[int, int]] = defaultdict(dict)
         for s in self.accepted:
             for (topic, qid), stats in s.queues.items():
-                if stats[stat] and wanted(topic):
-                    out[topic][qid] = out[topic].get(qid, 0) + stats[stat]
+                if getattr(stats, stat) and wanted(topic):
+                    out[topic][qid] = out[topic].get(qid, 0) + getattr(stats, stat)
         return {t: dict(sorted(q.items())) for t, q in sorted(out.items())}
 
     def tail_problems(self) -> list[str]:
@@ -274,8 +276,14 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 
 def decode_split(task: SplitTask) -> SplitSummary:
-    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned."""
+    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
+    The compiled kernel decodes it when it can; otherwise (CRC checks, a confirm offset, or whatever
+    split_decode leaves) the numpy reference."""
     try:
+        fast = _decode_fast(task) if task.kernel and not task.check_crc and task.dispatch_limit is None else None
+        if fast is not None:
+            fail_once()
+            return fast
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
@@ -289,12 +297,57 @@ def decode_split(task: SplitTask) -> SplitSummary:
 def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
     """When the walk ended at a zero header inside the split, the first record after it in the split's
     bytes (the later splits of the segment search their own ranges)."""
-    end, cols, sp = chunk.end, chunk.columns, task.split
-    if not end.is_clean or not sp.global_start <= end.offset < sp.global_stop:
+    cols, sp = chunk.columns, task.split
+    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop)
+
+
+def _decode_fast(task: SplitTask) -> SplitSummary | None:
+    """The split's summary (and work files) from the compiled kernel, or None when the kernel leaves the
+    split to the reference (a hole, or anything split_decode does not take)."""
+    sp = task.split
+    find_start = task.exact_start is None and not sp.at_segment_start
+    if find_start and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)):
         return None
-    found = find_first_record(cols.buf, cols.base_offset, end.offset - cols.base_offset + 1,
-                              sp.global_stop - cols.base_offset)
-    return None if found is None else cols.base_offset + found
+    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64)
+    start = (sp.start if task.exact_start is None else task.exact_start) - begin
+    base = sp.segment.start + begin
+    fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
+                       find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
+                       delay_levels_ms=task.settings.delay_levels_ms)
+    if isinstance(fast, str):
+        return None
+    summary = _summarise_fast(task, fast, base, len(buf))
+    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop)
+    return summary
+
+
+def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int) -> SplitSummary:
+    """SplitSummary from a FastSplit (the same fields _summarise fills from the reference's columns)."""
+    sp = task.split
+    first = None if fast.first_position is None else base + fast.first_position
+    summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
+    if not fast.records:
+        return summary
+    summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
+    summary.last_record_offset = base + fast.last_position
+    summary.last_record_end = summary.last_record_offset + fast.last_size
+    if task.with_cq:
+        summary.queues, summary.unordered = fast.queues, set(fast.unordered)
+        if task.work is not None:
+            write_cq(task.work, sp.index, fast.cq)
+    else:
+        summary.queues = {q: QueueStats(st.records) for q, st in fast.queues.items()}
+    if task.with_keys and task.settings.message_index_enable:
+        _summarise_keys(task, summary, fast.keys)
+    return summary
+
+
+def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyRows) -> None:
+    summary.keys = len(keys)
+    if len(keys):
+        summary.last_key = (int(keys.store_ts[-1]), int(keys.phy[-1]))
+    if task.work is not None:
+        write_keys(task.work, task.split.index, keys)
 
 
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
@@ -331,7 +384,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     dispatched = _dispatched(task, summary, cols)
     cq_mask = has_cq_entry(cols.sys_flag) & dispatched
     for key, records in zip(groups.keys, np.bincount(groups.group, minlength=len(groups.keys)).tolist()):
-        summary.queues[key] = [records, 0, 0, 0, 0]
+        summary.queues[key] = QueueStats(records)
     if task.with_cq:
         tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
                           task.settings.delay_levels_ms)
@@ -346,16 +399,11 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
         summary.lmq_unconfigured = lmq.unconfigured_at
         queue_ranges(summary.queues, summary.unordered, cq_groups, row_group, cq.column("queue_offset").to_numpy())
         if task.work is not None:
-            _write_ipc(task.work.child(f"cq-{sp.index:06d}.arrow"), cq)
+            write_cq(task.work, sp.index, CqRows(*(cq.column(c).to_numpy() for c in ("queue_offset", "phy", "size",
+                                                                                     "tags"))))
     if task.with_keys and task.settings.message_index_enable:
         keys = index_keys(cols, None if task.dispatch_limit is None else dispatched)
-        summary.keys = len(keys)
-        if len(keys):
-            summary.last_key = (int(keys.store_ts[-1]), int(keys.phy[-1]))
-        if task.work is not None:
-            _write_ipc(task.work.child(f"keys-{sp.index:06d}.arrow"),
-                       pa.table({"key_hash": keys.key_hash, "phy": keys.phy, "store_ts": keys.store_ts},
-                                schema=KEY_SCHEMA))
+        _summarise_keys(task, summary, KeyRows(keys.key_hash, keys.phy, keys.store_ts))
     return summary
 
 
@@ -374,22 +422,6 @@ def _dispatched(task: SplitTask, summary: SplitSummary, cols) -> np.ndarray:
         summary.first_held_back = int(cols.physical_offset[held[0]])
         summary.held_back = len(held)
     return ok
-
-
-def _write_ipc(loc: Location, table: pa.Table) -> None:
-    loc.parent.makedirs()
-    with loc.fs.open_output_stream(loc.path) as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-
-
-def read_ipc(loc: Location) -> pa.Table:
-    """An Arrow IPC work file; local files are memory-mapped (zero-copy: readers slicing a few rows
-    out of a large file touch only those pages)."""
-    if isinstance(loc.fs, pafs.LocalFileSystem):
-        with pa.memory_map(loc.path) as source:
-            return pa.ipc.open_file(source).read_all()
-    with loc.fs.open_input_file(loc.path) as source:
-        return pa.ipc.open_file(source).read_all()
 
 
 def pack_splits(tasks: list[SplitTask], max_bytes: int, min_groups: int) -> list[tuple[SplitTask, ...]]:
@@ -439,7 +471,8 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
     guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
     lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                     generation is not None or guess.generation >= 5) if guess else None
-    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq)
+    kernel = os.environ.get(KERNEL_ENV, "1") != "0"
+    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     groups = pack_splits(tasks, split_size, 2 * spark.sparkContext.defaultParallelism)

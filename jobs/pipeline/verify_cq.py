@@ -89,7 +89,8 @@ def check_cq(task: CqCheckTask) -> Findings:
     b = task.build
     file_size = b.file_size
     seen: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for item, start, data, entries in cq_file_bytes(b):
+    for f in cq_file_bytes(b):
+        item, start, data, entries = f.item, f.start, f.data, f.entries
         key = (item.topic, item.queue_id)
         seen[key].add(start)
         rel = cq_rel(item.topic, item.queue_id, file_name(start))
@@ -127,9 +128,9 @@ def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
     """Per queue with consume-queue entries: one past its highest queue offset in the valid commit log."""
     ends: dict[tuple[str, int], int] = {}
     for s in scan.accepted:
-        for key, (_, cq_rows, _, _, hi) in s.queues.items():
-            if cq_rows:
-                ends[key] = max(ends.get(key, 0), hi + 1)
+        for key, st in s.queues.items():
+            if st.cq_rows:
+                ends[key] = max(ends.get(key, 0), st.max_offset + 1)
     return ends
 
 

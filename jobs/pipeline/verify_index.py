@@ -16,7 +16,7 @@ from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHe
 from .build import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
 from .findings import Findings
 from .fs import Location
-from .scan import read_ipc
+from .workdir import read_keys
 from .verify_stage import PointerCheck
 
 INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
@@ -43,7 +43,7 @@ def expected_headers(task: IndexTask) -> list[tuple[int, IndexHeader]]:
 
     def row(sl: KeySlice, i: int) -> dict:
         if sl.split_index not in cache:
-            cache[sl.split_index] = read_ipc(task.work.child(f"keys-{sl.split_index:06d}.arrow"))
+            cache[sl.split_index] = read_keys(task.work, sl.split_index)
         return cache[sl.split_index].slice(sl.lo + i, 1).to_pylist()[0]
 
     out = []

@@ -1,0 +1,159 @@
+"""Side by side with the broker: RocketMQ 4.9.8's own rebuild (a compiled oracle build, see
+../shared/oracle/) and `jobs.rebuild` as whole processes, interleaved in one run, with the ratios.
+
+Each pair runs reput then the broker (or the other way round on odd pairs), each on a store whose
+commitlog/ holds hard links to the bench store's segments, with the page cache warmed; the other load
+on the machine is measured per run. The first pair's outputs are compared file by file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cpu import CpuWatch
+from .stages import warm_page_cache
+
+JAVA_OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+              "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
+              "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED"]
+BROKER_FIGURES = ("load_s", "dispatch_s", "flush_s", "end_to_end_s", "process_wall_s")
+REPUT_FIGURES = ("decode_s", "build_s", "total_s", "process_wall_s")
+
+
+class BrokerRunError(Exception):
+    """The broker build could not run the bench store."""
+
+
+@dataclass
+class SideBySide:
+    """Every run of both, their medians and the ratios reput / broker."""
+
+    broker: list[dict] = field(default_factory=list)
+    reput: list[dict] = field(default_factory=list)
+    identical: bool | None = None
+
+    def medians(self, runs: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
+        return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if runs and all(k in r for r in runs)}
+
+    def ratios(self) -> dict[str, float]:
+        b, r = self.medians(self.broker, BROKER_FIGURES), self.medians(self.reput, REPUT_FIGURES)
+        out = {}
+        if "process_wall_s" in b and "process_wall_s" in r:
+            out["whole_process"] = round(r["process_wall_s"] / b["process_wall_s"], 3)
+        if "end_to_end_s" in b and "total_s" in r:
+            out["after_start_up_vs_load_dispatch_flush"] = round(r["total_s"] / b["end_to_end_s"], 3)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"broker_runs": self.broker, "reput_runs": self.reput, "outputs_identical": self.identical,
+                "broker_median_s": self.medians(self.broker, BROKER_FIGURES),
+                "reput_median_s": self.medians(self.reput, REPUT_FIGURES), "ratios_reput_over_broker": self.ratios()}
+
+
+def _linked_store(store: Path, work: Path) -> Path:
+    """A fresh store dir for the broker whose commitlog/ holds hard links to the bench segments."""
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "commitlog").mkdir(parents=True)
+    for seg in sorted((store / "commitlog").iterdir()):
+        os.link(seg, work / "commitlog" / seg.name)
+    return work
+
+
+def run_broker(build: Path, store: Path, work: Path) -> dict:
+    """One timed broker rebuild: RebuildTimer's JSON figures plus the process wall time."""
+    classpath = (build / "classpath.txt").read_text().strip()
+    _linked_store(store, work)
+    env = dict(os.environ, ROCKETMQ_LOG=str(work) + ".log")
+    cmd = ["java", "-Xms1g", "-Xmx1g", *JAVA_OPENS, "-Duser.timezone=UTC", "-Drocketmq.client.logUseSlf4j=true",
+           "-cp", classpath, "RebuildTimer", str(work), str(store / "broker.conf")]
+    with CpuWatch() as cpu:
+        t0 = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        wall = time.monotonic() - t0
+    line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("{")), None)
+    if done.returncode != 0 or line is None:
+        raise BrokerRunError(f"broker run failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    figures = {k: v for k, v in json.loads(line).items() if isinstance(v, (int, float))}
+    figures["process_wall_s"] = round(wall, 3)
+    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
+    return figures
+
+
+def run_reput(store: Path, out: Path, master: str, split_size: int) -> dict:
+    """One timed `python -m jobs.rebuild` whole process: its report's timings plus the process wall time."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "jobs.rebuild", "--store", str(store), "--broker-config", str(store / "broker.conf"),
+           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json"]
+    with CpuWatch() as cpu:
+        t0 = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise BrokerRunError(f"jobs.rebuild failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    figures = {k: v for k, v in json.loads(done.stdout)["timings"].items()}
+    figures["process_wall_s"] = round(wall, 3)
+    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
+    return figures
+
+
+def _digests(root: Path) -> tuple[dict[str, str], list[str]]:
+    """sha256 of every consume-queue file by path, and of the index files in name order (the broker
+    names index files by its clock, so they are compared by content in order)."""
+    def sha(p: Path) -> str:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return h.hexdigest()
+    cq = {p.relative_to(root).as_posix(): sha(p) for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
+    return cq, [sha(p) for p in sorted((root / "index").iterdir()) if p.is_file()]
+
+
+def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, split_size: int) -> SideBySide:
+    """`pairs` interleaved runs of both (alternating which goes first), progress with an ETA."""
+    result = SideBySide()
+    started = time.monotonic()
+    total = 2 * pairs
+    for i in range(pairs):
+        order = ("reput", "broker") if i % 2 == 0 else ("broker", "reput")
+        for j, who in enumerate(order):
+            done = 2 * i + j
+            eta = (time.monotonic() - started) / done * (total - done) if done else None
+            print(f"[bench] side by side: run {done + 1}/{total} ({who}), {time.monotonic() - started:.0f}s so far"
+                  + (f", ETA {eta:.0f}s" if eta is not None else ""), flush=True)
+            warm_page_cache(store)
+            if who == "broker":
+                result.broker.append(run_broker(build, store, root / "broker-store"))
+            else:
+                result.reput.append(run_reput(store, root / "reput-out", master, split_size))
+        if i == 0:
+            result.identical = _digests(root / "broker-store") == _digests(root / "reput-out")
+    shutil.rmtree(root / "broker-store", ignore_errors=True)
+    shutil.rmtree(root / "reput-out", ignore_errors=True)
+    return result
+
+
+def table(s: SideBySide) -> str:
+    """The printed comparison: medians of each figure, the ratios and the other load."""
+    b, r = s.medians(s.broker, BROKER_FIGURES), s.medians(s.reput, REPUT_FIGURES)
+    load = [x["other_load_cores"] for x in s.broker + s.reput if x.get("other_load_cores") is not None]
+    lines = [f"side by side with RocketMQ 4.9.8 ({len(s.broker)} interleaved pairs, medians; outputs "
+             f"{'byte-identical' if s.identical else 'DIFFER' if s.identical is False else 'not compared'}; "
+             f"other load {min(load, default=0):.2f}-{max(load, default=0):.2f} cores)"]
+    for k in BROKER_FIGURES:
+        if k in b:
+            lines.append(f"  broker {k:<34}{b[k]:>9.2f}")
+    for k in REPUT_FIGURES:
+        if k in r:
+            lines.append(f"  jobs.rebuild {k:<28}{r[k]:>9.2f}")
+    for k, v in s.ratios().items():
+        lines.append(f"  ratio reput/broker {k:<22}{v:>9.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,33 @@
+"""Compiled kernels come from numba's cache: imported from a `--py-files` zip, a kernel compiled once
+is loaded again wherever the zip lies (Spark gives each application a new directory)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jobs.pipeline.package import build_zip
+
+WARM = "import json; from storage_format import kernel_cache as k; print(json.dumps([k.__file__, k.warm()]))"
+
+
+def _warm_from(zip_path: Path, cache: Path) -> tuple[str, dict[str, int]]:
+    env = dict(os.environ, PYTHONPATH=str(zip_path), NUMBA_CACHE_DIR=str(cache))
+    done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, cwd=zip_path.parent,
+                          check=True)
+    origin, misses = json.loads(done.stdout.strip().splitlines()[-1])
+    return origin, misses
+
+
+def test_kernels_from_a_moved_zip_do_not_recompile(tmp_path):
+    """First application compiles; a second one, with the same zip at another path, loads every kernel."""
+    cache = tmp_path / "numba-cache"
+    first_zip, second_zip = tmp_path / "app-1" / "reput.zip", tmp_path / "app-2" / "reput.zip"
+    build_zip(first_zip)
+    build_zip(second_zip)
+    origin, misses = _warm_from(first_zip, cache)
+    assert origin.startswith(str(first_zip)) and all(n > 0 for n in misses.values())
+    origin, misses = _warm_from(second_zip, cache)
+    assert origin.startswith(str(second_zip)) and misses == {name: 0 for name in misses}

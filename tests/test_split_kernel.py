@@ -1,0 +1,149 @@
+"""The compiled split decoder against the numpy reference: same summaries, same work files, on every
+golden store (three split sizes) and on hypothesis-generated stores."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from jobs.pipeline.fs import location
+from jobs.pipeline.scan import SplitTask, decode_split, list_segments
+from jobs.pipeline.workdir import cq_file, keys_file, read_cq, read_keys
+from storage_format.encoder import encode_record
+from storage_format.record import Message
+from storage_format.scan_plan import plan_splits
+from storage_format.settings import BrokerSettings, load_settings
+from storage_format.split_decode import decode_fast
+from tests.conftest import GOLDEN, golden_cases
+
+SPLIT_SIZES = (0, 65536)  # medium stores: 0 only; one small store also at 4 KiB (many splits per segment)
+
+
+def _summary_fields(summary) -> dict:
+    fields = dict(vars(summary))
+    fields["error"] = None if summary.error is None else str(summary.error)
+    return fields
+
+
+def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | None]:
+    loc = location(str(work))
+    cq = read_cq(loc, index) if cq_file(loc, index).exists() else None
+    keys = read_keys(loc, index) if keys_file(loc, index).exists() else None
+    return cq, keys
+
+
+def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path) -> int:
+    """Decode every split both ways; assert equal summaries and work files; returns how many splits the
+    kernel decoded itself (did not leave to the reference)."""
+    segments = list_segments(location(str(store)), settings)
+    taken = 0
+    data: dict[str, bytes] = {}
+    for sp in plan_splits(segments, split_size):
+        got = {}
+        for kernel in (True, False):
+            work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
+            task = SplitTask(sp, settings, work=location(str(work)), kernel=kernel)
+            got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
+        assert got[True][0] == got[False][0], f"summary of split {sp.index} ({sp.segment.path} {sp.start})"
+        for what, k_table, r_table in zip(("cq", "keys"), got[True][1:], got[False][1:]):
+            assert (k_table is None) == (r_table is None), what
+            assert k_table is None or k_table.equals(r_table), f"{what} file of split {sp.index}"
+        if sp.segment.path not in data:
+            data = {sp.segment.path: Path(sp.segment.path).read_bytes()}
+        taken += _kernel_takes(sp, data[sp.segment.path])
+    return taken
+
+
+def _kernel_takes(sp, data: bytes) -> int:
+    fast = decode_fast(data, sp.segment.start, sp.start, sp.stop, sp.segment.size, path=sp.segment.path,
+                       find_start=not sp.at_segment_start, dated=(-62135596800000, 253402300799999),
+                       delay_levels_ms=BrokerSettings().delay_levels_ms)
+    return 0 if isinstance(fast, str) else 1
+
+
+@pytest.mark.parametrize("case", golden_cases())
+def test_kernel_equals_reference_on_golden(case, tmp_path):
+    """Every golden commit log, cut at three split sizes: kernel and reference agree split by split."""
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case == "clean-small-11" else ())
+    taken = sum(compare_store(GOLDEN / case, settings, size, tmp_path) for size in sizes)
+    if "lmq" not in case:
+        assert taken > 0, "the kernel took no split of this store"
+
+
+def test_golden_cases_found():
+    """Missing golden data is a failure, not an empty parametrisation."""
+    assert len(golden_cases()) >= 20
+
+
+# ------------------------------------------------------------------------- hypothesis-generated stores
+
+ASCII = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
+ANY_TEXT = st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF, exclude_characters="\x01\x02"), max_size=10)
+TOPICS = st.sampled_from(["TopicA", "TopicB", "t", "SCHEDULE_TOPIC_XXXX", "Topic/evil", "Tëst", ".."])
+
+
+@st.composite
+def messages(draw) -> Message:
+    items = draw(st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "X", "",
+                                                     "INNER_MULTI_DISPATCH"]),
+                                    st.one_of(ASCII, ANY_TEXT, st.just(""), st.sampled_from(["3", "0", "-2", "+1", "99", "x"]),
+                                              st.lists(ASCII, max_size=3).map(" ".join),
+                                              st.just(" a  b "))), max_size=5))
+    props = "".join(f"{k}\x01{v}\x02" for k, v in items)
+    if draw(st.booleans()):
+        props = props.rstrip("\x02")
+    return Message(topic=draw(st.sampled_from(["TopicA", "TopicB", "t"]) if draw(st.integers(0, 9)) else TOPICS),
+                   body=draw(st.binary(max_size=40)), queue_id=draw(st.integers(-2, 3)),
+                   queue_offset=draw(st.integers(0, 5)), sys_flag=draw(st.sampled_from([0, 0x4, 0x8, 0xC, 0x10, 0x30])),
+                   store_timestamp=draw(st.integers(1_600_000_000_000, 1_700_000_000_000)), properties=props,
+                   born_host=b"\x7f\x00\x00\x01" * 4 if draw(st.integers(0, 5)) == 0 else b"\x7f\x00\x00\x01",
+                   magic_v2=draw(st.booleans()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(msgs=st.lists(messages(), min_size=1, max_size=25), tail=st.sampled_from(["zeros", "blank", "garbage"]),
+       split_size=st.sampled_from([0, 600, 1500]), damage=st.integers(-1, 40))
+def test_kernel_equals_reference_on_generated(msgs, tail, split_size, damage, tmp_path_factory):
+    """Generated records (odd properties, all transaction types, IPv6 hosts, v2 magic, non-ASCII
+    and unsafe topics, damaged bytes, three kinds of segment tail): kernel and reference agree."""
+    seg_size = 1 << 13
+    raw, offset = [], 0
+    for m in msgs:
+        rec = encode_record(m, offset)
+        if offset + len(rec) + 8 > seg_size:
+            break
+        raw.append(rec)
+        offset += len(rec)
+    data = bytearray(b"".join(raw))
+    if damage >= 0 and raw:
+        at = (damage * 37) % len(data)
+        data[at] ^= 0x5A
+    tail_bytes = {"zeros": b"", "blank": (seg_size - len(data)).to_bytes(4, "big") + bytes.fromhex("CBD43194"),
+                  "garbage": b"\x00\x00\x00\x40\x12\x34\x56\x78"}[tail]
+    data += tail_bytes
+    data += bytes(seg_size - len(data))
+    root = tmp_path_factory.mktemp("store")
+    (root / "commitlog").mkdir()
+    (root / "commitlog" / f"{0:020d}").write_bytes(bytes(data))
+    settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
+    compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"))
+
+
+def test_kernel_leaves_what_it_does_not_take():
+    """An unsafe topic, a moved record and a delayed record whose DELAY is no int go to the reference."""
+    for msg, offset in ((Message(topic="a/b"), 0), (Message(topic="T"), 8),
+                        (Message(topic="SCHEDULE_TOPIC_XXXX", properties="DELAY\x01x3\x02"), 0)):
+        rec = encode_record(msg, offset)
+        buf = rec + bytes(16)
+        assert isinstance(decode_fast(buf, 0, 0, len(rec), len(buf), path="x", find_start=False,
+                                      dated=(0, 2**62), delay_levels_ms=()), str)
+    rec = encode_record(Message(topic="T", properties="TAGS\x01a\x02KEYS\x01k1 k2\x02"), 0)
+    fast = decode_fast(rec + bytes(16), 0, 0, len(rec), len(rec) + 16, path="x", find_start=False, dated=(0, 2**62), delay_levels_ms=())
+    assert not isinstance(fast, str) and fast.records == 1 and len(fast.keys) == 2
+    assert np.array_equal(fast.cq.phy, [0])
