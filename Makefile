@@ -11,6 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m storage_format.kernel_cache
+	-$(PY) -m jobs.pipeline.session
 	touch $@
 
 venv: $(VENV)/.installed
@@ -25,6 +26,7 @@ system-deps:
 
 demo: venv
 	rm -rf $(DEMO)
+	$(PY) -m storage_format.kernel_cache
 	$(PY) -m storegen.sample $(DEMO)/store
 	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
 	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt

@@ -64,6 +64,9 @@ def _warm_worker(_: int) -> int:
     run the decode path (fields, properties, Java hashes, index keys) over a few encoded records."""
     import jobs.pipeline.build  # noqa: F401
     import jobs.pipeline.scan  # noqa: F401
+    from storage_format.kernel_cache import warm
+
+    warm()  # load the compiled kernels (from numba's cache)
     from storage_format.commitlog import decode_buffer
     from storage_format.consume_queue import tags_codes
     from storegen.encoder import encode_record

@@ -37,6 +37,7 @@ from .store_gate import commitlog_dir
 from .tasks import run_tasks
 from .workdir import write_cq, write_keys
 
+PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
 
 
@@ -245,11 +246,18 @@ def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
     return Location(sp.segment.path).read_range(begin, end - begin), begin
 
 
+def in_hole(task: SplitTask) -> bool:
+    """The split lies in the unwritten (sparse) tail of its segment: no record can start in it."""
+    sp = task.split
+    return (task.exact_start is None and not sp.at_segment_start
+            and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)))
+
+
 def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
     """Read the split's bytes (plus enough to finish its last record) and decode them."""
     sp = task.split
     find_start = task.exact_start is None and not sp.at_segment_start
-    if find_start and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)):
+    if in_hole(task):
         # Nothing stored there (the sparse zero tail of a segment): no record starts in the split,
         # which is what searching its zeros would find, without reading them.
         cols = RecordColumns(b"", sp.segment.start + sp.start, np.zeros(0, np.int64), sp.segment.path)
@@ -306,7 +314,7 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
     split to the reference (a hole, or anything split_decode does not take)."""
     sp = task.split
     find_start = task.exact_start is None and not sp.at_segment_start
-    if find_start and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)):
+    if in_hole(task):
         return None
     buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64)
     start = (sp.start if task.exact_start is None else task.exact_start) - begin
@@ -475,10 +483,16 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
     base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
-    groups = pack_splits(tasks, split_size, 2 * spark.sparkContext.defaultParallelism)
-    summaries = {s.index: s for done in run_tasks(spark, groups, decode_splits, label,
-                                                  total_bytes=sum(s.size for s in segments), quiet=quiet)
-                 for s in done}
+    # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would
+    # cost more than the answer. The rest go in packs of up to PACK_SPLITS consecutive splits per task.
+    holes = [t for t in tasks if in_hole(t)]
+    summaries = {t.split.index: decode_split(t) for t in holes}
+    hole_set = {t.split.index for t in holes}
+    groups = pack_splits([t for t in tasks if t.split.index not in hole_set], PACK_SPLITS * split_size,
+                         2 * spark.sparkContext.defaultParallelism)
+    summaries.update({s.index: s for done in run_tasks(spark, groups, decode_splits, label,
+                                                       total_bytes=sum(s.size for s in segments), quiet=quiet)
+                      for s in done})
     while True:
         stitched = stitch(splits, {i: s.walk() for i, s in summaries.items()})
         if not stitched.redo:
