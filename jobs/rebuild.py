@@ -119,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         # consume-queue tasks keep the other cores busy.
         firsts: list[tuple[int, int | None]] = []
         task_seconds = {"consumequeue": 0.0, "index": 0.0}
+        longest = {"consumequeue": 0.0, "index": 0.0}
         for kind, result, seconds in run_tasks(spark, index_tasks + cq_tasks, build_files,
                                                "consume queues + index files", quiet=args.json):
             task_seconds[kind] += seconds
+            longest[kind] = max(longest[kind], seconds)
             if kind == "index":
                 firsts.extend(result)
             else:
@@ -136,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         pause_at("after-build")
         timings["consumequeue_task_s"] = task_seconds["consumequeue"]
         timings["index_task_s"] = task_seconds["index"]
+        timings["longest_consumequeue_task_s"] = longest["consumequeue"]
+        timings["longest_index_task_s"] = longest["index"]
+        timings["build_tasks"] = len(cq_tasks) + len(index_tasks)
         check_staged(staging.dir, settings, cq_files, index_names)
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
