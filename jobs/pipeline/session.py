@@ -19,6 +19,8 @@ CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Messages about an archive that does not match the JVM or its class path (then it is simply not used).
 CDS_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+# Python workers are forked from a daemon that has imported the pipeline and loaded the kernels.
+WORKER_DAEMON = "jobs.pipeline.worker_daemon"
 
 
 def under_spark_submit() -> bool:
@@ -52,6 +54,7 @@ def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = N
                    .config("spark.driver.extraJavaOptions", _java_options(_dump_cds_to))
                    .config("spark.sql.shuffle.partitions", "8")
                    .config("spark.python.worker.reuse", "true")
+                   .config("spark.python.daemon.module", os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON))
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("REPUT_SPARK_LOG_LEVEL", "WARN"))
