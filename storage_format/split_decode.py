@@ -18,6 +18,7 @@ from .multi_dispatch import INNER_MULTI_DISPATCH
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
+from .recovery import KeyBatch
 from .store_layout import INNER_BATCH_FLAG
 
 _END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
@@ -53,18 +54,6 @@ class CqRows:
 
 
 @dataclass(frozen=True)
-class KeyRows:
-    """A split's index keys in dispatch order: non-negative keyHash, physical offset, store time."""
-
-    key_hash: np.ndarray
-    phy: np.ndarray
-    store_ts: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.key_hash)
-
-
-@dataclass(frozen=True)
 class FastSplit:
     """What the kernel found in a split (see the module doc); positions are buffer positions."""
 
@@ -78,7 +67,7 @@ class FastSplit:
     queues: dict[tuple[str, int], QueueStats]
     unordered: tuple[tuple[str, int], ...]  # queues whose rows do not step by exactly 1
     cq: CqRows
-    keys: KeyRows
+    keys: KeyBatch
 
 
 def _rules(min_ts: int, max_ts: int) -> np.ndarray:
@@ -122,7 +111,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
                      int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
-                     KeyRows(*keys))
+                     KeyBatch(*keys))
 
 
 def _group(arr: np.ndarray, queues: tuple,

@@ -404,13 +404,10 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
                 k_hash, k_phy, k_ts = _grow(k_hash, need), _grow(k_phy, need), _grow(k_ts, need)
             prefix = (th * 31 + 35) & 0xFFFFFFFF  # "topic#"
             if found_lo[P_UNIQ] >= 0:
-                h, ok = _hash_utf8(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ])
-                if not ok:
+                nk = _put_key(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ], phy, store_ts, k_hash, k_phy, k_ts, nk)
+                if nk < 0:
                     stats[S_FALLBACK] = FB_NON_ASCII
                     break
-                k_hash[nk] = _key_hash(h)
-                k_phy[nk], k_ts[nk] = phy, store_ts
-                nk += 1
             if found_lo[P_KEYS] >= 0:
                 p = found_lo[P_KEYS]
                 kend = found_hi[P_KEYS]
@@ -422,13 +419,10 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
                     e = p
                     while e < kend and a[e] != 0x20:
                         e += 1
-                    h, ok = _hash_utf8(a, prefix, p, e)
-                    if not ok:
+                    nk = _put_key(a, prefix, p, e, phy, store_ts, k_hash, k_phy, k_ts, nk)
+                    if nk < 0:
                         stats[S_FALLBACK] = FB_NON_ASCII
                         break
-                    k_hash[nk] = _key_hash(h)
-                    k_phy[nk], k_ts[nk] = phy, store_ts
-                    nk += 1
                     p = e
                 if stats[S_FALLBACK] != FB_NONE:
                     break
@@ -450,6 +444,17 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     queues = (q_ts[:nq], q_tl[:nq], q_qid[:nq], q_rec[:nq], q_cq[:nq], q_lo[:nq], q_hi[:nq], q_unord[:nq])
     rows = (r_q[:ncq], r_qo[:ncq], r_phy[:ncq], r_size[:ncq], r_tags[:ncq])
     return stats, queues, rows, (k_hash[:nk], k_phy[:nk], k_ts[:nk])
+
+
+@njit(cache=True, nogil=True)
+def _put_key(a, prefix, lo, hi, phy, store_ts, k_hash, k_phy, k_ts, nk):
+    """Append the index key hash("topic#" + a[lo:hi]) at nk; returns the new count, -1 for malformed UTF-8."""
+    h, ok = _hash_utf8(a, prefix, lo, hi)
+    if not ok:
+        return -1
+    k_hash[nk] = _key_hash(h)
+    k_phy[nk], k_ts[nk] = phy, store_ts
+    return nk + 1
 
 
 @njit(cache=True, nogil=True)

@@ -26,7 +26,8 @@ from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk,
                                       Stitched, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
-from storage_format.split_decode import CqRows, FastSplit, KeyRows, QueueStats, decode_fast, record_after_clean_end
+from storage_format.recovery import KeyBatch
+from storage_format.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
 from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
@@ -350,7 +351,7 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     return summary
 
 
-def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyRows) -> None:
+def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyBatch) -> None:
     summary.keys = len(keys)
     if len(keys):
         summary.last_key = (int(keys.store_ts[-1]), int(keys.phy[-1]))
@@ -411,7 +412,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
                                                                                      "tags"))))
     if task.with_keys and task.settings.message_index_enable:
         keys = index_keys(cols, None if task.dispatch_limit is None else dispatched)
-        _summarise_keys(task, summary, KeyRows(keys.key_hash, keys.phy, keys.store_ts))
+        _summarise_keys(task, summary, KeyBatch(keys.key_hash, keys.phy, keys.store_ts))
     return summary
 
 

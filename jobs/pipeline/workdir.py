@@ -9,7 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage_format.split_decode import CqRows, KeyRows
+from storage_format.recovery import KeyBatch
+from storage_format.split_decode import CqRows
 
 from .fs import Location
 
@@ -34,7 +35,7 @@ def write_cq(work: Location, split_index: int, rows: CqRows) -> None:
          "size": pa.array(rows.size, pa.int32()), "tags": pa.array(rows.tags, pa.int64())}, schema=CQ_SCHEMA))
 
 
-def write_keys(work: Location, split_index: int, keys: KeyRows) -> None:
+def write_keys(work: Location, split_index: int, keys: KeyBatch) -> None:
     _write(keys_file(work, split_index), pa.table(
         {"key_hash": pa.array(keys.key_hash, pa.int32()), "phy": pa.array(keys.phy, pa.int64()),
          "store_ts": pa.array(keys.store_ts, pa.int64())}, schema=KEY_SCHEMA))
