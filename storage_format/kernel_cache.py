@@ -55,13 +55,10 @@ def warm() -> dict[str, int]:
     import numpy as np
 
     from . import index_chain, split_kernel
-    from .encoder import encode_record
-    from .record import Message
     from .split_decode import decode_fast
 
-    rec = encode_record(Message(topic="T", properties="TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01u\x02"), 0)
-    buf = memoryview(rec + bytes(16))  # read-only, like the segment buffers
-    decode_fast(buf, 0, 0, len(rec), len(buf), path="warm", find_start=False, dated=(0, 2**62),
+    zeros = memoryview(bytes(64))  # read-only, like the segment buffers; the walk ends at once (magic 0)
+    decode_fast(zeros, 0, 0, len(zeros), len(zeros), path="warm", find_start=False, dated=(0, 2**62),
                 delay_levels_ms=(1000,))
     slot = np.zeros(3, np.int64)
     index_chain.newest_positions(slot, np.zeros(1, np.int64), 1)

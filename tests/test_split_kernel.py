@@ -2,7 +2,6 @@
 golden store (three split sizes) and on hypothesis-generated stores."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +12,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from jobs.pipeline.fs import location
 from jobs.pipeline.scan import SplitTask, decode_split, list_segments
 from jobs.pipeline.workdir import cq_file, keys_file, read_cq, read_keys
-from storage_format.encoder import encode_record
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
 from storage_format.split_decode import decode_fast
+from storegen.encoder import encode_record
 from tests.conftest import GOLDEN, golden_cases
 
 SPLIT_SIZES = (0, 65536)  # medium stores: 0 only; one small store also at 4 KiB (many splits per segment)
