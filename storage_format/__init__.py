@@ -3,7 +3,11 @@
 Every broker rule and store layout lives in one module here (tests/test_layout.py checks this list):
 
 - `record`: the record's constants (magics, sysFlag bits, transaction types) and the `Message` object
-- `commitlog`: the record chain walk and the columnar record decoder
+- `commitlog`: the record chain walk and the columnar record decoder (the reference the kernel is tested against)
+- `split_kernel`: the compiled (numba) one-pass decoder of a split: chain walk, properties, hashes, summary
+- `split_decode`: the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference decodes
+- `index_chain`: index slot chains as compiled sequential loops (index_file's vectorised form is the reference)
+- `kernel_cache`: where numba caches the kernels (stable for `--py-files` zips) and warming them
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
