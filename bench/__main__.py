@@ -49,6 +49,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"maxHashSlotNum (default {d.max_hash_slot_num})")
     g.add_argument("--index-entries", type=int, default=d.max_index_num,
                    help=f"maxIndexNum (default {d.max_index_num})")
+    g.add_argument("--lmq-share", type=float, default=d.lmq_share,
+                   help="share of messages naming 1-3 %%LMQ%% queues (multi-dispatch; default 0)")
+    g.add_argument("--lmq-queues", type=int, default=d.lmq_queues,
+                   help=f"distinct %%LMQ%% queues they name (default {d.lmq_queues:,})")
     g.add_argument("--seed", type=int, default=d.seed)
     g.add_argument("--regenerate", action="store_true", help="rewrite the store even if one matches the flags")
     r = p.add_argument_group("run")
@@ -76,12 +80,14 @@ def spec_from(args: argparse.Namespace) -> StoreSpec:
                      queues=args.queues, key_mix=parse_key_mix(args.key_mix), uniq_share=args.uniq_share,
                      tags_share=args.tags_share, segment_size=args.segment_size,
                      consume_queue_file_size=args.cq_file_size, max_hash_slot_num=args.index_slots,
-                     max_index_num=args.index_entries, seed=args.seed)
+                     max_index_num=args.index_entries, seed=args.seed, lmq_share=args.lmq_share,
+                     lmq_queues=args.lmq_queues)
 
 
 def store_dir(root: Path, spec: StoreSpec) -> Path:
     """One directory per distinct store, so stores of several sizes can sit side by side."""
-    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}"
+    lmq = f"-lmq{spec.lmq_share:g}x{spec.lmq_queues}" if spec.lmq_share > 0 else ""
+    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}"
 
 
 def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:

@@ -94,8 +94,9 @@ def place_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> 
 
 
 def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray,
-                      file_size: int, queue_first_offset: int | None = None) -> dict[int, bytes]:
-    """Files of one queue (or of a range of its files): {file start offset: full-size file bytes}.
+                      file_size: int, queue_first_offset: int | None = None, trim: bool = False) -> dict[int, bytes]:
+    """Files of one queue (or of a range of its files): {file start offset: full-size file bytes}
+    (with `trim`, only up to the last unit written: the rest of the file is zeros).
 
     Entries go to byte queueOffset x 20 of the queue's logical space. The file holding the queue's
     first entry (`queue_first_offset`, default the smallest given; None-equivalent when the queue
@@ -111,11 +112,11 @@ def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarra
     first_logical = int(logical.min()) if queue_first_offset is None else queue_first_offset * CQ_UNIT_SIZE
     for start in np.unique(file_start).tolist():
         sel = file_start == start
-        buf = np.zeros(units_per_file, dtype=CQ_DTYPE)
+        slot = (logical[sel] - start) // CQ_UNIT_SIZE
+        buf = np.zeros(int(slot.max()) + 1 if trim else units_per_file, dtype=CQ_DTYPE)
         if first_logical > 0 and start == first_logical - first_logical % file_size:
             blank_units = (first_logical - start) // CQ_UNIT_SIZE
             buf["size"][:blank_units] = PRE_BLANK_SIZE
-        slot = (logical[sel] - start) // CQ_UNIT_SIZE
         buf["phy"][slot], buf["size"][slot], buf["tags"][slot] = phy[sel], size[sel], tags[sel]
         out[start] = buf.tobytes()
     return out

@@ -39,6 +39,8 @@ class StoreSpec:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     seed: int = 7
+    lmq_share: float = 0.0  # share of messages naming 1-3 %LMQ% queues (INNER_MULTI_DISPATCH), 4.x style
+    lmq_queues: int = 100_000  # distinct %LMQ% queues they are drawn from
 
     def broker_conf(self) -> str:
         """The broker .properties text matching the store's sizes."""
@@ -46,7 +48,8 @@ class StoreSpec:
                 f"mappedFileSizeConsumeQueue={self.consume_queue_file_size}\n"
                 f"maxHashSlotNum={self.max_hash_slot_num}\n"
                 f"maxIndexNum={self.max_index_num}\n"
-                "messageIndexEnable=true\n")
+                "messageIndexEnable=true\n"
+                + ("enableLmq=true\nenableMultiDispatch=true\n" if self.lmq_share > 0 else ""))
 
     def to_dict(self) -> dict:
         """JSON form (the key mix as a list)."""
@@ -87,6 +90,17 @@ def _cumulative(shares: tuple[float, ...]) -> list[float]:
     return out
 
 
+def _lmq_properties(next_offset: dict[int, int], queues: list[int]) -> list[tuple[str, str]]:
+    """INNER_MULTI_DISPATCH / INNER_MULTI_QUEUE_OFFSET items naming these %LMQ% queues (each at most once),
+    with the next offset of each, as a 4.x broker stores them; advances the offsets."""
+    names = sorted(set(queues))
+    offsets = [next_offset.get(q, 0) for q in names]
+    for q in names:
+        next_offset[q] = next_offset.get(q, 0) + 1
+    return [("INNER_MULTI_DISPATCH", ",".join(f"%LMQ%bench-{q:06d}" for q in names)),
+            ("INNER_MULTI_QUEUE_OFFSET", ",".join(map(str, offsets)))]
+
+
 def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dict:
     """Write root/commitlog, root/broker.conf, root/lock and root/bench-store.json; returns a summary.
 
@@ -105,6 +119,7 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
     span = spec.body_max - spec.body_min + 1
     keys = 0
     pool_room = len(pool) - spec.body_max
+    lmq_next: dict[int, int] = {}
     with SegmentWriter(root / "commitlog", spec.segment_size) as writer:
         for i in range(spec.messages):
             clock += i & 1  # ~2 messages per millisecond
@@ -126,6 +141,8 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
             parts.append(("CLUSTER", "DefaultCluster"))
             if rnd() < spec.tags_share:
                 parts.append(("TAGS", TAG_VALUES[randrange(len(TAG_VALUES))]))
+            if spec.lmq_share > 0 and rnd() < spec.lmq_share:
+                parts.extend(_lmq_properties(lmq_next, [randrange(spec.lmq_queues) for _ in range(1 + randrange(3))]))
             writer.append(Message(topic=topic, body=pool[at:at + size], queue_id=qid, born_timestamp=clock - 1,
                                   born_host=born, born_port=50001, store_timestamp=clock,
                                   store_host=STORE_HOST_1[0], store_port=STORE_HOST_1[1], properties=props(parts)))

@@ -223,3 +223,25 @@ def test_5x_drops_an_empty_last_consume_queue_file_at_load():
     from storage_format.recovery import dropped_at_load
     assert dropped_at_load([(2000, 0), (0, 2000)], 5) == (2000,)
     assert dropped_at_load([(0, 0), (2000, 2000)], 5) == () and dropped_at_load([(2000, 0)], 4) == ()
+
+
+def test_trimmed_queue_file_is_the_full_file_without_its_zero_tail():
+    qo, phy, size, tg = np.array([3, 4, 7]), np.array([10, 20, 30]), np.full(3, 5), np.array([1, 2, 3])
+    full = build_queue_files(qo, phy, size, tg, 200, 3)
+    trimmed = build_queue_files(qo, phy, size, tg, 200, 3, trim=True)
+    assert set(full) == set(trimmed) == {0}
+    assert len(trimmed[0]) == 8 * 20 and full[0] == trimmed[0] + bytes(200 - 160)
+
+
+def test_many_small_lmq_queues_share_few_consume_queue_tasks():
+    """100,000 one-entry LMQ queues (as one split summarises them) are packed into a few tasks."""
+    from types import SimpleNamespace
+
+    from jobs.pipeline.build import plan_cq
+    from jobs.pipeline.fs import location
+    from storage_format.settings import BrokerSettings
+    queues = {(f"%LMQ%q{i:06d}", 0): [0, 1, i, i % 5, i % 5] for i in range(100_000)}
+    scan = SimpleNamespace(accepted=[SimpleNamespace(index=0, queues=queues, unordered=set())])
+    tasks = plan_cq(scan, BrokerSettings(), location("/nonexistent/work"), location("/nonexistent/out"),
+                    target_tasks=4)
+    assert sum(len(t.items) for t in tasks) == 100_000 and len(tasks) <= 60

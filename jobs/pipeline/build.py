@@ -26,6 +26,7 @@ from .scan import ScanResult
 from .workdir import read_cq, read_keys
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
+CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
 TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
 
 
@@ -88,18 +89,25 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
             runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
-    total = sum((r.last_file - r.first_file) // file_size + 1 for r in runs) * units
-    per_task = max(units, min(TARGET_CQ_ENTRIES_PER_TASK, -(-total // max(1, target_tasks))))
+    weights = [_run_weight(r, units, file_size) for r in runs]
+    per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
     tasks, current, size = [], [], 0
-    for r in runs:
+    for r, w in zip(runs, weights):
         current.append(r)
-        size += ((r.last_file - r.first_file) // file_size + 1) * units
+        size += w
         if size >= per_task:
             tasks.append(CqTask(tuple(current), work, out, file_size))
             current, size = [], 0
     if current:
         tasks.append(CqTask(tuple(current), work, out, file_size))
     return tasks
+
+
+def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
+    """A run's share of a task: its entries (at most its files' units) plus a fixed cost per file, so a
+    task packs thousands of one-entry LMQ queues but few large queues."""
+    files = (run.last_file - run.first_file) // file_size + 1
+    return min(files * units, sum(src.rows for src in run.sources)) + files * CQ_FILE_COST
 
 
 def _in_step(sources: list[QueueSlice], unordered: bool) -> bool:
@@ -149,8 +157,8 @@ def _queue_entries(item: QueueFiles, work: Location, file_size: int,
 
 @dataclass(frozen=True)
 class CqFile:
-    """One consume-queue file of a task: its run, start offset, full-size bytes, the entries it holds
-    and its used length (the end of its last entry; zeros follow)."""
+    """One consume-queue file of a task: its run, start offset, bytes (full size, or only the first `used`
+    when built trimmed), the entries it holds and its used length (the end of its last entry; zeros follow)."""
 
     item: QueueFiles
     start: int
@@ -159,9 +167,10 @@ class CqFile:
     used: int
 
 
-def cq_file_bytes(task: CqTask) -> Iterator[CqFile]:
-    """Every consume-queue file of the task: the one code path behind writing (build_cq) and comparing
-    (jobs.pipeline.verify_stage)."""
+def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
+    """Every consume-queue file of the task; with `trim` its bytes end at its last unit (a queue of a few
+    entries costs a few units, not a whole file): the one code path behind writing (build_cq) and
+    comparing (jobs.pipeline.verify_cq)."""
     tables: dict[int, pa.Table] = {}
     for item in task.items:
         t = _queue_entries(item, task.work, task.file_size, tables)
@@ -172,7 +181,8 @@ def cq_file_bytes(task: CqTask) -> Iterator[CqFile]:
         else:
             keep = keep_first_of_each_offset(qo)
             at, first = qo[keep], item.queue_first_offset
-        files = build_queue_files(at, phy[keep], size[keep], t.column("tags").to_numpy()[keep], task.file_size, first)
+        files = build_queue_files(at, phy[keep], size[keep], t.column("tags").to_numpy()[keep], task.file_size, first,
+                                  trim)
         for start, data in files.items():
             lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
             inside = at[(at >= lo) & (at < hi)]
@@ -182,10 +192,10 @@ def cq_file_bytes(task: CqTask) -> Iterator[CqFile]:
 def build_cq(task: CqTask) -> dict:
     """Write the task's consume-queue files; returns {relative path: entries} for the report."""
     written: dict[str, int] = {}
-    for f in cq_file_bytes(task):
+    for f in cq_file_bytes(task, trim=True):
         name = file_name(f.start)  # the zeros after the last entry need not be written
         task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([memoryview(f.data)[:f.used]],
-                                                                                     len(f.data))
+                                                                                     task.file_size)
         written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
     return written
 

@@ -101,8 +101,8 @@ class Location:
         """Write the byte chunks, then zeros up to `size` bytes in all. A local file gets the zeros as
         a sparse tail (truncate: it reads the same, and the zeros cost no writing); other filesystems
         get them written."""
-        self.parent.makedirs()
         if isinstance(self.fs, pafs.LocalFileSystem):
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)  # one call, not a check per level
             with open(self.path, "wb") as f:
                 for chunk in chunks:
                     f.write(chunk)
@@ -110,6 +110,7 @@ class Location:
                     raise ValueError(f"{self.uri}: {f.tell()} bytes written, more than the file size {size}")
                 f.truncate(size)
             return
+        self.parent.makedirs()
         with self.fs.open_output_stream(self.path) as f:
             for chunk in chunks:
                 f.write(chunk)
