@@ -1,6 +1,6 @@
 """Peak resident memory of the PySpark Python workers, read from /proc while a stage runs.
 
-The workers are the `pyspark.daemon` processes below this driver (the daemon and the workers it
+The workers are the `pyspark.daemon` (or `jobs.pipeline.worker_daemon`) processes below this driver (the daemon and the workers it
 forks). Before a stage each one's peak-RSS counter (VmHWM) is reset through /proc/<pid>/clear_refs,
 so a reused worker reports the peak of this stage only; a poller picks up workers forked during the
 stage and keeps the highest VmHWM seen per process. Where the reset is not permitted the poller falls
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
-WORKER_MARK = b"pyspark.daemon"
+WORKER_MARKS = (b"pyspark.daemon", b"jobs.pipeline.worker_daemon")  # Spark's daemon, or reput's preloading one
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -33,7 +33,7 @@ def _children_map() -> dict[int, list[int]]:
 
 
 def python_workers(root: int | None = None) -> list[int]:
-    """Pids of the pyspark.daemon processes (daemon and forked workers) descending from `root`."""
+    """Pids of the worker daemon processes (daemon and forked workers) descending from `root`."""
     children = _children_map()
     todo, found = [os.getpid() if root is None else root], []
     while todo:
@@ -41,7 +41,8 @@ def python_workers(root: int | None = None) -> list[int]:
         for child in children.get(pid, []):
             todo.append(child)
             try:
-                if WORKER_MARK in (PROC / str(child) / "cmdline").read_bytes():
+                cmdline = (PROC / str(child) / "cmdline").read_bytes()
+                if any(mark in cmdline for mark in WORKER_MARKS):
                     found.append(child)
             except OSError:
                 pass

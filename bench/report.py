@@ -50,7 +50,8 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
         f"load average at start {machine.get('load_average_at_start')}",
         settings_line,
         "",
-        f"{'stage':<36}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}{'peak worker RSS MiB':>22}{'other load':>12}",
+        f"{'stage':<36}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}{'peak worker RSS MiB':>22}{'other load':>12}"
+        f"{'our CPU s':>11}",
     ]
     for r in results:
         mem = r.memory.max_mib if r.memory else None
@@ -61,7 +62,8 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
         others = r.cpu.others_s / r.cpu.wall_s if r.cpu and r.cpu.wall_s else None
         mps_text = "-" if mps is None else f"{mps / 1e6:.2f} M"
         lines.append(f"{r.name:<36}{r.seconds:>9.2f}{mps_text:>12}{_fmt(r.mb_per_s, '.0f'):>9}{_fmt(mem, '.0f'):>22}"
-                     f"{_fmt(others, '.2f'):>12}" + (f"  {r.note}" if r.note else ""))
+                     f"{_fmt(others, '.2f'):>12}{_fmt(r.cpu.ours_s if r.cpu else None, '.1f'):>11}"
+                     + (f"  {r.note}" if r.note else ""))
         timings = r.detail.get("job_timings_s")
         if timings:
             for key, label in (("decode_s", "decode, stage CQ rows + keys"),
@@ -71,7 +73,7 @@ def table(results: list[StageResult], store_info: dict, machine: dict, settings_
                 if key in timings:
                     lines.append(f"  {label:<34}{timings[key]:>9.2f}")
     lines.append("other load = CPU cores used by other processes on the machine during the stage "
-                 "(0 on an idle machine)")
+                 "(0 on an idle machine); our CPU s = CPU seconds of this run's processes (driver, JVM, workers)")
     return "\n".join(lines)
 
 
