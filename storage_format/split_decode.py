@@ -111,27 +111,30 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
                      int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
-                     KeyBatch(*keys))
+                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()))
 
 
-def _group(arr: np.ndarray, queues: tuple,
-           rows: tuple) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
+def _group(arr: np.ndarray, qs: np.ndarray,
+           rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
     """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
     step by 1, and the rows grouped by queue."""
-    q_ts, q_tl, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = queues
+    q_ts, q_tl, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (qs[:, c] for c in (k.Q_TS, k.Q_TL, k.Q_QID, k.Q_REC, k.Q_CQ,
+                                                                              k.Q_LO, k.Q_HI, k.Q_UNORD))
     names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_ts.tolist(), q_tl.tolist())]
     qids = q_qid.tolist()
     order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    row_order, starts = k.group_rows(rows[0], rank, len(order))
+    row_order, starts = k.group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
     table = {}
     for q in order:
         n_cq = int(q_cq[q])
         table[(names[q], qids[q])] = (QueueStats(int(q_rec[q]), n_cq, int(starts[rank[q]]), int(q_lo[q]), int(q_hi[q]))
                                       if n_cq else QueueStats(int(q_rec[q])))
     unordered = tuple((names[q], qids[q]) for q in np.flatnonzero(q_unord).tolist())
-    return table, unordered, CqRows(*(col[row_order] for col in rows[1:]))
+    grouped = rows[row_order]
+    return table, unordered, CqRows(grouped[:, k.C_QO].copy(), grouped[:, k.C_PHY].copy(),
+                                    grouped[:, k.C_SIZE].astype(np.int32), grouped[:, k.C_TAGS].copy())
 
 
 def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int) -> int | None:

@@ -124,15 +124,6 @@ def _signed32(h):
 
 
 @njit(cache=True, nogil=True)
-def _grow(x, need):
-    if need <= x.shape[0]:
-        return x
-    y = np.empty(max(need, 2 * x.shape[0]), x.dtype)
-    y[:x.shape[0]] = x
-    return y
-
-
-@njit(cache=True, nogil=True)
 def _same_bytes(a, p, q, n):
     for k in range(n):
         if a[p + k] != a[q + k]:
@@ -199,31 +190,53 @@ def _same_bytes_arr(a, p, b):
     return True
 
 
+# Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order).
+Q_TS, Q_TL, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
+NQ_COLS = 10
+# Columns of the consume-queue rows `rows` and of the index keys `keys`.
+C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
+K_HASH, K_PHY, K_TS = range(3)
+
+
 @njit(cache=True, nogil=True)
-def _queue_of(a, ts, tl, qid, th, table, q_ts, q_tl, q_qid, q_hash, nq):
-    """Index of (topic, queueId) in the split's queue table (open addressing on the topic hash and
-    queueId), or -1 when absent; `table` holds queue index + 1 per slot."""
+def _grow_rows(x, need):
+    if need <= x.shape[0]:
+        return x
+    y = np.empty((max(need, 2 * x.shape[0]), x.shape[1]), x.dtype)
+    y[:x.shape[0]] = x
+    return y
+
+
+@njit(cache=True, nogil=True)
+def _slot_of(th, qid, mask):
+    return (th * 1000003 + qid) & mask
+
+
+@njit(cache=True, nogil=True)
+def _queue(a, ts, tl, qid, th, table, qs, nq):
+    """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
+    holds queue index + 1 per slot), added when new: (queue, table, qs, queue count)."""
     mask = table.shape[0] - 1
-    slot = (th * 1000003 + qid) & mask
-    while True:
+    slot = _slot_of(th, qid, mask)
+    while table[slot] != 0:
         q = table[slot] - 1
-        if q < 0:
-            return -1, slot
-        if q_qid[q] == qid and q_hash[q] == th and q_tl[q] == tl and _same_bytes(a, q_ts[q], ts, tl):
-            return q, slot
+        if qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TL] == tl and _same_bytes(a, qs[q, Q_TS], ts, tl):
+            return q, table, qs, nq
         slot = (slot + 1) & mask
-
-
-@njit(cache=True, nogil=True)
-def _rehash(table, q_hash, q_qid, nq):
-    new = np.zeros(table.shape[0] * 2, np.int64)
-    mask = new.shape[0] - 1
-    for q in range(nq):
-        slot = (q_hash[q] * 1000003 + q_qid[q]) & mask
-        while new[slot] != 0:
-            slot = (slot + 1) & mask
-        new[slot] = q + 1
-    return new
+    qs = _grow_rows(qs, nq + 1)
+    qs[nq] = 0
+    qs[nq, Q_TS], qs[nq, Q_TL], qs[nq, Q_QID], qs[nq, Q_HASH] = ts, tl, qid, th
+    table[slot] = nq + 1
+    nq += 1
+    if 2 * nq > table.shape[0]:  # rehash into a table twice the size
+        table = np.zeros(table.shape[0] * 2, np.int64)
+        mask = table.shape[0] - 1
+        for q in range(nq):
+            slot = _slot_of(qs[q, Q_HASH], qs[q, Q_QID], mask)
+            while table[slot] != 0:
+                slot = (slot + 1) & mask
+            table[slot] = q + 1
+    return nq - 1, table, qs, nq
 
 
 # Slots of the `rules` argument: the broker constants the kernel applies, passed in from their homes.
@@ -233,227 +246,201 @@ N_RULES = 13
 
 
 @njit(cache=True, nogil=True)
-def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms):
-    """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue arrays, per-cq-row
-    arrays, per-key arrays); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored."""
-    stats = np.zeros(N_STATS, np.int64)
-    cap = max(16, (stop - start) // 256)
-    r_q = np.empty(cap, np.int32)
-    r_qo = np.empty(cap, np.int64)
-    r_phy = np.empty(cap, np.int64)
-    r_size = np.empty(cap, np.int32)
-    r_tags = np.empty(cap, np.int64)
-    k_hash = np.empty(cap * 2, np.int32)
-    k_phy = np.empty(cap * 2, np.int64)
-    k_ts = np.empty(cap * 2, np.int64)
-    table = np.zeros(1024, np.int64)
-    qcap = 64
-    q_ts = np.empty(qcap, np.int64)
-    q_tl = np.empty(qcap, np.int64)
-    q_qid = np.empty(qcap, np.int64)
-    q_hash = np.empty(qcap, np.int64)
-    q_rec = np.zeros(qcap, np.int64)
-    q_cq = np.zeros(qcap, np.int64)
-    q_lo = np.zeros(qcap, np.int64)
-    q_hi = np.zeros(qcap, np.int64)
-    q_unord = np.zeros(qcap, np.int64)
-    q_last = np.zeros(qcap, np.int64)
-    found_lo = np.empty(name_off.shape[0] - 1, np.int64)
-    found_hi = np.empty(name_off.shape[0] - 1, np.int64)
-    buf_len = a.shape[0]
-    limit = min(buf_len, segment_end)
-    pos = start
-    n = 0
-    ncq = 0
-    nk = 0
-    nq = 0
-    while True:
-        if pos >= stop:  # peek at the next header, as commitlog._end_after_stop
-            stats[S_END] = KEND_STOP
-            if pos + 8 <= limit:
-                magic = _i32(a, pos + 4) & 0xFFFFFFFF
-                if magic == rules[R_MAGIC_BLANK]:
-                    stats[S_END] = KEND_BLANK
-                    stats[S_BLANKS] = 1
-                elif magic != rules[R_MAGIC_V1] and magic != rules[R_MAGIC_V2]:
-                    stats[S_END] = KEND_BAD_MAGIC
-                    stats[S_END_MAGIC] = magic
-            break
-        if pos == segment_end:
-            stats[S_END] = KEND_FILE
-            break
-        if pos + 8 > limit:
-            stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_TOTAL_SIZE
-            break
-        size = _i32(a, pos)
-        magic = _i32(a, pos + 4) & 0xFFFFFFFF
-        if magic == rules[R_MAGIC_BLANK]:
-            stats[S_END] = KEND_BLANK
-            stats[S_BLANKS] = 1
-            break
-        if magic != rules[R_MAGIC_V1] and magic != rules[R_MAGIC_V2]:
-            stats[S_END] = KEND_BAD_MAGIC
-            stats[S_END_MAGIC] = magic
-            break
-        if size < rules[R_MIN_SIZE] or pos + size > segment_end:
-            stats[S_FALLBACK] = FB_BAD_TOTAL_SIZE
-            break
-        if pos + size > buf_len:
-            stats[S_FALLBACK] = FB_NEED_BYTES
-            break
-        end = pos + size
-        # ---- layout: every field inside the record, adding up to totalSize
-        sys_flag = _i32(a, pos + 36)
-        if sys_flag & rules[R_INNER_BATCH]:
-            stats[S_FALLBACK] = FB_INNER_BATCH
-            break
-        bhl = 16 if sys_flag & rules[R_BORN_V6] else 4
-        shl = 16 if sys_flag & rules[R_STORE_V6] else 4
-        ts_at = pos + 48 + bhl + 4
-        body_len_at = ts_at + 8 + shl + 4 + 12
-        if body_len_at + 4 > end:
-            stats[S_FALLBACK] = FB_LAYOUT
-            break
-        body_len = _i32(a, body_len_at)
-        tl_at = body_len_at + 4 + body_len
-        v2 = magic == rules[R_MAGIC_V2]
-        if body_len < 0 or tl_at + (2 if v2 else 1) > end:
-            stats[S_FALLBACK] = FB_LAYOUT
-            break
-        tl = (np.int64(a[tl_at]) << 8 | a[tl_at + 1]) if v2 else np.int64(a[tl_at])
-        ts = tl_at + (2 if v2 else 1)
-        pl_at = ts + tl
-        if pl_at + 2 > end:
-            stats[S_FALLBACK] = FB_LAYOUT
-            break
-        pl = np.int64(a[pl_at]) << 8 | a[pl_at + 1]
-        ps = pl_at + 2
-        if pl >= 0x8000 or ps + pl != end:
-            stats[S_FALLBACK] = FB_LAYOUT
-            break
-        # ---- record-level checks the reference makes (they end the fast path)
-        phy = _i64(a, pos + 28)
-        if phy != base_offset + pos:
-            stats[S_FALLBACK] = FB_MOVED
-            break
-        store_ts = _i64(a, ts_at)
-        if store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]:
-            stats[S_FALLBACK] = FB_UNDATED
-            break
-        why = _topic_fallback(a, ts, tl, schedule)
-        th, ok = _hash_utf8(a, np.int64(0), ts, ts + tl)
-        if (why != FB_NONE and why != FB_SCHEDULE) or not ok:
-            stats[S_FALLBACK] = FB_TOPIC
-            break
-        _find_props(a, ps, end, names, name_off, found_lo, found_hi)
-        if found_lo[P_MULTI] >= 0:
-            stats[S_FALLBACK] = FB_MULTI_DISPATCH
-            break
-        delay = np.int64(-1)
-        if why == FB_SCHEDULE and found_lo[P_DELAY] >= 0:
-            delay, ok = _parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
-            if not ok:
-                stats[S_FALLBACK] = FB_SCHEDULE  # the broker rejects the record: the reference says so
-                break
-        tags_h, ok = _hash_utf8(a, np.int64(0), found_lo[P_TAGS], found_hi[P_TAGS])
-        if not ok:
-            stats[S_FALLBACK] = FB_NON_ASCII
-            break
-        # ---- queue of the record
-        qid = _i32(a, pos + 12)
-        q, slot = _queue_of(a, ts, tl, qid, th, table, q_ts, q_tl, q_qid, q_hash, nq)
-        if q < 0:
-            if nq == qcap:
-                qcap *= 2
-                q_ts, q_tl, q_qid, q_hash = _grow(q_ts, qcap), _grow(q_tl, qcap), _grow(q_qid, qcap), _grow(q_hash, qcap)
-                q_rec, q_cq, q_lo, q_hi = _grow(q_rec, qcap), _grow(q_cq, qcap), _grow(q_lo, qcap), _grow(q_hi, qcap)
-                q_unord, q_last = _grow(q_unord, qcap), _grow(q_last, qcap)
-            q = nq
-            q_ts[q], q_tl[q], q_qid[q], q_hash[q] = ts, tl, qid, th
-            q_rec[q], q_cq[q], q_unord[q] = 0, 0, 0
-            table[slot] = q + 1
-            nq += 1
-            if 2 * nq > table.shape[0]:
-                table = _rehash(table, q_hash, q_qid, nq)
-        q_rec[q] += 1
-        tran = sys_flag & rules[R_TRAN_MASK]
-        # ---- consume-queue row
-        if tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]:
-            if ncq == r_q.shape[0]:
-                r_q, r_qo, r_phy = _grow(r_q, ncq + 1), _grow(r_qo, ncq + 1), _grow(r_phy, ncq + 1)
-                r_size, r_tags = _grow(r_size, ncq + 1), _grow(r_tags, ncq + 1)
-            qo = _i64(a, pos + 20)
-            r_q[ncq], r_qo[ncq], r_phy[ncq], r_size[ncq] = q, qo, phy, size
-            if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
-                r_tags[ncq] = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-            else:
-                r_tags[ncq] = _signed32(tags_h)
-            if q_cq[q] > 0 and qo != q_last[q] + 1:
-                q_unord[q] = 1  # entries of the queue do not step by exactly 1
-            q_last[q] = qo
-            if q_cq[q] == 0 or qo < q_lo[q]:
-                q_lo[q] = qo
-            if q_cq[q] == 0 or qo > q_hi[q]:
-                q_hi[q] = qo
-            q_cq[q] += 1
-            ncq += 1
-        # ---- index keys: UNIQ_KEY, then each non-empty KEYS token, as hash("topic#key")
-        if tran != rules[R_TRAN_ROLLBACK]:
-            if nk + 2 + (found_hi[P_KEYS] - found_lo[P_KEYS]) > k_hash.shape[0]:
-                need = nk + 2 + (found_hi[P_KEYS] - found_lo[P_KEYS])
-                k_hash, k_phy, k_ts = _grow(k_hash, need), _grow(k_phy, need), _grow(k_ts, need)
-            prefix = (th * 31 + 35) & 0xFFFFFFFF  # "topic#"
-            if found_lo[P_UNIQ] >= 0:
-                nk = _put_key(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ], phy, store_ts, k_hash, k_phy, k_ts, nk)
-                if nk < 0:
-                    stats[S_FALLBACK] = FB_NON_ASCII
-                    break
-            if found_lo[P_KEYS] >= 0:
-                p = found_lo[P_KEYS]
-                kend = found_hi[P_KEYS]
-                while p < kend:
-                    while p < kend and a[p] == 0x20:
-                        p += 1
-                    if p >= kend:
-                        break
-                    e = p
-                    while e < kend and a[e] != 0x20:
-                        e += 1
-                    nk = _put_key(a, prefix, p, e, phy, store_ts, k_hash, k_phy, k_ts, nk)
-                    if nk < 0:
-                        stats[S_FALLBACK] = FB_NON_ASCII
-                        break
-                    p = e
-                if stats[S_FALLBACK] != FB_NONE:
-                    break
-        # ---- summary
-        if n == 0:
-            stats[S_FIRST_TS] = store_ts
-            stats[S_MIN_TS] = store_ts
-            stats[S_MAX_TS] = store_ts
-        stats[S_LAST_TS] = store_ts
-        stats[S_MIN_TS] = min(stats[S_MIN_TS], store_ts)
-        stats[S_MAX_TS] = max(stats[S_MAX_TS], store_ts)
-        stats[S_LAST_POS] = pos
-        stats[S_LAST_SIZE] = size
-        n += 1
-        pos = end
-    stats[S_FALLBACK_POS] = pos
-    stats[S_END_POS] = pos
-    stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
-    queues = (q_ts[:nq], q_tl[:nq], q_qid[:nq], q_rec[:nq], q_cq[:nq], q_lo[:nq], q_hi[:nq], q_unord[:nq])
-    rows = (r_q[:ncq], r_qo[:ncq], r_phy[:ncq], r_size[:ncq], r_tags[:ncq])
-    return stats, queues, rows, (k_hash[:nk], k_phy[:nk], k_ts[:nk])
+def _magic_end(magic, rules, stats):
+    """A BLANK or a bad magic ends the walk (True, the end written into stats); a record magic does not."""
+    if magic == rules[R_MAGIC_BLANK]:
+        stats[S_END] = KEND_BLANK
+        stats[S_BLANKS] = 1
+        return True
+    if magic != rules[R_MAGIC_V1] and magic != rules[R_MAGIC_V2]:
+        stats[S_END] = KEND_BAD_MAGIC
+        stats[S_END_MAGIC] = magic
+        return True
+    return False
 
 
 @njit(cache=True, nogil=True)
-def _put_key(a, prefix, lo, hi, phy, store_ts, k_hash, k_phy, k_ts, nk):
+def _header(a, pos, stop, limit, segment_end, rules, stats):
+    """The chain rules at `pos` (commitlog.walk_chain): the record's totalSize, or -1 when the walk ends
+    here (its end, or a fallback reason, written into stats)."""
+    if pos >= stop:  # peek at the next header, as commitlog._end_after_stop
+        stats[S_END] = KEND_STOP
+        if pos + 8 <= limit:
+            _magic_end(_i32(a, pos + 4) & 0xFFFFFFFF, rules, stats)
+        return -1
+    if pos == segment_end:
+        stats[S_END] = KEND_FILE
+        return -1
+    if pos + 8 > limit:
+        stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_TOTAL_SIZE
+        return -1
+    size = _i32(a, pos)
+    if _magic_end(_i32(a, pos + 4) & 0xFFFFFFFF, rules, stats):
+        return -1
+    if size < rules[R_MIN_SIZE] or pos + size > segment_end:
+        stats[S_FALLBACK] = FB_BAD_TOTAL_SIZE
+        return -1
+    if pos + size > a.shape[0]:
+        stats[S_FALLBACK] = FB_NEED_BYTES
+        return -1
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _layout(a, pos, end, rules):
+    """Every field inside the record and adding up to totalSize: (FB_NONE, sysFlag, storeTimestamp
+    position, topic start, topic length, properties start), or (fallback reason, 0, ...)."""
+    sys_flag = _i32(a, pos + 36)
+    if sys_flag & rules[R_INNER_BATCH]:
+        return FB_INNER_BATCH, 0, 0, 0, 0, 0
+    ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
+    body_len_at = ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
+    if body_len_at + 4 > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    body_len = _i32(a, body_len_at)
+    tl_at = body_len_at + 4 + body_len
+    width = 2 if (_i32(a, pos + 4) & 0xFFFFFFFF) == rules[R_MAGIC_V2] else 1
+    if body_len < 0 or tl_at + width > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    tl = (np.int64(a[tl_at]) << 8 | a[tl_at + 1]) if width == 2 else np.int64(a[tl_at])
+    pl_at = tl_at + width + tl
+    if pl_at + 2 > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    pl = np.int64(a[pl_at]) << 8 | a[pl_at + 1]
+    if pl >= 0x8000 or pl_at + 2 + pl != end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    return FB_NONE, sys_flag, ts_at, tl_at + width, tl, pl_at + 2
+
+
+@njit(cache=True, nogil=True)
+def _checks(a, ts, tl, ps, end, schedule, names, name_off, found_lo, found_hi):
+    """Topic and properties of a laid-out record: (FB_NONE, topic hash, DELAY level or -1, TAGS hash),
+    or (fallback reason, 0, 0, 0). Fills found_lo/found_hi with the wanted properties."""
+    why = _topic_fallback(a, ts, tl, schedule)
+    th, ok = _hash_utf8(a, np.int64(0), ts, ts + tl)
+    if (why != FB_NONE and why != FB_SCHEDULE) or not ok:
+        return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0)
+    _find_props(a, ps, end, names, name_off, found_lo, found_hi)
+    if found_lo[P_MULTI] >= 0:
+        return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0)
+    delay = np.int64(-1)
+    if why == FB_SCHEDULE and found_lo[P_DELAY] >= 0:
+        delay, ok = _parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
+        if not ok:  # the broker rejects the record: the reference says so
+            return FB_SCHEDULE, np.int64(0), np.int64(0), np.int64(0)
+    tags_h, ok = _hash_utf8(a, np.int64(0), found_lo[P_TAGS], found_hi[P_TAGS])
+    if not ok:
+        return FB_NON_ASCII, np.int64(0), np.int64(0), np.int64(0)
+    return FB_NONE, th, delay, tags_h
+
+
+@njit(cache=True, nogil=True)
+def _cq_row(rows, ncq, q, qs, qo, phy, size, tags):
+    """Append a consume-queue row of queue q and update the queue's statistics; returns rows."""
+    rows = _grow_rows(rows, ncq + 1)
+    rows[ncq, C_QUEUE], rows[ncq, C_QO], rows[ncq, C_PHY], rows[ncq, C_SIZE], rows[ncq, C_TAGS] = q, qo, phy, size, tags
+    first = qs[q, Q_CQ] == 0
+    if not first and qo != qs[q, Q_LAST] + 1:
+        qs[q, Q_UNORD] = 1  # entries of the queue do not step by exactly 1
+    qs[q, Q_LAST] = qo
+    if first or qo < qs[q, Q_LO]:
+        qs[q, Q_LO] = qo
+    if first or qo > qs[q, Q_HI]:
+        qs[q, Q_HI] = qo
+    qs[q, Q_CQ] += 1
+    return rows
+
+
+@njit(cache=True, nogil=True)
+def _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk):
+    """Append the record's index keys: UNIQ_KEY, then each non-empty KEYS token (split on spaces), as
+    hash("topic#key"). Returns (keys, count), count -1 for malformed UTF-8 in a key."""
+    keys = _grow_rows(keys, nk + 2 + max(0, found_hi[P_KEYS] - found_lo[P_KEYS]))
+    prefix = (th * 31 + 35) & 0xFFFFFFFF  # "topic#"
+    if found_lo[P_UNIQ] >= 0:
+        nk = _put_key(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ], phy, store_ts, keys, nk)
+    p, kend = found_lo[P_KEYS], found_hi[P_KEYS]
+    while nk >= 0 and 0 <= p < kend:
+        while p < kend and a[p] == 0x20:
+            p += 1
+        e = p
+        while e < kend and a[e] != 0x20:
+            e += 1
+        if e > p:
+            nk = _put_key(a, prefix, p, e, phy, store_ts, keys, nk)
+        p = e
+    return keys, nk
+
+
+@njit(cache=True, nogil=True)
+def _note_record(stats, n, pos, size, store_ts):
+    """The split summary's store times and last record, after record number n."""
+    if n == 0:
+        stats[S_FIRST_TS], stats[S_MIN_TS], stats[S_MAX_TS] = store_ts, store_ts, store_ts
+    stats[S_LAST_TS] = store_ts
+    stats[S_MIN_TS] = min(stats[S_MIN_TS], store_ts)
+    stats[S_MAX_TS] = max(stats[S_MAX_TS], store_ts)
+    stats[S_LAST_POS], stats[S_LAST_SIZE] = pos, size
+
+
+@njit(cache=True, nogil=True)
+def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms):
+    """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
+    rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored."""
+    stats = np.zeros(N_STATS, np.int64)
+    cap = max(16, (stop - start) // 256)
+    rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
+    table, qs = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64)
+    found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
+    limit = min(a.shape[0], segment_end)
+    pos, n, ncq, nk, nq = start, 0, 0, 0, 0
+    while True:
+        size = _header(a, pos, stop, limit, segment_end, rules, stats)
+        if size < 0:
+            break
+        end = pos + size
+        fb, sys_flag, ts_at, ts, tl, ps = _layout(a, pos, end, rules)
+        phy, store_ts = _i64(a, pos + 28), _i64(a, ts_at)
+        if fb == FB_NONE and phy != base_offset + pos:
+            fb = FB_MOVED
+        if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
+            fb = FB_UNDATED
+        th, delay, tags_h = np.int64(0), np.int64(-1), np.int64(0)
+        if fb == FB_NONE:
+            fb, th, delay, tags_h = _checks(a, ts, tl, ps, end, schedule, names, name_off, found_lo, found_hi)
+        if fb != FB_NONE:
+            stats[S_FALLBACK] = fb
+            break
+        q, table, qs, nq = _queue(a, ts, tl, _i32(a, pos + 12), th, table, qs, nq)
+        qs[q, Q_REC] += 1
+        tran = sys_flag & rules[R_TRAN_MASK]
+        if tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]:
+            tags = _signed32(tags_h)
+            if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
+                tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
+            rows = _cq_row(rows, ncq, q, qs, _i64(a, pos + 20), phy, size, tags)
+            ncq += 1
+        if tran != rules[R_TRAN_ROLLBACK]:
+            keys, nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
+            if nk < 0:
+                stats[S_FALLBACK] = FB_NON_ASCII
+                break
+        _note_record(stats, n, pos, size, store_ts)
+        n += 1
+        pos = end
+    stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
+    nk = max(nk, 0)
+    stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
+    return stats, qs[:nq], rows[:ncq], keys[:nk]
+
+
+@njit(cache=True, nogil=True)
+def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
     """Append the index key hash("topic#" + a[lo:hi]) at nk; returns the new count, -1 for malformed UTF-8."""
     h, ok = _hash_utf8(a, prefix, lo, hi)
     if not ok:
         return -1
-    k_hash[nk] = _key_hash(h)
-    k_phy[nk], k_ts[nk] = phy, store_ts
+    keys[nk, K_HASH], keys[nk, K_PHY], keys[nk, K_TS] = _key_hash(h), phy, store_ts
     return nk + 1
 
 
