@@ -24,7 +24,10 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `settings`: broker `.properties` over the broker's defaults
 - `java_props`: java.util.Properties syntax and Java's value parsers (parseInt/parseLong/parseBoolean/trim)
 - `broker_keys`: every key a 4.9.8 or 5.3.3 broker reads from its config file
-- `recovery`: the broker's start-up recovery as pure planning
+- `recovery`: the broker's start-up recovery as pure planning, one module per concern:
+  `recovery.start` (start segment, truncation point), `recovery.queues` (consume-queue load, re-dispatch,
+  truncation), `recovery.index` (index resume), `recovery.reput` (4.x post-start re-dispatch),
+  `recovery.checkpoint_after` (the checkpoint left behind)
 - `store_layout`: broker features and store layouts reput does not implement, refused by name
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps
 - `errors`: the exception family (every error names the file and byte offset)

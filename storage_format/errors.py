@@ -19,3 +19,7 @@ class StoreFormatError(Exception):
 
 class SettingsError(ValueError):
     """A broker .properties file or setting that cannot be used."""
+
+
+class RecoveryError(Exception):
+    """The store is in a state the broker's recovery rules do not cover (reported, never guessed)."""

@@ -1,0 +1,33 @@
+"""The broker's start-up recovery as pure planning over decoded facts (no I/O, no Spark).
+
+Rules as in DefaultMessageStore.load/recover/start of 4.9.8 and 5.3.3, checked against the golden
+`*-recovered` stores, one concern per module:
+
+- `start`: the start segment, the truncation point P, segments deleted, the dispatch's settings
+- `queues`: consume-queue load state, re-dispatch into a queue, truncateDirtyLogicFiles, file bytes
+- `index`: index files kept at load, resuming the index (the boundary record indexed twice), rolls
+- `reput`: where 4.x start() re-dispatches from (5.x: nothing)
+- `checkpoint_after`: the checkpoint left after recovery, a start and a clean shutdown
+
+The names below are the package's interface (`from storage_format import recovery as rules`).
+"""
+from __future__ import annotations
+
+from ..errors import RecoveryError
+from .checkpoint_after import checkpoint_after
+from .index import (DispatchPass, IndexFileInfo, IndexResume, IndexTarget, KeyBatch, index_files_after_load,
+                    resume_index)
+from .queues import (QueueEntries, QueueLoad, QueueState, dropped_at_load, load_queue, render_queue_file,
+                     render_units)
+from .reput import post_start_reput_from
+from .start import (END_OF_LOG, SEGMENT_HEAD_BYTES, SegmentHead, StartChoice, Truncation, choose_start_segment,
+                    dispatch_settings, head_matches, read_segment_head, segments_to_delete, start_bound,
+                    truncation_point)
+
+__all__ = [
+    "RecoveryError", "checkpoint_after", "DispatchPass", "IndexFileInfo", "IndexResume", "IndexTarget", "KeyBatch",
+    "index_files_after_load", "resume_index", "QueueEntries", "QueueLoad", "QueueState", "dropped_at_load",
+    "load_queue", "render_queue_file", "render_units", "post_start_reput_from", "END_OF_LOG", "SEGMENT_HEAD_BYTES",
+    "SegmentHead", "StartChoice", "Truncation", "choose_start_segment", "dispatch_settings", "head_matches",
+    "read_segment_head", "segments_to_delete", "start_bound", "truncation_point",
+]

@@ -1,0 +1,51 @@
+"""The checkpoint a broker leaves after recovery, a start and a clean shutdown.
+
+physicMsgTimestamp unchanged (nothing is appended); logicsMsgTimestamp = store time of the last
+dispatched NOT/COMMIT record; indexMsgTimestamp = end time of the last full index file the dispatch
+rolled away from (the flush thread writes it), else unchanged; 5.x confirmPhyOffset = start offset of
+the last valid record found (the start segment's offset if none), or the controller's confirm offset.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..checkpoint import Checkpoint
+from ..confirm_offset import RecoveredConfirm
+
+
+def checkpoint_after(cp: Checkpoint, generation: int, abnormal: bool, last_cq_record_ts: int | None,
+                     rolled_full_end_ts: list[int], last_valid_record_offset: int | None,
+                     start_offset: int, log_end: int,
+                     confirm: RecoveredConfirm | None = None) -> tuple[Checkpoint, dict[str, str]]:
+    """The checkpoint a broker leaves after this recovery, a start and a clean shutdown, with why.
+    `confirm` (5.x) is the confirm offset from confirm_offset.py; without it, the plain rule."""
+    why: dict[str, str] = {"physic_msg_timestamp": "unchanged: recovery appends nothing to the commit log, "
+                                                   "so the commit-log flush never moves it"}
+    logics = cp.logics_msg_timestamp
+    if last_cq_record_ts is not None:
+        logics = last_cq_record_ts
+        why["logics_msg_timestamp"] = ("store time of the last re-dispatched NOT/COMMIT record (set on every "
+                                       "consume-queue put, including skipped ones)")
+    else:
+        why["logics_msg_timestamp"] = "unchanged: no NOT/COMMIT record was re-dispatched"
+    index = cp.index_msg_timestamp
+    if rolled_full_end_ts:
+        index = rolled_full_end_ts[-1]
+        why["index_msg_timestamp"] = ("endTimestamp of the last full index file recovery rolled away from (the "
+                                      "index flush thread stores it when it flushes a full file)")
+    else:
+        why["index_msg_timestamp"] = "unchanged: recovery did not roll away from a full index file"
+    out = replace(cp, logics_msg_timestamp=logics, index_msg_timestamp=index)
+    if generation >= 5:
+        why["master_flushed_offset"] = "unchanged (only set in controller / slave roles)"
+        if confirm is not None:
+            why["confirm_phy_offset"] = confirm.why
+            return replace(out, confirm_phy_offset=confirm.offset), why
+        if abnormal:
+            offset = last_valid_record_offset if last_valid_record_offset is not None else start_offset
+        else:
+            offset = last_valid_record_offset if last_valid_record_offset is not None else log_end
+        out = replace(out, confirm_phy_offset=offset)
+        why["confirm_phy_offset"] = ("start offset of the last valid record the recovery scan found "
+                                     "(CommitLog.setConfirmOffset(lastValidMsgPhyOffset))")
+    return out, why
