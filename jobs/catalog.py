@@ -10,15 +10,11 @@ only records past it; when nothing is new it commits nothing. The first run crea
 """
 from __future__ import annotations
 
-import sys
-import uuid
-from collections import Counter
-from pathlib import Path
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-if __package__ in (None, ""):  # spark-submit jobs/catalog.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import uuid  # noqa: E402
+from collections import Counter  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction  # noqa: E402
@@ -27,11 +23,13 @@ from deltalake.transaction import AddAction  # noqa: E402
 
 from jobs.pipeline.catalog_stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
-from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
+from jobs.pipeline.cli import (EXIT_OK, JobError, check_report, check_store, emit, parser,  # noqa: E402
+                               progress_quiet, run_main, settings_from, warn)
 from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.store_gate import store_settings  # noqa: E402
+from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
@@ -58,13 +56,6 @@ def open_table(table: Location, include_body: bool) -> DeltaTable:
         if DeltaTable.is_deltatable(table.uri):  # created by a concurrent run
             return DeltaTable(table.uri)
         raise
-
-
-def check_paths(store: Location, table: Location) -> None:
-    """The table must be outside the store (the store is only read) and must not contain it."""
-    s, t = store.uri.rstrip("/") + "/", table.uri.rstrip("/") + "/"
-    if t.startswith(s) or s.startswith(t):
-        raise JobError(f"--table {table.uri} must be outside the store {store.uri} (and not contain it)")
 
 
 def table_has_body(delta: DeltaTable, include_body: bool) -> bool:
@@ -112,7 +103,7 @@ def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: C
 def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
             include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False) -> dict:
     """Append the store's records past the table's high-water mark; returns the run's report."""
-    check_paths(store, table)
+    check_outside(store, table, "--table")
     sid = store_id or store.uri
     app = app_id(sid)
     delta = open_table(table, include_body)
@@ -127,8 +118,8 @@ def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *
               "scan_end": result.end.as_list() if result.end else None, "gap": None}
     if since is not None and result.segments and result.segments[0].start > since:
         report["gap"] = [since, result.segments[0].start]
-        print(f"reput catalog: warning: commit log between {since} and {result.segments[0].start} is gone "
-              f"(segments expired?); those records are not in the catalog", file=sys.stderr)
+        warn("catalog", f"commit log between {since} and {result.segments[0].start} is gone (segments expired?); "
+                        f"those records are not in the catalog")
     if since is not None and end < since and result.segments:
         raise JobError(f"the store's valid commit log ends at {end}, before the table's high-water mark {since} "
                        f"for {app}: the store was truncated or is a different store (use another --store-id)")
@@ -173,19 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store-id", help="name of this store in the table (default: the store's absolute path); "
                                       "keep it when the store moves or when cataloguing a copy")
     p.add_argument("--include-body", action="store_true", help="also store message bodies (new tables only)")
-    p.add_argument("--json", action="store_true", help="print the run's report as JSON")
     args = p.parse_args(argv)
-    settings = settings_from(args)
-    settings = store_settings(location(args.store), settings, args.broker_config is not None)
-    spark = get_spark("catalog", args.master)
-    report = catalog(spark, location(args.store), location(args.table), settings, store_id=args.store_id,
-                     include_body=args.include_body,
-                     split_size=args.split_size,
-                     quiet=args.json)
-    if args.json:
-        print_json(report)
-    else:
-        _print_human(report)
+    store, settings = check_store(args, settings_from(args))
+    table = location(args.table)
+    warn_if_running("catalog", store)
+    check_outside(store, table, "--table")
+    report_loc = check_report(args, store)
+    spark = job_spark(args, "catalog")
+    report = catalog(spark, store, table, settings, store_id=args.store_id, include_body=args.include_body,
+                     split_size=args.split_size, quiet=progress_quiet(args))
+    emit(args, report, _print_human, report_loc)
     return EXIT_OK
 
 

@@ -9,20 +9,15 @@ Plain text by default, one JSON object per line with --json. Exit status 0 = dum
 """
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-if __package__ in (None, ""):  # spark-submit jobs/dump.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import json  # noqa: E402
 
-from jobs.pipeline.cli import EXIT_OK, JobError, parser, run_main, settings_from  # noqa: E402
-from jobs.pipeline.store_gate import store_settings  # noqa: E402
+from jobs.pipeline.cli import EXIT_OK, check_store, parser, run_main, settings_from  # noqa: E402
 from jobs.pipeline.dump_text import row_lines  # noqa: E402
 from jobs.pipeline.dumps import dump_index, dump_queue, dump_records  # noqa: E402
-from jobs.pipeline.fs import location  # noqa: E402
+from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 
 DEFAULT_COUNT = 20
 
@@ -30,7 +25,8 @@ DEFAULT_COUNT = 20
 def _args(argv: list[str] | None):
     """Command line: exactly one of the three things to dump."""
     p = parser("dump", "Dump one consume queue, commit-log records from an offset, or one index file "
-                       "(like mqadmin queryCq/printMsgByQueue and kafka-dump-log).")
+                       "(like mqadmin queryCq/printMsgByQueue and kafka-dump-log).",
+               json_help="one JSON object per line instead of text", report=False)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--topic", help="with --queue: dump this consume queue")
     what.add_argument("--offset", type=int, help="dump commit-log records from this physical offset (a record's start)")
@@ -40,7 +36,6 @@ def _args(argv: list[str] | None):
                    help="first queue offset (default: the queue's first entry) or first index entry position (default 1)")
     p.add_argument("--count", type=int, help=f"how many entries/records (default {DEFAULT_COUNT}; "
                                              f"index entries are listed only when --count is given)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     args = p.parse_args(argv)
     if args.topic is not None and args.queue is None:
         p.error("--topic needs --queue")
@@ -56,11 +51,8 @@ def _args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     """Entry point: read what was asked and print it row by row."""
     args = _args(argv)
-    settings = settings_from(args)
-    store = location(args.store)
-    settings = store_settings(store, settings, args.broker_config is not None)
-    if not store.is_dir():
-        raise JobError(f"{store.uri}: not a directory")
+    store, settings = check_store(args, settings_from(args))
+    warn_if_running("dump", store)
     count = DEFAULT_COUNT if args.count is None else args.count
     if args.topic is not None:
         rows = dump_queue(store, settings, args.topic, args.queue, args.first, count)

@@ -10,23 +10,19 @@ By offset message id: the id's physical offset is read directly. No Spark is nee
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import string
-import sys
-from pathlib import Path
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-if __package__ in (None, ""):  # spark-submit jobs/query.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import string  # noqa: E402
 
-from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, parser, print_json, run_main,  # noqa: E402
-                               settings_from)
-from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, check_report, check_store, emit,  # noqa: E402
+                               parser, run_main, settings_from, warn)
+from jobs.pipeline.fs import Location  # noqa: E402
+from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
-from jobs.pipeline.store_gate import store_settings  # noqa: E402
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
@@ -111,9 +107,9 @@ def by_scan(args: argparse.Namespace, topic: str | None, key: str, uniq: bool, b
     from pyspark.sql import functions as F
 
     from jobs.pipeline.commitlog_source import read_commitlog
-    from jobs.pipeline.session import get_spark
+    from jobs.pipeline.session import job_spark
 
-    spark = get_spark("query", args.master)
+    spark = job_spark(args, "query")
     df = read_commitlog(spark, args.store, args.broker_config, args.split_size)
     df = df.filter((F.col("transaction_type") != TRAN_ROLLBACK) & F.col("store_timestamp").between(begin, end))
     if topic is not None:
@@ -139,17 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scan", action="store_true",
                    help="search the commit log with Spark instead of the index (slow; needs no index files)")
     p.add_argument("--show-body", action="store_true", help="print whole bodies (decompressed)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     if args.key is not None and not args.topic:
         p.error("--key needs --topic (the index key is topic#key)")
     if args.max_num <= 0:
         p.error("--max-num must be positive")
-    settings = settings_from(args)
-    store = location(args.store)
-    settings = store_settings(store, settings, args.broker_config is not None)
-    if not store.is_dir():
-        raise JobError(f"{store.uri}: not a directory")
+    store, settings = check_store(args, settings_from(args))
+    warn_if_running("query", store)
+    report_loc = check_report(args, store)
     reader = RecordReader(store, settings)
     result: dict = {"store": store.uri, "query": {}, "index_files": None, "lookups": [], "hash_collisions": [],
                     "unreadable": [], "warnings": [], "messages": []}
@@ -176,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             result["unreadable"].append({"physical_offset": off, "reason": why})
         else:
             result["messages"].append(message_dict(msg, args.show_body))
-    if args.json:
-        print_json(result)
-    else:
-        print_human(result, args.show_body)
+    emit(args, result, lambda r: print_human(r, args.show_body), report_loc)
     return EXIT_OK if result["messages"] else EXIT_FINDINGS
 
 
@@ -250,7 +240,7 @@ def print_human(r: dict, show_body: bool) -> None:
                 for s in lk["files_skipped"]:
                     print(f"  skipped index/{s['file']}: {s['reason']}")
     for w in r["warnings"]:
-        print(f"WARNING: {w}")
+        warn("query", w)
     for u in r["unreadable"]:
         print(f"unreadable offset {u['physical_offset']}: {u['reason']}")
     print(f"{len(r['messages'])} message(s)")

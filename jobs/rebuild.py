@@ -6,40 +6,31 @@ beside itself in a staging directory, checked, then renamed into place.
 """
 from __future__ import annotations
 
-import datetime as dt
-import sys
-import time
-from pathlib import Path
-from zoneinfo import ZoneInfo
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-if __package__ in (None, ""):  # spark-submit jobs/rebuild.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
-from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, parser, print_json, run_main,  # noqa: E402
-                              settings_from)
-from jobs.pipeline.store_gate import store_settings  # noqa: E402
+from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
+                               json_bytes, parser, progress_quiet, run_main, settings_from, time_zone, warn)
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-report.json"
-
-
-def check_paths(store: Location, out: Location) -> None:
-    """OUT must be outside the store (the store is never written) and must not contain it."""
-    s, o = store.uri.rstrip("/") + "/", out.uri.rstrip("/") + "/"
-    if o.startswith(s) or s.startswith(o):
-        raise JobError(f"--out {out.uri} must be outside the store {store.uri} (and not contain it)")
 
 
 def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:
@@ -59,7 +50,8 @@ def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, in
         raise JobError(f"staged output failed its check (missing {missing}, unexpected {extra}, wrong size {wrong})")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
     p = parser("rebuild", "Rebuild consume queues and index files from a RocketMQ commit log, byte-exact.")
     p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
     p.add_argument("--only", choices=("consumequeue", "index"), help="build only this artifact")
@@ -69,26 +61,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accept-invalid-tail", action="store_true",
                    help="rebuild up to the first invalid record (as the broker dispatches) instead of refusing "
                         "a commit log that does not end cleanly")
-    p.add_argument("--json", action="store_true", help="print the run report as JSON")
     add_generation_flag(p)
-    args = p.parse_args(argv)
-    settings = settings_from(args)
-    store, out = location(args.store), location(args.out)
-    settings = store_settings(store, settings, args.broker_config is not None)
-    check_paths(store, out)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check what is cheap to check, then scan, build, check the staged files and publish them."""
+    args = _args(argv)
+    quiet = progress_quiet(args)
+    store, settings = check_store(args, settings_from(args))
+    out = location(args.out)
+    warn_if_running("rebuild", store)
+    check_outside(store, out, "--out")
+    report_loc = check_report(args, store)
     topics = {t for t in args.topics.split(",") if t} if args.topics else None
-    tz = ZoneInfo(args.index_name_tz)
+    tz = time_zone("--index-name-tz", args.index_name_tz)
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings)
-    spark = get_spark("rebuild", args.master)
+    staging = Staging(out, overwrite=args.overwrite)  # refuses an existing OUT before Spark starts
+    spark = job_spark(args, "rebuild")
     timings: dict[str, float] = {}
     started = time.monotonic()
-    with Staging(out, overwrite=args.overwrite) as staging:
+    with staging:
         t0 = time.monotonic()
         scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
                           split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
-                          quiet=args.json)
+                          quiet=quiet)
         timings["decode_s"] = time.monotonic() - t0
         pause_at("after-decode")
         problems = scan.tail_problems()
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
                            "first, or pass --accept-invalid-tail to rebuild up to that point")
         for problem in problems:
-            print(f"reput rebuild: warning: {problem}", file=sys.stderr)
+            warn("rebuild", problem)
         cq_files: dict[str, int] = {}
         parallelism = spark.sparkContext.defaultParallelism
         t0 = time.monotonic()
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         task_seconds = {"consumequeue": 0.0, "index": 0.0}
         longest = {"consumequeue": 0.0, "index": 0.0}
         for kind, result, seconds in run_tasks(spark, index_tasks + cq_tasks, build_files,
-                                               "consume queues + index files", quiet=args.json):
+                                               "consume queues + index files", quiet=quiet):
             task_seconds[kind] += seconds
             longest[kind] = max(longest[kind], seconds)
             if kind == "index":
@@ -145,15 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
-        staging.dir.child(REPORT_NAME).write_bytes(_json_bytes(report))
+        staging.dir.child(REPORT_NAME).write_bytes(json_bytes(report))
         staging.publish()
-    if args.json:
-        print_json(report)
-    else:
-        print(f"rebuilt {report['consumequeue_files']} consume-queue files and {len(index_names)} index files "
-              f"from {report['message_records']} records into {out.uri} in {timings['total_s']:.1f}s "
-              f"(scan ended: {report['scan_end']})")
+    emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _print_human(r: dict) -> None:
+    print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
+          f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
+    print(f"scan ended: {r['scan_end_detail']}")
 
 
 def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict, index_names: list[str],
@@ -185,11 +185,6 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "index_name_time_zone": args.index_name_tz,
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
-
-
-def _json_bytes(obj: dict) -> bytes:
-    import json
-    return json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8")
 
 
 if __name__ == "__main__":

@@ -2,37 +2,35 @@
 offline with Spark exactly as the broker's own start-up recovery would leave it.
 
 Modes: `--out OUT` writes the recovered store to OUT (STORE is only read); `--dry-run` prints (and with
-`--plan FILE` writes) the plan: a summary for people, JSON with `--json`; `--in-place --backup-dir DIR` applies the plan to STORE with a
-backup and a journal (`--resume` / `--rollback` finish or undo a run that was killed). `--full-index`
+`--report FILE` writes) the plan: a summary for people, JSON with `--json`; `--in-place --backup-dir DIR`
+applies the plan to STORE with a backup and a journal (`--resume` / `--rollback` finish or undo a run that was killed). `--full-index`
 rebuilds the whole index instead of resuming it. Exit status 0 = done (or nothing to do), 2 = error.
 """
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
-import time
-import uuid
-from pathlib import Path
-from zoneinfo import ZoneInfo
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-if __package__ in (None, ""):  # spark-submit jobs/recover.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from jobs.pipeline import inplace  # noqa: E402
 from jobs.pipeline import recover_text as text  # noqa: E402
-from jobs.pipeline.cli import EXIT_OK, JobError, parser, print_json, run_main, settings_from  # noqa: E402
-from jobs.pipeline.store_gate import store_settings, commitlog_dir  # noqa: E402
-from storage_format.store_layout import commitlog_path  # noqa: E402
+from jobs.pipeline.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
+                               print_json, progress_quiet, run_main, settings_from, time_zone, warn)
+from jobs.pipeline.failure import Interrupted  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
+from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
-from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.session import job_spark  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
+from storage_format.store_layout import commitlog_path  # noqa: E402
 
 REPORT_NAME = "reput-recover-report.json"
 
@@ -43,7 +41,7 @@ def _args(argv: list[str] | None):
                           "way the broker's start-up recovery does, but offline and in parallel.")
     p.add_argument("--out", help="write the recovered store here (must not exist unless --overwrite)")
     p.add_argument("--dry-run", action="store_true", help="only print the plan (a summary; JSON with --json); write no store files")
-    p.add_argument("--plan", help="also write the plan (JSON) to this file")
+    p.add_argument("--plan", dest="report", help=argparse.SUPPRESS)  # the old name of --report
     p.add_argument("--in-place", action="store_true", help="apply the plan to STORE itself (needs --backup-dir)")
     p.add_argument("--backup-dir", help="with --in-place: every file changed or deleted is copied here first")
     p.add_argument("--resume", action="store_true", help="finish an interrupted --in-place run (no Spark)")
@@ -55,9 +53,12 @@ def _args(argv: list[str] | None):
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
-    p.add_argument("--work", help="directory for the scan's intermediate files (default: beside OUT, in the "
-                                  "store for --in-place, a temporary directory for --dry-run)")
-    p.add_argument("--json", action="store_true", help="print the plan/result as JSON instead of the summary")
+    p.add_argument("--force", action="store_true",
+                   help="plan (--dry-run) or write --out even though a running broker holds the store's lock "
+                        "(the result describes a store that is still changing; never for --in-place)")
+    p.add_argument("--work-dir", help="directory for the scan's intermediate files (default: beside OUT, in the "
+                                      "store for --in-place, a temporary directory for --dry-run)")
+    p.add_argument("--work", dest="work_dir", help=argparse.SUPPRESS)  # the old name of --work-dir
     args = p.parse_args(argv)
     if args.resume or args.rollback:
         if args.resume and args.rollback:
@@ -87,6 +88,7 @@ def _run(args) -> int:
     """Dispatch to resume/rollback, dry run, OUT or in-place."""
     store = location(args.store)
     if args.resume or args.rollback:
+        refuse_if_running(store, args.force, forceable=False)
         path = inplace.local_store(store.uri)
         result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
         if args.json:
@@ -94,14 +96,16 @@ def _run(args) -> int:
         else:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
-    settings = settings_from(args)
-    settings = store_settings(store, settings, args.broker_config is not None)
-    if not commitlog_dir(store, settings).is_dir():
-        raise JobError(f"{commitlog_dir(store, settings).uri}: not a broker store (no commitlog directory)")
-    tz = ZoneInfo(args.index_name_tz)
-    split_size = args.split_size
-    kw = dict(split_size=split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
-              quiet=args.json)
+    store, settings = check_store(args, settings_from(args))
+    args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
+    if args.broker.running:
+        warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")
+    tz = time_zone("--index-name-tz", args.index_name_tz)
+    args.report_loc = check_report(args, store)
+    if args.work_dir:
+        check_outside(store, location(args.work_dir), "--work-dir")
+    kw = dict(split_size=args.split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
+              quiet=progress_quiet(args))
     if args.dry_run:
         return _dry_run(args, store, settings, kw)
     if args.out:
@@ -110,22 +114,27 @@ def _run(args) -> int:
 
 
 def _write_plan(args, summary: dict) -> None:
-    """Write the plan JSON where --plan says."""
-    if args.plan:
-        Path(args.plan).write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    """Write the plan JSON where --report says (first noting a running broker, --force)."""
+    if args.broker.running:  # stated first
+        rest = dict(summary)
+        summary.clear()
+        summary.update(broker_running=args.broker.describe(), **rest)
+        summary.setdefault("warnings", []).insert(0, f"{args.broker.describe()}: the store is still changing")
+    if args.report_loc is not None:
+        args.report_loc.write_bytes(json_bytes(summary))
 
 
 def _own_work(args, default: Location) -> Location:
-    """A fresh directory for the scan's intermediate files (inside --work when given); removed afterwards."""
-    if args.work:
-        return location(args.work).child(f"reput-recover-work-{uuid.uuid4().hex[:12]}")
+    """A fresh directory for the scan's intermediate files (inside --work-dir when given); removed afterwards."""
+    if args.work_dir:
+        return location(args.work_dir).child(f"reput-recover-work-{uuid.uuid4().hex[:12]}")
     default.delete_tree()  # leftovers of a killed run
     return default
 
 
 def _dry_run(args, store: Location, settings, kw) -> int:
     """Plan only: print (and write) the plan; no store files are written."""
-    spark = get_spark("recover", args.master)
+    spark = job_spark(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
         plan = plan_recovery(spark, store, settings, work, audit=True, **kw)
@@ -142,13 +151,12 @@ def _dry_run(args, store: Location, settings, kw) -> int:
 
 def _broker_state(store: Location) -> str | None:
     """Whether a broker holds the store's lock right now (local stores; None where nobody can tell)."""
-    try:
-        path = inplace.local_store(store.uri)
-    except JobError:
+    if not is_local(store):
         return None
-    if inplace.broker_holds_lock(path):
-        return f"RUNNING: {path / 'lock'} is locked; the tail after the last dispatched position is in flight"
-    return f"not running ({path / 'lock'} is not locked)"
+    lock = broker_lock(store)
+    if lock.running:
+        return f"RUNNING: {lock.describe()}; the tail after the last dispatched position is in flight"
+    return f"not running ({lock.path} is not locked)"
 
 
 def _print_lines(lines: list[str]) -> None:
@@ -156,19 +164,13 @@ def _print_lines(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
-def _check_outside(store: Location, other: Location, what: str) -> None:
-    """OUT / the backup must not be inside the store (nor contain it)."""
-    s, o = store.uri.rstrip("/") + "/", other.uri.rstrip("/") + "/"
-    if o.startswith(s) or s.startswith(o):
-        raise JobError(f"{what} {other.uri} must be outside the store {store.uri} (and not contain it)")
-
-
 def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     """Write the recovered store to OUT through a staging directory renamed into place."""
-    _check_outside(store, out, "--out")
-    spark = get_spark("recover", args.master)
+    check_outside(store, out, "--out")
+    staging = Staging(out, overwrite=args.overwrite)  # refuses an existing OUT before Spark starts
+    spark = job_spark(args, "recover")
     started = time.monotonic()
-    with Staging(out, overwrite=args.overwrite) as staging:
+    with staging:
         work = _own_work(args, staging.work)
         plan = plan_recovery(spark, store, settings, work, **kw)
         output = plan_output(plan, with_copies=True)
@@ -181,7 +183,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
             summary["index"]["to_create"] = names
         summary["out"] = out.uri
         summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
-        staging.dir.child(REPORT_NAME).write_bytes(json.dumps(summary, indent=2, ensure_ascii=False).encode())
+        staging.dir.child(REPORT_NAME).write_bytes(json_bytes(summary))
         work.delete_tree()
         staging.publish()
     _write_plan(args, summary)
@@ -206,11 +208,9 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
                        f"the store, which the in-place switch does not cover; recover with --out instead")
     path = inplace.local_store(store.uri)
     backup = Path(args.backup_dir).resolve()
-    _check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
+    check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
-    if inplace.broker_holds_lock(path):
-        raise JobError(f"{path / 'lock'} is locked: a broker is running on this store; stop it first")
-    spark = get_spark("recover", args.master)
+    spark = job_spark(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
         plan = plan_recovery(spark, Location(str(path)), settings, work, **kw)
@@ -228,7 +228,13 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     ops = inplace.build_ops(path, staging, rendered, output.deleted)
     if names:
         summary["index"]["to_create"] = names
-    manifest = inplace.apply(path, staging, backup, ops, summary)
+    try:
+        manifest = inplace.apply(path, staging, backup, ops, summary)
+    except KeyboardInterrupt:
+        if (path / inplace.JOURNAL).exists():
+            raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
+                              f"with --rollback --backup-dir {backup}") from None
+        raise
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"])}
     _report(args, plan, summary, f"{path} recovered in place ({len(ops)} file operations; backup in {backup})")
     return EXIT_OK
@@ -242,20 +248,5 @@ def _report(args, plan: RecoveryPlan, summary: dict, headline: str) -> None:
         _print_lines(text.result_lines(summary, headline))
 
 
-def _entry(argv: list[str] | None = None) -> None:
-    """`python -m jobs.recover`: exit 0 or 2, never a bare traceback."""
-    try:
-        run_main("recover", main, argv)
-    except SystemExit:
-        raise
-    except Exception as exc:  # never a bare traceback: Spark task failures arrive as Py4J/PySpark errors
-        if os.environ.get("REPUT_DEBUG"):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"reput recover: error: {type(exc).__name__}: {first} (set REPUT_DEBUG=1 for the traceback)",
-              file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    _entry()
+    run_main("recover", main)

@@ -8,29 +8,27 @@ directory outside it, removed afterwards). Exit status: 0 consistent, 1 inconsis
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import sys
-import tempfile
-import time
-import uuid
-from collections import defaultdict
-from pathlib import Path
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
 
-from pyspark.sql import SparkSession
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
-if __package__ in (None, ""):  # spark-submit jobs/verify.py: make the repo root importable, and drop
-    # jobs/ itself from the path (jobs/inspect.py would shadow the standard library's inspect)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pyspark.sql import SparkSession  # noqa: E402
 
 from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
-from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_generation_flag, parser,  # noqa: E402
-                               print_json, run_main, settings_from)
+from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
+                               emit, parser, progress_quiet, run_main, settings_from)
 from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.live_broker import dispatched_end, warn_if_running  # noqa: E402
+from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import get_spark  # noqa: E402
+from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.findings import Findings, detail_order  # noqa: E402
 from jobs.pipeline.verify_cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
@@ -41,43 +39,41 @@ from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.store_gate import store_settings, commitlog_dir  # noqa: E402
+from jobs.pipeline.store_gate import commitlog_dir  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
 
 
-def inside(child: Location, parent: Location) -> bool:
-    """Is `child` the same as or below `parent`?"""
-    c, p = child.uri.rstrip("/") + "/", parent.uri.rstrip("/") + "/"
-    return c.startswith(p)
-
-
 def work_location(store: Location, work_dir: str | None) -> Location:
     """A fresh work directory outside the store (under --work-dir, else the system temp dir)."""
     base = location(work_dir) if work_dir else location(tempfile.gettempdir())
     work = base.child(f"reput-verify-{uuid.uuid4().hex[:12]}")
-    if inside(work, store) or inside(store, work):
-        raise JobError(f"work directory {work.uri} must be outside the store {store.uri}")
+    check_outside(store, work, "--work-dir")
     return work
 
 
 def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
-           limit: DispatchLimit = NO_LIMIT, generation: int | None = None) -> tuple[ScanResult, Findings, dict]:
+           limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
+           in_flight_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
-    confirm offset `limit`) implies; returns the scan, findings and counts."""
+    confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
+    is running): differences past it are in flight, counted apart."""
     scan = scan_store(spark, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation)
-    pointers = pointer_check(scan)
+    pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
     found = Findings()
     for problem in scan.tail_problems():
         # The broker stops dispatching at the first invalid record: what follows is unreachable.
         end = scan.end
+        if in_flight_from is not None:  # a record the running broker is still appending
+            found.add_in_flight("commitlog", "invalid_tail")
+            continue
         found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
                   offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
-    stats: dict[str, int] = {}
+    stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     parallelism = spark.sparkContext.defaultParallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
@@ -100,53 +96,55 @@ def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work:
                 found.merge(f)
         else:
             orphan_index_findings(index_dir, found)
+        if in_flight_from is not None:
+            index_in_flight(index_dir, found)
         stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
         stats["index_files_checked"] = found.files_checked - before
     return scan, found, stats
 
 
+def index_in_flight(index_dir: Location, found: Findings) -> None:
+    """A running broker is writing its newest index file, and may have files still to create: their
+    differences are in flight."""
+    names = [i.base_name for i in index_dir.list() if i.type.name == "File"]
+    paths = {f"index/{names[-1]}"} if names else set()
+    paths |= {d["path"] for d in found.details if d["kind"] == "missing_file" and d["artifact"] == "index"
+              and d.get("file_number", -1) >= len(names)}
+    for path in paths:
+        found.move_to_in_flight("index", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("verify", "Check a RocketMQ store's consume queues and index files against its commit log.")
-    p.add_argument("--report", help="write the full findings as JSON to this file (outside the store)")
     p.add_argument("--only", choices=("consumequeue", "index"), help="check only this artifact")
     p.add_argument("--work-dir", help="where the temporary work files go (default: the system temp dir); "
                                       "must be outside the store")
     p.add_argument("--max-findings", type=int, default=DEFAULT_MAX_FINDINGS,
                    help=f"detailed findings kept in the report (default {DEFAULT_MAX_FINDINGS}; counts are "
                         f"always complete; at most 20 per file and kind)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
     add_generation_flag(p)
     args = p.parse_args(argv)
-    settings = settings_from(args)
-    store = location(args.store)
-    settings = store_settings(store, settings, args.broker_config is not None)
-    if not store.is_dir():
-        raise JobError(f"{store.uri}: not a directory")
-    report_loc = location(args.report) if args.report else None
-    if report_loc is not None and inside(report_loc, store):
-        raise JobError(f"--report {report_loc.uri} must be outside the store (verify never writes into it)")
+    store, settings = check_store(args, settings_from(args))
+    report_loc = check_report(args, store)
+    live = warn_if_running("verify", store, "; differences there are counted apart, not as findings")
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = work_location(store, args.work_dir)
     limit = store_dispatch_limit(store, settings)
-    spark = get_spark("verify", args.master)
+    spark = job_spark(args, "verify")
     started = time.monotonic()
     try:
         work.makedirs()
         scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
-                                    split_size=args.split_size, quiet=args.json, limit=limit,
-                                    generation=args.rocketmq_version)
+                                    split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
+                                    generation=args.rocketmq_version,
+                                    in_flight_from=dispatched_end(store) if live.running else None)
     finally:
         work.delete_tree()
     report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,
                           time.monotonic() - started)
     report["dispatch"] = dispatch_report("verify", limit, scan)
-    if report_loc is not None:
-        report_loc.write_bytes(json.dumps(report, indent=2, ensure_ascii=False).encode("utf-8"))
-    if args.json:
-        print_json(report)
-    else:
-        print_summary(report, args.report)
+    emit(args, report, lambda r: print_summary(r, args.report), report_loc)
     return EXIT_FINDINGS if found.fails() else EXIT_OK
 
 
@@ -182,6 +180,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         **stats,
         "finding_counts": dict(sorted(found.counts.items())),
         "findings_total": found.total(),
+        "in_flight": dict(sorted(found.in_flight.items())),
         "details_kept": min(len(details), args.max_findings),
         "details_dropped": max(0, len(details) - args.max_findings) + (found.total() - len(details)),
         "per_queue": {q: dict(k) for q, k in sorted(per_queue.items())},
@@ -227,7 +226,8 @@ def print_summary(r: dict, report_path: str | None) -> None:
     c = r["commitlog"]
     print(f"store {r['store']}")
     print(f"commit log: {c['message_records']} records in {c['segments']} segments, valid up to offset "
-          f"{c['max_physical_offset']} (scan ended: {c['scan_end']})")
+          f"{c['max_physical_offset']}")
+    print(f"scan ended: {c['scan_end_detail']}")
     if r["checked"]["consumequeue"]:
         print(f"consume queues: {r.get('consumequeue_files_checked', 0)} files compared")
     if r["checked"]["index"]:
@@ -235,6 +235,9 @@ def print_summary(r: dict, report_path: str | None) -> None:
               f"{r.get('index_files_checked', 0)} compared")
     elif r["checked"]["index_disabled_by_config"]:
         print("index: not checked (messageIndexEnable=false)")
+    if r["in_flight"]:
+        print(f"in flight (a broker is running; not findings): {sum(r['in_flight'].values())} differences past "
+              f"commit-log offset {r['in_flight_from']}, the last dispatched position")
     if not r["findings_total"]:
         print("CONSISTENT: every checked file is what the commit log implies")
         return

@@ -23,3 +23,7 @@ class SettingsError(ValueError):
 
 class RecoveryError(Exception):
     """The store is in a state the broker's recovery rules do not cover (reported, never guessed)."""
+
+
+class ScanError(Exception):
+    """A store that cannot be scanned as a whole (no commit log, a missing or overlapping segment)."""

@@ -83,7 +83,7 @@ def test_empty_and_missing_commitlog(spark, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         run_main("rebuild", main, ["--store", str(store), "--out", str(tmp_path / "o2")])
     assert exc.value.code == 2
-    assert "no commitlog directory" in capsys.readouterr().err
+    assert "no commitlog/ directory" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
 
 

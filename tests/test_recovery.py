@@ -483,13 +483,14 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
 
 
 def test_bad_store_exits_2_naming_file_and_offset(spark, golden, tmp_path, capsys):
-    from jobs.recover import _entry
+    from jobs.pipeline.cli import run_main
+    from jobs.recover import main
 
     store = writable_copy(golden / "unclean-11", tmp_path / "store")
     bad = store / "consumequeue" / "Pay-Events" / "0" / "00000000000000002000"
     bad.write_bytes(bad.read_bytes()[:1990])
     with pytest.raises(SystemExit) as exit_info:
-        _entry(["--store", str(store), "--broker-config", str(CONF), "--dry-run"])
+        run_main("recover", main, ["--store", str(store), "--broker-config", str(CONF), "--dry-run"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "error:" in err and str(bad) in err and "1990" in err and "Traceback" not in err, err

@@ -304,3 +304,34 @@ def test_pointer_check_names_what_an_offset_holds(golden):
     assert check.classify(blank_at) == "blank"
     assert check.classify(0, 0x7FFFFFFF) == "filler"
     assert check.classify(end) == "past_end" and check.classify(-1) == "before_start"
+
+
+@pytest.mark.parametrize("thing", ["directory", "fifo"])
+def test_directory_or_fifo_in_place_of_a_consume_queue_file(thing, spark, store, tmp_path):
+    """Only regular files are read: a directory or a FIFO (which would block a reader forever) where a
+    consume-queue or index file belongs is a finding, named as what it is."""
+    import os
+    import signal
+
+    rel = "consumequeue/TopicTest/1/00000000000000002000"
+    index = sorted((store / "index").iterdir())[3]
+    for path in (store / rel, index):
+        path.unlink()
+        path.mkdir() if thing == "directory" else os.mkfifo(path)
+    what = "a directory" if thing == "directory" else "a FIFO"
+
+    def hang(*_):
+        raise TimeoutError("verify hangs on a FIFO")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(600)
+    try:
+        code, report = run(store, tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert code == 1
+    found = {(d["kind"], d["path"]): d for d in report["findings"]}
+    assert found[("missing_file", rel)]["detail"].startswith(f"{what} in place of the file")
+    assert found[("unexpected_file", rel)]["detail"] == f"{what}, not a regular file"
+    assert found[("unexpected_file", f"index/{index.name}")]["detail"] == f"{what}, not a regular file"
+    assert any(kind == "missing_file" and path.startswith("index/(expected file") for kind, path in found)

@@ -92,6 +92,8 @@ class Findings:
     by_path: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (path, kind)
     details: list[dict] = field(default_factory=list)
     files_checked: int = 0
+    # What a running broker has not dispatched yet (the tail in flight): counted apart, never a finding.
+    in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, artifact: str, kind_name: str, path: str, count: int = 1, **detail) -> None:
         """Count `count` findings of a registered kind; keep the detail while the file's quota lasts."""
@@ -102,10 +104,26 @@ class Findings:
             self.details.append({"artifact": artifact, "kind": kind_name, "path": path, **detail})
         self.by_path[(path, kind_name)] += count
 
+    def add_in_flight(self, artifact: str, kind_name: str, count: int = 1) -> None:
+        """Count a difference that only says a running broker has not dispatched the tail yet."""
+        self.in_flight[f"{artifact}.{kind(kind_name).name}"] += count
+
+    def move_to_in_flight(self, artifact: str, path: str) -> None:
+        """Every finding of one file is in flight (the file a running broker is writing)."""
+        for (p, kind_name), n in list(self.by_path.items()):
+            if p == path:
+                self.counts[f"{artifact}.{kind_name}"] -= n
+                self.in_flight[f"{artifact}.{kind_name}"] += n
+                del self.by_path[(p, kind_name)]
+        self.counts = defaultdict(int, {k: v for k, v in self.counts.items() if v})
+        self.details = [d for d in self.details if d["path"] != path]
+
     def merge(self, other: "Findings") -> None:
         """Add another task's findings (details keep their own per-file quota)."""
         for k, v in other.counts.items():
             self.counts[k] += v
+        for k, v in other.in_flight.items():
+            self.in_flight[k] += v
         for k, v in other.by_path.items():
             self.by_path[k] += v
         self.details.extend(other.details)

@@ -5,10 +5,17 @@ import errno
 import mmap
 import os
 import posixpath
+import stat
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from storage_format.errors import StoreFormatError
+
+# What a non-regular local file is, for the refusal (pyarrow lists a FIFO as a plain file).
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,24 @@ class Location:
     def size(self) -> int:
         return self.fs.get_file_info(self.path).size
 
+    def not_regular(self) -> str | None:
+        """What the path is when it exists but is not a regular file ("a FIFO", "a directory", ...), else
+        None. Only regular files are ever read: opening a FIFO would wait forever for a writer."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            kind = self.fs.get_file_info(self.path).type
+            return "a directory" if kind == pafs.FileType.Directory else None
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            return None
+        return next((what for test, what in _KINDS if test(mode)), None)
+
+    def check_regular(self) -> None:
+        """Refuse to read anything but a regular file (one line naming the path, never a hang)."""
+        kind = self.not_regular()
+        if kind:
+            raise StoreFormatError(self.uri, None, f"{kind}, not a regular file; reput reads only regular files")
+
     def list(self) -> list[pafs.FileInfo]:
         """Direct children, sorted by name; empty when the directory does not exist."""
         if not self.is_dir():
@@ -60,13 +85,15 @@ class Location:
         return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
 
     def open_input(self) -> pa.NativeFile:
-        """The file opened for random reads (read_at, size); close it, e.g. with `with`."""
+        """The file opened for random reads (read_at, size); close it, e.g. with `with`. Only a regular file."""
+        self.check_regular()
         return self.fs.open_input_file(self.path)
 
     def read_range(self, offset: int, length: int) -> pa.Buffer:
         """Up to `length` bytes from `offset` (fewer at the end of the file). Large ranges of local
         files are memory-mapped read-only instead of copied: the bytes come from the page cache as
         they are touched."""
+        self.check_regular()
         if length >= MMAP_MIN_BYTES and isinstance(self.fs, pafs.LocalFileSystem):
             return _map_range(self.path, offset, length)
         with self.fs.open_input_file(self.path) as f:
@@ -89,6 +116,7 @@ class Location:
             os.close(fd)
 
     def read_bytes(self) -> bytes:
+        self.check_regular()
         with self.fs.open_input_stream(self.path) as f:
             return f.read()
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -33,9 +32,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK
+from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
-from .cli import JobError
+from .failure import JobError
 
 JOURNAL = ".reput-recover.journal"
 STAGING = ".reput-recover.staging"
@@ -106,23 +105,6 @@ def _copy_durable(src: Path, dst: Path) -> None:
     shutil.copystat(src, tmp)
     os.replace(tmp, dst)
     _fsync_dir(dst.parent)
-
-
-def broker_holds_lock(store: Path) -> bool:
-    """True when a running broker holds the store's lock file (it tryLocks byte 0 with fcntl)."""
-    lock = store / LOCK
-    if not lock.exists():
-        return False
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        except OSError:
-            return True
-        fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
-        return False
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import uuid
 
-from .cli import JobError
+from . import interrupt
+from .failure import JobError
 from .faults import pause_at
 from .fs import Location
 
@@ -33,12 +34,15 @@ class Staging:
     def __enter__(self) -> "Staging":
         self.out.parent.makedirs()
         self._remove_leftovers()
+        interrupt.remove_on_interrupt(self, self.dir.delete_tree)  # again once Spark has stopped writing
         self.dir.makedirs()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.dir.delete_tree()
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+            interrupt.forget(self)
 
     def _remove_leftovers(self) -> None:
         """Staging directories of earlier killed runs for the same OUT are garbage."""

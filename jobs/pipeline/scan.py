@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
                                       find_first_record, parse_segment_name)
 from storage_format.consume_queue import has_cq_entry, tags_codes
-from storage_format.errors import SettingsError, StoreFormatError
+from storage_format.errors import ScanError, SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
                                            MultiDispatchRules, is_lmq, rules_for)
@@ -40,10 +40,6 @@ from .workdir import write_cq, write_keys
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
-
-
-class ScanError(Exception):
-    """The store cannot be scanned (missing commit log, segment of the wrong size, bad bytes)."""
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,23 @@
 The embedded driver JVM starts faster from a class-data archive (AppCDS) of the classes a session
 loads: `python -m jobs.pipeline.session` (run by `make venv`) makes it once per venv; sessions then map
 it when it is there. A submitted application is left as spark-submit starts it.
+
+Spark's own log goes to stderr at the job's --log-level (default off: a failure reaches the operator as
+reput's one line; REPUT_DEBUG=1 makes it warn). --quiet also hides the JVM's start-up banner.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from . import interrupt
+from .failure import debug
 
 CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
 # The embedded JVM only schedules tasks (the work is in the Python workers): the quick C1 compiler
@@ -21,6 +29,7 @@ JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 CDS_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 # Python workers are forked from a daemon that has imported the pipeline and loaded the kernels.
 WORKER_DAEMON = "jobs.pipeline.worker_daemon"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2-reput.properties")
 
 
 def under_spark_submit() -> bool:
@@ -39,9 +48,21 @@ def _java_options(dump_to: Path | None = None) -> str:
     return JAVA_OPTIONS
 
 
-def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = None) -> SparkSession:
+def log_level(requested: str | None) -> str:
+    """Spark's log level: the flag, else REPUT_SPARK_LOG_LEVEL, else warn with REPUT_DEBUG, else off."""
+    return (requested or os.environ.get("REPUT_SPARK_LOG_LEVEL") or ("warn" if debug() else "off")).upper()
+
+
+def job_spark(args: argparse.Namespace, app: str) -> SparkSession:
+    """The session for a job's parsed command line (--master, --log-level, --quiet)."""
+    return get_spark(app, args.master, level=args.log_level, quiet=args.quiet)
+
+
+def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = None, *, level: str | None = None,
+              quiet: bool = False) -> SparkSession:
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
     builder = SparkSession.builder.appName(f"reput-{app}")
+    level = log_level(level)
     if master or not under_spark_submit():
         # Workers must run the same interpreter (the venv) as the driver.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -51,14 +72,34 @@ def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = N
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.driver.memory", os.environ.get("REPUT_DRIVER_MEMORY", "4g"))
-                   .config("spark.driver.extraJavaOptions", _java_options(_dump_cds_to))
+                   .config("spark.driver.extraJavaOptions", f"{_java_options(_dump_cds_to)} "
+                           f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} -Dreput.logLevel={level}")
                    .config("spark.sql.shuffle.partitions", "8")
                    .config("spark.python.worker.reuse", "true")
                    .config("spark.python.daemon.module", os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON))
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("REPUT_SPARK_LOG_LEVEL", "WARN"))
+    with interrupt.deferred():
+        spark = _start(builder, quiet and not debug())
+        interrupt.arm(spark.sparkContext)
+    spark.sparkContext.setLogLevel(level)
     return spark
+
+
+def _start(builder: SparkSession.Builder, quiet: bool) -> SparkSession:
+    """getOrCreate; when quiet and a JVM is about to be launched, the JVM (and the Python workers it
+    starts) get /dev/null as stderr, so its banner never shows."""
+    if not quiet or SparkContext._active_spark_context is not None or under_spark_submit():
+        return builder.getOrCreate()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        return builder.getOrCreate()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def make_cds_archive() -> float:

@@ -65,7 +65,13 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
         e, g = exp[i], got[i]
         where = {"queue": f"{topic}/{queue_id}", "entry": first + i, "byte_offset": i * CQ_UNIT_SIZE}
         if got_zero[i]:
-            out.add(art, "missing_entry", rel, **where, expected=_cq_entry(e), found=_cq_entry(g))
+            if pointers.in_flight(int(e["phy"])):
+                out.add_in_flight(art, "missing_entry")
+            else:
+                out.add(art, "missing_entry", rel, **where, expected=_cq_entry(e), found=_cq_entry(g))
+            continue
+        if exp_zero[i] and pointers.in_flight(int(g["phy"])):  # dispatched while this check ran
+            out.add_in_flight(art, "extra_entry")
             continue
         points_at = pointers.classify(int(g["phy"]), int(g["size"]), queue_id, first + i)
         if exp_zero[i]:
@@ -96,10 +102,15 @@ def check_cq(task: CqCheckTask) -> Findings:
         rel = cq_rel(item.topic, item.queue_id, file_name(start))
         loc = b.out.child(item.topic, str(item.queue_id), file_name(start))
         end = task.queue_ends.get(key, 0)
-        if not loc.exists():
+        odd = loc.not_regular()
+        if not odd and not loc.exists() and task.pointers.in_flight(_first_phy(data, file_size)):
+            out.add_in_flight("consumequeue", "missing_file")  # a file the broker has not created yet
+            continue
+        if odd or not loc.exists():
             out.add("consumequeue", "missing_file", rel, queue=f"{item.topic}/{item.queue_id}",
                     entry=start // CQ_UNIT_SIZE, entries=entries,
-                    detail=f"file missing: {entries} entries from entry {start // CQ_UNIT_SIZE} on")
+                    detail=(f"{odd} in place of the file" if odd else "file missing")
+                    + f": {entries} entries from entry {start // CQ_UNIT_SIZE} on")
             continue
         out.files_checked += 1
         compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out)
@@ -107,6 +118,8 @@ def check_cq(task: CqCheckTask) -> Findings:
     for item in b.items:
         qdir = b.out.child(item.topic, str(item.queue_id))
         for info in qdir.list():
+            if qdir.child(info.base_name).not_regular():
+                continue  # reported by disk_cq_files
             start = parse_file_name(info.base_name)
             start = -1 if start is None else start
             if item.first_file <= start <= item.last_file and start not in seen[(item.topic, item.queue_id)]:
@@ -122,6 +135,13 @@ def check_cq(task: CqCheckTask) -> Findings:
         compare_cq_file(None, data, rel, topic, qid, int(name), file_size, task.queue_ends.get((topic, qid), 0),
                         task.pointers, out)
     return out
+
+
+def _first_phy(data: bytes, file_size: int) -> int:
+    """phyOffset of a consume-queue file's first used unit (-1 when it has none)."""
+    units = unpack_entries(data, file_size)
+    used = units["phy"][units["size"] > 0]
+    return int(used[0]) if len(used) else -1
 
 
 def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
@@ -149,9 +169,10 @@ def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]
                 out.add("consumequeue", "unexpected_file", rel_q, detail="not a numeric queue directory")
                 continue
             for f in tdir.child(q.base_name).list():
-                if f.type.name != "File" or parse_file_name(f.base_name) is None:
+                odd = tdir.child(q.base_name, f.base_name).not_regular()
+                if odd or parse_file_name(f.base_name) is None:
                     out.add("consumequeue", "unexpected_file", f"{rel_q}/{f.base_name}",
-                            detail="not a 20-digit consume-queue file")
+                            detail=f"{odd}, not a regular file" if odd else "not a 20-digit consume-queue file")
                     continue
                 files.append((topic.base_name, int(q.base_name), f.base_name))
     return files

@@ -292,8 +292,9 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
     """Every file of index/ in name order (the broker loads them all) with its header."""
     files = []
     for info in index_dir.list():
-        if info.type.name != "File":
-            out.add("index", "unexpected_file", f"index/{info.base_name}", detail="not a regular file")
+        odd = index_dir.child(info.base_name).not_regular()
+        if odd:
+            out.add("index", "unexpected_file", f"index/{info.base_name}", detail=f"{odd}, not a regular file")
             continue
         if not is_name(info.base_name):
             out.add("index", "unexpected_file", f"index/{info.base_name}",

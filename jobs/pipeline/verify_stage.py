@@ -28,6 +28,11 @@ class PointerCheck:
 
     segments: tuple[Segment, ...]
     valid_end: int  # end of the last valid record: the broker's max physical offset
+    in_flight_from: int | None = None  # a running broker: records from here on may not be dispatched yet
+
+    def in_flight(self, phy: int) -> bool:
+        """Is a record at `phy` still in flight (a running broker may not have dispatched it)?"""
+        return self.in_flight_from is not None and phy >= self.in_flight_from
 
     def classify(self, phy: int, size: int | None = None, queue_id: int | None = None,
                  queue_offset: int | None = None) -> str:

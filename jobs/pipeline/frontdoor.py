@@ -1,0 +1,43 @@
+"""`reput JOB [options]`: the console command (pyproject [project.scripts]), one name for every job."""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import NoReturn
+
+from jobs import __version__
+
+from . import interrupt
+from .cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_main
+
+JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump")
+USAGE = f"""usage: reput JOB [options]   (reput JOB --help: the job's options)
+
+jobs:
+  inspect   summarise a store's commit log
+  rebuild   rebuild consume queues and index files from the commit log, byte-exact
+  recover   the broker's recovery after an unclean shutdown, offline
+  verify    check consume queues and index files against the commit log
+  query     find messages by key, unique key or message id
+  catalog   append record metadata to a Delta table
+  dump      print one consume queue, commit-log records or one index file
+
+{EXIT_STATUS_TEXT}
+reput {__version__}"""
+
+
+def reput(argv: list[str] | None = None) -> NoReturn:
+    """Run jobs.JOB's main through the common front door (`run_main`)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stdout if args else sys.stderr)
+        sys.exit(0 if args else EXIT_ERROR)
+    if args[0] == "--version":
+        print(f"reput {__version__}")
+        sys.exit(0)
+    job = args[0]
+    if job not in JOBS:
+        print(f"reput: error: unknown job {job!r} (choose from {', '.join(JOBS)})", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+    interrupt.guard_startup(job)
+    run_main(job, importlib.import_module(f"jobs.{job}").main, args[1:])

@@ -1,0 +1,270 @@
+"""The front door of every job: it starts the same four ways, ends in one line (errors, Ctrl-C, SIGTERM),
+and answers mistakes before Spark starts."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.failure import one_line
+from jobs.pipeline.frontdoor import JOBS
+from tests.conftest import GOLDEN, REPO
+from tests.test_crash_safety import _group_gone
+
+CASE = "clean-small-11"
+REPUT = Path(sys.executable).with_name("reput")
+EXIT_TEXT = "exit status: 0 ok, 1 findings (verify) or none found (query), 2 could not run, 130 interrupted"
+COMMON_FLAGS = ("--version", "--quiet", "--log-level", "--json", "--broker-config")
+
+
+def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=kw.pop("cwd", REPO), capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.mark.parametrize("how", ["script", "module", "console"])
+def test_help_of_every_job_every_way(how):
+    """`python jobs/<job>.py --help` (jobs/inspect.py once shadowed the standard library's inspect),
+    `python -m jobs.<job> --help` and `reput <job> --help` all work, from any directory, and show the
+    common flags and the exit codes."""
+    for job in JOBS:
+        argv = {"script": [sys.executable, str(REPO / "jobs" / f"{job}.py")],
+                "module": [sys.executable, "-m", f"jobs.{job}"],
+                "console": [str(REPUT), job]}[how]
+        proc = _run(argv + ["--help"], cwd=REPO if how == "module" else "/")
+        assert proc.returncode == 0, (job, proc.stderr)
+        assert proc.stderr == "", (job, proc.stderr)
+        text = " ".join(proc.stdout.split())
+        assert f"usage: reput {job}" in text and EXIT_TEXT in text, (job, text)
+        assert all(flag in text for flag in COMMON_FLAGS), (job, text)
+        assert ("--report FILE" in text) == (job != "dump"), (job, text)  # dump writes no report
+
+
+def test_version_and_console_usage():
+    from jobs import __version__
+
+    assert _run([sys.executable, str(REPO / "jobs" / "verify.py"), "--version"]).stdout == f"reput {__version__}\n"
+    assert _run([str(REPUT), "query", "--version"]).stdout == f"reput {__version__}\n"
+    unknown = _run([str(REPUT), "rebuilt"])
+    assert unknown.returncode == 2 and unknown.stderr.startswith("reput: error: unknown job 'rebuilt'")
+    listing = _run([str(REPUT), "--help"])
+    assert listing.returncode == 0 and all(f"  {job} " in listing.stdout for job in JOBS)
+
+
+# ------------------------------------------------------------------ Ctrl-C and SIGTERM of a running job
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, bool]]:
+    """Two rebuilds paused inside a Spark task (the driver waits on the job), one sent SIGINT to its whole
+    process group as a terminal's Ctrl-C does, one sent SIGTERM; both started at once."""
+    store = GOLDEN / CASE
+    runs = {}
+    for name in ("sigint", "sigterm"):
+        root = tmp_path_factory.mktemp(name)
+        env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-build-task", REPUT_TEST_PAUSE_MARK=str(root / "paused"))
+        argv = [sys.executable, "-m", "jobs.rebuild", "--store", str(store), "--broker-config",
+                str(store / "broker.conf"), "--out", str(root / "out" / "rebuilt"), "--master", "local[2]", "--quiet"]
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        runs[name] = (proc, root)
+    results = {}
+    try:
+        for name, (proc, root) in runs.items():
+            deadline = time.monotonic() + 300
+            while not (root / "paused").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.2)
+            if name == "sigint":
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                os.kill(proc.pid, signal.SIGTERM)
+        for name, (proc, root) in runs.items():
+            out, err = proc.communicate(timeout=120)
+            results[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err), root,
+                             _group_gone(proc.pid, within_s=60))
+    finally:
+        for proc, _ in runs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    return results
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigterm"])
+def test_interrupted_rebuild_is_one_line_exit_130_nothing_left(interrupted, how):
+    proc, root, group_gone = interrupted[how]
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("reput test hook:")]
+    assert proc.returncode == 130, proc.stderr
+    assert lines[-1:] == ["reput rebuild: interrupted; nothing published"] and len(lines) <= 3, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
+    assert os.listdir(root / "out") == []  # neither OUT nor its staging directory
+    assert group_gone, "a JVM or Python worker of the interrupted job is still running"
+
+
+# ------------------------------------------------------------------------------ one line, never a traceback
+
+PY4J_TASK_FAILURE = """An error occurred while calling o61.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage 1.0 (TID 5) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/work/jobs/pipeline/scan.py", line 230, in decode_split
+    raise StoreFormatError(path, 1990, "entry is cut short")
+storage_format.errors.StoreFormatError: /s/consumequeue/T/0/00000000000000000000 at byte offset 1990: entry is cut short
+
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:621)
+\tat org.apache.spark.scheduler.Task.run(Task.scala:147)
+Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+storage_format.errors.StoreFormatError: /s/consumequeue/T/0/00000000000000000000 at byte offset 1990: entry is cut short
+"""
+
+
+def test_one_line_of_a_spark_task_failure():
+    """The Python error raised inside a Spark task is the line, without Java or Python stack."""
+    assert one_line(RuntimeError(PY4J_TASK_FAILURE)) == \
+        "/s/consumequeue/T/0/00000000000000000000 at byte offset 1990: entry is cut short"
+    other = one_line(RuntimeError(PY4J_TASK_FAILURE.replace("storage_format.errors.StoreFormatError", "ValueError")))
+    assert other.startswith("ValueError: /s/consumequeue/") and "REPUT_DEBUG=1" in other
+    java = one_line(RuntimeError("An error occurred while calling o1.x.\n: java.lang.OutOfMemoryError: "
+                                 "Java heap space\n\tat a.b(C.java:1)"))
+    assert java.startswith("OutOfMemoryError: Java heap space")
+    assert one_line(IsADirectoryError(21, "Is a directory", "/s/x")) == "[Errno 21] Is a directory: '/s/x'"
+
+
+class SparkStarted(BaseException):
+    """Raised by a stand-in for job_spark: run_main does not catch it, so the test fails."""
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    """Every job's job_spark replaced: a mistake must be answered before a session is asked for."""
+    import importlib
+
+    def refuse(*_a, **_k):
+        raise SparkStarted("a SparkSession was started")
+    for job in JOBS:
+        monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), "job_spark", refuse, raising=False)
+    monkeypatch.setattr("jobs.pipeline.session.job_spark", refuse)
+
+
+def run_job(job: str, argv: list[str], capsys) -> tuple[int, list[str]]:
+    """run_main in this process: (exit status, stderr lines)."""
+    import importlib
+
+    from jobs.pipeline.cli import run_main
+    with pytest.raises(SystemExit) as e:
+        run_main(job, importlib.import_module(f"jobs.{job}").main, argv)
+    return e.value.code, capsys.readouterr().err.splitlines()
+
+
+def _store_args(case: str = CASE) -> list[str]:
+    return ["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf")]
+
+
+def test_bad_time_zone_is_one_line_before_spark(no_spark, tmp_path, capsys):
+    for job in ("rebuild", "recover"):
+        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / job), "--index-name-tz", "Europe/Berlinn"],
+                            capsys)
+        assert code == 2 and err == [f"reput {job}: error: --index-name-tz 'Europe/Berlinn': unknown time zone "
+                                     f"(an IANA name such as UTC or Asia/Shanghai)"]
+
+
+def test_debug_shows_the_traceback(no_spark, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("REPUT_DEBUG", "1")
+    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "o"), "--index-name-tz", "Nowhere/X"],
+                        capsys)
+    assert code == 2 and err[0] == "Traceback (most recent call last):" and "unknown time zone" in err[-1]
+
+
+def test_missing_or_unreadable_store_before_spark(no_spark, tmp_path, capsys):
+    """Every job says there is no store, in the same words, before Spark starts."""
+    (tmp_path / "empty").mkdir()
+    for job, extra in (("inspect", []), ("rebuild", ["--out", str(tmp_path / "o")]), ("verify", []),
+                       ("recover", ["--dry-run"]), ("catalog", ["--table", str(tmp_path / "t")]),
+                       ("query", ["--msg-id", "7F0000010000000000000000000000FF"]), ("dump", ["--offset", "0"])):
+        for store in (tmp_path / "empty", tmp_path / "missing"):
+            code, err = run_job(job, ["--store", str(store)] + extra, capsys)
+            assert (code, err) == (2, [f"reput {job}: error: no RocketMQ store at {store}: no commitlog/ directory"])
+    if os.geteuid() != 0:  # root reads anything
+        locked = tmp_path / "locked"
+        (locked / "commitlog").mkdir(parents=True)
+        (locked / "commitlog").chmod(0)
+        code, err = run_job("inspect", ["--store", str(locked)], capsys)
+        assert code == 2 and err[0].startswith("reput inspect: error: cannot read")
+
+
+def test_existing_out_and_unreadable_config_before_spark(no_spark, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    for job in ("rebuild", "recover"):
+        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / "out")], capsys)
+        assert (code, err) == (2, [f"reput {job}: error: {tmp_path / 'out'} already exists; choose a new --out "
+                                   f"or pass --overwrite"])
+    code, err = run_job("verify", ["--store", str(GOLDEN / CASE), "--broker-config", str(tmp_path / "nope.conf")],
+                        capsys)
+    assert code == 2 and err == [f"reput verify: error: cannot read broker config {tmp_path / 'nope.conf'}: "
+                                 f"No such file or directory"]
+
+
+def test_bad_flags_are_usage_errors(no_spark, capsys):
+    code, err = run_job("verify", ["--store", str(GOLDEN / CASE), "--only", "everything"], capsys)
+    assert code == 2 and err[-1].startswith("reput verify: error: argument --only: invalid choice")
+    code, err = run_job("inspect", ["--store", str(GOLDEN / CASE), "--log-level", "loud"], capsys)
+    assert code == 2 and "argument --log-level" in err[-1]
+
+
+# ------------------------------------------------------------------------- outputs outside the store, for real
+
+
+@pytest.fixture
+def aliased(tmp_path):
+    """A small store and A, a symlink to it: A/... names paths inside the store."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "rebuild-headless-11", store)
+    (tmp_path / "A").symlink_to(store)
+    return store, tmp_path / "A"
+
+
+def test_outputs_inside_the_store_under_another_name_are_refused(no_spark, aliased, tmp_path, capsys):
+    """Symlinks and `..` are resolved before comparing: each alias of the store is refused, before Spark,
+    and the store is left as it was."""
+    from tests.hostile import tree_digest
+
+    store, alias = aliased
+    before = tree_digest(store)
+    conf = ["--broker-config", str(store / "broker.conf")]
+    cases = [
+        ("rebuild", ["--out", str(alias / "consumequeue"), "--overwrite"], "--out"),
+        ("rebuild", ["--out", str(alias / "sub" / "out")], "--out"),
+        ("rebuild", ["--out", str(tmp_path / "elsewhere" / ".." / "store" / "out")], "--out"),
+        ("rebuild", ["--out", str(tmp_path)], "--out"),  # contains the store
+        ("recover", ["--out", str(alias / "recovered")], "--out"),
+        ("recover", ["--dry-run", "--work-dir", str(alias / "work")], "--work-dir"),
+        ("catalog", ["--table", str(alias / "tbl")], "--table"),
+        ("verify", ["--report", str(alias / "r.json")], "--report"),
+        ("verify", ["--work-dir", str(alias)], "--work-dir"),
+        ("inspect", ["--report", str(alias / "r.json")], "--report"),
+        ("query", ["--msg-id", "7F0000010000000000000000000000FF", "--report", str(alias / "q.json")], "--report"),
+    ]
+    for job, extra, flag in cases:
+        for store_arg in (store, alias):  # the store itself may be named through the alias too
+            code, err = run_job(job, ["--store", str(store_arg)] + conf + extra, capsys)
+            assert code == 2 and len(err) == 1, (job, extra, err)
+            assert err[0].startswith(f"reput {job}: error: {flag} ") and "must be outside the store" in err[0], err
+    assert tree_digest(store) == before
+
+
+def test_same_or_inside_by_device_and_inode(tmp_path):
+    """A second name the string forms cannot see (here a hard-linked path is impossible for directories,
+    so a symlinked parent stands in) is still caught through device and inode numbers."""
+    from jobs.pipeline.fs import Location
+    from jobs.pipeline.paths import same_or_inside
+
+    (tmp_path / "store" / "commitlog").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "store" / "commitlog")
+    assert same_or_inside(Location(str(tmp_path / "link" / "x" / "y")), Location(str(tmp_path / "store")))
+    assert not same_or_inside(Location(str(tmp_path / "storex")), Location(str(tmp_path / "store")))
+    assert same_or_inside(Location("s3://b/store/x/../out"), Location("s3://b/store"))
+    assert not same_or_inside(Location("s3://b/store2/out"), Location("s3://b/store"))
