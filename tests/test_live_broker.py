@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN
-from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
+from tests.test_frontdoor import no_spark, run_job  # noqa: F401,F811 (no_spark: a fixture)
 
 HOLD_LOCK = """
 import fcntl, os, sys, time
