@@ -23,14 +23,16 @@ from deltalake.transaction import AddAction  # noqa: E402
 
 from jobs.pipeline.catalog_stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
-from jobs.pipeline.cli import (EXIT_OK, JobError, check_report, check_store, emit, parser,  # noqa: E402
-                               progress_quiet, run_main, settings_from, warn)
+from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
+                               parser, progress_quiet, run_main, settings_from, warn)
+from jobs.pipeline.generation import store_generation  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 APP_ID_PREFIX = "reput-catalog:"
@@ -71,7 +73,8 @@ def table_has_body(delta: DeltaTable, include_body: bool) -> bool:
 
 
 def plan_tasks(result: ScanResult, settings: BrokerSettings, since: int | None, table: Location,
-               store_id: str, include_body: bool, run_id: str) -> list[CatalogTask]:
+               store_id: str, include_body: bool, run_id: str,
+               lmq: MultiDispatchRules | None = None) -> list[CatalogTask]:
     """One task per accepted split that holds a record past the high-water mark."""
     tasks = []
     for s in result.accepted:
@@ -81,7 +84,7 @@ def plan_tasks(result: ScanResult, settings: BrokerSettings, since: int | None, 
             continue
         sp = result.splits[s.index]
         tasks.append(CatalogTask(sp, settings, s.first_offset, s.records, since, table, store_id, run_id,
-                                 include_body))
+                                 include_body, lmq))
     return tasks
 
 
@@ -101,7 +104,8 @@ def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: C
 
 
 def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
-            include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False) -> dict:
+            include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False,
+            generation: int | None = None) -> dict:
     """Append the store's records past the table's high-water mark; returns the run's report."""
     check_outside(store, table, "--table")
     sid = store_id or store.uri
@@ -128,7 +132,9 @@ def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *
         return report
     run_id = uuid.uuid4().hex
     try:
-        tasks = plan_tasks(result, settings, since, table, sid, include_body, run_id)
+        lmq = (rules_for(True, settings.enable_lmq, store_generation(store, generation).generation)
+               if settings.enable_multi_dispatch else None)
+        tasks = plan_tasks(result, settings, since, table, sid, include_body, run_id, lmq)
         results: list[CatalogTaskResult] = run_tasks(spark, tasks, write_split, "catalog write", quiet=quiet)
         problems = [r.error for r in results if r.error]
         if any(r.straddles_since for r in results):
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store-id", help="name of this store in the table (default: the store's absolute path); "
                                       "keep it when the store moves or when cataloguing a copy")
     p.add_argument("--include-body", action="store_true", help="also store message bodies (new tables only)")
+    add_generation_flag(p)
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     table = location(args.table)
@@ -172,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     report_loc = check_report(args, store)
     spark = job_spark(args, "catalog")
     report = catalog(spark, store, table, settings, store_id=args.store_id, include_body=args.include_body,
-                     split_size=args.split_size, quiet=progress_quiet(args))
+                     split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
 

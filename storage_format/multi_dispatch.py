@@ -189,3 +189,14 @@ def rules_for(enable_multi_dispatch: bool | None, enable_lmq: bool | None, gener
     if not enable_multi_dispatch:
         return None
     return MultiDispatchRules(generation, bool(enable_lmq), True, generation_known)
+
+
+def queues_per_record(entries: LmqEntries, n: int) -> pa.Array:
+    """The queues each of `n` records is multi-dispatched to (`entries.record` indexes them), in name
+    order: list<string>, null for a record without any."""
+    counts = np.bincount(entries.record, minlength=n) if len(entries) else np.zeros(n, np.int64)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    order = np.argsort(entries.record, kind="stable")
+    values = entries.queue.take(pa.array(order)).cast(pa.string())
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(counts == 0))

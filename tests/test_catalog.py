@@ -204,3 +204,32 @@ def test_timestamps_outside_python_range_are_null():
     got = timestamps(ms)
     assert got.null_count == 2 and got.is_null().to_pylist() == [False, False, True, True, False]
     assert got.cast(pa.int64()).to_pylist()[:2] == [0, 1_795_324_080_402_000]
+
+
+@pytest.mark.parametrize("case", ["lmq-clean-small-11", "v5-lmq-clean-small-11"])
+def test_catalog_lists_each_messages_lmq_queues(case, spark, capsys, tmp_path):
+    """lmq_queues names the %LMQ% queues multi-dispatch gives each record (4.9.8 / 5.3.3 rules): per queue,
+    the manifest's count of entries the broker wrote; null for records without any."""
+    run_catalog(capsys, GOLDEN / case, tmp_path / "catalog")
+    rows = DeltaTable(str(tmp_path / "catalog")).to_pyarrow_table(columns=["lmq_queues"])
+    named = Counter(f"{q}/0" for q in pc.list_flatten(rows["lmq_queues"]).to_pylist() if q.startswith("%LMQ%"))
+    want = {k: v for k, v in manifest(case)["lmq"]["multi_dispatch_entries_per_queue"].items()
+            if k.startswith("%LMQ%")}
+    assert dict(named) == want
+    assert 0 < rows["lmq_queues"].null_count < rows.num_rows
+
+
+def test_catalog_refuses_lmq_records_without_the_multi_dispatch_setting(spark, capsys, tmp_path):
+    """Records written with enableMultiDispatch=true, a config that leaves it unset: exit 2 naming the setting
+    (an empty lmq_queues column would be silently wrong)."""
+    from jobs.pipeline.cli import run_main
+    case = "lmq-clean-small-11"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("\n".join(line for line in (GOLDEN / case / "broker.conf").read_text().splitlines()
+                              if not line.startswith(("enableMultiDispatch", "enableLmq"))))
+    with pytest.raises(SystemExit) as exc:
+        run_main("catalog", catalog_main, ["--store", str(GOLDEN / case), "--broker-config", str(conf),
+                                           "--table", str(tmp_path / "catalog")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "enableMultiDispatch" in err and "byte offset" in err and "Traceback" not in err

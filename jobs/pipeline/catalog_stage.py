@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -18,12 +18,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage_format.commitlog import RecordColumns
+from storage_format.consume_queue import has_cq_entry
 from storage_format.msg_id import encode_offset_msg_ids
+from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
+                                           MultiDispatchRules, lmq_entries, queues_per_record)
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import Split
 from storage_format.settings import BrokerSettings
 
 from .commitlog_source import record_batch
+from .cq_rows import split_lmq
 from .fs import Location
 from .scan import SplitTask, decode_split_columns
 
@@ -60,6 +64,7 @@ CATALOG_FIELDS: list[pa.Field] = [
     pa.field("uniq_key", pa.string()),
     pa.field("delay_level", pa.int32()),
     pa.field("properties", pa.string()),
+    pa.field("lmq_queues", pa.list_(pa.string())),  # the queues multi-dispatch gives the record (null: none)
 ]
 BODY_FIELD = pa.field("body", pa.binary())
 STATS_COLUMNS = ("physical_offset", "queue_id", "queue_offset", "store_timestamp", "born_timestamp",
@@ -109,6 +114,7 @@ class CatalogTask:
     store_id: str
     run_id: str
     include_body: bool
+    lmq: MultiDispatchRules | None = None  # multi-dispatch rules (storage_format.multi_dispatch), None: off
 
 
 @dataclass
@@ -162,8 +168,18 @@ def timestamps(ms: np.ndarray) -> pa.Array:
     return pa.array(np.where(bad, 0, ms) * 1000, _TS, mask=bad)
 
 
+def lmq_queues(cols: RecordColumns, rules: MultiDispatchRules | None) -> pa.Array:
+    """Per record, the queues multi-dispatch writes an entry to (records with an own entry only)."""
+    rows = np.flatnonzero(has_cq_entry(cols.sys_flag)) if rules is not None else np.zeros(0, np.int64)
+    take = pa.array(rows)
+    entries = lmq_entries(cols.property_string(INNER_MULTI_DISPATCH).take(take),
+                          cols.property_string(INNER_MULTI_QUEUE_OFFSET).take(take), cols.topic.take(take),
+                          cols.queue_id[rows], rules or MultiDispatchRules(4, False, False))
+    return queues_per_record(replace(entries, record=rows[entries.record]), len(cols))
+
+
 def catalog_table(cols: RecordColumns, segment: str, segment_start: int, store_id: str,
-                  include_body: bool) -> pa.Table:
+                  include_body: bool, lmq: MultiDispatchRules | None = None) -> pa.Table:
     """Decoded columns as catalog rows (table schema, topic included)."""
     batch = record_batch(cols, segment, include_body)
     n = len(cols)
@@ -173,6 +189,7 @@ def catalog_table(cols: RecordColumns, segment: str, segment_start: int, store_i
         "segment_position": pa.array(cols.pos.astype(np.int64) + (cols.base_offset - segment_start)),
         "born_time": timestamps(cols.born_timestamp),
         "store_time": timestamps(cols.store_timestamp),
+        "lmq_queues": lmq_queues(cols, lmq),
     }
     schema = catalog_schema(include_body)
     arrays = [extra[f.name] if f.name in extra else batch.column(f.name) for f in schema]
@@ -218,7 +235,18 @@ def write_split(task: CatalogTask) -> CatalogTaskResult:
     if not len(cols):
         return out
     segment = sp.segment.path.rsplit("/", 1)[-1]
-    table = catalog_table(cols, segment, sp.segment.start, task.store_id, task.include_body)
+    unset = split_lmq(cols, cols.pos, None, task.settings.enable_multi_dispatch is not None).unconfigured_at
+    if task.lmq is None and unset is not None:
+        out.error = (f"{sp.segment.path} at byte offset {unset - sp.segment.start}: the record carries "
+                     f"{INNER_MULTI_DISPATCH} and {INNER_MULTI_QUEUE_OFFSET} (written with enableMultiDispatch=true) "
+                     f"but the broker config does not set enableMultiDispatch: pass the broker's config or set it")
+        return out
+    try:
+        table = catalog_table(cols, segment, sp.segment.start, task.store_id, task.include_body, task.lmq)
+    except MultiDispatchError as err:
+        at = cols.base_offset + int(cols.pos[err.record])
+        out.error = f"{sp.segment.path} at byte offset {at - sp.segment.start}: {err} (commit-log offset {at})"
+        return out
     out.rows = table.num_rows
     topics = table.column(PARTITION_COLUMN)
     data = table.drop_columns([PARTITION_COLUMN])
