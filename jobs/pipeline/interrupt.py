@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Callable, Iterator
 
 EXIT_INTERRUPTED = 130
@@ -68,7 +69,7 @@ def arm(spark_context) -> None:
     """A SparkContext exists: `finish` stops it; PySpark's own SIGINT handler (a Py4J call inside the
     handler) is replaced. Only for a job run by `run_main`."""
     global _spark_context
-    if _installed:
+    if _installed and threading.current_thread() is threading.main_thread():
         _spark_context = spark_context
         for sig in SIGNALS:
             signal.signal(sig, _raise)
@@ -78,6 +79,9 @@ def arm(spark_context) -> None:
 def deferred() -> Iterator[None]:
     """Hold a signal until the block is done (the JVM's launch: interrupted half-way, it would be left
     running on its own), then raise KeyboardInterrupt for it."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
     caught: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum)) for sig in SIGNALS}
     try:
