@@ -27,6 +27,7 @@ from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
+from storage_format.multi_dispatch import is_lmq  # noqa: E402
 from storage_format.record import TRAN_ROLLBACK  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
@@ -73,8 +74,11 @@ def parse_time(text: str) -> int:
 
 
 def topics_with_queues(store: Location) -> list[str]:
-    """Topics that have a consumequeue directory (the candidates for a unique key without --topic)."""
-    return [i.base_name for i in store.child("consumequeue").list() if i.type.name == "Directory"]
+    """Topics that have a consumequeue directory (the candidates for a unique key without --topic), except
+    `%LMQ%` queues: the broker indexes a multi-dispatched record only under its own topic, so an LMQ name
+    holds no index key (and an LMQ store can have 100,000s of them)."""
+    return [i.base_name for i in store.child("consumequeue").list() if i.type.name == "Directory"
+            and not is_lmq(i.base_name)]
 
 
 def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, topics: list[str], key: str,

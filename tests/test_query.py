@@ -324,3 +324,16 @@ def test_bad_arguments_exit_2(golden, capsys):
     with pytest.raises(SystemExit) as e:
         run_main("query", query_main, ["--store", case, "--msg-id", "XYZ"])
     assert e.value.code == 2
+
+
+def test_uniq_key_in_an_lmq_store_skips_lmq_queues(golden, capsys):
+    """A multi-dispatched record is indexed only under its own topic: without --topic its UNIQ_KEY is found
+    there, and no %LMQ% queue (which holds no index key) is searched."""
+    case = "lmq-clean-small-11"
+    recs = golden_walk.records(case)
+    rec = next(r for r in recs if "INNER_MULTI_DISPATCH" in r.properties and "UNIQ_KEY" in r.properties
+               and "%LMQ%" in r.properties["INNER_MULTI_DISPATCH"])
+    code, got = run(capsys, case, "--uniq-key", rec.properties["UNIQ_KEY"])
+    assert code == 0 and rec.physical_offset in offsets(got)
+    searched = got["query"]["topics_searched"]
+    assert searched and not any(t.startswith("%LMQ%") for t in searched)
