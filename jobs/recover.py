@@ -103,7 +103,7 @@ def _run(args) -> int:
     tz = time_zone("--index-name-tz", args.index_name_tz)
     args.report_loc = check_report(args, store)
     if args.work_dir:
-        check_outside(store, location(args.work_dir), "--work-dir")
+        check_outside(store, location(args.work_dir), "--work-dir", may_contain=True)
     kw = dict(split_size=args.split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
               quiet=progress_quiet(args))
     if args.dry_run:

@@ -22,12 +22,14 @@ pytestmark = pytest.mark.slow  # ~80 Spark jobs; the decode-level cases alone: t
 
 def run_job(job: str, argv: list[str], capfd) -> tuple[int, str, str]:
     """Run `python -m jobs.<job> argv` in this process (the suite's Spark session): status, stdout, stderr.
-    Anything but SystemExit escaping run_main is an unhandled error, and fails the test."""
+    Anything but SystemExit escaping run_main fails the test; so does an error that is not one of reput's
+    own (run_main's line then carries the REPUT_DEBUG hint)."""
     capfd.readouterr()
     module = importlib.import_module(f"jobs.{job}")
     with pytest.raises(SystemExit) as exited:
         run_main(job, module.main, argv)
     captured = capfd.readouterr()
+    assert "REPUT_DEBUG=1 shows the traceback" not in captured.err, captured.err[-2000:]
     return exited.value.code, captured.out, captured.err
 
 
