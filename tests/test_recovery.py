@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from storage_format import recovery as R
 from storage_format.checkpoint import Checkpoint, checkpoint_bytes, parse_checkpoint
 from storage_format.commitlog import ScanEnd
+from storage_format.confirm_offset import RecoveredConfirm
 from storage_format.consume_queue import CQ_DTYPE, build_queue_files
 from storage_format.index_file import IndexHeader, IndexState, append_to_index_file, build_index_file
 from storage_format.markers import detect_generation, markers_after_clean_start
@@ -359,10 +360,10 @@ def test_4x_post_start_redispatch_indexes_the_last_record_again():
 
 def test_checkpoint_after_rules():
     cp = Checkpoint(10, 20, 30, 0, 0)
-    after, why = R.checkpoint_after(cp, 5, True, 25, [28, 29], 400, 0, 500)
+    after, why = R.checkpoint_after(cp, 5, 25, [28, 29], RecoveredConfirm(400, "the last valid record"))
     assert after == Checkpoint(10, 25, 29, 0, 400) and set(why) >= {"logics_msg_timestamp", "confirm_phy_offset"}
-    assert R.checkpoint_after(cp, 4, True, None, [], None, 0, 500)[0] == cp
-    assert R.checkpoint_after(cp, 5, True, None, [], None, 1024, 500)[0].confirm_phy_offset == 1024
+    assert why["confirm_phy_offset"] == "the last valid record"
+    assert R.checkpoint_after(cp, 4, None, [], RecoveredConfirm(400, "4.x has no confirm field"))[0] == cp
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from storage_format.index_file import append_to_index_file, build_index_file, em
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
 from .fs import Location
-from .recovery_stage import QueueDir, RecoveryPlan
+from .recovery_inputs import QueueDir
+from .recovery_plan import RecoveryPlan
 from .tasks import run_tasks
 
 COPY_CHUNK = 64 << 20
@@ -45,13 +46,21 @@ class RecoveryOutput:
 def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
     """What to write and delete for this plan; `with_copies` also lists every unchanged file (OUT mode)."""
     out = RecoveryOutput()
-    store = plan.store
     # commit log: segments past P go; the rest is never modified
     gone = set(plan.segments_deleted)
     out.deleted += [f"commitlog/{segment_name(s)}" for s in sorted(gone)]
     if with_copies:
         out.copies += [(f"commitlog/{segment_name(s.start)}", s.path, s.size) for s in plan.segments if s.start not in gone]
-    # consume queues
+    _queue_output(plan, out, with_copies)
+    _index_output(plan, out, with_copies)
+    _marker_output(plan, out, with_copies)
+    if with_copies:
+        out.copies += _other_root_files(plan.store)
+    return out
+
+
+def _queue_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """Consume-queue files to render (units written), delete, and (OUT) copy unchanged."""
     rewritten, created, deleted = plan.cq_changes()
     out.deleted += deleted
     for key, st in sorted(plan.states.items()):
@@ -65,50 +74,52 @@ def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
                 rel = plan.cq_rel(key, start)
                 if rel not in skip:
                     out.copies.append((rel, q.file_uri(start), size))
-    # index
-    idx = plan.index
+
+
+def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """Index files to delete, the kept file recovery appends to, new files (or the full rebuild)."""
+    idx, settings = plan.index, plan.settings
     out.deleted += [f"index/{f.name}" for f in idx.deleted]
     if idx.resume is None:
         out.full_index = True
-    else:
-        appended = idx.resume.appended
-        for f in idx.kept:
-            if appended is not None and f.name == appended.appends_to:
-                data = bytearray(Location(idx.uris[f.name]).read_bytes())
-                data.extend(bytes(plan.settings.index_file_size - len(data)))  # a 0-byte file maps as zeros
-                k = appended.all_keys()
-                put = append_to_index_file(data, k.key_hash, k.phy, k.store_ts, plan.settings.max_hash_slot_num,
-                                           plan.settings.max_index_num)
-                if put != len(k):
-                    raise rules.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
-                out.render_bytes[f"index/{f.name}"] = bytes(data)
-            elif f.empty_on_disk:
-                out.render_bytes[f"index/{f.name}"] = bytes(plan.settings.index_file_size)
-            elif with_copies:
-                out.copies.append((f"index/{f.name}", idx.uris[f.name], plan.settings.index_file_size))
-        for name, t in zip(idx.new_names, idx.resume.new_files):
-            k = t.all_keys()
-            out.render_bytes[f"index/{name}"] = build_index_file(k.key_hash, k.phy, k.store_ts,
-                                                                  plan.settings.max_hash_slot_num,
-                                                                  plan.settings.max_index_num, t.inherited,
-                                                                  empty_file_index_count(plan.generation.generation))
-    # checkpoint and markers
+        return
+    appended = idx.resume.appended
+    for f in idx.kept:
+        if appended is not None and f.name == appended.appends_to:
+            data = bytearray(Location(idx.uris[f.name]).read_bytes())
+            data.extend(bytes(settings.index_file_size - len(data)))  # a 0-byte file maps as zeros
+            k = appended.all_keys()
+            put = append_to_index_file(data, k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
+                                       settings.max_index_num)
+            if put != len(k):
+                raise rules.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
+            out.render_bytes[f"index/{f.name}"] = bytes(data)
+        elif f.empty_on_disk:
+            out.render_bytes[f"index/{f.name}"] = bytes(settings.index_file_size)
+        elif with_copies:
+            out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
+    for name, t in zip(idx.new_names, idx.resume.new_files):
+        k = t.all_keys()
+        out.render_bytes[f"index/{name}"] = build_index_file(k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
+                                                              settings.max_index_num, t.inherited,
+                                                              empty_file_index_count(plan.generation.generation))
+
+
+def _marker_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """The checkpoint and the marker files a clean start and shutdown leave (abort goes, lock, 5.x abort.bak)."""
     g = plan.generation.generation
     if plan.checkpoint_changes or with_copies:
         out.render_bytes[CHECKPOINT] = checkpoint_bytes(plan.checkpoint_after, g, plan.markers.checkpoint_raw)
     if plan.abnormal:
         out.deleted.append(ABORT)
         for name, data in markers_after_clean_start(g, plan.markers.abort).items():
-            if name == LOCK and not with_copies and store.child(LOCK).exists():
+            if name == LOCK and not with_copies and plan.store.child(LOCK).exists():
                 continue  # in place the lock file stays as it is
             out.render_bytes[name] = data
     elif with_copies:
         out.render_bytes[LOCK] = markers_after_clean_start(g, None)[LOCK]
         if plan.markers.abort_bak is not None:
             out.render_bytes[ABORT_BAK] = plan.markers.abort_bak
-    if with_copies:
-        out.copies += _other_root_files(store)
-    return out
 
 
 def _other_root_files(store: Location) -> list[tuple[str, str, int]]:

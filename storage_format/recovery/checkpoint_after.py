@@ -13,12 +13,10 @@ from ..checkpoint import Checkpoint
 from ..confirm_offset import RecoveredConfirm
 
 
-def checkpoint_after(cp: Checkpoint, generation: int, abnormal: bool, last_cq_record_ts: int | None,
-                     rolled_full_end_ts: list[int], last_valid_record_offset: int | None,
-                     start_offset: int, log_end: int,
-                     confirm: RecoveredConfirm | None = None) -> tuple[Checkpoint, dict[str, str]]:
+def checkpoint_after(cp: Checkpoint, generation: int, last_cq_record_ts: int | None, rolled_full_end_ts: list[int],
+                     confirm: RecoveredConfirm) -> tuple[Checkpoint, dict[str, str]]:
     """The checkpoint a broker leaves after this recovery, a start and a clean shutdown, with why.
-    `confirm` (5.x) is the confirm offset from confirm_offset.py; without it, the plain rule."""
+    `confirm` is the confirm offset recovery keeps (confirm_offset.py, its one home); 5.x stores it."""
     why: dict[str, str] = {"physic_msg_timestamp": "unchanged: recovery appends nothing to the commit log, "
                                                    "so the commit-log flush never moves it"}
     logics = cp.logics_msg_timestamp
@@ -38,14 +36,6 @@ def checkpoint_after(cp: Checkpoint, generation: int, abnormal: bool, last_cq_re
     out = replace(cp, logics_msg_timestamp=logics, index_msg_timestamp=index)
     if generation >= 5:
         why["master_flushed_offset"] = "unchanged (only set in controller / slave roles)"
-        if confirm is not None:
-            why["confirm_phy_offset"] = confirm.why
-            return replace(out, confirm_phy_offset=confirm.offset), why
-        if abnormal:
-            offset = last_valid_record_offset if last_valid_record_offset is not None else start_offset
-        else:
-            offset = last_valid_record_offset if last_valid_record_offset is not None else log_end
-        out = replace(out, confirm_phy_offset=offset)
-        why["confirm_phy_offset"] = ("start offset of the last valid record the recovery scan found "
-                                     "(CommitLog.setConfirmOffset(lastValidMsgPhyOffset))")
+        why["confirm_phy_offset"] = confirm.why
+        out = replace(out, confirm_phy_offset=confirm.offset)
     return out, why
