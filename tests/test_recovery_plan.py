@@ -147,6 +147,16 @@ def kept_file(end_ts: int, end_phy: int, count: int) -> R.IndexFileInfo:
     return R.IndexFileInfo("20260101000000000", IndexHeader(1, end_ts, 1000, end_phy, 0, count))
 
 
+def test_index_files_newer_than_the_checkpoint_are_deleted_after_a_crash_only():
+    files = [R.IndexFileInfo(n, IndexHeader(1, end, 0, 0, 0, 2)) for n, end in
+             (("20260101000000002", 31_000), ("20260101000000000", 29_000), ("20260101000000001", 30_000))]
+    kept, deleted = R.index_files_after_load(files, CP, abnormal=True)  # indexMsgTimestamp 30_000
+    assert [f.name for f in kept] == ["20260101000000000", "20260101000000001"]  # name order
+    assert [f.name for f in deleted] == ["20260101000000002"]
+    kept, deleted = R.index_files_after_load(files, CP, abnormal=False)
+    assert len(kept) == 3 and deleted == []
+
+
 def test_index_resume_reindexes_the_boundary_record_and_4x_start_indexes_the_last_records_again():
     scanned = keys([(1200, 12_000, 1), (1300, 13_000, 1), (1400, 14_000, 2)])
     idx = R.IndexResumeFacts(kept_file(12_000, 1200, 3), scanned, SETTINGS.max_index_num)
