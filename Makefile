@@ -37,14 +37,16 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q tests
 
-test-cluster: venv
+test-cluster: package
 	$(PY) -m pytest -q -m cluster tests/test_cluster.py
 
 bench: venv
 	$(PY) -m bench
 
+# dist/reput.zip (the code, for --py-files) and dist/reput-env.tar.gz (the executors' Python, for --archives;
+# built again when pyproject.toml changes; ./env links to it): what conf/spark-defaults.conf ships.
 package: venv
-	$(PY) -m jobs.pipeline.package dist/reput.zip
+	$(PY) -m jobs.pipeline.package dist/reput.zip --env dist/reput-env.tar.gz
 
 clean:
-	rm -rf $(VENV) $(DEMO) dist build .pytest_cache
+	rm -rf $(VENV) $(DEMO) dist build env .pytest_cache

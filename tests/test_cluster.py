@@ -1,8 +1,12 @@
 """A real Spark standalone cluster: a master and one worker on 127.0.0.1 started from the installed pyspark,
-`spark-submit jobs/rebuild.py` with the packaged code (jobs.pipeline.package) on executors, output
-byte-identical to a local run. Slow (three JVMs): runs only when selected, `pytest -m cluster`."""
+and every Spark job submitted to it as the README's recipe says: `spark-submit --properties-file
+conf/spark-defaults.conf` (the packed environment dist/reput-env.tar.gz shipped with --archives as the
+executors' Python, the code dist/reput.zip as --py-files). Each job's result is checked against the golden
+stores. Slow (one cluster for the module, a JVM per submit): runs only when selected, `pytest -m cluster`."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import signal
@@ -14,16 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.package import build_zip
-from tests.conftest import REPO
-from tests.hostile import tree_digest
+from jobs.pipeline.package import build_env, build_zip, env_is_stale
+from tests import golden_walk
+from tests.conftest import GOLDEN, REPO, manifest
 
 pytestmark = pytest.mark.cluster
 
-CASE = "clean-small-11"
-REPORT = "reput-report.json"
 START_TIMEOUT_S = 180
 SUBMIT_TIMEOUT_S = 600
+ZIP, ENV = REPO / "dist" / "reput.zip", REPO / "dist" / "reput-env.tar.gz"
 
 
 @pytest.fixture(autouse=True)
@@ -81,54 +84,145 @@ class Daemon:
 
 
 def cluster_env() -> dict:
-    """Environment of the daemons and spark-submit: everything bound to 127.0.0.1, the venv's Python."""
-    return dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-                PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
+    """Environment of the daemons and spark-submit: everything bound to 127.0.0.1; no PYSPARK_PYTHON, so
+    the executors' Python is the one conf/spark-defaults.conf names (the shipped environment)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    return dict(env, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
+                SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
 
 
-def test_spark_submit_on_a_standalone_cluster_gives_the_local_bytes(golden, tmp_path, request):
-    """Master + worker (2 cores) bound to 127.0.0.1; the rebuild is submitted with the zip from
-    jobs.pipeline.package as --py-files; its executor ran the tasks; OUT equals a local[2] rebuild."""
-    from jobs.rebuild import main as rebuild_main
+@pytest.fixture(scope="module")
+def shipped() -> tuple[Path, Path]:
+    """dist/reput.zip, and dist/reput-env.tar.gz with ./env built again when pyproject.toml is newer
+    or ./env is missing (what `make package` does; the env takes a minute or two to build)."""
+    build_zip(ZIP)
+    if env_is_stale(ENV):
+        build_env(ENV, REPO / "build" / "reput-env")
+    return ZIP, ENV
 
-    request.getfixturevalue("spark")  # the suite's session, only once the test is selected
 
-    store = golden / CASE
-    job_args = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--json"]
-    local_out = tmp_path / "local-out"
-    assert rebuild_main(job_args + ["--out", str(local_out)]) == 0
-
+@pytest.fixture(scope="module")
+def cluster(shipped, tmp_path_factory):
+    """Master + worker (2 cores, 2 GiB) on 127.0.0.1 for the whole module; yields (url, worker dir)."""
+    root = tmp_path_factory.mktemp("cluster")
     env, port = cluster_env(), free_port()
-    worker_dir = tmp_path / "worker"
+    worker_dir = root / "worker"
     worker_dir.mkdir()
-    master = worker = None
+    daemons = []
     try:
-        master = Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                                   "--webui-port", "0"], env, tmp_path)
-        master.wait_for(r"I have been elected leader")
+        daemons.append(Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                                         str(port), "--webui-port", "0"], env, root))
+        daemons[0].wait_for(r"I have been elected leader")
         url = f"spark://127.0.0.1:{port}"
-        worker = Daemon("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
-                                   "--memory", "2g", "--webui-port", "0", "--work-dir", str(worker_dir)], env, tmp_path)
-        worker.wait_for(r"Successfully registered with master")
-        zip_path = tmp_path / "dist" / "reput.zip"
-        build_zip(zip_path)
-        cluster_out = tmp_path / "cluster-out"
-        submit = subprocess.run(
-            [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--py-files", str(zip_path),
-             "--conf", f"spark.pyspark.python={sys.executable}",
-             "--conf", f"spark.pyspark.driver.python={sys.executable}",
-             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.executor.memory=1g", str(REPO / "jobs" / "rebuild.py"),
-             *job_args, "--out", str(cluster_out)],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
-        assert submit.returncode == 0, submit.stderr[-4000:] + submit.stdout[-2000:]
+        daemons.append(Daemon("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
+                                         "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(worker_dir)],
+                              env, root))
+        daemons[1].wait_for(r"Successfully registered with master")
+        yield url, worker_dir
     finally:
-        for daemon in (worker, master):
-            if daemon is not None:
-                daemon.stop()
-    executors = list(worker_dir.glob("app-*/*"))
-    assert executors, "the worker never started an executor"
-    assert all((e / "reput.zip").is_file() for e in executors)
-    assert any("Running task" in (e / "stderr").read_text(errors="replace") for e in executors)
-    digest = {k: v for k, v in tree_digest(cluster_out).items() if k != REPORT}
-    assert digest == {k: v for k, v in tree_digest(local_out).items() if k != REPORT}
+        for daemon in reversed(daemons):
+            daemon.stop()
+
+
+def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    """The README's recipe: spark-submit from the repository with conf/spark-defaults.conf (which ships
+    dist/reput-env.tar.gz as ./env and dist/reput.zip); the driver runs this venv's Python (client mode)."""
+    url, worker_dir = cluster
+    before = set(worker_dir.glob("app-*"))
+    done = subprocess.run(
+        [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--properties-file", "conf/spark-defaults.conf",
+         "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.driver.host=127.0.0.1",
+         "--conf", "spark.executor.memory=1g", f"jobs/{job}.py", *args],
+        cwd=REPO, env=cluster_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    assert done.returncode in ok, f"{job}: exit {done.returncode}\n{done.stderr[-4000:]}\n{done.stdout[-2000:]}"
+    apps = set(worker_dir.glob("app-*")) - before
+    executors = [e for app in apps for e in app.iterdir() if e.is_dir()]
+    assert executors, f"{job}: the worker never started an executor"
+    for e in executors:  # the shipped code and environment, unpacked where the executor runs
+        assert (e / "reput.zip").is_file() and (e / "env" / "bin" / "python").exists(), sorted(os.listdir(e))
+    assert any("Running task" in (e / "stderr").read_text(errors="replace") for e in executors), job
+    return done
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def golden_files(case: str, prefix: str) -> dict[str, str]:
+    """sha256 by relative path of a golden case's files under `prefix`, from its manifest."""
+    return {k: v["sha256"] for k, v in manifest(case)["files"].items() if k.startswith(prefix)}
+
+
+def tree(root: Path, prefix: str) -> dict[str, str]:
+    """sha256 by relative path of the files under root/prefix."""
+    return {p.relative_to(root).as_posix(): sha(p) for p in sorted((root / prefix).rglob("*")) if p.is_file()}
+
+
+def index_shas(case: str) -> list[str]:
+    """The golden index files' sha256 in name order (names come from the broker's clock)."""
+    files = manifest(case)["files"]
+    return [files[k]["sha256"] for k in sorted(k for k in files if k.startswith("index/"))]
+
+
+CASE = "clean-small-11"
+STORE = GOLDEN / CASE
+CONF_ARGS = ("--store", str(STORE), "--broker-config", str(STORE / "broker.conf"))
+
+
+def test_rebuild(cluster, tmp_path):
+    """Consume queues and index files built by the executors equal the broker's bytes."""
+    out = tmp_path / "out"
+    submit(cluster, "rebuild", *CONF_ARGS, "--out", str(out), "--json")
+    assert tree(out, "consumequeue") == golden_files(CASE, "consumequeue/")
+    assert [sha(p) for p in sorted((out / "index").iterdir())] == index_shas(CASE)
+
+
+def test_inspect(cluster):
+    done = submit(cluster, "inspect", *CONF_ARGS, "--json")
+    report = json.loads(done.stdout)
+    scan = manifest(CASE)["commitlog_scan"]
+    assert report["message_records"] == scan["message_records"] and report["scan_end"] == scan["scan_end"]
+    assert report["records_per_topic_queue"] == manifest(CASE)["records_per_topic_queue"]
+
+
+def test_verify(cluster, tmp_path):
+    """The broker's own files are consistent; the report is written where --report says."""
+    report = tmp_path / "verify.json"
+    submit(cluster, "verify", *CONF_ARGS, "--report", str(report), "--work-dir", str(tmp_path))
+    assert json.loads(report.read_text())["status"] == "consistent"
+
+
+def test_recover_out(cluster, tmp_path):
+    """unclean-torn-11 recovered on the cluster equals RocketMQ's own recovery of it."""
+    store, out = GOLDEN / "unclean-torn-11", tmp_path / "out"
+    submit(cluster, "recover", "--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+           "--json")
+    want = "unclean-torn-11-recovered"
+    for prefix in ("commitlog/", "consumequeue/"):
+        assert tree(out, prefix.rstrip("/")) == golden_files(want, prefix), prefix
+    assert [sha(p) for p in sorted((out / "index").iterdir())] == index_shas(want)
+    assert sha(out / "checkpoint") == manifest(want)["files"]["checkpoint"]["sha256"]
+
+
+def test_query_scan(cluster):
+    """--scan searches the commit log in Spark tasks: the records that carry the key, by the golden walk."""
+    recs = golden_walk.records(CASE)
+    key = "dup"
+    want = sorted(r.physical_offset for r in recs if r.topic == b"TopicTest" and (r.sys_flag & 0xC) != 0xC
+                  and key in r.properties.get("KEYS", "").split(" "))
+    done = submit(cluster, "query", *CONF_ARGS, "--topic", "TopicTest", "--key", key, "--scan", "--json")
+    assert [m["physical_offset"] for m in json.loads(done.stdout)["messages"]] == want and want
+
+
+def test_catalog(cluster, tmp_path):
+    """The Delta table the executors wrote holds every record once, per topic and queue as the manifest."""
+    from collections import Counter
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    table = tmp_path / "catalog"
+    submit(cluster, "catalog", *CONF_ARGS, "--table", str(table), "--json")
+    rows = pa.table(DeltaTable(str(table)).to_pyarrow_table()).select(["topic", "queue_id"]).to_pylist()
+    got = Counter((r["topic"], str(r["queue_id"])) for r in rows)
+    assert got == {(t, q): n for t, qs in manifest(CASE)["records_per_topic_queue"].items() for q, n in qs.items()}
