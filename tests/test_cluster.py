@@ -185,6 +185,13 @@ def test_inspect(cluster):
     assert report["records_per_topic_queue"] == manifest(CASE)["records_per_topic_queue"]
 
 
+def test_verify(cluster, tmp_path):
+    """The broker's own files are consistent; the report is written where --report says."""
+    report = tmp_path / "verify.json"
+    submit(cluster, "verify", *CONF_ARGS, "--report", str(report), "--work-dir", str(tmp_path))
+    assert json.loads(report.read_text())["status"] == "consistent"
+
+
 def test_recover_out(cluster, tmp_path):
     """unclean-torn-11 recovered on the cluster equals RocketMQ's own recovery of it."""
     store, out = GOLDEN / "unclean-torn-11", tmp_path / "out"
