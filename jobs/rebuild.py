@@ -28,6 +28,7 @@ from jobs.pipeline.publish import Staging  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-report.json"
@@ -96,49 +97,21 @@ def main(argv: list[str] | None = None) -> int:
                            "first, or pass --accept-invalid-tail to rebuild up to that point")
         for problem in problems:
             warn("rebuild", problem)
-        cq_files: dict[str, int] = {}
-        parallelism = spark.sparkContext.defaultParallelism
         t0 = time.monotonic()
-        cq_tasks, index_tasks = [], []
-        if with_cq:
-            staging.dir.child("consumequeue").makedirs()
-            cq_tasks = plan_cq(scan, settings, staging.work, staging.dir.child("consumequeue"), topics,
-                               target_tasks=2 * parallelism)
-        if with_index:
-            index_dir = staging.dir.child("index")
-            index_dir.makedirs()
-            guess = store_generation(store, args.rocketmq_version)
-            index_tasks = plan_index(scan, settings, staging.work, index_dir, empty_file_index_count(guess.generation))
-            if index_tasks and not index_tasks[-1].files[-1].sources and args.rocketmq_version is None \
-                    and guess.generation < 5:
-                print("reput rebuild: note: the last index file holds no key; its header gets indexCount 0 as a "
-                      "4.9.x broker leaves it (no 5.x marker in the store); pass --rocketmq-version 5 for a 5.x "
-                      "store, whose shutdown writes 1", file=sys.stderr)
-        # One Spark job for both kinds, the (longer) index tasks first: while an index file is built,
-        # consume-queue tasks keep the other cores busy.
-        firsts: list[tuple[int, int | None]] = []
-        task_seconds = {"consumequeue": 0.0, "index": 0.0}
-        longest = {"consumequeue": 0.0, "index": 0.0}
-        for kind, result, seconds in run_tasks(spark, index_tasks + cq_tasks, build_files,
-                                               "consume queues + index files", quiet=quiet):
-            task_seconds[kind] += seconds
-            longest[kind] = max(longest[kind], seconds)
-            if kind == "index":
-                firsts.extend(result)
-            else:
-                cq_files.update(result)
+        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * spark.sparkContext.defaultParallelism) \
+            if with_cq else []
+        index_tasks = _plan_index_tasks(args, scan, settings, store, staging) if with_index else []
+        cq_files, firsts, task_timings = _run_builds(spark, index_tasks + cq_tasks, quiet)
         index_names: list[str] = []
         if with_index:
+            index_dir = staging.dir.child("index")
             names = name_index_files(scan, firsts, tz)
             for no, name in sorted(names.items()):
                 index_dir.child(pending_name(no)).move_to(index_dir.child(name))
             index_names = [names[no] for no in sorted(names)]
         timings["build_s"] = time.monotonic() - t0
         pause_at("after-build")
-        timings["consumequeue_task_s"] = task_seconds["consumequeue"]
-        timings["index_task_s"] = task_seconds["index"]
-        timings["longest_consumequeue_task_s"] = longest["consumequeue"]
-        timings["longest_index_task_s"] = longest["index"]
+        timings.update(task_timings)
         timings["build_tasks"] = len(cq_tasks) + len(index_tasks)
         check_staged(staging.dir, settings, cq_files, index_names)
         timings["total_s"] = time.monotonic() - started
@@ -148,6 +121,50 @@ def main(argv: list[str] | None = None) -> int:
         staging.publish()
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _plan_cq_tasks(scan: ScanResult, settings: BrokerSettings, staging: Staging, topics: set[str] | None,
+                   target_tasks: int) -> list:
+    """Consume-queue build tasks, writing under the staged consumequeue/ directory."""
+    staging.dir.child("consumequeue").makedirs()
+    return plan_cq(scan, settings, staging.work, staging.dir.child("consumequeue"), topics,
+                   target_tasks=target_tasks)
+
+
+def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: BrokerSettings, store: Location,
+                      staging: Staging) -> list:
+    """Index build tasks, writing under the staged index/ directory; notes the 4.x empty last-file header."""
+    index_dir = staging.dir.child("index")
+    index_dir.makedirs()
+    guess = store_generation(store, args.rocketmq_version)
+    index_tasks = plan_index(scan, settings, staging.work, index_dir, empty_file_index_count(guess.generation))
+    if index_tasks and not index_tasks[-1].files[-1].sources and args.rocketmq_version is None \
+            and guess.generation < 5:
+        print("reput rebuild: note: the last index file holds no key; its header gets indexCount 0 as a "
+              "4.9.x broker leaves it (no 5.x marker in the store); pass --rocketmq-version 5 for a 5.x "
+              "store, whose shutdown writes 1", file=sys.stderr)
+    return index_tasks
+
+
+def _run_builds(spark: SparkSession, tasks: list,
+                quiet: bool) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
+    """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
+    built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the
+    index files' first keys and the per-kind task times."""
+    cq_files: dict[str, int] = {}
+    firsts: list[tuple[int, int | None]] = []
+    task_seconds = {"consumequeue": 0.0, "index": 0.0}
+    longest = {"consumequeue": 0.0, "index": 0.0}
+    for kind, result, seconds in run_tasks(spark, tasks, build_files, "consume queues + index files", quiet=quiet):
+        task_seconds[kind] += seconds
+        longest[kind] = max(longest[kind], seconds)
+        if kind == "index":
+            firsts.extend(result)
+        else:
+            cq_files.update(result)
+    timings = {"consumequeue_task_s": task_seconds["consumequeue"], "index_task_s": task_seconds["index"],
+               "longest_consumequeue_task_s": longest["consumequeue"], "longest_index_task_s": longest["index"]}
+    return cq_files, firsts, timings
 
 
 def _print_human(r: dict) -> None:
