@@ -57,6 +57,26 @@ def split_keys(keys: str | None) -> list[str]:
     return [k for k in keys.split(" ") if k]
 
 
+def _items_named(name: str, c_data: np.ndarray, items: np.ndarray, heads: np.ndarray,
+                 item_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(item indexes, value starts) of the items that hold `name` with a non-empty value: their bytes spell
+    the name, then \x01, then at least one value byte before the item end. `heads` is each item's first
+    four bytes as a big-endian int (a quick filter for names of four bytes or more)."""
+    code = name.encode()
+    if not code or NAME_VALUE_SEP in code or PROPERTY_SEP in code:
+        raise ValueError(f"property name {name!r} must be non-empty and hold no separator")
+    m = len(code)
+    if m >= 4:
+        k, first = np.flatnonzero(heads == int.from_bytes(code[:4], "big")), 4
+    else:
+        k, first = np.arange(len(items)), 0
+    for j in range(first, m):
+        k = k[c_data[items[k] + j] == code[j]]
+    k = k[c_data[items[k] + m] == NAME_VALUE_SEP]
+    value_at = items[k] + m + 1
+    return k[value_at < item_end[k]], value_at[value_at < item_end[k]]  # non-empty value
+
+
 def locate_properties(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                       names: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each wanted name, the (value start, value length) in `data` per record; start -1 if absent.
@@ -101,19 +121,7 @@ def locate_properties(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                         rec_end - (c_data[np.maximum(rec_end - 1, 0)] == PROPERTY_SEP))  # a trailing \x02
     heads = np.ndarray((len(c_data) - 3,), dtype=">u4", buffer=c_data, strides=(1,))[items]  # 4 bytes each
     for name in names:
-        code = name.encode()
-        if not code or NAME_VALUE_SEP in code or PROPERTY_SEP in code:
-            raise ValueError(f"property name {name!r} must be non-empty and hold no separator")
-        m = len(code)
-        if m >= 4:
-            k, first = np.flatnonzero(heads == int.from_bytes(code[:4], "big")), 4
-        else:
-            k, first = np.arange(len(items)), 0
-        for j in range(first, m):
-            k = k[c_data[items[k] + j] == code[j]]
-        k = k[c_data[items[k] + m] == NAME_VALUE_SEP]
-        value_at = items[k] + m + 1
-        k, value_at = k[value_at < item_end[k]], value_at[value_at < item_end[k]]  # non-empty value
+        k, value_at = _items_named(name, c_data, items, heads, item_end)
         if not len(k):
             continue
         owner = owner_of[k]
