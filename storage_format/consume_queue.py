@@ -6,6 +6,8 @@ file layout live here and nowhere else.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +20,20 @@ CQ_UNIT_SIZE = 20
 CQ_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 PRE_BLANK_SIZE = 0x7FFFFFFF  # size of the filler units before a queue's first entry
 
+
+
+@dataclass(frozen=True)
+class CqColumns:
+    """Consume-queue entries as parallel columns (queue offset, commit-log offset, size, tags code); the one
+    shape both the decode (split_decode.CqRows) and recovery (recovery.queues.QueueEntries) hand on."""
+
+    queue_offset: np.ndarray
+    phy: np.ndarray
+    size: np.ndarray
+    tags: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.phy)
 
 def file_name(start: int) -> str:
     """Consume-queue file name: its first logical byte offset as 20 digits (UtilAll.offset2FileName,

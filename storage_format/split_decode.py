@@ -14,6 +14,7 @@ import numpy as np
 from . import split_kernel as k
 from .commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
                         find_first_record, parse_segment_name)
+from .consume_queue import CqColumns
 from .multi_dispatch import INNER_MULTI_DISPATCH
 from .properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
@@ -41,16 +42,8 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
-class CqRows:
+class CqRows(CqColumns):
     """A split's consume-queue rows, grouped by queue in (topic, queueId) order, commit-log order inside."""
-
-    queue_offset: np.ndarray
-    phy: np.ndarray
-    size: np.ndarray
-    tags: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.phy)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, keep_first_of_each_offset, unpack_entries
+from ..consume_queue import (CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, CqColumns, keep_first_of_each_offset,
+                             unpack_entries)
 from ..errors import RecoveryError
 
 
@@ -74,16 +75,8 @@ def load_queue(topic: str, queue_id: int, files: list[int], read_file: Callable[
 
 
 @dataclass(frozen=True)
-class QueueEntries:
+class QueueEntries(CqColumns):
     """Consume-queue entries of one queue in dispatch order (commit-log order)."""
-
-    queue_offset: np.ndarray
-    phy: np.ndarray
-    size: np.ndarray
-    tags: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.phy)
 
     def take(self, mask: np.ndarray) -> "QueueEntries":
         """The rows selected by a mask or slice."""
