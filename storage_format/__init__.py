@@ -4,6 +4,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 
 - `record`: the record's constants (magics, sysFlag bits, transaction types) and the `Message` object
 - `commitlog`: the record chain walk and the columnar record decoder (the reference the kernel is tested against)
+- `record_columns`: the columnar record decoder's fields and per-record checks (field sum, CRC, DELAY)
+- `segment_names`: commit-log segment file names and byte offsets inside a segment
 - `split_kernel`: the compiled (numba) one-pass decoder of a split: chain walk, properties, hashes, summary
 - `split_decode`: the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference decodes
 - `index_chain`: index slot chains as compiled sequential loops (index_file's vectorised form is the reference)

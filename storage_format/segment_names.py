@@ -1,0 +1,24 @@
+"""Commit-log segment file names: a segment is named by its start offset in 20 digits, and an offset inside
+the commit log maps to a byte offset inside that file. Apart from the decoder so every module naming a
+segment or a position in it (errors name file and byte offset) shares the one rule."""
+from __future__ import annotations
+
+SEGMENT_NAME_DIGITS = 20
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The start offset a segment file name stands for, or None when it is not a segment name."""
+    if len(name) == SEGMENT_NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+def file_offset(path: str, offset: int, base_offset: int) -> int:
+    """Commit-log `offset` as a byte offset inside the segment file `path` (named by its start offset);
+    relative to `base_offset` when `path` is not a segment name (a bare buffer)."""
+    start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
+    return offset - (base_offset if start is None else start)
