@@ -54,7 +54,7 @@ def warm() -> dict[str, int]:
     (0 everywhere when all came from the cache)."""
     import numpy as np
 
-    from . import index_chain, split_kernel
+    from . import index_chain, row_groups, split_kernel
     from .split_decode import decode_fast
 
     zeros = memoryview(bytes(64))  # read-only, like the segment buffers; the walk ends at once (magic 0)
@@ -63,7 +63,7 @@ def warm() -> dict[str, int]:
     slot = np.zeros(3, np.int64)
     index_chain.newest_positions(slot, np.zeros(1, np.int64), 1)
     index_chain.chain_prev(slot, np.zeros(1, np.int64), 1)
-    kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": split_kernel.group_rows,
+    kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "newest_positions": index_chain.newest_positions, "chain_prev": index_chain.chain_prev}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 

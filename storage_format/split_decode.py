@@ -20,8 +20,15 @@ from .properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from .record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
 from .recovery import KeyBatch
+from .row_groups import group_rows
 from .store_layout import INNER_BATCH_FLAG
 
+# Why the kernel left a split to the reference decoder, by its split_kernel.FB_* code.
+FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer", k.FB_BAD_TOTAL_SIZE: "bad totalSize",
+                  k.FB_LAYOUT: "size mismatch", k.FB_MOVED: "moved record", k.FB_UNDATED: "undated record",
+                  k.FB_TOPIC: "unsafe or malformed topic", k.FB_SCHEDULE: "bad DELAY",
+                  k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
+                  k.FB_INNER_BATCH: "inner-batch record"}
 _END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
 _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
@@ -93,7 +100,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
                                                 np.asarray(delay_levels_ms, np.int64).reshape(-1))
     if stats[k.S_FALLBACK] != k.FB_NONE:
-        return k.FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
+        return FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
     records = int(stats[k.S_RECORDS])
     seg_start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
     end_at = base_offset + int(stats[k.S_END_POS])
@@ -118,7 +125,7 @@ def _group(arr: np.ndarray, qs: np.ndarray,
     order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    row_order, starts = k.group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
+    row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
     table = {}
     for q in order:
         n_cq = int(q_cq[q])

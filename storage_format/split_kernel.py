@@ -29,9 +29,6 @@ FB_SCHEDULE = 7  # a SCHEDULE_TOPIC_XXXX record whose DELAY is no int (the broke
 FB_NON_ASCII = 8  # a hashed property value (TAGS, KEYS, UNIQ_KEY) is not well-formed UTF-8
 FB_MULTI_DISPATCH = 9  # LMQ multi-dispatch property
 FB_INNER_BATCH = 10  # a BatchConsumeQueue record (refused by the reference)
-FALLBACK_NAMES = ("", "record runs past the buffer", "bad totalSize", "size mismatch", "moved record",
-                  "undated record", "unsafe or malformed topic", "bad DELAY", "malformed key or tag",
-                  "multi-dispatch", "inner-batch record")
 
 # Walk ends, mapped to commitlog's END_* names by the caller.
 KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
@@ -451,20 +448,3 @@ def _key_hash(h):
     if s == -(np.int64(1) << 31):
         return 0
     return abs(s)
-
-
-@njit(cache=True, nogil=True)
-def group_rows(row_queue, queue_rank, n_queues):
-    """Stable counting sort of consume-queue rows by their queue's rank: (row order, rows per rank)."""
-    counts = np.zeros(n_queues + 1, np.int64)
-    for i in range(row_queue.shape[0]):
-        counts[queue_rank[row_queue[i]] + 1] += 1
-    for r in range(n_queues):
-        counts[r + 1] += counts[r]
-    order = np.empty(row_queue.shape[0], np.int64)
-    fill = counts[:-1].copy()
-    for i in range(row_queue.shape[0]):
-        r = queue_rank[row_queue[i]]
-        order[fill[r]] = i
-        fill[r] += 1
-    return order, counts
