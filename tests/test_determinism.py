@@ -41,8 +41,10 @@ def other_masters(golden, tmp_path_factory) -> dict[str, tuple[int, Path, str, P
         marker = root / "failed-once"
         env = dict(os.environ, **({"REPUT_FAIL_ONCE": str(marker)} if fail else {}))
         err = open(root / "stderr", "wb")
+        # Spark's own log is off by default; the retried run asks for its warnings to see the lost task.
+        log = ("--log-level", "warn") if fail else ()
         proc = subprocess.Popen([sys.executable, "-m", "jobs.rebuild", *rebuild_argv(golden, root / "out"),
-                                 "--master", master], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+                                 "--master", master, *log], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
         procs[name] = (proc, root, marker, err)
     results = {}
     try:
