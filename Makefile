@@ -34,7 +34,7 @@ demo: venv
 	$(PY) -m jobs.verify --store $(DEMO)/checked --broker-config $(DEMO)/store/broker.conf
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
 
-test: venv
+test: venv system-deps
 	$(PY) -m pytest -q tests
 
 test-cluster: package
