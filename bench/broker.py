@@ -7,7 +7,6 @@ on the machine is measured per run. The first pair's outputs are compared file b
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,6 +16,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from jobs.pipeline.inplace import sha256_file
 
 from .cpu import CpuWatch
 from .stages import warm_page_cache
@@ -107,14 +108,9 @@ def run_reput(store: Path, out: Path, master: str, split_size: int) -> dict:
 def _digests(root: Path) -> tuple[dict[str, str], list[str]]:
     """sha256 of every consume-queue file by path, and of the index files in name order (the broker
     names index files by its clock, so they are compared by content in order)."""
-    def sha(p: Path) -> str:
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        return h.hexdigest()
-    cq = {p.relative_to(root).as_posix(): sha(p) for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
-    return cq, [sha(p) for p in sorted((root / "index").iterdir()) if p.is_file()]
+    cq = {p.relative_to(root).as_posix(): sha256_file(p)
+          for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
+    return cq, [sha256_file(p) for p in sorted((root / "index").iterdir()) if p.is_file()]
 
 
 def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, split_size: int) -> SideBySide:
