@@ -18,7 +18,7 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from . import interrupt
+from . import interrupt, worker_daemon
 from .failure import debug
 
 CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
@@ -53,6 +53,15 @@ def log_level(requested: str | None) -> str:
     return (requested or os.environ.get("REPUT_SPARK_LOG_LEVEL") or ("warn" if debug() else "off")).upper()
 
 
+def _daemon_module() -> str:
+    return os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON)
+
+
+def _local(master: str | None) -> bool:
+    """The embedded session runs its Python workers on this machine (local[...])."""
+    return (master or os.environ.get("REPUT_SPARK_MASTER", "local[*]")).startswith("local")
+
+
 def job_spark(args: argparse.Namespace, app: str) -> SparkSession:
     """The session for a job's parsed command line (--master, --log-level, --quiet)."""
     return get_spark(app, args.master, level=args.log_level, quiet=args.quiet)
@@ -76,8 +85,10 @@ def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = N
                            f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} -Dreput.logLevel={level}")
                    .config("spark.sql.shuffle.partitions", "8")
                    .config("spark.python.worker.reuse", "true")
-                   .config("spark.python.daemon.module", os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON))
+                   .config("spark.python.daemon.module", _daemon_module())
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+        if _local(master) and _daemon_module() == WORKER_DAEMON and SparkContext._active_spark_context is None:
+            worker_daemon.start_warm()  # loads the pipeline on the other core while the JVM starts
     with interrupt.deferred():
         spark = _start(builder, quiet and not debug())
         interrupt.arm(spark.sparkContext)

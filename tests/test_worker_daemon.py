@@ -1,0 +1,95 @@
+"""The warm worker daemon: started by the driver before its JVM, it becomes the daemon Spark launches, and
+it never outlives the driver or stands in for a launcher it does not fit."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jobs.pipeline import worker_daemon
+
+REPO = Path(__file__).resolve().parents[1]
+
+SESSION_SCRIPT = """
+import os, sys
+from jobs.pipeline.session import get_spark
+from jobs.pipeline import worker_daemon
+spark = get_spark("warm-test", "local[1]", quiet=True)
+seen = spark.sparkContext.parallelize([0], 1).map(lambda _: (os.getppid(), os.environ.get("PYTHONHASHSEED"))).collect()
+print(worker_daemon._warm.pid, seen[0][0], seen[0][1], flush=True)
+spark.stop()
+"""
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # our own child: reap it
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def test_python_workers_are_forked_by_the_warm_daemon():
+    """A new embedded session's Python workers are children of the process the driver started before its
+    JVM (so the pipeline was loaded while the JVM started), with the workers' hash seed; it ends with the driver."""
+    run = subprocess.run([sys.executable, "-c", SESSION_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    warm_pid, worker_parent, seed = run.stdout.split()
+    assert worker_parent == warm_pid
+    assert seed == os.environ.get("PYTHONHASHSEED", "0")
+    assert _gone(int(warm_pid), within_s=30), "the warm daemon outlived its driver"
+
+
+def test_no_warm_daemon_means_the_launcher_loads_itself(monkeypatch, tmp_path):
+    """A socket nobody listens on (no warm daemon, or one already taken): hand_over declines."""
+    monkeypatch.setenv(worker_daemon.WARM_ENV, str(tmp_path / "missing.sock"))
+    assert worker_daemon.hand_over() is False
+    monkeypatch.delenv(worker_daemon.WARM_ENV)
+    assert worker_daemon.hand_over() is False
+
+
+def _start_warm(tmp_path: Path, seed: str) -> tuple[subprocess.Popen, Path]:
+    sock = tmp_path / "warm" / "daemon.sock"
+    sock.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.pipeline.worker_daemon", "--warm", str(sock), str(os.getpid())],
+                            cwd=REPO, env=dict(os.environ, PYTHONHASHSEED=seed))
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc, sock
+
+
+def test_a_warm_daemon_with_another_hash_seed_declines(monkeypatch, tmp_path):
+    """Python fixes the string hash seed at start: a warm process with another seed than the workers are
+    given must not become their daemon (the launcher then loads itself)."""
+    proc, sock = _start_warm(tmp_path, seed="7")
+    monkeypatch.setenv(worker_daemon.WARM_ENV, str(sock))
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    try:
+        assert worker_daemon.hand_over() is False
+        assert proc.wait(timeout=60) == 0
+        assert not sock.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_warm_daemon_ends_when_its_driver_does(tmp_path):
+    """Started but never taken (the driver failed before any Python task): it leaves with the driver."""
+    script = ("from jobs.pipeline import worker_daemon; worker_daemon.start_warm(); "
+              "print(worker_daemon._warm.pid, flush=True)")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert _gone(int(run.stdout), within_s=30), "the warm daemon outlived its driver"
