@@ -10,7 +10,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `row_groups`: a split's consume-queue rows grouped by queue (compiled stable counting sort)
 - `split_decode`: the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference decodes
 - `index_chain`: index slot chains as compiled sequential loops (index_file's vectorised form is the reference)
-- `kernel_cache`: where numba caches the kernels (stable for `--py-files` zips) and warming them
+- `kernel_cache`: the kernels' decorator (numba imported at the first call), where numba caches them
+  (stable for `--py-files` zips), and warming them
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules

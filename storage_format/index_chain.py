@@ -3,9 +3,8 @@ time, which beats the vectorised stable sort (index_file.*_numpy, kept as the re
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from . import kernel_cache  # noqa: F401 - the cache locator, before any kernel is defined
+from .kernel_cache import njit
 
 
 @njit(cache=True, nogil=True)

@@ -1,4 +1,9 @@
-"""Where numba keeps the compiled kernels, so that a kernel compiles once per machine and Python.
+"""The compiled kernels: defined lazily, and cached by numba so that each compiles once per machine.
+
+`njit` marks a kernel like numba's decorator, but numba (a third of a second to import) is imported only
+when a kernel first runs: the driver, which plans and never runs kernels, starts without it. The first
+call of any kernel turns every kernel defined so far into a numba dispatcher, in its module too, so that
+kernels calling kernels compile against dispatchers.
 
 In a source tree numba caches next to the module (__pycache__). Imported from a `--py-files` zip,
 numba's own zip locator keys its cache directory by the zip's location, which Spark makes new for
@@ -9,44 +14,96 @@ module compiles anew). `python -m storage_format.kernel_cache` compiles (or load
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import threading
 from pathlib import PurePosixPath
-
-from numba.core import caching, config
+from typing import Any, Callable
 
 CACHE_NAME = "reput-kernels"
+OPTIONS = {"cache": True, "nogil": True}  # every kernel: cached on disk, runs without the GIL
+
+_defined: list["Kernel"] = []
+_lock = threading.Lock()
 
 
-class StableZipLocator(caching.ZipCacheLocator):
-    """numba's zip locator with a cache directory that does not depend on where the zip lies."""
+class Kernel:
+    """A kernel before its first call (the plain Python function) and after (numba's dispatcher)."""
 
-    def __init__(self, py_func, py_file) -> None:
-        super().__init__(py_func, py_file)
-        root = config.CACHE_DIR or caching.AppDirs(appname="numba", appauthor=False).user_cache_dir
-        package = PurePosixPath(self._internal_path).parent.as_posix().replace("/", ".")
-        self._cache_path = os.path.join(root, CACHE_NAME, package)
+    def __init__(self, func: Callable, options: dict[str, Any]) -> None:
+        functools.update_wrapper(self, func)
+        self.py_func, self.options, self.dispatcher = func, options, None
 
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        if ".zip" not in py_file:
-            return None
-        self = cls(py_func, py_file)
-        try:
-            self.ensure_cache_path()
-        except OSError:
-            return None
-        return self
+    def __call__(self, *args):
+        return (self.dispatcher or _compile_all(self))(*args)
+
+    def __getattr__(self, name: str):  # the dispatcher's own attributes (stats, signatures, ...)
+        if name in ("py_func", "options", "dispatcher"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher or _compile_all(self), name)
+
+
+def njit(**options: Any) -> Callable[[Callable], Kernel]:
+    """Mark a kernel (numba.njit's options, over OPTIONS); numba compiles or loads it at its first call."""
+    def mark(func: Callable) -> Kernel:
+        kernel = Kernel(func, {**OPTIONS, **options})
+        _defined.append(kernel)
+        return kernel
+    return mark
+
+
+def _compile_all(first: Kernel):
+    """Import numba and make every kernel defined so far a dispatcher, in its module's namespace too."""
+    with _lock:
+        if first.dispatcher is None:
+            import numba
+
+            install()
+            for kernel in _defined:
+                if kernel.dispatcher is None:
+                    kernel.dispatcher = numba.njit(**kernel.options)(kernel.py_func)
+            for namespace in {id(k.py_func.__globals__): k.py_func.__globals__ for k in _defined}.values():
+                for name, value in list(namespace.items()):
+                    if isinstance(value, Kernel):
+                        namespace[name] = value.dispatcher
+    return first.dispatcher
 
 
 def install() -> None:
-    """Put StableZipLocator first (idempotent); kernel modules call this before defining kernels."""
+    """Put StableZipLocator first (idempotent), before numba makes any dispatcher."""
+    from numba.core import caching
+
+    locator = _stable_zip_locator()
     classes = caching.CacheImpl._locator_classes  # numba's documented extension point is this list
-    if StableZipLocator not in classes:
-        classes.insert(0, StableZipLocator)
+    if locator not in classes:
+        classes.insert(0, locator)
 
 
-install()
+@functools.cache
+def _stable_zip_locator() -> type:
+    """StableZipLocator: numba's zip locator with a cache directory that does not depend on where the zip lies."""
+    from numba.core import caching, config
+
+    class StableZipLocator(caching.ZipCacheLocator):
+        def __init__(self, py_func, py_file) -> None:
+            super().__init__(py_func, py_file)
+            root = config.CACHE_DIR or caching.AppDirs(appname="numba", appauthor=False).user_cache_dir
+            package = PurePosixPath(self._internal_path).parent.as_posix().replace("/", ".")
+            self._cache_path = os.path.join(root, CACHE_NAME, package)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if ".zip" not in py_file:
+                return None
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None
+            return self
+
+    return StableZipLocator
 
 
 def warm() -> dict[str, int]:

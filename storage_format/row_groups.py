@@ -4,9 +4,8 @@ output after the walk and depends on nothing of it (its own numba cache entry)."
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from . import kernel_cache  # noqa: F401 - the cache locator, before any kernel is defined
+from .kernel_cache import njit
 
 
 @njit(cache=True, nogil=True)

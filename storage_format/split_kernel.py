@@ -13,9 +13,8 @@ homes and are passed in, so this module defines none of them.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from . import kernel_cache  # noqa: F401 - the cache locator, before any kernel is defined
+from .kernel_cache import njit
 
 # Fallback reasons (the kernel left the split to the reference decoder).
 FB_NONE = 0

@@ -31,3 +31,15 @@ def test_kernels_from_a_moved_zip_do_not_recompile(tmp_path):
     assert origin.startswith(str(first_zip)) and all(n > 0 for n in misses.values())
     origin, misses = _warm_from(second_zip, cache)
     assert origin.startswith(str(second_zip)) and misses == {name: 0 for name in misses}
+
+
+def test_the_driver_starts_without_numba():
+    """Kernels are compiled (or loaded) at their first call: importing every job, as a driver does, leaves
+    numba unimported (a third of a second of every job's start-up), and a kernel call then brings it."""
+    script = ("import sys, jobs.rebuild, jobs.verify, jobs.recover, jobs.query, jobs.inspect, jobs.catalog, jobs.dump; "
+              "before = 'numba' in sys.modules; import numpy as np; from storage_format import row_groups; "
+              "order, counts = row_groups.group_rows(np.array([1, 0, 1]), np.array([1, 0]), 2); "
+              "print(before, 'numba' in sys.modules, order.tolist(), counts.tolist())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == ["False", "True", "[0,", "2,", "1]", "[0,", "2,", "3]"]
