@@ -19,11 +19,12 @@ from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, report, stages
+from . import startup as startup_bench
 from .cpu import CpuWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
-STAGES = ("read", "decode", "rebuild", "verify")
+STAGES = ("startup", "read", "decode", "rebuild", "verify")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a RocketMQ 4.9.8 oracle build (../shared/oracle/build.sh OUT): also time the broker's own "
                         "rebuild and jobs.rebuild as whole processes, interleaved, and print the ratios")
     r.add_argument("--pairs", type=int, default=3, help="interleaved broker/reput pairs (default 3)")
+    r.add_argument("--startup-pairs", type=int, default=3,
+                   help="interleaved start-up pairs, reput against Spark's defaults (stage startup; default 3)")
     args = p.parse_args(argv)
     unknown = set(args.stages.split(",")) - set(STAGES)
     if unknown:
@@ -128,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.stages.split(",")
     out = args.root / "rebuilt"
     results = []
+    startup_runs = None
+    if "startup" in wanted:  # new processes, before the bench's own session exists
+        startup_runs = startup_bench.side_by_side(args.master, args.startup_pairs)
     spark, startup = stages.spark_startup(args.master)
     results.append(startup)
     records, data_bytes = info["records"], info["data_bytes"]
@@ -158,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"peak worker RSS = highest VmHWM of one Python worker during the stage")
     print()
     print(report.table(results, info, machine, settings_line))
+    if startup_runs is not None:
+        print()
+        print(startup_bench.table(startup_runs))
     if side is not None:
         print()
         print(broker.table(side))
@@ -169,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = report.json_report(results, info, machine, config)
     if side is not None:
         figures["side_by_side"] = side.to_dict()
+    if startup_runs is not None:
+        figures["startup_side_by_side"] = startup_runs.to_dict()
     json_out.write_text(json.dumps(figures, indent=2))
     print(f"\n[bench] figures written to {json_out}")
     return 0

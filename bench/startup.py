@@ -1,0 +1,99 @@
+"""Start-up side by side: reput's start-up against Spark's defaults, as new processes, interleaved.
+
+Each run is a new Python process that creates the embedded session and runs a first job whose tasks
+load what every reput task needs (the pipeline's imports, the compiled kernels from numba's cache): the
+part of a job that comes before any work. "reput" is the jobs' own start-up (driver JVM from the
+class-data archive, C1 only, the warm worker daemon); "Spark defaults" switches those off
+(`REPUT_DRIVER_JAVA_OPTIONS=`, `REPUT_WORKER_DAEMON=pyspark.daemon`): what a session cost before them.
+Times run from just before the process is started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cpu import CpuWatch
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = {"reput": {}, "Spark defaults": {"REPUT_DRIVER_JAVA_OPTIONS": "", "REPUT_WORKER_DAEMON": "pyspark.daemon"}}
+FIGURES = ("session_s", "first_job_s", "total_s")
+SCRIPT = """
+import json, sys, time
+started = float(sys.argv[1])
+from jobs.pipeline.session import get_spark
+
+def load(_):
+    import jobs.pipeline.build, jobs.pipeline.scan
+    from storage_format.kernel_cache import warm
+    t = time.monotonic()
+    warm()
+    return time.monotonic() - t
+
+spark = get_spark("startup", sys.argv[2], quiet=True)
+session = time.time()
+sc = spark.sparkContext
+sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).map(load).collect()
+first = time.time()
+print(json.dumps({"session_s": session - started, "first_job_s": first - session, "total_s": first - started}))
+"""
+
+
+@dataclass
+class StartupRuns:
+    """Every run per configuration, and their medians."""
+
+    runs: dict[str, list[dict]] = field(default_factory=lambda: {name: [] for name in CONFIGS})
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {name: {k: round(statistics.median(r[k] for r in runs), 3) for k in FIGURES}
+                for name, runs in self.runs.items() if runs}
+
+    def ratios(self) -> dict[str, float]:
+        m = self.medians()
+        if len(m) < 2:
+            return {}
+        return {k: round(m["reput"][k] / m["Spark defaults"][k], 3) for k in ("session_s", "total_s")}
+
+    def to_dict(self) -> dict:
+        return {"runs": self.runs, "median_s": self.medians(), "ratios_reput_over_spark_defaults": self.ratios()}
+
+
+def _one(master: str, env: dict[str, str]) -> dict:
+    with CpuWatch() as cpu:
+        started = time.time()
+        done = subprocess.run([sys.executable, "-c", SCRIPT, repr(started), master], cwd=REPO,
+                              env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
+    return figures
+
+
+def side_by_side(master: str, pairs: int) -> StartupRuns:
+    """`pairs` interleaved runs of each configuration (the order alternates), with progress lines."""
+    result = StartupRuns()
+    names = list(CONFIGS)
+    t0 = time.monotonic()
+    for i in range(pairs):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            result.runs[name].append(_one(master, CONFIGS[name]))
+        left = (time.monotonic() - t0) / (i + 1) * (pairs - i - 1)
+        print(f"[bench] start-up pair {i + 1}/{pairs} done, ETA {left:.0f} s", flush=True)
+    return result
+
+
+def table(s: StartupRuns) -> str:
+    """The printed comparison: medians per configuration and the ratios."""
+    m = s.medians()
+    lines = [f"start-up as a new process ({len(s.runs['reput'])} interleaved pairs, medians): session created, "
+             f"first job (Python workers loading the pipeline and kernels), both"]
+    for name, figures in m.items():
+        lines.append(f"  {name:<16}" + "".join(f"{k} {figures[k]:>6.2f}   " for k in FIGURES))
+    for k, v in s.ratios().items():
+        lines.append(f"  ratio reput / Spark defaults, {k:<12}{v:>6.2f}")
+    return "\n".join(lines)
