@@ -26,7 +26,7 @@ from jobs.pipeline.catalog_stage import (  # noqa: E402
 from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                parser, progress_quiet, run_main, settings_from, warn)
 from jobs.pipeline.generation import store_generation  # noqa: E402
-from jobs.pipeline.fs import Location, location  # noqa: E402
+from jobs.pipeline.fs import Location, delta_storage_options, location  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
@@ -43,20 +43,27 @@ def app_id(store_id: str) -> str:
     return APP_ID_PREFIX + store_id
 
 
+def delta_table(table: Location) -> DeltaTable:
+    """The Delta table at TABLE as it is now (object-storage settings from the environment: fs.py)."""
+    return DeltaTable(table.uri, storage_options=delta_storage_options(table.uri))
+
+
 def open_table(table: Location, include_body: bool) -> DeltaTable:
     """The Delta table at TABLE, created empty (schema, partitioning) when TABLE is new or an empty
     directory; any other existing path is refused."""
-    if DeltaTable.is_deltatable(table.uri):
-        return DeltaTable(table.uri)
+    options = delta_storage_options(table.uri)
+    if DeltaTable.is_deltatable(table.uri, options):
+        return delta_table(table)
     if table.exists() and (not table.is_dir() or table.list()):
         raise JobError(f"--table {table.uri} exists and is not a Delta table; choose a new path")
     try:
         return DeltaTable.create(table.uri, Schema.from_arrow(catalog_schema(include_body)), mode="error",
                                  partition_by=[PARTITION_COLUMN], name="reput-catalog",
-                                 description="RocketMQ commit-log record metadata (reput catalog)")
+                                 description="RocketMQ commit-log record metadata (reput catalog)",
+                                 storage_options=options)
     except DeltaError:
-        if DeltaTable.is_deltatable(table.uri):  # created by a concurrent run
-            return DeltaTable(table.uri)
+        if DeltaTable.is_deltatable(table.uri, options):  # created by a concurrent run
+            return delta_table(table)
         raise
 
 
@@ -152,13 +159,13 @@ def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *
                              "reput.toOffset": end, "reput.rows": sum(rows.values())})
         commit(delta, files, catalog_schema(include_body), props)
     except BaseException as exc:
-        if DeltaTable(table.uri).transaction_version(app) != end:  # not committed: the files are ours to drop
+        if delta_table(table).transaction_version(app) != end:  # not committed: the files are ours to drop
             delete_run_files(table, run_id)
         if isinstance(exc, DeltaError):
             raise JobError(f"Delta commit failed (another catalog run may have committed first; re-run): "
                            f"{exc}") from exc
         raise
-    report.update(committed=True, delta_version=DeltaTable(table.uri).version(), rows_appended=sum(rows.values()),
+    report.update(committed=True, delta_version=delta_table(table).version(), rows_appended=sum(rows.values()),
                   files_added=len(files), rows_per_topic=dict(sorted(rows.items())))
     return report
 

@@ -2,7 +2,8 @@
 
 Writes OUT/consumequeue/<topic>/<queueId>/<20-digit start>, OUT/index/<yyyyMMddHHmmssSSS> and
 OUT/reput-report.json, byte-identical to what the broker writes. The store is only read; OUT is built
-beside itself in a staging directory, checked, then renamed into place.
+beside itself in a staging directory, checked, then renamed into place (on object storage: written in
+place and committed by the report, written last; jobs.pipeline.commit_marker).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
-from jobs.pipeline.publish import Staging  # noqa: E402
+from jobs.pipeline.commit_marker import MARKER  # noqa: E402
+from jobs.pipeline.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import job_spark  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
@@ -42,7 +44,7 @@ def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, in
     found = {}
     for info in staging.walk_files():
         rel = info.path[len(prefix):]
-        if not rel.startswith("_work/") and rel != REPORT_NAME:
+        if not rel.startswith("_work/") and rel not in (REPORT_NAME, MARKER):
             found[rel] = info.size
     if found != expect:
         missing = sorted(set(expect) - set(found))[:5]
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings)
-    staging = Staging(out, overwrite=args.overwrite)  # refuses an existing OUT before Spark starts
+    staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     spark = job_spark(args, "rebuild")
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -117,13 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
-        staging.dir.child(REPORT_NAME).write_bytes(json_bytes(report))
-        staging.publish()
+        staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
 
 
-def _plan_cq_tasks(scan: ScanResult, settings: BrokerSettings, staging: Staging, topics: set[str] | None,
+def _plan_cq_tasks(scan: ScanResult, settings: BrokerSettings, staging: Output, topics: set[str] | None,
                    target_tasks: int) -> list:
     """Consume-queue build tasks, writing under the staged consumequeue/ directory."""
     staging.dir.child("consumequeue").makedirs()
@@ -132,7 +133,7 @@ def _plan_cq_tasks(scan: ScanResult, settings: BrokerSettings, staging: Staging,
 
 
 def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: BrokerSettings, store: Location,
-                      staging: Staging) -> list:
+                      staging: Output) -> list:
     """Index build tasks, writing under the staged index/ directory; notes the 4.x empty last-file header."""
     index_dir = staging.dir.child("index")
     index_dir.makedirs()

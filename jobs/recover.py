@@ -25,7 +25,7 @@ from jobs.pipeline.failure import Interrupted  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
-from jobs.pipeline.publish import Staging  # noqa: E402
+from jobs.pipeline.publish import output_for  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.session import job_spark  # noqa: E402
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     """Dispatch to resume/rollback, dry run, OUT or in-place."""
     store = location(args.store)
+    if args.in_place or args.resume or args.rollback:
+        inplace.local_store(store.uri)  # refuses a store not on a local filesystem first
     if args.resume or args.rollback:
         refuse_if_running(store, args.force, forceable=False)
         path = inplace.local_store(store.uri)
@@ -165,9 +167,10 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
-    """Write the recovered store to OUT through a staging directory renamed into place."""
+    """Write the recovered store to OUT through a staging directory renamed into place (on object storage:
+    in place, committed by the report written last)."""
     check_outside(store, out, "--out")
-    staging = Staging(out, overwrite=args.overwrite)  # refuses an existing OUT before Spark starts
+    staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
     spark = job_spark(args, "recover")
     started = time.monotonic()
     with staging:
@@ -183,9 +186,8 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
             summary["index"]["to_create"] = names
         summary["out"] = out.uri
         summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
-        staging.dir.child(REPORT_NAME).write_bytes(json_bytes(summary))
         work.delete_tree()
-        staging.publish()
+        staging.publish(json_bytes(summary))
     _write_plan(args, summary)
     _report(args, plan, summary, f"recovered store written to {out.uri}")
     return EXIT_OK

@@ -254,7 +254,7 @@ def write_split(task: CatalogTask) -> CatalogTaskResult:
         part = data.filter(pc.equal(topics, topic))
         rel = f"{partition_dir(topic)}/part-{sp.index:05d}-{task.run_id}.c000.snappy.parquet"
         loc = task.table.child(rel)
-        loc.parent.makedirs()
+        loc.make_parent()
         pq.write_table(part, loc.path, filesystem=loc.fs, compression="snappy")
         out.files.append(DataFile(rel, topic, loc.size(), part.num_rows, delta_stats(part),
                                   int(time.time() * 1000)))

@@ -15,6 +15,7 @@ from storage_format.settings import BrokerSettings, load_settings_with_warnings
 
 from . import interrupt
 from .failure import DEBUG_ENV, Interrupted, JobError, debug, one_line  # noqa: F401 (JobError: jobs import it here)
+from .commit_marker import refuse_unfinished
 from .fs import Location, location
 from .paths import check_outside
 from .store_gate import commitlog_dir, store_settings
@@ -95,10 +96,12 @@ def time_zone(flag: str, name: str) -> ZoneInfo:
 
 def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Location, BrokerSettings]:
     """The --store location, when it is a readable broker store (a commit-log directory: STORE/commitlog or
-    the broker config's storePathCommitLog) whose settings and layout reput implements; and the settings
-    to use (file sizes from disk when no broker config is given: store_gate.store_settings)."""
+    the broker config's storePathCommitLog) whose settings and layout reput implements and not an unfinished
+    reput output (commit_marker); and the settings to use (file sizes from disk when no broker config is
+    given: store_gate.store_settings)."""
     store = location(args.store)
     try:
+        refuse_unfinished(store)  # a reput output on object storage whose run never committed it
         settings = store_settings(store, settings, args.broker_config is not None)  # refusals by name first
         commitlog = commitlog_dir(store, settings)
         found = commitlog.is_dir()

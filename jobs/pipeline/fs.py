@@ -1,4 +1,10 @@
-"""One filesystem layer for every path reput touches: local paths, hdfs://, s3://, ... via pyarrow.fs."""
+"""One filesystem layer for every path reput touches: local paths, hdfs://, s3://, ... via pyarrow.fs.
+
+s3:// takes its endpoint, credentials and region from the usual AWS settings (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION, ~/.aws), read by pyarrow in
+the driver and again in every task (executors need the same environment); `delta_storage_options` hands
+the one setting delta-rs does not derive from them itself.
+"""
 from __future__ import annotations
 
 import errno
@@ -42,6 +48,10 @@ class Location:
     @property
     def parent(self) -> "Location":
         return Location(posixpath.dirname(self.uri.rstrip("/")))
+
+    def renames_atomically(self) -> bool:
+        """Can a directory be renamed into place in one step? Local and HDFS: yes. Object storage: no."""
+        return isinstance(self.fs, _RENAMING)
 
     def exists(self) -> bool:
         return self.fs.get_file_info(self.path).type != pafs.FileType.NotFound
@@ -121,7 +131,7 @@ class Location:
             return f.read()
 
     def write_bytes(self, data: bytes | memoryview) -> None:
-        self.parent.makedirs()
+        self.make_parent()
         with self.fs.open_output_stream(self.path) as f:
             f.write(data)
 
@@ -138,7 +148,7 @@ class Location:
                     raise ValueError(f"{self.uri}: {f.tell()} bytes written, more than the file size {size}")
                 f.truncate(size)
             return
-        self.parent.makedirs()
+        self.make_parent()
         with self.fs.open_output_stream(self.path) as f:
             for chunk in chunks:
                 f.write(chunk)
@@ -153,6 +163,12 @@ class Location:
     def makedirs(self) -> None:
         self.fs.create_dir(self.path, recursive=True)
 
+    def make_parent(self) -> None:
+        """Make the directory a file is about to be written in; object storage has none to make (a
+        "directory" there is a key prefix), which saves requests per file."""
+        if self.renames_atomically():
+            self.parent.makedirs()
+
     def delete_tree(self) -> None:
         if self.is_dir():
             self.fs.delete_dir(self.path)
@@ -164,6 +180,7 @@ class Location:
 
 
 MMAP_MIN_BYTES = 1 << 20
+_RENAMING = tuple(c for c in (pafs.LocalFileSystem, getattr(pafs, "HadoopFileSystem", None)) if c is not None)
 
 
 def _map_range(path: str, offset: int, length: int) -> pa.Buffer:
@@ -179,15 +196,27 @@ def _map_range(path: str, offset: int, length: int) -> pa.Buffer:
 
 
 _CACHE: dict[str, tuple[pafs.FileSystem, str]] = {}
+_ROOTS: dict[str, tuple[pafs.FileSystem, str]] = {}  # one filesystem (and client) per scheme://authority
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of a local path or a URI. Only `scheme://authority` goes through pyarrow's
+    URI parser; the rest is the path exactly as written (keys hold topic names: `%`, `#`, `?`, spaces)."""
     if uri in _CACHE:
         return _CACHE[uri]
-    if "://" in uri:
-        fs, path = pafs.FileSystem.from_uri(uri)
-    else:
+    if "://" not in uri:
         fs, path = pafs.LocalFileSystem(), os.path.abspath(uri)
+    else:
+        scheme, rest = uri.split("://", 1)
+        authority, _, key = rest.partition("/")
+        if scheme == "file":
+            fs, path = pafs.LocalFileSystem(), "/" + key
+        else:
+            root = f"{scheme}://{authority}"
+            if root not in _ROOTS:
+                _ROOTS[root] = pafs.FileSystem.from_uri(root)
+            fs, base = _ROOTS[root]
+            path = f"{base.rstrip('/')}/{key}" if key else base
     _CACHE[uri] = (fs, path)
     return fs, path
 
@@ -197,3 +226,12 @@ def location(path: str) -> Location:
     if "://" in path:
         return Location(path.rstrip("/"))
     return Location(os.path.abspath(path))
+
+
+def delta_storage_options(uri: str) -> dict[str, str]:
+    """storage_options for delta-rs at `uri`: it reads the AWS_* environment itself but refuses a plain
+    http:// endpoint (a local S3-compatible server) unless told, which pyarrow allows from the URL alone."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    if uri.startswith(("s3://", "s3a://")) and endpoint.startswith("http://"):
+        return {"AWS_ALLOW_HTTP": "true"}
+    return {}

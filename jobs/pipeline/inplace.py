@@ -52,7 +52,9 @@ def crash_point(name: str) -> None:
 def local_store(uri: str) -> Path:
     """In-place recovery renames files, so the store must be a local directory."""
     if "://" in uri and not uri.startswith("file://"):
-        raise JobError(f"--in-place needs a local store directory, not {uri}")
+        raise JobError(f"--in-place needs a local store directory, not {uri}: the switch renames files one by one "
+                       f"and checks the broker's lock, which object storage (s3://) does not offer; recover with "
+                       f"--out instead")
     return Path(uri[len("file://"):] if uri.startswith("file://") else uri).resolve()
 
 

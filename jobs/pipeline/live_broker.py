@@ -29,7 +29,7 @@ class BrokerLock:
     """The store's lock file and, when a process holds it, that process."""
 
     path: str
-    holder_pid: int | None  # None: not held (or the store is not local: nobody can tell)
+    holder_pid: int | None  # None: not held (or the store is not local, e.g. s3://: no broker runs there)
 
     @property
     def running(self) -> bool:

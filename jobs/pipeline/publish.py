@@ -4,6 +4,9 @@ A run that fails or is killed leaves OUT untouched (absent, or the previous comp
 most a `.<name>.reput-staging-*` directory beside it, which the next run removes. An --overwrite run
 killed between its two renames leaves the previous output as `.<name>.reput-old-*` and no OUT: the next
 run for OUT moves it back first (and deletes such a copy when OUT is in place).
+
+On a filesystem without rename (object storage: s3://, gs://) `output_for()` gives a commit_marker.DirectOutput
+instead: the tree is written in place and committed by the run report, written last.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import uuid
 
 from . import interrupt
 from .failure import JobError
+from .commit_marker import DirectOutput
 from .faults import pause_at
 from .fs import Location
 
@@ -18,14 +22,23 @@ STAGING_MARK = ".reput-staging-"
 OLD_MARK = ".reput-old-"
 
 
+def output_for(out: Location, report: str, job: str, overwrite: bool = False) -> "Output":
+    """Where a job builds OUT (`.dir`, `.work`) and how it publishes it with its run report `report`
+    (`.publish(report_bytes)`): a staging directory renamed into place, or on object storage OUT itself,
+    committed by the report. Refuses an existing OUT (unless `overwrite`) before any Spark work."""
+    if out.renames_atomically():
+        return Staging(out, report, overwrite)
+    return DirectOutput(out, report, job, overwrite)
+
+
 class Staging:
     """A staging directory for OUT; `publish()` renames it into place."""
 
-    def __init__(self, out: Location, overwrite: bool = False) -> None:
+    def __init__(self, out: Location, report: str, overwrite: bool = False) -> None:
         _settle_interrupted_publish(out)
         if out.exists() and not overwrite:
             raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
-        self.out = out
+        self.out, self.report = out, report
         token = uuid.uuid4().hex[:12]
         self.dir = out.parent.child(f".{out.name}{STAGING_MARK}{token}")
         self.work = self.dir.child("_work")
@@ -51,9 +64,11 @@ class Staging:
             if info.base_name.startswith(prefix):
                 self.out.parent.child(info.base_name).delete_tree()
 
-    def publish(self) -> None:
-        """Drop the work files and rename the staging directory to OUT (replacing an old OUT)."""
+    def publish(self, report: bytes) -> None:
+        """Drop the work files, add the run report and rename the staging directory to OUT (replacing an
+        old OUT)."""
         self.work.delete_tree()
+        self.dir.child(self.report).write_bytes(report)
         pause_at("before-publish-rename")
         if self.out.exists():
             self.out.move_to(self._old)
@@ -76,3 +91,6 @@ def _settle_interrupted_publish(out: Location) -> None:
                 old.delete_tree()
             else:
                 old.move_to(out)
+
+
+Output = Staging | DirectOutput  # what `output_for()` gives

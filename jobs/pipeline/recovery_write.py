@@ -16,6 +16,7 @@ from storage_format.consume_queue import file_name
 from storage_format.index_file import append_to_index_file, build_index_file, empty_file_index_count
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
+from .commit_marker import MARKER
 from .fs import Location
 from .recovery_inputs import QueueDir
 from .recovery_plan import RecoveryPlan
@@ -23,7 +24,8 @@ from .tasks import run_tasks
 
 COPY_CHUNK = 64 << 20
 COPY_TASK_BYTES = 512 << 20
-OWN_PREFIXES = (".reput", "reput-recover")  # our own staging/journal/report entries are never copied
+# our own staging/journal/report entries and an object-storage write marker are never copied
+OWN_PREFIXES = (".reput", "reput-recover", MARKER)
 HANDLED_ROOT = {"commitlog", "consumequeue", "index", ABORT, ABORT_BAK, CHECKPOINT, LOCK}
 
 
@@ -153,7 +155,7 @@ def _copy(task: CopyTask) -> int:
     total = 0
     for src, dst in task.items:
         s, d = Location(src), Location(dst)
-        d.parent.makedirs()
+        d.make_parent()
         with s.fs.open_input_stream(s.path) as fin, d.fs.open_output_stream(d.path) as fout:
             while True:
                 chunk = fin.read(COPY_CHUNK)

@@ -50,7 +50,7 @@ def read_keys(work: Location, split_index: int) -> pa.Table:
 
 
 def _write(loc: Location, table: pa.Table) -> None:
-    loc.parent.makedirs()
+    loc.make_parent()
     with loc.fs.open_output_stream(loc.path) as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
 
