@@ -137,8 +137,11 @@ def test_rebuild_to_s3_is_byte_exact_and_overwrite_replaces_it(s3, capsys):
 
 
 def test_verify_s3_store_writes_its_report_to_s3(s3, capsys):
-    """verify reads the store from s3:// (CONSISTENT) and writes --report to s3://."""
-    assert verify_main([*store(CLEAN), "--report", uri("reports/verify.json"), "--json"]) == 0
+    """verify reads the store from s3:// (CONSISTENT), keeps its work files under an s3:// --work-dir
+    (removed afterwards) and writes --report to s3://."""
+    assert verify_main([*store(CLEAN), "--report", uri("reports/verify.json"), "--work-dir", uri("tmp"),
+                        "--json"]) == 0
+    assert s3.tree(f"{BUCKET}/tmp") == {}
     printed = json_out(capsys)
     written = json.loads(s3.read(f"{BUCKET}/reports/verify.json"))
     assert written["status"] == printed["status"] == "consistent"

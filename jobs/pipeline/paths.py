@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from urllib.parse import urlsplit
 
 from .failure import JobError
 from .fs import Location
@@ -27,8 +26,9 @@ def real_path(loc: Location) -> str:
     """The path with symlinks and `..` resolved (the missing tail of a path is kept as written)."""
     if is_local(loc):
         return os.path.realpath(_local_path(loc))
-    parts = urlsplit(loc.uri)
-    return f"{parts.scheme}://{parts.netloc}{posixpath.normpath(parts.path or '/')}"
+    scheme, rest = loc.uri.split("://", 1)  # the path as written, like fs.py reads it (no query, no fragment)
+    authority, _, path = rest.partition("/")
+    return f"{scheme}://{authority}{posixpath.normpath('/' + path)}"
 
 
 def _ids(path: str) -> set[tuple[int, int]]:
