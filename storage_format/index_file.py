@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .index_chain import chain_prev, newest_positions
+from .index_chain import entry_bytes, newest_by_hash
 
 
 HEADER_SIZE = 40
@@ -172,7 +172,7 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        newest_positions(key_slots(key_hash, slots), newest, n + 1)
+        newest_by_hash(key_hash, slots, newest, n + 1)
         if n == 0:
             first = (int(store_ts[0]), int(phy[0]))
         last_entry = (int(store_ts[-1]), int(phy[-1]))
@@ -187,14 +187,14 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
 
 
 def newest_positions_numpy(slot: np.ndarray, newest: np.ndarray, first_position: int) -> None:
-    """Reference for index_chain.newest_positions: the stable sort by slot, vectorised."""
+    """Reference for index_chain.newest_by_hash (given the slots): the stable sort by slot, vectorised."""
     if len(slot):
         order, s_sorted, _, last = _by_slot(slot)
         newest[s_sorted[last]] = first_position + order[last]
 
 
 def chain_prev_numpy(slot: np.ndarray, current: np.ndarray, first_position: int) -> np.ndarray:
-    """Reference for index_chain.chain_prev: the stable sort by slot, vectorised."""
+    """Each entry's previous-in-slot position (entry_bytes_numpy's part): the stable sort by slot, vectorised."""
     k = len(slot)
     prev = np.empty(k, np.int64)
     if not k:
@@ -226,20 +226,11 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
     current = np.zeros(slots, np.int64)  # newest position per slot so far
     done = 0
     for key_hash, phy, store_ts in chunks():
-        k = len(key_hash)
-        if not k:
-            continue
-        prev = chain_prev(key_slots(key_hash, slots), current, done + 1)
-        base = np.full(k, header.begin_timestamp, np.int64)
-        if done == 0:
-            base[0] = begin_ts  # the first put sees the inherited begin timestamp
-        entries = np.empty(k, dtype=ENTRY_DTYPE)
-        entries["hash"] = key_hash
-        entries["phy"] = phy
-        entries["diff"] = _time_diff(np.asarray(store_ts, np.int64), base)
-        entries["prev"] = prev
-        done += k
-        yield entries.tobytes()
+        if len(key_hash):
+            # the first put sees the inherited begin timestamp, later ones the file's first entry's
+            yield entry_bytes(key_hash, phy, store_ts, slots, current, done + 1, header.begin_timestamp, begin_ts,
+                              INT_MAX).data
+            done += len(key_hash)
     tail = (max_entries - 1 - n) * ENTRY_SIZE if zero_tail else 0
     block = bytes(min(ZERO_BLOCK, tail))
     while tail > 0:
@@ -247,12 +238,27 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         tail -= len(block)
 
 
-def _time_diff(store_ts: np.ndarray, base: np.ndarray) -> np.ndarray:
+def entry_bytes_numpy(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slots: int, current: np.ndarray,
+                      first_position: int, begin_ts: int, first_begin_ts: int, int_max: int = INT_MAX) -> np.ndarray:
+    """Reference for index_chain.entry_bytes: the same entries, vectorised (ENTRY_DTYPE records)."""
+    k = len(key_hash)
+    base = np.full(k, begin_ts, np.int64)
+    if k and first_position == 1:
+        base[0] = first_begin_ts
+    entries = np.empty(k, dtype=ENTRY_DTYPE)
+    entries["hash"] = key_hash
+    entries["phy"] = phy
+    entries["diff"] = _time_diff(np.asarray(store_ts, np.int64), base, int_max)
+    entries["prev"] = chain_prev_numpy(key_slots(key_hash, slots), current, first_position)
+    return entries.view(np.uint8)
+
+
+def _time_diff(store_ts: np.ndarray, base: np.ndarray, int_max: int = INT_MAX) -> np.ndarray:
     """timeDiff in seconds of each entry against the header begin timestamp its put saw (0 when that
     is <= 0, clamped to 0..Integer.MAX_VALUE, Java's truncating division)."""
     delta = store_ts - base
     diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
-    diff = np.clip(diff, 0, INT_MAX)
+    diff = np.clip(diff, 0, int_max)
     diff[base <= 0] = 0
     return diff.astype(np.int32)
 

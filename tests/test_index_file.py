@@ -102,20 +102,30 @@ def test_layout_offsets_match_the_model():
 
 
 @settings(max_examples=200, deadline=None)
-@given(slots=st.integers(1, 50), chunks=st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=40), max_size=4))
-def test_compiled_chains_equal_numpy_reference(slots, chunks):
-    """index_chain's sequential loops give the slot table and previous positions of the vectorised
-    reference, chunk after chunk."""
-    from storage_format.index_chain import chain_prev, newest_positions
-    from storage_format.index_file import chain_prev_numpy, key_slots, newest_positions_numpy
+@given(slots=st.integers(1, 50), begin=st.sampled_from([0, -5, 1_700_000_000_000]),
+       first_begin=st.sampled_from([0, 1_699_999_990_000, 1_700_000_000_000]),
+       chunks=st.lists(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1),
+                                          st.integers(1_600_000_000_000, 1_800_000_000_000)),
+                                max_size=40), max_size=4),
+       int_max=st.sampled_from([2**31 - 1, 1000]))
+def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunks, int_max):
+    """index_chain's sequential loops give the slot table and the entry bytes (hash, offset, clamped time
+    difference, previous position) of the vectorised reference, chunk after chunk, with the work files'
+    dtypes."""
+    from storage_format.index_chain import entry_bytes, newest_by_hash
+    from storage_format.index_file import entry_bytes_numpy, key_slots, newest_positions_numpy
 
     newest = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
     current = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
     position = 1
     for chunk in chunks:
-        slot = key_slots(np.array(chunk, np.int64), slots)
-        newest_positions(slot, newest[0], position)
-        newest_positions_numpy(slot, newest[1], position)
-        assert np.array_equal(chain_prev(slot, current[0], position), chain_prev_numpy(slot, current[1], position))
-        assert np.array_equal(newest[0], newest[1]) and np.array_equal(current[0], current[1])
+        key_hash = np.array([c[0] for c in chunk], np.int32)
+        phy = np.array([c[1] for c in chunk], np.int64)
+        ts = np.array([c[2] for c in chunk], np.int64)
+        newest_by_hash(key_hash, slots, newest[0], position)
+        newest_positions_numpy(key_slots(key_hash, slots), newest[1], position)
+        assert np.array_equal(newest[0], newest[1])
+        compiled = entry_bytes(key_hash, phy, ts, slots, current[0], position, begin, first_begin, int_max)
+        reference = entry_bytes_numpy(key_hash, phy, ts, slots, current[1], position, begin, first_begin, int_max)
+        assert compiled.tobytes() == reference.tobytes() and np.array_equal(current[0], current[1])
         position += len(chunk)
