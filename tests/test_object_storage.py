@@ -213,11 +213,14 @@ def test_catalog_appends_to_an_s3_delta_table(s3, capsys):
 
 
 def test_refusals_on_s3(s3, capsys):
-    """One line, exit 2, before Spark: no store at an s3:// prefix, an OUT inside the store, --in-place."""
+    """One line, exit 2, before Spark: no store at an s3:// prefix, an OUT inside the store, a whole bucket
+    as OUT, --in-place."""
     line = refused(capsys, "verify", verify_main, ["--store", uri("nothing"), *conf(CLEAN)])
     assert line.endswith(f"no RocketMQ store at {uri('nothing')}: no commitlog/ directory")
     line = refused(capsys, "rebuild", rebuild_main, [*store(CLEAN), "--out", uri(f"stores/{CLEAN}/out")])
     assert "must be outside the store" in line
+    line = refused(capsys, "rebuild", rebuild_main, [*store(CLEAN), "--out", "s3://elsewhere", "--overwrite"])
+    assert line.endswith("--out s3://elsewhere is a whole bucket; give a prefix inside it (s3://BUCKET/NAME)")
     line = refused(capsys, "recover", recover_main, [*store(TORN), "--in-place", "--backup-dir", "/tmp/unused"])
     assert "--in-place needs a local store directory" in line and "object storage" in line
 

@@ -48,6 +48,8 @@ class DirectOutput:
         self.out, self.report, self.job, self.overwrite = out, report, job, overwrite
         self.dir = out
         self.work = out.child("_work")
+        if "/" not in out.path.strip("/"):
+            raise JobError(f"--out {out.uri} is a whole bucket; give a prefix inside it (s3://BUCKET/NAME)")
         if out.exists() and unfinished(out) is None and not overwrite:
             raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
 
