@@ -21,7 +21,8 @@ from jobs.catalog import main as catalog_main
 from jobs.dump import main as dump_main
 from jobs.inspect import main as inspect_main
 from jobs.pipeline.cli import JobError, run_main
-from jobs.pipeline.commit_marker import MARKER
+from jobs.pipeline.commit_marker import MARKER, DirectOutput, unfinished
+from jobs.pipeline.fs import location
 from jobs.query import main as query_main
 from jobs.rebuild import REPORT_NAME
 from jobs.rebuild import main as rebuild_main
@@ -223,6 +224,24 @@ def test_refusals_on_s3(s3, capsys):
     assert line.endswith("--out s3://elsewhere is a whole bucket; give a prefix inside it (s3://BUCKET/NAME)")
     line = refused(capsys, "recover", recover_main, [*store(TORN), "--in-place", "--backup-dir", "/tmp/unused"])
     assert "--in-place needs a local store directory" in line and "object storage" in line
+
+
+def test_overwrite_uncommits_the_old_output_first(s3):
+    """--overwrite on object storage (no Spark): entering makes the old, committed OUT unfinished (marker
+    written, then its report deleted) and empties it; a failure removes everything, the marker last."""
+    out = location(uri("out/overwritten"))
+    for rel in ("reput-report.json", "consumequeue/t/0/00000000000000000000", "index/20260101000000000"):
+        out.child(rel).write_bytes(b"old")
+    assert unfinished(out) is None
+    with pytest.raises(JobError, match="already exists"):
+        DirectOutput(out, "reput-report.json", "rebuild")
+    with pytest.raises(RuntimeError, match="task failed"):
+        with DirectOutput(out, "reput-report.json", "rebuild", overwrite=True) as direct:
+            assert set(s3.tree(f"{BUCKET}/out/overwritten")) == {MARKER}
+            assert unfinished(out) == "reput-report.json"
+            direct.dir.child("consumequeue/t/0/00000000000000000000").write_bytes(b"new, uncommitted")
+            raise RuntimeError("task failed")
+    assert s3.tree(f"{BUCKET}/out/overwritten") == {}
 
 
 def wait_for(path: Path, proc: subprocess.Popen) -> None:
