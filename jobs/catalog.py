@@ -24,7 +24,7 @@ from deltalake.transaction import AddAction  # noqa: E402
 from jobs.pipeline.catalog_stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
 from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
-                               parser, progress_quiet, run_main, settings_from, warn)
+                               parser, progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.generation import store_generation  # noqa: E402
 from jobs.pipeline.fs import Location, delta_storage_options, location  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
@@ -205,4 +205,4 @@ def _print_human(r: dict) -> None:
 
 
 if __name__ == "__main__":
-    run_main("catalog", main)
+    run_process("catalog", main)

@@ -14,7 +14,7 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
 
 import json  # noqa: E402
 
-from jobs.pipeline.cli import EXIT_OK, check_store, parser, run_main, settings_from  # noqa: E402
+from jobs.pipeline.cli import EXIT_OK, check_store, parser, run_process, settings_from  # noqa: E402
 from jobs.pipeline.dump_text import row_lines  # noqa: E402
 from jobs.pipeline.dumps import dump_index, dump_queue, dump_records  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
@@ -66,4 +66,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main("dump", main)
+    run_process("dump", main)

@@ -5,7 +5,7 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
     import _script_path  # noqa: F401
 
 from jobs.pipeline.cli import (EXIT_OK, add_generation_flag, check_report, check_store, emit, parser,  # noqa: E402
-                               progress_quiet, run_main, settings_from, warn)
+                               progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.session import job_spark  # noqa: E402
@@ -70,4 +70,4 @@ def _print_human(r: dict) -> None:
 
 
 if __name__ == "__main__":
-    run_main("inspect", main)
+    run_process("inspect", main)

@@ -18,7 +18,7 @@ import datetime as dt  # noqa: E402
 import string  # noqa: E402
 
 from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, check_report, check_store, emit,  # noqa: E402
-                               parser, run_main, settings_from, warn)
+                               parser, run_process, settings_from, warn)
 from jobs.pipeline.fs import Location  # noqa: E402
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
@@ -253,4 +253,4 @@ def print_human(r: dict, show_body: bool) -> None:
 
 
 if __name__ == "__main__":
-    run_main("query", main)
+    run_process("query", main)

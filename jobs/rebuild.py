@@ -17,7 +17,7 @@ import time  # noqa: E402
 
 from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
-                               json_bytes, parser, progress_quiet, run_main, settings_from, time_zone, warn)
+                               json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.faults import pause_at  # noqa: E402
 from jobs.pipeline.generation import store_generation  # noqa: E402
@@ -206,4 +206,4 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
 
 
 if __name__ == "__main__":
-    run_main("rebuild", main)
+    run_process("rebuild", main)

@@ -20,7 +20,7 @@ from pathlib import Path  # noqa: E402
 from jobs.pipeline import inplace  # noqa: E402
 from jobs.pipeline import recover_text as text  # noqa: E402
 from jobs.pipeline.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
-                               print_json, progress_quiet, run_main, settings_from, time_zone, warn)
+                               print_json, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.failure import Interrupted  # noqa: E402
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
@@ -251,4 +251,4 @@ def _report(args, plan: RecoveryPlan, summary: dict, headline: str) -> None:
 
 
 if __name__ == "__main__":
-    run_main("recover", main)
+    run_process("recover", main)

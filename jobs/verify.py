@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
-                               emit, parser, progress_quiet, run_main, settings_from)
+                               emit, parser, progress_quiet, run_process, settings_from)
 from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
@@ -255,4 +255,4 @@ def print_summary(r: dict, report_path: str | None) -> None:
 
 
 if __name__ == "__main__":
-    run_main("verify", main)
+    run_process("verify", main)

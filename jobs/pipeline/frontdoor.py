@@ -8,7 +8,7 @@ from typing import NoReturn
 from jobs import __version__
 
 from . import interrupt
-from .cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_main
+from .cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process
 
 JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump")
 USAGE = f"""usage: reput JOB [options]   (reput JOB --help: the job's options)
@@ -27,7 +27,7 @@ reput {__version__}"""
 
 
 def reput(argv: list[str] | None = None) -> NoReturn:
-    """Run jobs.JOB's main through the common front door (`run_main`)."""
+    """Run jobs.JOB's main through the common front door (`run_main`, as a process: `run_process`)."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if args else sys.stderr)
@@ -40,4 +40,4 @@ def reput(argv: list[str] | None = None) -> NoReturn:
         print(f"reput: error: unknown job {job!r} (choose from {', '.join(JOBS)})", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     interrupt.guard_startup(job)
-    run_main(job, importlib.import_module(f"jobs.{job}").main, args[1:])
+    run_process(job, importlib.import_module(f"jobs.{job}").main, args[1:])
