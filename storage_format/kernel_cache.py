@@ -9,12 +9,16 @@ In a source tree numba caches next to the module (__pycache__). Imported from a 
 numba's own zip locator keys its cache directory by the zip's location, which Spark makes new for
 every application: each application would compile again. `StableZipLocator` keys it by the package
 name only (the index inside is still checked against a hash of the module's source, so a changed
-module compiles anew). `python -m storage_format.kernel_cache` compiles (or loads) every kernel once:
+module compiles anew). numba checks a kernel only against its own module's source, not against the
+helpers it inlines from `HELPER_MODULES`: every locator here adds their source to this package's
+kernels' stamps, so a changed helper compiles its kernels anew too. `python -m storage_format.kernel_cache` compiles (or loads) every kernel once:
 `make venv` runs it, so the first job does not pay the compilation.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import os
 import sys
 import threading
@@ -23,6 +27,8 @@ from typing import Any, Callable
 
 CACHE_NAME = "reput-kernels"
 OPTIONS = {"cache": True, "nogil": True}  # every kernel: cached on disk, runs without the GIL
+# Modules whose kernels numba inlines into kernels of other modules (split_kernel's byte helpers).
+HELPER_MODULES = ("kernel_bytes",)
 
 _defined: list["Kernel"] = []
 _lock = threading.Lock()
@@ -71,13 +77,40 @@ def _compile_all(first: Kernel):
 
 
 def install() -> None:
-    """Put StableZipLocator first (idempotent), before numba makes any dispatcher."""
+    """Put StableZipLocator first and give numba's own locators the helpers' stamp (idempotent), before
+    numba makes any dispatcher."""
     from numba.core import caching
 
     locator = _stable_zip_locator()
     classes = caching.CacheImpl._locator_classes  # numba's documented extension point is this list
     if locator not in classes:
-        classes.insert(0, locator)
+        classes[:] = [locator] + [type(c.__name__, (HelperStamp, c), {}) for c in classes]
+
+
+def helper_stamp() -> str:
+    """A hash of the helper modules' source (read through their loader: a file or a zip member)."""
+    digest = hashlib.sha256()
+    for name in HELPER_MODULES:
+        spec = importlib.util.find_spec(f"{__package__}.{name}")
+        digest.update(spec.loader.get_source(spec.name).encode())
+    return digest.hexdigest()
+
+
+class HelperStamp:
+    """Locator mixin: this package's kernels are stamped with their module's source and the helpers'."""
+
+    ours = False
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        self = super().from_function(py_func, py_file)
+        if self is not None:
+            self.ours = py_func.__module__.startswith(f"{__package__}.")
+        return self
+
+    def get_source_stamp(self):
+        stamp = super().get_source_stamp()
+        return (stamp, helper_stamp()) if self.ours else stamp
 
 
 @functools.cache
@@ -85,7 +118,7 @@ def _stable_zip_locator() -> type:
     """StableZipLocator: numba's zip locator with a cache directory that does not depend on where the zip lies."""
     from numba.core import caching, config
 
-    class StableZipLocator(caching.ZipCacheLocator):
+    class StableZipLocator(HelperStamp, caching.ZipCacheLocator):
         def __init__(self, py_func, py_file) -> None:
             super().__init__(py_func, py_file)
             root = config.CACHE_DIR or caching.AppDirs(appname="numba", appauthor=False).user_cache_dir
@@ -101,6 +134,7 @@ def _stable_zip_locator() -> type:
                 self.ensure_cache_path()
             except OSError:
                 return None
+            self.ours = py_func.__module__.startswith(f"{__package__}.")
             return self
 
     return StableZipLocator

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernel_bytes import (equals_array, find_props, i32, i64, index_key_hash, java_hash, parse_int,
+                           same_bytes, signed32, unsafe_topic)
 from .kernel_cache import njit
+
+TOUCH_AHEAD = 4096  # bytes ahead of the record it reads whose cache lines the walk loads early
 
 # Fallback reasons (the kernel left the split to the reference decoder).
 FB_NONE = 0
@@ -41,151 +45,6 @@ N_STATS = 16
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
 
 
-@njit(cache=True, nogil=True)
-def _i32(a, p):
-    v = (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16) | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
-@njit(cache=True, nogil=True)
-def _i64(a, p):
-    v = np.uint64(0)
-    for k in range(8):
-        v = (v << np.uint64(8)) | np.uint64(a[p + k])
-    return np.int64(v)
-
-
-@njit(cache=True, nogil=True)
-def _hash_utf8(a, h, lo, hi):
-    """Java hash continued from h over the UTF-16 units of the well-formed UTF-8 bytes a[lo:hi]:
-    (hash, True), or (h, False) when the bytes are not well-formed UTF-8 (the reference hashes those)."""
-    p = lo
-    while p < hi:
-        b = np.int64(a[p])
-        if b < 0x80:
-            h = (h * 31 + b) & 0xFFFFFFFF
-            p += 1
-            continue
-        if 0xC2 <= b <= 0xDF:
-            n, cp, low, high = 1, b & 0x1F, 0x80, 0xBF
-        elif 0xE0 <= b <= 0xEF:
-            n, cp = 2, b & 0x0F
-            low = 0xA0 if b == 0xE0 else 0x80
-            high = 0x9F if b == 0xED else 0xBF
-        elif 0xF0 <= b <= 0xF4:
-            n, cp = 3, b & 0x07
-            low = 0x90 if b == 0xF0 else 0x80
-            high = 0x8F if b == 0xF4 else 0xBF
-        else:
-            return h, False
-        if p + n >= hi:
-            return h, False
-        for j in range(1, n + 1):
-            c = np.int64(a[p + j])
-            if (j == 1 and not low <= c <= high) or (j > 1 and not 0x80 <= c <= 0xBF):
-                return h, False
-            cp = (cp << 6) | (c & 0x3F)
-        if cp >= 0x10000:
-            h = (h * 31 + 0xD800 + ((cp - 0x10000) >> 10)) & 0xFFFFFFFF
-            h = (h * 31 + 0xDC00 + ((cp - 0x10000) & 0x3FF)) & 0xFFFFFFFF
-        else:
-            h = (h * 31 + cp) & 0xFFFFFFFF
-        p += n + 1
-    return h, True
-
-
-@njit(cache=True, nogil=True)
-def _parse_int(a, lo, hi):
-    """Integer.parseInt of ASCII a[lo:hi]: (value, True), or (0, False) when Java would throw."""
-    neg = lo < hi and a[lo] == 0x2D
-    p = lo + 1 if lo < hi and (a[lo] == 0x2D or a[lo] == 0x2B) else lo
-    if p >= hi:
-        return 0, False
-    v = np.int64(0)
-    for q in range(p, hi):
-        if not 0x30 <= a[q] <= 0x39:
-            return 0, False
-        v = v * 10 + (a[q] - 0x30)
-        if v > (np.int64(1) << 31):
-            return 0, False
-    v = -v if neg else v
-    if v < -(np.int64(1) << 31) or v >= (np.int64(1) << 31):
-        return 0, False
-    return v, True
-
-
-@njit(cache=True, nogil=True)
-def _signed32(h):
-    return h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
-
-
-@njit(cache=True, nogil=True)
-def _same_bytes(a, p, q, n):
-    for k in range(n):
-        if a[p + k] != a[q + k]:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _is_name(a, lo, hi, names, name_off, k):
-    n = name_off[k + 1] - name_off[k]
-    if hi - lo != n:
-        return False
-    for j in range(n):
-        if a[lo + j] != names[name_off[k] + j]:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _find_props(a, ps, pe, names, name_off, found_lo, found_hi):
-    """Wanted properties of one record (the broker's item rules, a later duplicate wins):
-    value ranges into found_lo/found_hi, -1 where absent."""
-    for k in range(found_lo.shape[0]):
-        found_lo[k] = -1
-        found_hi[k] = -1
-    index = ps
-    while index < pe:
-        new_index = index
-        while new_index < pe and a[new_index] != 0x02:
-            new_index += 1
-        if new_index - index >= 3:
-            kv = index
-            while kv < new_index and a[kv] != 0x01:
-                kv += 1
-            if index < kv < new_index - 1:
-                for k in range(found_lo.shape[0]):
-                    if _is_name(a, index, kv, names, name_off, k):
-                        found_lo[k] = kv + 1
-                        found_hi[k] = new_index
-        index = new_index + 1
-
-
-@njit(cache=True, nogil=True)
-def _topic_fallback(a, ts, tl, schedule):
-    """Why the fast path cannot take a topic (a FB_* code), FB_SCHEDULE for the schedule topic, or FB_NONE."""
-    if tl == 0 or tl > 255:
-        return FB_TOPIC
-    if tl <= 2 and a[ts] == 0x2E and (tl == 1 or a[ts + 1] == 0x2E):
-        return FB_TOPIC  # "." or ".."
-    for p in range(ts, ts + tl):
-        c = a[p]
-        if c == 0x2F or c == 0x5C or c == 0:
-            return FB_TOPIC
-    if tl == schedule.shape[0] and _same_bytes_arr(a, ts, schedule):
-        return FB_SCHEDULE
-    return FB_NONE
-
-
-@njit(cache=True, nogil=True)
-def _same_bytes_arr(a, p, b):
-    for k in range(b.shape[0]):
-        if a[p + k] != b[k]:
-            return False
-    return True
-
-
 # Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order).
 Q_TS, Q_TL, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
 NQ_COLS = 10
@@ -194,45 +53,43 @@ C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
 K_HASH, K_PHY, K_TS = range(3)
 
 
-@njit(cache=True, nogil=True)
+@njit()
 def _grow_rows(x, need):
-    if need <= x.shape[0]:
-        return x
+    """x in a larger array (at least need rows, at least twice as many)."""
     y = np.empty((max(need, 2 * x.shape[0]), x.shape[1]), x.dtype)
     y[:x.shape[0]] = x
     return y
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _slot_of(th, qid, mask):
     return (th * 1000003 + qid) & mask
 
 
-@njit(cache=True, nogil=True)
-def _queue(a, ts, tl, qid, th, table, qs, nq):
+@njit(inline="always")
+def _find_queue(a, ts, tl, qid, th, table, qs):
     """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
-    holds queue index + 1 per slot), added when new: (queue, table, qs, queue count)."""
+    holds queue index + 1 per slot): its index, or -1 - the free slot where a new queue goes."""
     mask = table.shape[0] - 1
     slot = _slot_of(th, qid, mask)
     while table[slot] != 0:
         q = table[slot] - 1
-        if qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TL] == tl and _same_bytes(a, qs[q, Q_TS], ts, tl):
-            return q, table, qs, nq
+        if qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TL] == tl and same_bytes(a, qs[q, Q_TS], ts, tl):
+            return q
         slot = (slot + 1) & mask
-    qs = _grow_rows(qs, nq + 1)
-    qs[nq] = 0
-    qs[nq, Q_TS], qs[nq, Q_TL], qs[nq, Q_QID], qs[nq, Q_HASH] = ts, tl, qid, th
-    table[slot] = nq + 1
-    nq += 1
-    if 2 * nq > table.shape[0]:  # rehash into a table twice the size
-        table = np.zeros(table.shape[0] * 2, np.int64)
-        mask = table.shape[0] - 1
-        for q in range(nq):
-            slot = _slot_of(qs[q, Q_HASH], qs[q, Q_QID], mask)
-            while table[slot] != 0:
-                slot = (slot + 1) & mask
-            table[slot] = q + 1
-    return nq - 1, table, qs, nq
+    return -1 - slot
+
+
+@njit()
+def _rehashed(qs, nq, size):
+    """A table of `size` slots (a power of two) holding queues 0..nq-1 of qs."""
+    table = np.zeros(size, np.int64)
+    for q in range(nq):
+        slot = _slot_of(qs[q, Q_HASH], qs[q, Q_QID], size - 1)
+        while table[slot] != 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = q + 1
+    return table
 
 
 # Slots of the `rules` argument: the broker constants the kernel applies, passed in from their homes.
@@ -241,7 +98,7 @@ R_BORN_V6, R_STORE_V6, R_MIN_TS, R_MAX_TS, R_INNER_BATCH = range(8, 13)
 N_RULES = 13
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _magic_end(magic, rules, stats):
     """A BLANK or a bad magic ends the walk (True, the end written into stats); a record magic does not."""
     if magic == rules[R_MAGIC_BLANK]:
@@ -255,14 +112,14 @@ def _magic_end(magic, rules, stats):
     return False
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _header(a, pos, stop, limit, segment_end, rules, stats):
     """The chain rules at `pos` (commitlog.walk_chain): the record's totalSize, or -1 when the walk ends
     here (its end, or a fallback reason, written into stats)."""
     if pos >= stop:  # peek at the next header, as commitlog._end_after_stop
         stats[S_END] = KEND_STOP
         if pos + 8 <= limit:
-            _magic_end(_i32(a, pos + 4) & 0xFFFFFFFF, rules, stats)
+            _magic_end(i32(a, pos + 4) & 0xFFFFFFFF, rules, stats)
         return -1
     if pos == segment_end:
         stats[S_END] = KEND_FILE
@@ -270,8 +127,8 @@ def _header(a, pos, stop, limit, segment_end, rules, stats):
     if pos + 8 > limit:
         stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_TOTAL_SIZE
         return -1
-    size = _i32(a, pos)
-    if _magic_end(_i32(a, pos + 4) & 0xFFFFFFFF, rules, stats):
+    size = i32(a, pos)
+    if _magic_end(i32(a, pos + 4) & 0xFFFFFFFF, rules, stats):
         return -1
     if size < rules[R_MIN_SIZE] or pos + size > segment_end:
         stats[S_FALLBACK] = FB_BAD_TOTAL_SIZE
@@ -282,20 +139,20 @@ def _header(a, pos, stop, limit, segment_end, rules, stats):
     return size
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _layout(a, pos, end, rules):
     """Every field inside the record and adding up to totalSize: (FB_NONE, sysFlag, storeTimestamp
     position, topic start, topic length, properties start), or (fallback reason, 0, ...)."""
-    sys_flag = _i32(a, pos + 36)
+    sys_flag = i32(a, pos + 36)
     if sys_flag & rules[R_INNER_BATCH]:
         return FB_INNER_BATCH, 0, 0, 0, 0, 0
     ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
     body_len_at = ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
     if body_len_at + 4 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
-    body_len = _i32(a, body_len_at)
+    body_len = i32(a, body_len_at)
     tl_at = body_len_at + 4 + body_len
-    width = 2 if (_i32(a, pos + 4) & 0xFFFFFFFF) == rules[R_MAGIC_V2] else 1
+    width = 2 if (i32(a, pos + 4) & 0xFFFFFFFF) == rules[R_MAGIC_V2] else 1
     if body_len < 0 or tl_at + width > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     tl = (np.int64(a[tl_at]) << 8 | a[tl_at + 1]) if width == 2 else np.int64(a[tl_at])
@@ -308,32 +165,32 @@ def _layout(a, pos, end, rules):
     return FB_NONE, sys_flag, ts_at, tl_at + width, tl, pl_at + 2
 
 
-@njit(cache=True, nogil=True)
-def _checks(a, ts, tl, ps, end, schedule, names, name_off, found_lo, found_hi):
-    """Topic and properties of a laid-out record: (FB_NONE, topic hash, DELAY level or -1, TAGS hash),
-    or (fallback reason, 0, 0, 0). Fills found_lo/found_hi with the wanted properties."""
-    why = _topic_fallback(a, ts, tl, schedule)
-    th, ok = _hash_utf8(a, np.int64(0), ts, ts + tl)
-    if (why != FB_NONE and why != FB_SCHEDULE) or not ok:
-        return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0)
-    _find_props(a, ps, end, names, name_off, found_lo, found_hi)
+@njit(inline="always")
+def _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs):
+    """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
+    or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
+    passed before). Fills found_lo/found_hi with the wanted properties."""
+    th, ok = java_hash(a, np.int64(0), ts, ts + tl)
+    q = _find_queue(a, ts, tl, qid, th, table, qs) if ok else np.int64(-1)
+    if not ok or (q < 0 and unsafe_topic(a, ts, tl)):
+        return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    find_props(a, ps, end, names, name_off, found_lo, found_hi)
     if found_lo[P_MULTI] >= 0:
-        return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0)
+        return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     delay = np.int64(-1)
-    if why == FB_SCHEDULE and found_lo[P_DELAY] >= 0:
-        delay, ok = _parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
+    if found_lo[P_DELAY] >= 0 and tl == schedule.shape[0] and equals_array(a, ts, schedule):
+        delay, ok = parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
         if not ok:  # the broker rejects the record: the reference says so
-            return FB_SCHEDULE, np.int64(0), np.int64(0), np.int64(0)
-    tags_h, ok = _hash_utf8(a, np.int64(0), found_lo[P_TAGS], found_hi[P_TAGS])
+            return FB_SCHEDULE, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    tags_h, ok = java_hash(a, np.int64(0), found_lo[P_TAGS], found_hi[P_TAGS])
     if not ok:
-        return FB_NON_ASCII, np.int64(0), np.int64(0), np.int64(0)
-    return FB_NONE, th, delay, tags_h
+        return FB_NON_ASCII, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    return FB_NONE, th, q, delay, tags_h
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _cq_row(rows, ncq, q, qs, qo, phy, size, tags):
-    """Append a consume-queue row of queue q and update the queue's statistics; returns rows."""
-    rows = _grow_rows(rows, ncq + 1)
+    """Write consume-queue row ncq (of queue q; rows has room) and update the queue's statistics."""
     rows[ncq, C_QUEUE], rows[ncq, C_QO], rows[ncq, C_PHY], rows[ncq, C_SIZE], rows[ncq, C_TAGS] = q, qo, phy, size, tags
     first = qs[q, Q_CQ] == 0
     if not first and qo != qs[q, Q_LAST] + 1:
@@ -344,14 +201,12 @@ def _cq_row(rows, ncq, q, qs, qo, phy, size, tags):
     if first or qo > qs[q, Q_HI]:
         qs[q, Q_HI] = qo
     qs[q, Q_CQ] += 1
-    return rows
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk):
     """Append the record's index keys: UNIQ_KEY, then each non-empty KEYS token (split on spaces), as
-    hash("topic#key"). Returns (keys, count), count -1 for malformed UTF-8 in a key."""
-    keys = _grow_rows(keys, nk + 2 + max(0, found_hi[P_KEYS] - found_lo[P_KEYS]))
+    hash("topic#key"), from nk on (keys has room). Returns the new count, -1 for malformed UTF-8 in a key."""
     prefix = (th * 31 + 35) & 0xFFFFFFFF  # "topic#"
     if found_lo[P_UNIQ] >= 0:
         nk = _put_key(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ], phy, store_ts, keys, nk)
@@ -365,10 +220,10 @@ def _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk):
         if e > p:
             nk = _put_key(a, prefix, p, e, phy, store_ts, keys, nk)
         p = e
-    return keys, nk
+    return nk
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def _note_record(stats, n, pos, size, store_ts):
     """The split summary's store times and last record, after record number n."""
     if n == 0:
@@ -379,7 +234,11 @@ def _note_record(stats, n, pos, size, store_ts):
     stats[S_LAST_POS], stats[S_LAST_SIZE] = pos, size
 
 
-@njit(cache=True, nogil=True)
+# Slots of the walk's `cursor`: where it stands, so that it can stop for larger outputs and go on.
+W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
+
+
+@njit()
 def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms):
     """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
     rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored."""
@@ -388,62 +247,99 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
     table, qs = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
-    limit = min(a.shape[0], segment_end)
-    pos, n, ncq, nk, nq = start, 0, 0, 0, 0
+    cur = np.zeros(8, np.int64)
+    cur[W_POS], cur[W_AHEAD] = start, start - start % 64
+    args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms)
+    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
+        if cur[W_NCQ] == rows.shape[0]:
+            rows = _grow_rows(rows, cur[W_NCQ] + 1)
+        if cur[W_KEYS_NEED] > keys.shape[0]:
+            keys = _grow_rows(keys, cur[W_KEYS_NEED])
+        if cur[W_NQ] == qs.shape[0]:
+            qs = _grow_rows(qs, cur[W_NQ] + 1)
+        if 2 * (cur[W_NQ] + 1) > table.shape[0]:
+            table = _rehashed(qs, cur[W_NQ], 2 * table.shape[0])
+    pos, n, ncq, nk, nq = cur[W_POS], cur[W_N], cur[W_NCQ], max(cur[W_NK], 0), cur[W_NQ]
+    stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
+    stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
+    return stats, qs[:nq], rows[:ncq], keys[:nk]
+
+
+@njit(_nrt=False)
+def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, stats, cur,
+          found_lo, found_hi, table, qs, rows, keys):
+    """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
+    lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
+    it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
+    pos, n, ncq, nk, nq, ahead = cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD]
+    done, touched = True, 0
     while True:
+        while ahead < min(pos + TOUCH_AHEAD, limit):  # each header's address hangs on the last one's load:
+            touched += a[ahead]                          # load the lines ahead early, all in flight at once
+            ahead += 64
         size = _header(a, pos, stop, limit, segment_end, rules, stats)
         if size < 0:
             break
         end = pos + size
         fb, sys_flag, ts_at, ts, tl, ps = _layout(a, pos, end, rules)
-        phy, store_ts = _i64(a, pos + 28), _i64(a, ts_at)
+        phy, store_ts = i64(a, pos + 28), i64(a, ts_at)
         if fb == FB_NONE and phy != base_offset + pos:
             fb = FB_MOVED
         if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
             fb = FB_UNDATED
-        th, delay, tags_h = np.int64(0), np.int64(-1), np.int64(0)
+        qid = i32(a, pos + 12)
+        th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
         if fb == FB_NONE:
-            fb, th, delay, tags_h = _checks(a, ts, tl, ps, end, schedule, names, name_off, found_lo, found_hi)
+            fb, th, q, delay, tags_h = _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi,
+                                               table, qs)
         if fb != FB_NONE:
             stats[S_FALLBACK] = fb
             break
-        q, table, qs, nq = _queue(a, ts, tl, _i32(a, pos + 12), th, table, qs, nq)
+        cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
+        if ncq == rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0] or (q < 0 and (nq == qs.shape[0]
+                                                                                  or 2 * (nq + 1) > table.shape[0])):
+            done = False
+            break
+        if q < 0:
+            _add_queue(-1 - q, ts, tl, qid, th, table, qs, nq)
+            q, nq = nq, nq + 1
         qs[q, Q_REC] += 1
         tran = sys_flag & rules[R_TRAN_MASK]
         if tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]:
-            tags = _signed32(tags_h)
+            tags = signed32(tags_h)
             if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
                 tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-            rows = _cq_row(rows, ncq, q, qs, _i64(a, pos + 20), phy, size, tags)
+            _cq_row(rows, ncq, q, qs, i64(a, pos + 20), phy, size, tags)
             ncq += 1
         if tran != rules[R_TRAN_ROLLBACK]:
-            keys, nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
+            nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
             if nk < 0:
                 stats[S_FALLBACK] = FB_NON_ASCII
                 break
         _note_record(stats, n, pos, size, store_ts)
         n += 1
         pos = end
-    stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
-    nk = max(nk, 0)
-    stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
-    return stats, qs[:nq], rows[:ncq], keys[:nk]
+    cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD] = pos, n, ncq, nk, nq, ahead
+    cur[W_TOUCHED] += touched  # a sink, so that the touching loads stay
+    return done
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
+def _add_queue(slot, ts, tl, qid, th, table, qs, nq):
+    """Queue nq (topic at ts, queueId, topic hash) into a free slot of the table (both have room)."""
+    for c in range(NQ_COLS):
+        qs[nq, c] = 0
+    qs[nq, Q_TS], qs[nq, Q_TL], qs[nq, Q_QID], qs[nq, Q_HASH] = ts, tl, qid, th
+    table[slot] = nq + 1
+
+
+@njit(inline="always")
 def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
     """Append the index key hash("topic#" + a[lo:hi]) at nk; returns the new count, -1 for malformed UTF-8."""
-    h, ok = _hash_utf8(a, prefix, lo, hi)
+    h, ok = java_hash(a, prefix, lo, hi)
     if not ok:
         return -1
-    keys[nk, K_HASH], keys[nk, K_PHY], keys[nk, K_TS] = _key_hash(h), phy, store_ts
+    keys[nk, K_HASH], keys[nk, K_PHY], keys[nk, K_TS] = index_key_hash(h), phy, store_ts
     return nk + 1
 
 
-@njit(cache=True, nogil=True)
-def _key_hash(h):
-    """IndexFile.indexKeyHashMethod on an unsigned 32-bit Java hash: abs, Integer.MIN_VALUE -> 0."""
-    s = _signed32(h)
-    if s == -(np.int64(1) << 31):
-        return 0
-    return abs(s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,22 @@ def test_the_driver_starts_without_numba():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == ["False", "True", "[0,", "2,", "1]", "[0,", "2,", "3]"]
+
+
+def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
+    """numba checks a cached kernel against its own module only; the kernel's inlined byte helpers
+    (kernel_bytes) are in its stamp too, so editing them cannot leave a stale kernel in the cache."""
+    tree, cache = tmp_path / "tree", tmp_path / "numba-cache"
+    shutil.copytree(Path(__file__).parents[1] / "storage_format", tree / "storage_format",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    runs = []
+    for edit in (False, False, True):
+        if edit:
+            with open(tree / "storage_format" / "kernel_bytes.py", "a") as f:
+                f.write("# edited\n")
+        env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache))
+        done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, cwd=tmp_path,
+                              check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1])[1]["decode_kernel"])
+    assert runs[0] > 0 and runs[1] == 0 and runs[2] > 0, runs
+

@@ -146,3 +146,28 @@ def test_kernel_leaves_what_it_does_not_take():
     fast = decode_fast(rec + bytes(16), 0, 0, len(rec), len(rec) + 16, path="x", find_start=False, dated=(0, 2**62), delay_levels_ms=())
     assert not isinstance(fast, str) and fast.records == 1 and len(fast.keys) == 2
     assert np.array_equal(fast.cq.phy, [0])
+
+
+def _java_hash(text: str, h: int = 0) -> int:
+    """String.hashCode continued from h, over the UTF-16 units (an independent reading of the rule)."""
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (h * 31 + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    return h
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=40), raw=st.binary(max_size=24), prefix=st.integers(0, 2**32 - 1))
+def test_kernel_hash_is_javas_string_hash(text, raw, prefix):
+    """The kernel's hash (four ASCII bytes per step, UTF-8 decoded to UTF-16 units otherwise) is
+    String.hashCode over any text, continued from any prefix hash; malformed UTF-8 is refused."""
+    from storage_format.kernel_bytes import java_hash as _hash_utf8
+
+    for data in (text.encode("utf-8", "surrogatepass"), raw, b"ab\xc3\xa9cdefg" + raw):
+        arr = np.frombuffer(data, np.uint8)
+        try:
+            want = _java_hash(data.decode("utf-8"), prefix)
+        except UnicodeDecodeError:
+            want = None
+        h, ok = _hash_utf8(arr, np.int64(prefix), 0, len(data))
+        assert (h if ok else None) == want, data
