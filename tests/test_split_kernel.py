@@ -171,3 +171,22 @@ def test_kernel_hash_is_javas_string_hash(text, raw, prefix):
             want = None
         h, ok = _hash_utf8(arr, np.int64(prefix), 0, len(data))
         assert (h if ok else None) == want, data
+
+
+def test_kernel_grows_its_outputs(tmp_path):
+    """More rows, index keys and queues than the kernel's first arrays hold (1500 queues, records far
+    smaller than 256 bytes, 30 keys on every third): the walk stops, its outputs grow, and it goes on,
+    agreeing with the reference."""
+    seg_size = 1 << 18
+    data, offset = bytearray(), 0
+    for i in range(1500):
+        props = "KEYS\x01" + " ".join(f"k{j}" for j in range(30)) + "\x02" if i % 3 == 0 else ""
+        rec = encode_record(Message(topic=f"T{i % 2}", queue_id=i, store_timestamp=1_650_000_000_000,
+                                    properties=props + "TAGS\x01t\x02"), offset)
+        data += rec
+        offset += len(rec)
+    assert offset < seg_size and offset / 1500 < 256
+    (tmp_path / "store" / "commitlog").mkdir(parents=True)
+    (tmp_path / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(data) + bytes(seg_size - len(data)))
+    settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
+    assert compare_store(tmp_path / "store", settings_, 0, tmp_path / "work") == 1
