@@ -15,6 +15,7 @@ spark-submit keep Spark's daemon (jobs.pipeline.session sets this one for embedd
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -31,12 +32,18 @@ _warm: subprocess.Popen | None = None
 
 
 def preload() -> None:
-    """Import what decode and build tasks run and load every kernel from numba's cache."""
+    """Import what decode and build tasks run, load every kernel from numba's cache, then freeze what
+    that made: Spark's daemon runs a full garbage collection after every task of a reused worker, and
+    walking the objects of numba, llvmlite, pyarrow and numpy cost each task about 40 ms of CPU (and
+    wrote to pages the workers otherwise share with the daemon)."""
     import jobs.pipeline.build  # noqa: F401
     import jobs.pipeline.scan  # noqa: F401
+    import pyspark.worker  # noqa: F401 - what every forked worker imports first
     from storage_format.kernel_cache import warm
 
     warm()
+    gc.collect()
+    gc.freeze()
 
 
 def start_warm() -> None:
