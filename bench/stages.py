@@ -135,7 +135,7 @@ def read_only(spark, store: Path, settings: BrokerSettings, split_size: int, rec
     splits = plan_splits(list_segments(location(str(store)), settings), split_size)
     with WorkerMemory() as mem:
         t0 = time.monotonic()
-        read = sum(run_tasks(spark, splits, _read_split, "read", quiet=True))
+        read = sum(run_tasks(spark.sparkContext, splits, _read_split, "read", quiet=True))
         seconds = time.monotonic() - t0
     return StageResult("read only (same splits)", seconds, records, data_bytes, mem.peak,
                        detail={"bytes_read": read, "tasks": len(splits)},
@@ -146,7 +146,7 @@ def decode_only(spark, store: Path, settings: BrokerSettings, split_size: int, d
     """The scan stage alone: walk, validate and decode every record, per-queue counts; writes nothing."""
     with WorkerMemory() as mem:
         t0 = time.monotonic()
-        scan = scan_store(spark, location(str(store)), settings, split_size=split_size, with_cq=False,
+        scan = scan_store(spark.sparkContext, location(str(store)), settings, split_size=split_size, with_cq=False,
                           with_keys=False, quiet=True)
         seconds = time.monotonic() - t0
     return StageResult("decode only", seconds, scan.message_records, data_bytes, mem.peak,

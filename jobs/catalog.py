@@ -30,7 +30,7 @@ from jobs.pipeline.fs import Location, delta_storage_options, location  # noqa: 
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_spark  # noqa: E402
+from jobs.pipeline.session import job_context  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -110,7 +110,7 @@ def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: C
                                    commit_properties=props)
 
 
-def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
+def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
             include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False,
             generation: int | None = None) -> dict:
     """Append the store's records past the table's high-water mark; returns the run's report."""
@@ -120,7 +120,7 @@ def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *
     delta = open_table(table, include_body)
     include_body = table_has_body(delta, include_body)
     since = delta.transaction_version(app)
-    result = scan_store(spark, store, settings, split_size=split_size, with_cq=False, with_keys=False,
+    result = scan_store(sc, store, settings, split_size=split_size, with_cq=False, with_keys=False,
                         from_offset=since, label="catalog scan", quiet=quiet)
     end = result.max_physical_offset if result.segments else (since or 0)
     report = {"table": table.uri, "store": store.uri, "store_id": sid, "app_id": app,
@@ -142,7 +142,7 @@ def catalog(spark, store: Location, table: Location, settings: BrokerSettings, *
         lmq = (rules_for(True, settings.enable_lmq, store_generation(store, generation).generation)
                if settings.enable_multi_dispatch else None)
         tasks = plan_tasks(result, settings, since, table, sid, include_body, run_id, lmq)
-        results: list[CatalogTaskResult] = run_tasks(spark, tasks, write_split, "catalog write", quiet=quiet)
+        results: list[CatalogTaskResult] = run_tasks(sc, tasks, write_split, "catalog write", quiet=quiet)
         problems = [r.error for r in results if r.error]
         if any(r.straddles_since for r in results):
             problems.append(f"a record crosses the table's high-water mark {since}: the store does not continue "
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("catalog", store)
     check_outside(store, table, "--table")
     report_loc = check_report(args, store)
-    spark = job_spark(args, "catalog")
-    report = catalog(spark, store, table, settings, store_id=args.store_id, include_body=args.include_body,
+    sc = job_context(args, "catalog")
+    report = catalog(sc, store, table, settings, store_id=args.store_id, include_body=args.include_body,
                      split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
     emit(args, report, _print_human, report_loc)
     return EXIT_OK

@@ -8,7 +8,7 @@ from jobs.pipeline.cli import (EXIT_OK, add_generation_flag, check_report, check
                                progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_spark  # noqa: E402
+from jobs.pipeline.session import job_context  # noqa: E402
 
 
 LMQ_SHOWN = 5  # LMQ queues named in the human summary (a store can have 100,000s; --json lists all)
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     store, settings = check_store(args, settings_from(args))
     warn_if_running("inspect", store)
     report_loc = check_report(args, store)
-    spark = job_spark(args, "inspect")
-    result = scan_store(spark, store, settings, with_keys=False, split_size=args.split_size,
+    sc = job_context(args, "inspect")
+    result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
                         generation=args.rocketmq_version, quiet=progress_quiet(args))
     emit(args, summary(result), _print_human, report_loc)
     return EXIT_OK

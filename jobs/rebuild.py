@@ -28,9 +28,9 @@ from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_spark  # noqa: E402
+from jobs.pipeline.session import job_context  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark import SparkContext  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-report.json"
@@ -83,12 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings)
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    spark = job_spark(args, "rebuild")
+    sc = job_context(args, "rebuild")
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
         t0 = time.monotonic()
-        scan = scan_store(spark, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
+        scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
                           split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
                           quiet=quiet)
         timings["decode_s"] = time.monotonic() - t0
@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             warn("rebuild", problem)
         t0 = time.monotonic()
-        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * spark.sparkContext.defaultParallelism) \
+        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.defaultParallelism) \
             if with_cq else []
         index_tasks = _plan_index_tasks(args, scan, settings, store, staging) if with_index else []
-        cq_files, firsts, task_timings = _run_builds(spark, index_tasks + cq_tasks, quiet)
+        cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
         index_names: list[str] = []
         if with_index:
             index_dir = staging.dir.child("index")
@@ -147,7 +147,7 @@ def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: Brok
     return index_tasks
 
 
-def _run_builds(spark: SparkSession, tasks: list,
+def _run_builds(sc: SparkContext, tasks: list,
                 quiet: bool) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
     """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
     built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the
@@ -156,7 +156,7 @@ def _run_builds(spark: SparkSession, tasks: list,
     firsts: list[tuple[int, int | None]] = []
     task_seconds = {"consumequeue": 0.0, "index": 0.0}
     longest = {"consumequeue": 0.0, "index": 0.0}
-    for kind, result, seconds in run_tasks(spark, tasks, build_files, "consume queues + index files", quiet=quiet):
+    for kind, result, seconds in run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet):
         task_seconds[kind] += seconds
         longest[kind] = max(longest[kind], seconds)
         if kind == "index":

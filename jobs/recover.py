@@ -28,7 +28,7 @@ from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.publish import output_for  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
-from jobs.pipeline.session import job_spark  # noqa: E402
+from jobs.pipeline.session import job_context  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
 
@@ -136,10 +136,10 @@ def _own_work(args, default: Location) -> Location:
 
 def _dry_run(args, store: Location, settings, kw) -> int:
     """Plan only: print (and write) the plan; no store files are written."""
-    spark = job_spark(args, "recover")
+    sc = job_context(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(spark, store, settings, work, audit=True, **kw)
+        plan = plan_recovery(sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()
@@ -171,14 +171,14 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     in place, committed by the report written last)."""
     check_outside(store, out, "--out")
     staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
-    spark = job_spark(args, "recover")
+    sc = job_context(args, "recover")
     started = time.monotonic()
     with staging:
         work = _own_work(args, staging.work)
-        plan = plan_recovery(spark, store, settings, work, **kw)
+        plan = plan_recovery(sc, store, settings, work, **kw)
         output = plan_output(plan, with_copies=True)
         t0 = time.monotonic()
-        names = write_output(spark, plan, output, staging.dir, args.json, tz)
+        names = write_output(sc, plan, output, staging.dir, args.json, tz)
         plan.timings["write_s"] = time.monotonic() - t0
         _check_written(staging.dir, output, names)
         summary = plan.to_dict()
@@ -212,10 +212,10 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     backup = Path(args.backup_dir).resolve()
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
-    spark = job_spark(args, "recover")
+    sc = job_context(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
-        plan = plan_recovery(spark, Location(str(path)), settings, work, **kw)
+        plan = plan_recovery(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
@@ -223,7 +223,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             return EXIT_OK
         staging = inplace.prepare_staging(path)
         output = plan_output(plan, with_copies=False)
-        names = write_output(spark, plan, output, Location(str(staging)), args.json, tz)
+        names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
     finally:
         work.delete_tree()
     rendered = output.rendered + [f"index/{n}" for n in names]

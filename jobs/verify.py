@@ -19,7 +19,7 @@ import uuid  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark import SparkContext  # noqa: E402
 
 from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
@@ -28,7 +28,7 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_spark  # noqa: E402
+from jobs.pipeline.session import job_context  # noqa: E402
 from jobs.pipeline.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.findings import Findings, detail_order  # noqa: E402
 from jobs.pipeline.verify_cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
@@ -54,14 +54,14 @@ def work_location(store: Location, work_dir: str | None) -> Location:
     return work
 
 
-def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
+def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
            limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
            in_flight_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
     confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
     is running): differences past it are in flight, counted apart."""
-    scan = scan_store(spark, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
+    scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation)
     pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
     found = Findings()
@@ -74,25 +74,25 @@ def verify(spark: SparkSession, store: Location, settings: BrokerSettings, work:
         found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
                   offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
-    parallelism = spark.sparkContext.defaultParallelism
+    parallelism = sc.defaultParallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
                   else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
-        for f in run_tasks(spark, checks, check_cq, "consume queues", quiet=quiet):
+        for f in run_tasks(sc, checks, check_cq, "consume queues", quiet=quiet):
             found.merge(f)
         stats["consumequeue_files_checked"] = found.files_checked
     if with_index:
         index_dir = store.child("index")
         tasks = plan_index(scan, settings, work, index_dir,
                            empty_file_index_count(store_generation(store, generation).generation))
-        headers = [h for part in run_tasks(spark, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
+        headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
         stats["index_files_expected"] = len(headers)
         before = found.files_checked
         if tasks:
             checks = plan_index_checks(tasks, headers, index_dir, pointers, found)
-            for f in run_tasks(spark, checks, check_index, "index files", quiet=quiet):
+            for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
                 found.merge(f)
         else:
             orphan_index_findings(index_dir, found)
@@ -131,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = work_location(store, args.work_dir)
     limit = store_dispatch_limit(store, settings)
-    spark = job_spark(args, "verify")
+    sc = job_context(args, "verify")
     started = time.monotonic()
     try:
         work.makedirs()
-        scan, found, stats = verify(spark, store, settings, work, with_cq=with_cq, with_index=with_index,
+        scan, found, stats = verify(sc, store, settings, work, with_cq=with_cq, with_index=with_index,
                                     split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
                                     generation=args.rocketmq_version,
                                     in_flight_from=dispatched_end(store) if live.running else None)

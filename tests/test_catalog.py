@@ -142,7 +142,7 @@ def test_catalog_refuses_a_store_that_does_not_continue_the_table(spark, capsys,
     run_catalog(capsys, GOLDEN / SMALL, table, "--store-id", "x")
     other = GOLDEN / "v5-clean-small-11"
     with pytest.raises(JobError, match="high-water mark"):
-        catalog(spark, location(str(other)), location(str(table)), load_settings(other / "broker.conf"),
+        catalog(spark.sparkContext, location(str(other)), location(str(table)), load_settings(other / "broker.conf"),
                 store_id="x", quiet=True)
     dt = DeltaTable(str(table))
     assert dt.version() == 1
@@ -154,7 +154,7 @@ def test_catalog_refuses_table_inside_store(spark, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(GOLDEN / SMALL / "commitlog", store / "commitlog")
     with pytest.raises(JobError, match="outside the store"):
-        catalog(spark, location(str(store)), location(str(store / "catalog")),
+        catalog(spark.sparkContext, location(str(store)), location(str(store / "catalog")),
                 load_settings(GOLDEN / SMALL / "broker.conf"), quiet=True)
     assert not (store / "catalog").exists()
 

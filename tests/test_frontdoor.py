@@ -144,8 +144,10 @@ def no_spark(monkeypatch):
     def refuse(*_a, **_k):
         raise SparkStarted("a SparkSession was started")
     for job in JOBS:
-        monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), "job_spark", refuse, raising=False)
+        for name in ("job_spark", "job_context"):
+            monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), name, refuse, raising=False)
     monkeypatch.setattr("jobs.pipeline.session.job_spark", refuse)
+    monkeypatch.setattr("jobs.pipeline.session.job_context", refuse)
 
 
 def run_job(job: str, argv: list[str], capsys) -> tuple[int, list[str]]:

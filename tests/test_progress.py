@@ -30,15 +30,15 @@ class _Tracker:
         return type("Info", (), {"numCompletedTasks": self.done})()
 
 
-class _Spark:
+class _Context:
     def __init__(self, done: int) -> None:
-        self.sparkContext = type("SC", (), {"statusTracker": lambda _self: _Tracker(done)})()
+        self.statusTracker = lambda: _Tracker(done)
 
 
 def test_progress_prints_running_lines_then_the_total():
     """While running: the tracker's count with an ETA; at the end the total, without one."""
     out = io.StringIO()
-    with Progress(_Spark(2), "decode", 5, 10_000_000, every=0.05, stream=out):
+    with Progress(_Context(2), "decode", 5, 10_000_000, every=0.05, stream=out):
         import time
         time.sleep(0.2)
     lines = out.getvalue().splitlines()

@@ -521,11 +521,11 @@ def staged(spark, golden, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("inplace")
     store = writable_copy(golden / "v5-unclean-torn-11", root / "store")
-    plan = plan_recovery(spark, Location(str(store)), load_settings(CONF), Location(str(root / "work")),
+    plan = plan_recovery(spark.sparkContext, Location(str(store)), load_settings(CONF), Location(str(root / "work")),
                          split_size=0, quiet=True)
     staging = inplace.prepare_staging(store)
     output = plan_output(plan, with_copies=False)
-    write_output(spark, plan, output, Location(str(staging)), True)
+    write_output(spark.sparkContext, plan, output, Location(str(staging)), True)
     ops = inplace.build_ops(store, staging, output.rendered, output.deleted)
     shutil.move(str(staging), root / "staging")
     return store, root / "staging", ops

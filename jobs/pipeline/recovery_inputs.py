@@ -121,13 +121,13 @@ def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
     return out
 
 
-def load_queues(spark, queues: list[QueueDir], file_size: int, quiet: bool,
+def load_queues(sc, queues: list[QueueDir], file_size: int, quiet: bool,
                 generation: int = 4) -> dict[tuple[str, int], rules.QueueLoad]:
     """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
     tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
              for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
     out: dict[tuple[str, int], rules.QueueLoad] = {}
-    for result in run_tasks(spark, tasks, _load_queues, "consume-queue state", quiet=quiet):
+    for result in run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet):
         if isinstance(result, StoreFormatError):
             raise result
         out.update({ld.key: ld for ld in result})
@@ -160,7 +160,7 @@ def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
     return out
 
 
-def cq_tails(spark, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
+def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
              quiet: bool) -> dict[tuple[str, int], rules.QueueEntries]:
     """Per queue, in commit-log order, the scanned entries the broker would not skip."""
     tasks = []
@@ -170,7 +170,7 @@ def cq_tails(spark, scan: ScanResult, work: Location, max_phy: dict[tuple[str, i
         if qs:
             tasks.append(TailTask(work, s.index, qs))
     parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
-    for result in run_tasks(spark, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
+    for result in run_tasks(sc, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
         for key, arrays in result.items():
             parts.setdefault(key, []).append(arrays)
     return {k: rules.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}

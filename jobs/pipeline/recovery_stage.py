@@ -93,7 +93,7 @@ class ValidatedLog:
         return {**self.limit.to_dict(), **self.scan.dispatch_stop().to_dict()}
 
 
-def validate(spark, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
+def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
              split_size: int, quiet: bool) -> ValidatedLog:
     """Choose the start segment and run the validating scan from it: the truncation point P."""
     abnormal = markers.abort is not None
@@ -104,7 +104,7 @@ def validate(spark, store: Location, settings: BrokerSettings, markers: StoreMar
     start = rules.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
                                        settings, g, abnormal)
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
-    scan = scan_store(spark, store, rules.dispatch_settings(settings, g, abnormal), split_size=split_size,
+    scan = scan_store(sc, store, rules.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
                       dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
     acc = scan.accepted
@@ -112,17 +112,17 @@ def validate(spark, store: Location, settings: BrokerSettings, markers: StoreMar
     return ValidatedLog(store, settings, g, abnormal, segments, start, limit, scan, work, truncation, split_size, quiet)
 
 
-def gather_queues(spark, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], rules.QueueFacts]:
+def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], rules.QueueFacts]:
     """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader)."""
     queue_dirs = {q.key: q for q in list_queues(log.store)}
     size = log.settings.consume_queue_file_size
-    loads = load_queues(spark, list(queue_dirs.values()), size, log.quiet, log.generation)
-    tails = cq_tails(spark, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
+    loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
+    tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
     return queue_dirs, rules.QueueFacts(loads, tails, size,
                                         lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 
 
-def gather_index(spark, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, rules.IndexFacts]:
+def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, rules.IndexFacts]:
     """The index files on disk, those kept at load, and the facts for the index mode (off, resume, full)."""
     settings = log.settings
     index_files = list_index_files(log.store, settings) if settings.message_index_enable else []
@@ -131,7 +131,7 @@ def gather_index(spark, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> 
     if not settings.message_index_enable:
         return IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
     if full_index:
-        full = _full_index_scan(spark, log)
+        full = _full_index_scan(sc, log)
         return (IndexPlan([], kept + deleted, uris, None, [], full.scan, full.work),
                 rules.FullIndexRebuild(full.rolled_full_end_ts))
     keys = tail_keys(log.scan, log.work, kept[-1].header.end_phy_offset if kept else 0)
@@ -139,7 +139,7 @@ def gather_index(spark, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> 
                                                                             settings.max_index_num)
 
 
-def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
+def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                   generation: int | None = None, full_index: bool = False, tz: dt.tzinfo = dt.timezone.utc,
                   quiet: bool = False, audit: bool = False) -> RecoveryPlan:
     """Read the store, run the validating scan, gather the facts and apply the broker's recovery sequence;
@@ -149,13 +149,13 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
     gen = detect(markers, generation)
-    log = validate(spark, store, settings, markers, gen.generation, work, split_size, quiet)
+    log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    queue_dirs, queues = gather_queues(spark, log)
+    queue_dirs, queues = gather_queues(sc, log)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    index, index_facts = gather_index(spark, log, markers.checkpoint, full_index)
+    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index)
 
     def last_cq_ts(from_offset: int) -> int | None:
         """Store time of the last scanned NOT/COMMIT record at or after an offset."""
@@ -176,31 +176,31 @@ def plan_recovery(spark, store: Location, settings: BrokerSettings, work: Locati
     return RecoveryPlan(store, settings, gen, markers, log.abnormal, log.segments, log.start, log.scan, work,
                         log.truncation, seq.segments_deleted, queue_dirs, queues.loads, q.states, q.truncate_queues,
                         q.max_phy_before, q.reput_from, index, seq.checkpoint, seq.checkpoint_why,
-                        _warnings(spark, log, markers, audit), timings, log.dispatch_dict())
+                        _warnings(sc, log, markers, audit), timings, log.dispatch_dict())
 
 
-def _warnings(spark, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:
+def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:
     """Warnings of the plan: no checkpoint file, the --dry-run audit, records dropped after P."""
     warnings: list[str] = []
     if markers.checkpoint_raw is None:
         warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
                         "segment) and so does reput")
     if audit:
-        warnings.extend(_audit(spark, log))
+        warnings.extend(_audit(sc, log))
     if log.scan.stitched.data_after_end:
         warnings.append(f"segments after the truncation point hold records that recovery drops: "
                         f"{', '.join(log.scan.stitched.data_after_end)}")
     return warnings
 
 
-def _audit(spark, log: ValidatedLog) -> list[str]:
+def _audit(sc, log: ValidatedLog) -> list[str]:
     """Damage the broker's recovery does not look at, in the whole commit log: an invalid record before
     the recovery's start segment (dispatch or a rebuild from the start would stop there), or a record
     whose storeTimestamp is no date (the start-segment rule and index file names read it). Bytes that
     no broker could have written (a topic that is no directory name, a moved physicalOffset, a gap in a
     queue's offsets) raise StoreFormatError naming the record."""
     work, settings, start = log.work.child("audit"), log.settings, log.start.offset
-    audit = scan_store(spark, log.store, settings, split_size=log.split_size, check_crc=settings.check_crc_on_recover,
+    audit = scan_store(sc, log.store, settings, split_size=log.split_size, check_crc=settings.check_crc_on_recover,
                        work=work, with_keys=False, label="audit", quiet=log.quiet, generation=log.generation)
     plan_cq(audit, settings, work, work)  # raises on a gap in a queue's offsets
     found = []
@@ -224,7 +224,7 @@ class FullIndexScan:
     rolled_full_end_ts: tuple[int, ...]
 
 
-def _full_index_scan(spark, log: ValidatedLog) -> FullIndexScan:
+def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
     """--full-index: every index file goes; the index is rebuilt from the valid commit log [first, P)
     by the rebuild stage. The rebuild rolls away from every file but the last: the checkpoint's index
     time becomes the end of the last rolled (full) file, as the broker's flush thread would set it."""
@@ -234,7 +234,7 @@ def _full_index_scan(spark, log: ValidatedLog) -> FullIndexScan:
     full_scan, full_work = log.scan, log.work
     if log.start.offset != log.segments[0].start:
         full_work = log.work.child("full-index")
-        full_scan = scan_store(spark, log.store, settings, split_size=log.split_size,
+        full_scan = scan_store(sc, log.store, settings, split_size=log.split_size,
                                check_crc=settings.check_crc_on_recover, work=full_work, with_cq=False,
                                with_keys=True, label="index keys", quiet=log.quiet)
     if full_scan.end.offset != p:

@@ -183,7 +183,7 @@ def _render_cq(task: CqRenderTask) -> int:
     return len(task.items)
 
 
-def write_output(spark, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
+def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
                  tz=None) -> list[str]:
     """Write every rendered file (and, for OUT, every copy) under `dest`; returns the index file names
     a --full-index rebuild created."""
@@ -196,14 +196,14 @@ def write_output(spark, plan: RecoveryPlan, out: RecoveryOutput, dest: Location,
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
         tasks = [CqRenderTask(tuple(v), dest) for _, v in sorted(groups.items())]
-        run_tasks(spark, tasks, _render_cq, "consume queues", quiet=quiet)
+        run_tasks(sc, tasks, _render_cq, "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
     if out.copies:
-        run_tasks(spark, _copy_tasks(out.copies, dest), _copy, "copy", total_bytes=sum(s for *_, s in out.copies),
+        run_tasks(sc, _copy_tasks(out.copies, dest), _copy, "copy", total_bytes=sum(s for *_, s in out.copies),
                   quiet=quiet)
     if out.full_index:
-        return _rebuild_index(spark, plan, dest.child("index"), quiet, tz)
+        return _rebuild_index(sc, plan, dest.child("index"), quiet, tz)
     return []
 
 
@@ -221,14 +221,14 @@ def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location) -> list[Copy
     return tasks
 
 
-def _rebuild_index(spark, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
+def _rebuild_index(sc, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
     """--full-index: the rebuild stage's index files from the valid commit log, named like a rebuild."""
     from .build import build_index, name_index_files, pending_name, plan_index
 
     scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
     index_dir.makedirs()
     tasks = plan_index(scan, plan.settings, work, index_dir, empty_file_index_count(plan.generation.generation))
-    firsts = [f for done in run_tasks(spark, tasks, build_index, "index files", quiet=quiet) for f in done]
+    firsts = [f for done in run_tasks(sc, tasks, build_index, "index files", quiet=quiet) for f in done]
     names = name_index_files(scan, firsts, tz)
     for no, name in sorted(names.items()):
         index_dir.child(pending_name(no)).move_to(index_dir.child(name))

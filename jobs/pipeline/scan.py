@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
                                       parse_segment_name)
@@ -284,7 +284,7 @@ def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
     return [decode_split(t) for t in tasks]
 
 
-def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *,
+def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
@@ -313,8 +313,8 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
     summaries = {t.split.index: decode_split(t) for t in holes}
     hole_set = {t.split.index for t in holes}
     groups = pack_splits([t for t in tasks if t.split.index not in hole_set], PACK_SPLITS * split_size,
-                         2 * spark.sparkContext.defaultParallelism)
-    summaries.update({s.index: s for done in run_tasks(spark, groups, decode_splits, label,
+                         2 * sc.defaultParallelism)
+    summaries.update({s.index: s for done in run_tasks(sc, groups, decode_splits, label,
                                                        total_bytes=sum(s.size for s in segments), quiet=quiet)
                       for s in done})
     while True:
@@ -323,7 +323,7 @@ def scan_store(spark: SparkSession, store: Location, settings: BrokerSettings, *
             break
         redo = [replace(base, split=splits[i], exact_start=off - splits[i].segment.start)
                 for i, off in stitched.redo.items()]
-        for s in run_tasks(spark, redo, decode_split, f"{label} (re-walk)", quiet=True):
+        for s in run_tasks(sc, redo, decode_split, f"{label} (re-walk)", quiet=True):
             summaries[s.index] = s
     if stitched.failed is not None:
         raise summaries[stitched.failed].error

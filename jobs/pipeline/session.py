@@ -14,8 +14,9 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from . import interrupt, worker_daemon
@@ -30,6 +31,7 @@ CDS_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 # Python workers are forked from a daemon that has imported the pipeline and loaded the kernels.
 WORKER_DAEMON = "jobs.pipeline.worker_daemon"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2-reput.properties")
+T = TypeVar("T")
 
 
 def under_spark_submit() -> bool:
@@ -67,49 +69,81 @@ def job_spark(args: argparse.Namespace, app: str) -> SparkSession:
     return get_spark(app, args.master, level=args.log_level, quiet=args.quiet)
 
 
+def job_context(args: argparse.Namespace, app: str) -> SparkContext:
+    """The SparkContext for a job that only runs Python tasks (all but `query --scan`): a SparkSession on
+    top of it would take another 0.8 s to start here, for nothing those jobs use."""
+    return get_context(app, args.master, level=args.log_level, quiet=args.quiet)
+
+
 def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = None, *, level: str | None = None,
               quiet: bool = False) -> SparkSession:
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
-    builder = SparkSession.builder.appName(f"reput-{app}")
-    level = log_level(level)
-    if master or not under_spark_submit():
-        # Workers must run the same interpreter (the venv) as the driver.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (builder.master(master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"))
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.driver.memory", os.environ.get("REPUT_DRIVER_MEMORY", "4g"))
-                   .config("spark.driver.extraJavaOptions", f"{_java_options(_dump_cds_to)} "
-                           f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} -Dreput.logLevel={level}")
-                   .config("spark.sql.shuffle.partitions", "8")
-                   .config("spark.python.worker.reuse", "true")
-                   # The JVM talks to its Python workers over Unix sockets, not loopback TCP, whose
-                   # small-packet delays cost every task about 20 ms here (5 ms per task with them)
-                   .config("spark.python.unix.domain.socket.enabled", "true")
-                   .config("spark.python.daemon.module", _daemon_module())
-                   .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-        if _local(master) and _daemon_module() == WORKER_DAEMON and SparkContext._active_spark_context is None:
-            worker_daemon.start_warm()  # loads the pipeline on the other core while the JVM starts
+    builder = SparkSession.builder
+    for key, value in _settings(app, master, log_level(level), _dump_cds_to).items():
+        builder = builder.config(key, value)
+    return _start(builder.getOrCreate, log_level(level), quiet)
+
+
+def get_context(app: str, master: str | None = None, *, level: str | None = None, quiet: bool = False) -> SparkContext:
+    """get_spark's SparkContext without the SparkSession (the active one when a session already runs)."""
+    conf = SparkConf()
+    for key, value in _settings(app, master, log_level(level)).items():
+        conf.set(key, value)
+    return _start(lambda: SparkContext.getOrCreate(conf), log_level(level), quiet)
+
+
+def _settings(app: str, master: str | None, level: str, dump_cds_to: Path | None = None) -> dict[str, str]:
+    """What reput sets on its session: the name; for an embedded session (or a given master) the rest.
+    Starts the warm worker daemon when a local JVM is about to be launched."""
+    settings = {"spark.app.name": f"reput-{app}"}
+    if not master and under_spark_submit():
+        return settings
+    # Workers must run the same interpreter (the venv) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings.update({
+        "spark.master": master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("REPUT_DRIVER_MEMORY", "4g"),
+        "spark.driver.extraJavaOptions": f"{_java_options(dump_cds_to)} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG} "
+                                         f"-Dreput.logLevel={level}",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        # The JVM talks to its Python workers over Unix sockets, not loopback TCP, whose small-packet
+        # delays cost every task about 20 ms here (5 ms per task with them).
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.python.daemon.module": _daemon_module(),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    })
+    if _local(master) and _daemon_module() == WORKER_DAEMON and SparkContext._active_spark_context is None:
+        worker_daemon.start_warm()  # loads the pipeline on the other core while the JVM starts
+    return settings
+
+
+def _start(create: Callable[[], T], level: str, quiet: bool) -> T:
+    """create() (a session or a context) with signals held, armed for Ctrl-C, at Spark log `level`. When
+    quiet and a JVM is about to be launched, the JVM (and the Python workers it starts) get /dev/null as
+    stderr, so its banner never shows."""
     with interrupt.deferred():
-        spark = _start(builder, quiet and not debug())
-        interrupt.arm(spark.sparkContext)
-    spark.sparkContext.setLogLevel(level)
-    return spark
+        if not quiet or debug() or SparkContext._active_spark_context is not None or under_spark_submit():
+            made = create()
+        else:
+            made = _without_stderr(create)
+        sc = made if isinstance(made, SparkContext) else made.sparkContext
+        interrupt.arm(sc)
+    sc.setLogLevel(level)
+    return made
 
 
-def _start(builder: SparkSession.Builder, quiet: bool) -> SparkSession:
-    """getOrCreate; when quiet and a JVM is about to be launched, the JVM (and the Python workers it
-    starts) get /dev/null as stderr, so its banner never shows."""
-    if not quiet or SparkContext._active_spark_context is not None or under_spark_submit():
-        return builder.getOrCreate()
+def _without_stderr(create: Callable[[], T]) -> T:
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         sys.stderr.flush()
         os.dup2(devnull, 2)
-        return builder.getOrCreate()
+        return create()
     finally:
         os.dup2(saved, 2)
         os.close(saved)

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Callable, Sequence, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -20,9 +20,9 @@ class Progress:
     """Prints `label: done/total tasks, elapsed, MB of total MB, MB/s, ETA` while a Spark job runs (stderr,
     every few seconds), and a last line with the totals when it is done."""
 
-    def __init__(self, spark: SparkSession, label: str, total: int, total_bytes: int = 0,
+    def __init__(self, sc: SparkContext, label: str, total: int, total_bytes: int = 0,
                  every: float = 2.0, stream=None) -> None:
-        self.sc, self.label, self.total, self.total_bytes = spark.sparkContext, label, total, total_bytes
+        self.sc, self.label, self.total, self.total_bytes = sc, label, total, total_bytes
         self.every, self.stream = every, stream if stream is not None else sys.stderr
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -68,16 +68,16 @@ def progress_line(label: str, done: int, total: int, secs: float, total_bytes: i
     return line
 
 
-def run_tasks(spark: SparkSession, items: Sequence[T], fn: Callable[[T], R], label: str,
+def run_tasks(sc: SparkContext, items: Sequence[T], fn: Callable[[T], R], label: str,
               total_bytes: int = 0, quiet: bool = False) -> list[R]:
     """fn(item) for every item, one Spark task per item, results in item order."""
     if not items:
         return []
-    rdd = spark.sparkContext.parallelize(list(enumerate(items)), len(items))
+    rdd = sc.parallelize(list(enumerate(items)), len(items))
     job = rdd.map(lambda pair: (pair[0], fn(pair[1])))
     if quiet:
         pairs = job.collect()
     else:
-        with Progress(spark, label, len(items), total_bytes):
+        with Progress(sc, label, len(items), total_bytes):
             pairs = job.collect()
     return [r for _, r in sorted(pairs, key=lambda p: p[0])]
