@@ -2,9 +2,11 @@
 
 Each run is a new Python process that creates the embedded session and runs a first job whose tasks
 load what every reput task needs (the pipeline's imports, the compiled kernels from numba's cache): the
-part of a job that comes before any work. "reput" is the jobs' own start-up (driver JVM from the
-class-data archive, C1 only, the warm worker daemon); "Spark defaults" switches those off
-(`REPUT_DRIVER_JAVA_OPTIONS=`, `REPUT_WORKER_DAEMON=pyspark.daemon`): what a session cost before them.
+part of a job that comes before any work. "reput" is the jobs' own start-up (a SparkContext
+without a SparkSession, driver JVM from the class-data archive, C1 only, the warm worker daemon, Unix
+sockets to the workers); "Spark defaults" is how jobs started before those: a SparkSession with the
+archive, C1 and the warm daemon switched off (`REPUT_DRIVER_JAVA_OPTIONS=`,
+`REPUT_WORKER_DAEMON=pyspark.daemon`; Unix sockets stay on in both).
 Times run from just before the process is started.
 """
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 from .cpu import CpuWatch
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = {"reput": {}, "Spark defaults": {"REPUT_DRIVER_JAVA_OPTIONS": "", "REPUT_WORKER_DAEMON": "pyspark.daemon"}}
+CONFIGS = {"reput": ({}, "context"),
+           "Spark defaults": ({"REPUT_DRIVER_JAVA_OPTIONS": "", "REPUT_WORKER_DAEMON": "pyspark.daemon"}, "session")}
 FIGURES = ("session_s", "first_job_s", "total_s")
 SCRIPT = """
 import json, sys, time
 started = float(sys.argv[1])
-from jobs.pipeline.session import get_spark
+from jobs.pipeline.session import get_context, get_spark
 
 def load(_):
     import jobs.pipeline.build, jobs.pipeline.scan
@@ -35,9 +38,11 @@ def load(_):
     warm()
     return time.monotonic() - t
 
-spark = get_spark("startup", sys.argv[2], quiet=True)
+if sys.argv[3] == "context":
+    sc = get_context("startup", sys.argv[2], quiet=True)
+else:
+    sc = get_spark("startup", sys.argv[2], quiet=True).sparkContext
 session = time.time()
-sc = spark.sparkContext
 sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).map(load).collect()
 first = time.time()
 print(json.dumps({"session_s": session - started, "first_job_s": first - session, "total_s": first - started}))
@@ -64,10 +69,10 @@ class StartupRuns:
         return {"runs": self.runs, "median_s": self.medians(), "ratios_reput_over_spark_defaults": self.ratios()}
 
 
-def _one(master: str, env: dict[str, str]) -> dict:
+def _one(master: str, env: dict[str, str], kind: str) -> dict:
     with CpuWatch() as cpu:
         started = time.time()
-        done = subprocess.run([sys.executable, "-c", SCRIPT, repr(started), master], cwd=REPO,
+        done = subprocess.run([sys.executable, "-c", SCRIPT, repr(started), master, kind], cwd=REPO,
                               env={**os.environ, **env}, capture_output=True, text=True, check=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
@@ -81,7 +86,7 @@ def side_by_side(master: str, pairs: int) -> StartupRuns:
     t0 = time.monotonic()
     for i in range(pairs):
         for name in (names if i % 2 == 0 else names[::-1]):
-            result.runs[name].append(_one(master, CONFIGS[name]))
+            result.runs[name].append(_one(master, *CONFIGS[name]))
         left = (time.monotonic() - t0) / (i + 1) * (pairs - i - 1)
         print(f"[bench] start-up pair {i + 1}/{pairs} done, ETA {left:.0f} s", flush=True)
     return result

@@ -93,3 +93,22 @@ def test_a_warm_daemon_ends_when_its_driver_does(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert _gone(int(run.stdout), within_s=30), "the warm daemon outlived its driver"
+
+
+def test_workers_end_quietly_when_the_jvm_is_gone():
+    """A job's process leaves once its output is published and its JVM then ends: a reused worker that
+    finds the socket closed ends with exit code 1, no traceback; any other failure still raises."""
+    def closed(_sock, _auth):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def broken(_sock, _auth):
+        raise ValueError("a real failure")
+
+    assert worker_daemon.quiet_when_gone(closed)(None, True) == 1
+    assert worker_daemon.quiet_when_gone(lambda _s, _a: 0)(None, True) == 0
+    try:
+        worker_daemon.quiet_when_gone(broken)(None, True)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a failure other than a closed socket was swallowed")

@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from typing import Callable
 
 WARM_ENV = "REPUT_WARM_DAEMON"  # the warm daemon's socket, for the launcher Spark starts
 HASH_SEED = "PYTHONHASHSEED"  # fixed at interpreter start: the warm process must have the workers' seed
@@ -85,6 +86,28 @@ def hand_over() -> bool:
     return True
 
 
+def run_daemon() -> None:
+    """Spark's daemon loop, with workers that leave quietly when the JVM has gone: a job's process exits
+    as soon as its output is published, the JVM then ends on its own, and a reused worker still flushing
+    its last reply into the closed socket would otherwise print a BrokenPipeError traceback on the
+    operator's terminal after the job's last line."""
+    import pyspark.daemon
+
+    pyspark.daemon.worker = quiet_when_gone(pyspark.daemon.worker)
+    pyspark.daemon.manager()
+
+
+def quiet_when_gone(spark_worker: Callable[[socket.socket, bool], int]) -> Callable[[socket.socket, bool], int]:
+    """Spark's per-connection worker function, ending with exit code 1 instead of a traceback when the
+    JVM's end of the socket is gone."""
+    def worker(sock: socket.socket, authenticated: bool) -> int:
+        try:
+            return spark_worker(sock, authenticated)
+        except (BrokenPipeError, ConnectionResetError):
+            return 1  # nobody is listening any more: nothing to report
+    return worker
+
+
 def _pass_on_and_exit(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
@@ -101,8 +124,6 @@ def serve_warm(path: str, driver: int) -> None:
     listener.bind(path)
     listener.listen(1)
     preload()
-    import pyspark.daemon
-
     conn = _accept(listener, driver)
     os.unlink(path)
     os.rmdir(os.path.dirname(path))
@@ -120,7 +141,7 @@ def serve_warm(path: str, driver: int) -> None:
         return
     _become(req, fds)
     conn.sendall(f"ok {os.getpid()}".encode())
-    pyspark.daemon.manager()
+    run_daemon()
 
 
 def _accept(listener: socket.socket, driver: int) -> socket.socket | None:
@@ -163,6 +184,4 @@ if __name__ == "__main__":
         serve_warm(sys.argv[2], int(sys.argv[3]))
     elif not hand_over():
         preload()
-        import pyspark.daemon
-
-        pyspark.daemon.manager()
+        run_daemon()
