@@ -100,9 +100,11 @@ def _round(v: float | None) -> float | None:
 class WorkerMemory:
     """Context manager: watch the Python workers while a stage runs; `.peak` holds the result."""
 
-    def __init__(self, interval: float = 0.05) -> None:
-        """Poll every `interval` seconds once entered."""
-        self.interval = interval
+    def __init__(self, interval: float = 0.5, sample_interval: float = 0.05) -> None:
+        """Poll every `interval` seconds once entered: only to find workers forked during the stage, as
+        each one's VmHWM holds its own peak (a poll reads /proc of every process, 3-4 ms here, CPU the
+        stage would miss); every `sample_interval` seconds when VmRSS has to be sampled instead."""
+        self.interval, self.sample_interval = interval, sample_interval
         self.peak = WorkerPeak()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -124,6 +126,7 @@ class WorkerMemory:
         """Reset the peaks of the running workers (or fall back to sampling), start polling."""
         existing = python_workers()
         if existing and not all(_reset_peak(pid) for pid in existing):
+            self.interval = self.sample_interval
             self._key, self.peak.method = "VmRSS", "VmRSS sampled every %.0f ms" % (self.interval * 1000)
         self._thread.start()
         return self
