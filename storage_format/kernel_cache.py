@@ -151,7 +151,9 @@ def warm() -> dict[str, int]:
     zeros = memoryview(bytes(64))  # read-only, like the segment buffers; the walk ends at once (magic 0)
     decode_fast(zeros, 0, 0, len(zeros), len(zeros), path="warm", find_start=False, dated=(0, 2**62),
                 delay_levels_ms=(1000,))
-    key_hash, phy, ts = np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)  # work-file dtypes
+    key_hash, phy, ts = np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    for column in (key_hash, phy, ts):  # as the work files give them: read-only Arrow columns
+        column.flags.writeable = False
     index_chain.newest_by_hash(key_hash, 3, np.zeros(3, np.int64), 1)
     index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, np.int64), 1, 0, 0, 2**31 - 1)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
