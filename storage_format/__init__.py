@@ -7,6 +7,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `record_columns`: the columnar record decoder's fields and per-record checks (field sum, CRC, DELAY)
 - `segment_names`: commit-log segment file names and byte offsets inside a segment
 - `split_kernel`: the compiled (numba) one-pass decoder of a split: chain walk, properties, hashes, summary
+- `kernel_bytes`: the kernel's inlined byte helpers (big-endian reads, Java hash over UTF-8, property scan)
 - `row_groups`: a split's consume-queue rows grouped by queue (compiled stable counting sort)
 - `split_decode`: the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference decodes
 - `index_chain`: index slot chains as compiled sequential loops (index_file's vectorised form is the reference)
