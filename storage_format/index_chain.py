@@ -24,12 +24,17 @@ def entry_bytes(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slo
     entry of a file (first_position 1) sees `first_begin_ts`, every other one `begin_ts`; `current`,
     the newest position per slot, is updated (index_file.entry_bytes_numpy is the reference)."""
     n = key_hash.shape[0]
+    # The chain first, as its own tight loop: its random slot reads then overlap each other (2.3x the
+    # one-loop form on 20 M keys in 5 M slots), the byte assembly after is sequential.
+    prevs = np.empty(n, np.int64)
+    for i in range(n):
+        s = np.int64(key_hash[i]) % slots
+        prevs[i] = current[s]
+        current[s] = first_position + i
     out = np.empty(n * 20, np.uint8)
     for i in range(n):
         h = np.int64(key_hash[i])
-        s = h % slots
-        prev = current[s]
-        current[s] = first_position + i
+        prev = prevs[i]
         base = first_begin_ts if (i == 0 and first_position == 1) else begin_ts
         delta = np.int64(store_ts[i]) - base
         diff = min(delta // 1000, int_max) if base > 0 and delta > 0 else 0

@@ -146,6 +146,7 @@ def warm() -> dict[str, int]:
     import numpy as np
 
     from . import index_chain, row_groups, split_kernel
+    from .index_file import SLOT_DTYPE
     from .split_decode import decode_fast
 
     zeros = memoryview(bytes(64))  # read-only, like the segment buffers; the walk ends at once (magic 0)
@@ -154,8 +155,8 @@ def warm() -> dict[str, int]:
     key_hash, phy, ts = np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
     for column in (key_hash, phy, ts):  # as the work files give them: read-only Arrow columns
         column.flags.writeable = False
-    index_chain.newest_by_hash(key_hash, 3, np.zeros(3, np.int64), 1)
-    index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, np.int64), 1, 0, 0, 2**31 - 1)
+    index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
+    index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}

@@ -113,10 +113,10 @@ def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunk
     difference, previous position) of the vectorised reference, chunk after chunk, with the work files'
     dtypes."""
     from storage_format.index_chain import entry_bytes, newest_by_hash
-    from storage_format.index_file import entry_bytes_numpy, key_slots, newest_positions_numpy
+    from storage_format.index_file import SLOT_DTYPE, entry_bytes_numpy, key_slots, newest_positions_numpy
 
-    newest = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
-    current = [np.zeros(slots, np.int64), np.zeros(slots, np.int64)]
+    newest = [np.zeros(slots, SLOT_DTYPE), np.zeros(slots, SLOT_DTYPE)]
+    current = [np.zeros(slots, SLOT_DTYPE), np.zeros(slots, SLOT_DTYPE)]
     position = 1
     for chunk in chunks:
         key_hash = np.array([c[0] for c in chunk], np.int32)
