@@ -78,18 +78,20 @@ def job_context(args: argparse.Namespace, app: str) -> SparkContext:
 def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = None, *, level: str | None = None,
               quiet: bool = False) -> SparkSession:
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
+    level = log_level(level)
     builder = SparkSession.builder
-    for key, value in _settings(app, master, log_level(level), _dump_cds_to).items():
+    for key, value in _settings(app, master, level, _dump_cds_to).items():
         builder = builder.config(key, value)
-    return _start(builder.getOrCreate, log_level(level), quiet)
+    return _start(builder.getOrCreate, level, quiet)
 
 
 def get_context(app: str, master: str | None = None, *, level: str | None = None, quiet: bool = False) -> SparkContext:
     """get_spark's SparkContext without the SparkSession (the active one when a session already runs)."""
+    level = log_level(level)
     conf = SparkConf()
-    for key, value in _settings(app, master, log_level(level)).items():
+    for key, value in _settings(app, master, level).items():
         conf.set(key, value)
-    return _start(lambda: SparkContext.getOrCreate(conf), log_level(level), quiet)
+    return _start(lambda: SparkContext.getOrCreate(conf), level, quiet)
 
 
 def _settings(app: str, master: str | None, level: str, dump_cds_to: Path | None = None) -> dict[str, str]:
