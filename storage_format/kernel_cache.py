@@ -11,8 +11,8 @@ every application: each application would compile again. `StableZipLocator` keys
 name only (the index inside is still checked against a hash of the module's source, so a changed
 module compiles anew). numba checks a kernel only against its own module's source, not against the
 helpers it inlines from `HELPER_MODULES`: every locator here adds their source to this package's
-kernels' stamps, so a changed helper compiles its kernels anew too. `python -m storage_format.kernel_cache` compiles (or loads) every kernel once:
-`make venv` runs it, so the first job does not pay the compilation.
+kernels' stamps, so a changed helper compiles its kernels anew too. `python -m storage_format.kernel_cache`
+compiles (or loads) every kernel once: `make venv` runs it, so the first job does not pay the compilation.
 """
 from __future__ import annotations
 
