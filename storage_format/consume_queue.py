@@ -121,21 +121,37 @@ def build_queue_files(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarra
     """
     if not len(queue_offset):
         return {}
-    logical = queue_offset.astype(np.int64) * CQ_UNIT_SIZE
-    file_start = logical - logical % file_size
     units_per_file = file_size // CQ_UNIT_SIZE
     out: dict[int, bytes] = {}
-    first_logical = int(logical.min()) if queue_first_offset is None else queue_first_offset * CQ_UNIT_SIZE
-    for start in np.unique(file_start).tolist():
-        sel = file_start == start
-        slot = (logical[sel] - start) // CQ_UNIT_SIZE
-        buf = np.zeros(int(slot.max()) + 1 if trim else units_per_file, dtype=CQ_DTYPE)
-        if first_logical > 0 and start == first_logical - first_logical % file_size:
-            blank_units = (first_logical - start) // CQ_UNIT_SIZE
-            buf["size"][:blank_units] = PRE_BLANK_SIZE
-        buf["phy"][slot], buf["size"][slot], buf["tags"][slot] = phy[sel], size[sel], tags[sel]
-        out[start] = buf.tobytes()
+    first_unit = int(queue_offset.min()) if queue_first_offset is None else queue_first_offset
+    first_file = first_unit // units_per_file if first_unit > 0 else None
+    for file_no, sel, slot in _entries_by_file(queue_offset.astype(np.int64, copy=False), units_per_file):
+        buf = np.zeros(int(slot[-1] if isinstance(sel, slice) else slot.max()) + 1 if trim else units_per_file,
+                       dtype=CQ_DTYPE)
+        if file_no == first_file:
+            buf["size"][:first_unit - file_no * units_per_file] = PRE_BLANK_SIZE
+        at = slice(int(slot[0]), int(slot[0]) + len(slot)) if isinstance(sel, slice) else slot
+        buf["phy"][at], buf["size"][at], buf["tags"][at] = phy[sel], size[sel], tags[sel]
+        out[file_no * file_size] = buf.tobytes()
     return out
+
+
+def _entries_by_file(queue_offset: np.ndarray, units_per_file: int):
+    """(file number, selector of its entries, their unit slots in the file) for each file holding
+    entries, in file order. Increasing offsets (what a queue's dispatch keeps) are cut by binary search
+    into slices; a slice whose slots are consecutive is then written as one block."""
+    if bool(np.all(queue_offset[1:] > queue_offset[:-1])):
+        first, last = int(queue_offset[0]) // units_per_file, int(queue_offset[-1]) // units_per_file
+        edges = np.searchsorted(queue_offset, np.arange(first, last + 2, dtype=np.int64) * units_per_file).tolist()
+        for file_no, a, b in zip(range(first, last + 1), edges[:-1], edges[1:]):
+            if a < b:
+                slot = queue_offset[a:b] - file_no * units_per_file
+                yield file_no, (slice(a, b) if slot[-1] - slot[0] == b - a - 1 else np.arange(a, b)), slot
+        return
+    file_no_of = queue_offset // units_per_file
+    for file_no in np.unique(file_no_of).tolist():
+        sel = file_no_of == file_no
+        yield file_no, sel, queue_offset[sel] - file_no * units_per_file
 
 
 def unsafe_topic_reason(topic: str) -> str | None:

@@ -13,8 +13,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from storage_format.consume_queue import (CQ_UNIT_SIZE, build_queue_files, file_name, keep_first_of_each_offset,
-                                          place_units)
+from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
+                                          keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import IndexLayout, IndexState, index_file_chunks, names_for
 from storage_format.multi_dispatch import is_lmq
@@ -23,7 +23,7 @@ from storage_format.settings import BrokerSettings
 from .faults import pause_at
 from .fs import Location
 from .scan import ScanResult
-from .workdir import read_cq, read_keys
+from .workdir import cq_columns, read_cq, read_keys
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -37,8 +37,8 @@ class QueueSlice:
     split_index: int
     row_start: int
     rows: int
-    lo: int = 0  # smallest and largest queue offset among the rows
-    hi: int = -1
+    lo: int  # smallest and largest queue offset among the rows
+    hi: int
 
 
 @dataclass(frozen=True)
@@ -139,20 +139,51 @@ def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
                                                       f"a queue must be consecutive")
 
 
-def _queue_entries(item: QueueFiles, work: Location, file_size: int,
-                   tables: dict[int, pa.Table] | None = None) -> pa.Table:
-    """The run's rows from the split files (`tables` caches opened split files across the task's runs)."""
-    tables = {} if tables is None else tables
-    parts = []
-    lo, hi = item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
-    for src in item.sources:
-        if src.split_index not in tables:
-            tables[src.split_index] = read_cq(work, src.split_index)
-        t = tables[src.split_index].slice(src.row_start, src.rows)
-        qo = t.column("queue_offset").to_numpy()
-        inside = (qo >= lo) & (qo < hi)
-        parts.append(t if inside.all() else t.filter(pa.array(inside)))
-    return pa.concat_tables(parts)
+def _run_entries(task: CqTask) -> list[CqColumns]:
+    """Each run's rows (in the task's order), read split file by split file: a file is mapped once per
+    task and let go before the next, so a task holds its own rows only, however many splits the store has."""
+    by_split: dict[int, list[tuple[int, QueueSlice]]] = {}
+    for i, item in enumerate(task.items):
+        for src in item.sources:
+            by_split.setdefault(src.split_index, []).append((i, src))
+    runs = [_RunRows(sum(src.rows for src in item.sources)) for item in task.items]
+    for split_index in sorted(by_split):  # sources of a run are in split order, so each run's stay in order
+        columns = cq_columns(task.work, split_index)
+        for i, src in by_split[split_index]:
+            runs[i].add(columns, src, _offset_bounds(task.items[i], task.file_size))
+        del columns
+    return [r.columns() for r in runs]
+
+
+def _offset_bounds(item: QueueFiles, file_size: int) -> tuple[int, int]:
+    """Queue offsets [lo, hi) that the run's files hold."""
+    return item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
+
+
+class _RunRows:
+    """One run's rows, copied out of the split files into columns sized once for all its sources."""
+
+    def __init__(self, capacity: int) -> None:
+        self.cols = CqColumns(np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
+                              np.empty(capacity, np.int64))
+        self.filled = 0
+
+    def add(self, split: CqColumns, src: QueueSlice, bounds: tuple[int, int]) -> None:
+        """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run)."""
+        rows = slice(src.row_start, src.row_start + src.rows)
+        keep = None
+        if not (bounds[0] <= src.lo and src.hi < bounds[1]):
+            qo = split.queue_offset[rows]
+            keep = np.flatnonzero((qo >= bounds[0]) & (qo < bounds[1]))
+        n = src.rows if keep is None else len(keep)
+        for name in ("queue_offset", "phy", "size", "tags"):
+            part = getattr(split, name)[rows]
+            getattr(self.cols, name)[self.filled:self.filled + n] = part if keep is None else part[keep]
+        self.filled += n
+
+    def columns(self) -> CqColumns:
+        c, n = self.cols, self.filled
+        return CqColumns(c.queue_offset[:n], c.phy[:n], c.size[:n], c.tags[:n])
 
 
 @dataclass(frozen=True)
@@ -171,18 +202,15 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
     """Every consume-queue file of the task; with `trim` its bytes end at its last unit (a queue of a few
     entries costs a few units, not a whole file): the one code path behind writing (build_cq) and
     comparing (jobs.pipeline.verify_cq)."""
-    tables: dict[int, pa.Table] = {}
-    for item in task.items:
-        t = _queue_entries(item, task.work, task.file_size, tables)
-        qo, phy, size = (t.column(c).to_numpy() for c in ("queue_offset", "phy", "size"))
+    for item, rows in zip(task.items, _run_entries(task)):
+        qo, phy, size = rows.queue_offset, rows.phy, rows.size
         if item.placed:
             keep, at = place_units(qo, phy, size)
             first = int(at[0]) if len(at) else 0
         else:
             keep = keep_first_of_each_offset(qo)
             at, first = qo[keep], item.queue_first_offset
-        files = build_queue_files(at, phy[keep], size[keep], t.column("tags").to_numpy()[keep], task.file_size, first,
-                                  trim)
+        files = build_queue_files(at, phy[keep], size[keep], rows.tags[keep], task.file_size, first, trim)
         for start, data in files.items():
             lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
             inside = at[(at >= lo) & (at < hi)]

@@ -56,6 +56,18 @@ def read_keys(work: Location, split_index: int) -> pa.Table:
     return _read(keys_file(work, split_index))
 
 
+def cq_columns(work: Location, split_index: int) -> CqRows:
+    """Split `split_index`'s consume-queue rows as numpy columns over the file (zero-copy over the
+    mapping for a local file): slice them and copy what is kept; the file is unmapped with the last view."""
+    table = read_cq(work, split_index)
+    return CqRows(*(_numpy(table.column(name)) for name in CQ_SCHEMA.names))
+
+
+def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    """One column as numpy, zero-copy when it is one chunk (a work file holds one record batch)."""
+    return column.chunk(0).to_numpy() if column.num_chunks == 1 else column.to_numpy()
+
+
 def _write(loc: Location, table: pa.Table) -> None:
     loc.make_parent()
     with loc.fs.open_output_stream(loc.path) as sink, pa.ipc.new_file(sink, table.schema) as writer:
