@@ -3,11 +3,14 @@
 Measured, each as messages/s, MB/s of commit log and peak memory of the Python workers: the raw read of
 the same files, decode only, `jobs.rebuild` (consume queues + index) and `jobs.verify` (when the module
 exists). Writing the store is not timed (a store written from the same flags is reused); Spark session
-start-up is reported on its own row. Prints one table and writes every figure as JSON.
+start-up is reported on its own row. Prints one table and writes every figure as JSON. Side-by-side
+comparisons, each interleaved in one run: start-up against Spark's defaults (bench.startup), the rate
+against store size (bench.scale, --scale-messages) and RocketMQ's own rebuild (bench.broker).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -19,6 +22,7 @@ from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, report, stages
+from . import scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
@@ -68,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a RocketMQ 4.9.8 oracle build (../shared/oracle/build.sh OUT): also time the broker's own "
                         "rebuild and jobs.rebuild as whole processes, interleaved, and print the ratios")
     r.add_argument("--pairs", type=int, default=3, help="interleaved broker/reput pairs (default 3)")
+    r.add_argument("--scale-messages", type=int,
+                   help="also rebuild a store of this many messages (same flags otherwise; written if missing) "
+                        "interleaved with the bench store's rebuild, and print both rates and their ratio")
+    r.add_argument("--scale-pairs", type=int, default=3, help="interleaved rounds for --scale-messages (default 3)")
     r.add_argument("--startup-pairs", type=int, default=3,
                    help="interleaved start-up pairs, reput against Spark's defaults (stage startup; default 3)")
     args = p.parse_args(argv)
@@ -114,16 +122,27 @@ def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
     return best
 
 
+def ensure_store(root: Path, spec: StoreSpec, regenerate: bool) -> Path:
+    """The store the spec describes, written first (untimed) unless a matching one is there."""
+    store = store_dir(root, spec)
+    if regenerate or not store_matches(store, spec):
+        shutil.rmtree(store, ignore_errors=True)
+        print(f"[bench] writing the synthetic store {store} (not timed) ...", flush=True)
+        write_bench_store(store, spec)
+    return store
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write or reuse the store, run the stages, print the table, write the JSON; returns the exit status."""
     args = parse_args(argv)
     spec = spec_from(args)
-    store = store_dir(args.root, spec)
-    if args.regenerate or not store_matches(store, spec):
-        shutil.rmtree(store, ignore_errors=True)
-        print(f"[bench] writing the synthetic store {store} (not timed) ...", flush=True)
-        write_bench_store(store, spec)
+    store = ensure_store(args.root, spec, args.regenerate)
     info = read_store_info(store)
+    scale_stores = None
+    if args.scale_messages:
+        large = ensure_store(args.root, dataclasses.replace(spec, messages=args.scale_messages), args.regenerate)
+        scale_stores = [scale.ScaleStore(p, i["records"], i["data_bytes"])
+                        for p, i in ((store, info), (large, read_store_info(large)))]
     print(f"[bench] store {store}: {info['records']:,} messages, {info['segments']} segment(s), "
           f"{info['data_bytes'] / 1e6:,.1f} MB (written in {info['write_seconds']} s)", flush=True)
     settings = load_settings(store / "broker.conf")
@@ -137,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     spark, startup = stages.spark_startup(args.master)
     results.append(startup)
     records, data_bytes = info["records"], info["data_bytes"]
+    scale_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -154,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(_best("jobs.verify", store, args.repeat,
                                  lambda: stages.verify(store, out, args.root, args.split_size, args.master, records,
                                                        data_bytes)))
+        if scale_stores is not None:
+            scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
+                                            args.split_size, args.master)
     finally:
         if not args.keep_output:
             shutil.rmtree(out, ignore_errors=True)
@@ -167,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if startup_runs is not None:
         print()
         print(startup_bench.table(startup_runs))
+    if scale_runs is not None:
+        print()
+        print(scale.table(scale_runs))
     if side is not None:
         print()
         print(broker.table(side))
@@ -180,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["side_by_side"] = side.to_dict()
     if startup_runs is not None:
         figures["startup_side_by_side"] = startup_runs.to_dict()
+    if scale_runs is not None:
+        figures["rate_against_store_size"] = scale_runs.to_dict()
     json_out.write_text(json.dumps(figures, indent=2))
     print(f"\n[bench] figures written to {json_out}")
     return 0

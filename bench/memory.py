@@ -1,9 +1,10 @@
 """Peak resident memory of the PySpark Python workers, read from /proc while a stage runs.
 
-The workers are the `pyspark.daemon` (or `jobs.pipeline.worker_daemon`) processes below this driver (the daemon and the workers it
-forks). Before a stage each one's peak-RSS counter (VmHWM) is reset through /proc/<pid>/clear_refs,
-so a reused worker reports the peak of this stage only; a poller picks up workers forked during the
-stage and keeps the highest VmHWM seen per process. Where the reset is not permitted the poller falls
+The workers are the Python processes below this driver running `pyspark.daemon` (or
+`jobs.pipeline.worker_daemon`): the daemon and the workers it forks, not the JVM that names the
+module. Before a stage each one's peak-RSS counter (VmHWM) is reset through /proc/<pid>/clear_refs, so
+a reused worker reports the peak of this stage only; a poller picks up workers forked during the stage
+and keeps the highest VmHWM seen per process. Where the reset is not permitted the poller falls
 back to sampling VmRSS (then a short spike between two samples can be missed).
 """
 from __future__ import annotations
@@ -42,11 +43,17 @@ def python_workers(root: int | None = None) -> list[int]:
             todo.append(child)
             try:
                 cmdline = (PROC / str(child) / "cmdline").read_bytes()
-                if any(mark in cmdline for mark in WORKER_MARKS):
+                if _is_python(cmdline) and any(mark in cmdline for mark in WORKER_MARKS):
                     found.append(child)
             except OSError:
                 pass
     return found
+
+
+def _is_python(cmdline: bytes) -> bool:
+    """A Python interpreter's command line. The driver's JVM names the daemon module in its own
+    arguments (spark.python.daemon.module) and is no worker."""
+    return os.path.basename(cmdline.split(b"\0", 1)[0]).startswith(b"python")
 
 
 def _status_kib(pid: int, key: str) -> int | None:

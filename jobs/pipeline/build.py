@@ -23,7 +23,7 @@ from storage_format.settings import BrokerSettings
 from .faults import pause_at
 from .fs import Location
 from .scan import ScanResult
-from .workdir import cq_columns, read_cq, read_keys
+from .workdir import WorkColumn, cq_columns, key_columns, read_cq
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -168,17 +168,16 @@ class _RunRows:
                               np.empty(capacity, np.int64))
         self.filled = 0
 
-    def add(self, split: CqColumns, src: QueueSlice, bounds: tuple[int, int]) -> None:
+    def add(self, split: dict[str, WorkColumn], src: QueueSlice, bounds: tuple[int, int]) -> None:
         """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run)."""
         rows = slice(src.row_start, src.row_start + src.rows)
         keep = None
         if not (bounds[0] <= src.lo and src.hi < bounds[1]):
-            qo = split.queue_offset[rows]
+            qo = split["queue_offset"].take(rows)
             keep = np.flatnonzero((qo >= bounds[0]) & (qo < bounds[1]))
         n = src.rows if keep is None else len(keep)
         for name in ("queue_offset", "phy", "size", "tags"):
-            part = getattr(split, name)[rows]
-            getattr(self.cols, name)[self.filled:self.filled + n] = part if keep is None else part[keep]
+            split[name].take_into(rows, keep, getattr(self.cols, name)[self.filled:self.filled + n])
         self.filled += n
 
     def columns(self) -> CqColumns:
@@ -295,8 +294,10 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
                       empty_count) for i in range(0, len(plans), group)]
 
 
-def _keys(work: Location, sl: KeySlice) -> pa.Table:
-    return read_keys(work, sl.split_index).slice(sl.lo, sl.hi - sl.lo)
+def _keys(work: Location, sl: KeySlice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slice's (key_hash, phy, store_ts) in dispatch order."""
+    columns, rows = key_columns(work, sl.split_index), slice(sl.lo, sl.hi)
+    return tuple(columns[name].take(rows) for name in ("key_hash", "phy", "store_ts"))
 
 
 def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
@@ -319,17 +320,16 @@ def index_file_stream(task: IndexTask, plan: IndexFilePlan,
     and the slot tables however full the file is."""
     inherited = IndexState()
     if plan.inherited_from is not None:
-        row = _keys(task.work, plan.inherited_from).to_pylist()[0]
-        inherited = IndexState(row["store_ts"], row["phy"])
+        _, phy, store_ts = _keys(task.work, plan.inherited_from)
+        inherited = IndexState(int(store_ts[0]), int(phy[0]))
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for s in plan.sources:
-            t = _keys(task.work, s)
-            yield tuple(t.column(c).to_numpy() for c in ("key_hash", "phy", "store_ts"))
+            yield _keys(task.work, s)
 
     first_ts = None
     if plan.sources:
-        first_ts = int(_keys(task.work, plan.sources[0]).column("store_ts")[0].as_py())
+        first_ts = int(_keys(task.work, plan.sources[0])[2][0])
     return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail, task.empty_count), first_ts
 
 

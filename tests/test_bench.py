@@ -1,0 +1,34 @@
+"""The bench's bookkeeping (no timing here): which processes count as Python workers, and how the
+rate-against-store-size comparison reduces its runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.memory import WORKER_MARKS, _is_python
+from bench.scale import ScaleRuns, ScaleStore, table
+
+
+def test_the_driver_jvm_naming_the_daemon_module_is_no_worker() -> None:
+    """The JVM's arguments name the daemon module (spark.python.daemon.module=...): it matched the marks
+    and its heap was reported as a worker's peak; Python daemons and workers still count."""
+    jvm = b"\0".join([b"/usr/lib/jvm/java-17-openjdk-amd64/bin/java", b"-cp", b"/x/jars/*",
+                      b"spark.python.daemon.module=jobs.pipeline.worker_daemon", b"pyspark-shell"])
+    worker = b"\0".join([b"/work/main/.venv/bin/python3.11", b"-m", b"jobs.pipeline.worker_daemon", b"--warm"])
+    daemon = b"\0".join([b"python", b"-m", b"pyspark.daemon"])
+    assert any(m in jvm for m in WORKER_MARKS) and not _is_python(jvm)
+    assert _is_python(worker) and _is_python(daemon)
+
+
+def test_scale_ratio_is_the_median_rate_of_the_largest_over_the_smallest() -> None:
+    """Medians per store (not the fastest run), largest store over smallest, whatever order stores came in."""
+    small, large = ScaleStore(Path("s"), 4_000_000, 1), ScaleStore(Path("l"), 16_000_000, 4)
+    runs = ScaleRuns([small, large], {
+        4_000_000: [{"seconds": s, "decode_s": 1.0, "build_s": 0.5, "peak_worker_mib": 400.0, "other_load_cores": 0.0}
+                    for s in (1.0, 2.0, 4.0)],
+        16_000_000: [{"seconds": s, "decode_s": 3.0, "build_s": 2.0, "peak_worker_mib": 410.0, "other_load_cores": 0.1}
+                     for s in (4.0, 8.0, 5.0)]})
+    assert runs.median_rate(4_000_000) == 2_000_000 and runs.median_rate(16_000_000) == 3_200_000
+    assert runs.ratio() == 1.6
+    text = table(runs)
+    assert "median 2.00 M msg/s (runs 4.00 2.00 1.00)" in text and "1.60" in text
+    assert runs.to_dict()["ratio_largest_over_smallest"] == 1.6
