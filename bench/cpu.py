@@ -20,10 +20,11 @@ def _machine_busy_s() -> float:
     return (sum(fields[:8]) - idle) / TICK
 
 
-def _tree_cpu_s(root: int) -> float:
-    """CPU seconds (user + system) of `root` and its descendants, including their waited-for children."""
+def _tree_cpu(root: int) -> dict[tuple[int, int], float]:
+    """CPU seconds (user + system, with waited-for children) of `root` and each descendant, keyed by
+    (pid, start time) so a reused pid is another process."""
     children = _children_map()
-    todo, total = [root], 0.0
+    todo, out = [root], {}
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
@@ -32,8 +33,15 @@ def _tree_cpu_s(root: int) -> float:
         except OSError:
             continue
         f = stat[stat.rindex(")") + 2:].split()
-        total += sum(int(x) for x in f[11:15]) / TICK  # utime, stime, cutime, cstime
-    return total
+        out[(pid, int(f[19]))] = sum(int(x) for x in f[11:15]) / TICK  # utime, stime, cutime, cstime
+    return out
+
+
+def _used_since(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> float:
+    """CPU the tree used between two readings: per process still there, what it added. A process that
+    left the tree unwaited (a job's JVM ending after its driver) takes its CPU along; subtracting whole
+    sums then gave negative figures (and absurd "other load"), so each process counts for itself."""
+    return sum(max(0.0, cpu - before.get(key, 0.0)) for key, cpu in after.items())
 
 
 @dataclass
@@ -59,11 +67,11 @@ class CpuWatch:
 
     def __enter__(self) -> "CpuWatch":
         """Note the clocks and CPU counters at the start."""
-        self._t, self._busy, self._ours = time.monotonic(), _machine_busy_s(), _tree_cpu_s(os.getpid())
+        self._t, self._busy, self._ours = time.monotonic(), _machine_busy_s(), _tree_cpu(os.getpid())
         return self
 
     def __exit__(self, *exc) -> None:
         """Compute the share from the counters' differences."""
-        ours = _tree_cpu_s(os.getpid()) - self._ours
+        ours = _used_since(self._ours, _tree_cpu(os.getpid()))
         busy = _machine_busy_s() - self._busy
         self.share = CpuShare(ours, max(0.0, busy - ours), time.monotonic() - self._t)

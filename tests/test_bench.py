@@ -32,3 +32,13 @@ def test_scale_ratio_is_the_median_rate_of_the_largest_over_the_smallest() -> No
     text = table(runs)
     assert "median 2.00 M msg/s (runs 4.00 2.00 1.00)" in text and "1.60" in text
     assert runs.to_dict()["ratio_largest_over_smallest"] == 1.6
+
+
+def test_cpu_of_a_process_that_left_the_tree_is_not_subtracted() -> None:
+    """A process gone between two readings (a JVM orphaned when its driver exits) takes its CPU along:
+    each process present at the end counts what it added, never a negative share (which once printed
+    17.53 cores of "other load" on a 2-core machine); a reused pid with another start time is new."""
+    from bench.cpu import _used_since
+    before = {(10, 1): 5.0, (11, 1): 30.0, (12, 7): 2.0}
+    after = {(10, 1): 6.5, (12, 9): 0.25, (13, 3): 1.0}
+    assert _used_since(before, after) == 1.5 + 0.25 + 1.0
