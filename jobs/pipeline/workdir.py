@@ -53,9 +53,13 @@ class WorkColumn:
     base: int = 0
 
     def take(self, rows: slice | np.ndarray = slice(None)) -> np.ndarray:
-        """The selected rows' values, int64 when the column was narrowed."""
-        part = self.values[rows]
-        return np.add(part, np.int64(self.base), dtype=np.int64) if self.values.dtype == np.uint32 else part
+        """The selected rows' values (int64 when the column was narrowed), read-only either way: a
+        compiled kernel has one signature per array flavour, and kernel_cache.warm() loads read-only."""
+        if self.values.dtype != np.uint32:
+            return self.values[rows]
+        wide = np.add(self.values[rows], np.int64(self.base), dtype=np.int64)
+        wide.flags.writeable = False
+        return wide
 
     def take_into(self, rows: slice, keep: np.ndarray | None, out: np.ndarray) -> None:
         """Write the selected rows' values (then the `keep` positions among them) into `out`."""
