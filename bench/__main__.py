@@ -76,6 +76,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also rebuild a store of this many messages (same flags otherwise; written if missing) "
                         "interleaved with the bench store's rebuild, and print both rates and their ratio")
     r.add_argument("--scale-pairs", type=int, default=3, help="interleaved rounds for --scale-messages (default 3)")
+    r.add_argument("--scale-settle", type=float, default=scale.SETTLE_S,
+                   help=f"pause in seconds before each --scale-messages run (default {scale.SETTLE_S:g}; "
+                        f"see bench/scale.py)")
     r.add_argument("--startup-pairs", type=int, default=3,
                    help="interleaved start-up pairs, reput against Spark's defaults (stage startup; default 3)")
     args = p.parse_args(argv)
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                                                        data_bytes)))
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
-                                            args.split_size, args.master)
+                                            args.split_size, args.master, args.scale_settle)
     finally:
         if not args.keep_output:
             shutil.rmtree(out, ignore_errors=True)

@@ -3,7 +3,12 @@ messages), interleaved in the bench's session, with each store's median rate and
 
 A job's rate should not fall as the store grows (the build stage holds one index file per task and
 reads every split's work file: both grow with the store). Runs alternate which store goes first; each
-starts with its store's page cache warmed (untimed), as every stage of the bench does.
+starts with its store's page cache warmed (untimed), as every stage of the bench does, and after a
+pause (`settle_s`): a run writes into the page cache, and pages freed just before (the previous run's
+output and work files) are much cheaper to fill again than fresh ones where the hypervisor takes freed
+memory back (virtio-balloon free page reporting, after about 2 s; this VM: 0.4-1.1 GB/s into fresh
+pages, 3-5 GB/s into recycled ones). Without the pause the small store, run right after the large one
+deleted 1.6 GB, gets all its pages recycled and the large store, after the small one, few.
 """
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from pathlib import Path
 
 from .cpu import CpuWatch
 from .stages import rebuild, warm_page_cache
+
+SETTLE_S = 5.0  # pause before each run, longer than the page-reporting delay (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,7 @@ class ScaleRuns:
 
     stores: list[ScaleStore]
     runs: dict[int, list[dict]] = field(default_factory=dict)
+    settle_s: float = SETTLE_S
 
     def median_rate(self, records: int) -> float | None:
         runs = self.runs.get(records) or []
@@ -47,13 +55,14 @@ class ScaleRuns:
                            for s in self.stores],
                 "runs": {str(k): v for k, v in self.runs.items()},
                 "median_msgs_per_s": {str(s.records): self.median_rate(s.records) for s in self.stores},
-                "ratio_largest_over_smallest": self.ratio()}
+                "ratio_largest_over_smallest": self.ratio(), "settle_s": self.settle_s}
 
 
-def side_by_side(stores: list[ScaleStore], out: Path, pairs: int, split_size: int, master: str) -> ScaleRuns:
+def side_by_side(stores: list[ScaleStore], out: Path, pairs: int, split_size: int, master: str,
+                 settle_s: float = SETTLE_S) -> ScaleRuns:
     """`pairs` rounds, each rebuilding every store once (the order alternates), with progress and an ETA."""
     stores = sorted(stores, key=lambda s: s.records)
-    result = ScaleRuns(stores, {s.records: [] for s in stores})
+    result = ScaleRuns(stores, {s.records: [] for s in stores}, settle_s)
     started, total = time.monotonic(), pairs * len(stores)
     for i in range(pairs):
         for j, store in enumerate(stores if i % 2 == 0 else stores[::-1]):
@@ -62,6 +71,7 @@ def side_by_side(stores: list[ScaleStore], out: Path, pairs: int, split_size: in
             print(f"[bench] scale: run {done + 1}/{total} ({store.records:,} messages), "
                   f"{time.monotonic() - started:.0f}s so far{eta}", flush=True)
             warm_page_cache(store.path)
+            time.sleep(settle_s)
             with CpuWatch() as cpu:
                 r = rebuild(store.path, out, split_size, master, store.data_bytes)
             timings = r.detail.get("job_timings_s") or {}
@@ -76,7 +86,7 @@ def side_by_side(stores: list[ScaleStore], out: Path, pairs: int, split_size: in
 def table(s: ScaleRuns) -> str:
     """The printed comparison: per store every run's rate, the median, stage medians and peak memory."""
     lines = [f"rate against store size ({len(s.runs[s.stores[0].records])} interleaved rounds, jobs.rebuild in the "
-             f"bench's session, from main() to its return)"]
+             f"bench's session, from main() to its return, each after a {s.settle_s:g} s pause)"]
     for store in s.stores:
         runs = s.runs[store.records]
         rates = " ".join(f"{store.records / r['seconds'] / 1e6:.2f}" for r in runs)
