@@ -31,6 +31,19 @@ def test_rebuild_is_byte_exact(case, spark, tmp_path, capsys):
     assert not list(tmp_path.glob(".out.reput-*")), "staging directory left behind"
 
 
+def test_queues_cut_into_many_runs_are_byte_exact(spark, tmp_path, capsys, monkeypatch):
+    """A queue longer than one task's share is built as several runs of whole files, each reading only the
+    split slices that reach its files: with runs of 5 files (500 entries per task instead of 4 M), every
+    queue of clean-medium-11 (up to 46 files of 100 units) is cut into up to 10 runs, and the files are the
+    broker's bytes."""
+    import jobs.pipeline.build as build
+    monkeypatch.setattr(build, "TARGET_CQ_ENTRIES_PER_TASK", 500)
+    out = tmp_path / "out"
+    assert run_rebuild("clean-medium-11", out, "--only", "consumequeue", "--split-size", "65536") == 0
+    assert consume_queue_hashes(out) == golden_consume_queue_hashes("clean-medium-11")
+    assert report(out)["timings"]["build_tasks"] > 100  # about one task per run
+
+
 def test_only_consumequeue_and_topics(spark, tmp_path, capsys):
     """--only consumequeue writes no index; --topics limits the consume queues to those topics."""
     case = "clean-small-11"

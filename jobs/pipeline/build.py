@@ -141,16 +141,21 @@ def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
 
 def _run_entries(task: CqTask) -> list[CqColumns]:
     """Each run's rows (in the task's order), read split file by split file: a file is mapped once per
-    task and let go before the next, so a task holds its own rows only, however many splits the store has."""
+    task and let go before the next, so a task holds its own rows only, however many splits the store
+    has. A run of a queue longer than one run reads only the slices whose offsets reach its files."""
     by_split: dict[int, list[tuple[int, QueueSlice]]] = {}
+    bounds = [_offset_bounds(item, task.file_size) for item in task.items]
+    runs = []
     for i, item in enumerate(task.items):
-        for src in item.sources:
+        lo, hi = bounds[i]
+        sources = [src for src in item.sources if src.hi >= lo and src.lo < hi]
+        for src in sources:
             by_split.setdefault(src.split_index, []).append((i, src))
-    runs = [_RunRows(sum(src.rows for src in item.sources)) for item in task.items]
+        runs.append(_RunRows(min(sum(src.rows for src in sources), hi - lo)))
     for split_index in sorted(by_split):  # sources of a run are in split order, so each run's stay in order
         columns = cq_columns(task.work, split_index)
         for i, src in by_split[split_index]:
-            runs[i].add(columns, src, _offset_bounds(task.items[i], task.file_size))
+            runs[i].add(columns, src, bounds[i])
         del columns
     return [r.columns() for r in runs]
 
@@ -161,7 +166,8 @@ def _offset_bounds(item: QueueFiles, file_size: int) -> tuple[int, int]:
 
 
 class _RunRows:
-    """One run's rows, copied out of the split files into columns sized once for all its sources."""
+    """One run's rows, copied out of the split files into columns sized once for the run (grown only
+    when repeated offsets bring more rows than the run's files have units)."""
 
     def __init__(self, capacity: int) -> None:
         self.cols = CqColumns(np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
@@ -176,9 +182,17 @@ class _RunRows:
             qo = split["queue_offset"].take(rows)
             keep = np.flatnonzero((qo >= bounds[0]) & (qo < bounds[1]))
         n = src.rows if keep is None else len(keep)
+        if self.filled + n > len(self.cols):
+            self._grow(self.filled + n)
         for name in ("queue_offset", "phy", "size", "tags"):
             split[name].take_into(rows, keep, getattr(self.cols, name)[self.filled:self.filled + n])
         self.filled += n
+
+    def _grow(self, need: int) -> None:
+        size = max(need, 2 * len(self.cols))
+        self.cols = CqColumns(*(np.concatenate([getattr(self.cols, name)[:self.filled],
+                                                np.empty(size - self.filled, getattr(self.cols, name).dtype)])
+                                for name in ("queue_offset", "phy", "size", "tags")))
 
     def columns(self) -> CqColumns:
         c, n = self.cols, self.filled
