@@ -314,6 +314,12 @@ def _keys(work: Location, sl: KeySlice) -> tuple[np.ndarray, np.ndarray, np.ndar
     return tuple(columns[name].take(rows) for name in ("key_hash", "phy", "store_ts"))
 
 
+def _first_key(work: Location, sl: KeySlice) -> tuple[int, int]:
+    """(store time, commit-log offset) of the slice's first key, read alone."""
+    _, phy, store_ts = _keys(work, KeySlice(sl.split_index, sl.lo, sl.lo + 1))
+    return int(store_ts[0]), int(phy[0])
+
+
 def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
     """Write the task's index files under pending names; returns (file number, first entry's store time)."""
     return [_build_one(task, plan) for plan in task.files]
@@ -333,17 +339,14 @@ def index_file_stream(task: IndexTask, plan: IndexFilePlan,
     (build_index) and comparing (jobs.pipeline.verify_stage). Memory stays bounded by one split's keys
     and the slot tables however full the file is."""
     inherited = IndexState()
-    if plan.inherited_from is not None:
-        _, phy, store_ts = _keys(task.work, plan.inherited_from)
-        inherited = IndexState(int(store_ts[0]), int(phy[0]))
+    if plan.inherited_from is not None:  # the previous file's last key
+        inherited = IndexState(*_first_key(task.work, plan.inherited_from))
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for s in plan.sources:
             yield _keys(task.work, s)
 
-    first_ts = None
-    if plan.sources:
-        first_ts = int(_keys(task.work, plan.sources[0])[2][0])
+    first_ts = _first_key(task.work, plan.sources[0])[0] if plan.sources else None
     return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail, task.empty_count), first_ts
 
 

@@ -102,8 +102,13 @@ def _table(schema: pa.Schema, *columns: np.ndarray) -> pa.Table:
                 a = (a - lo).astype(np.uint32)
                 field = pa.field(field.name, pa.uint32(), metadata={BASE_KEY: str(lo).encode()})
         fields.append(field)
-        arrays.append(pa.Array.from_buffers(field.type, len(a), [None, pa.py_buffer(a)]))
+        arrays.append(_arrow(field.type, a))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _arrow(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
+    """A contiguous numpy array as an Arrow array of that type, zero-copy."""
+    return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
 
 
 def _columns(loc: Location) -> dict[str, WorkColumn]:
@@ -117,10 +122,8 @@ def _columns(loc: Location) -> dict[str, WorkColumn]:
 
 
 def _widened(schema: pa.Schema, columns: dict[str, WorkColumn]) -> pa.Table:
-    arrays = []
-    for field in schema:
-        a = np.ascontiguousarray(columns[field.name].take(), dtype=field.type.to_pandas_dtype())
-        arrays.append(pa.Array.from_buffers(field.type, len(a), [None, pa.py_buffer(a)]))
+    arrays = [_arrow(f.type, np.ascontiguousarray(columns[f.name].take(), dtype=f.type.to_pandas_dtype()))
+              for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
