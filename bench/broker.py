@@ -20,6 +20,7 @@ from pathlib import Path
 from jobs.pipeline.inplace import sha256_file
 
 from .cpu import CpuWatch
+from .report import progress
 from .stages import warm_page_cache
 
 JAVA_OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
@@ -122,9 +123,7 @@ def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, 
         order = ("reput", "broker") if i % 2 == 0 else ("broker", "reput")
         for j, who in enumerate(order):
             done = 2 * i + j
-            eta = (time.monotonic() - started) / done * (total - done) if done else None
-            print(f"[bench] side by side: run {done + 1}/{total} ({who}), {time.monotonic() - started:.0f}s so far"
-                  + (f", ETA {eta:.0f}s" if eta is not None else ""), flush=True)
+            progress(f"side by side ({who})", done, total, started)
             warm_page_cache(store)
             if who == "broker":
                 result.broker.append(run_broker(build, store, root / "broker-store"))

@@ -4,9 +4,19 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 from .stages import StageResult
+
+
+def progress(label: str, done: int, total: int, started: float) -> None:
+    """A side-by-side comparison's line before run done + 1 of total: what runs, the time so far and,
+    once a run has finished, an ETA from the mean run time."""
+    elapsed = time.monotonic() - started
+    eta = f", ETA {elapsed / done * (total - done):.0f}s" if done else ""
+    print(f"[bench] {label}: run {done + 1}/{total}, {elapsed:.0f}s so far{eta}", flush=True)
+
 
 def machine_info() -> dict:
     """CPU model, cores, memory, OS and library versions of this machine."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cpu import CpuWatch
+from .report import progress
 from .stages import rebuild, warm_page_cache
 
 SETTLE_S = 5.0  # pause before each run, longer than the page-reporting delay (see the module doc)
@@ -67,9 +68,7 @@ def side_by_side(stores: list[ScaleStore], out: Path, pairs: int, split_size: in
     for i in range(pairs):
         for j, store in enumerate(stores if i % 2 == 0 else stores[::-1]):
             done = i * len(stores) + j
-            eta = f", ETA {(time.monotonic() - started) / done * (total - done):.0f}s" if done else ""
-            print(f"[bench] scale: run {done + 1}/{total} ({store.records:,} messages), "
-                  f"{time.monotonic() - started:.0f}s so far{eta}", flush=True)
+            progress(f"scale ({store.records:,} messages)", done, total, started)
             warm_page_cache(store.path)
             time.sleep(settle_s)
             with CpuWatch() as cpu:

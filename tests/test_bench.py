@@ -42,3 +42,14 @@ def test_cpu_of_a_process_that_left_the_tree_is_not_subtracted() -> None:
     before = {(10, 1): 5.0, (11, 1): 30.0, (12, 7): 2.0}
     after = {(10, 1): 6.5, (12, 9): 0.25, (13, 3): 1.0}
     assert _used_since(before, after) == 1.5 + 0.25 + 1.0
+
+
+def test_progress_lines_give_the_run_count_and_an_eta_once_a_run_has_finished(capsys, monkeypatch) -> None:
+    """Before the first run: no ETA (nothing to average); after 2 of 10 runs in 30 s: 8 more at 15 s each."""
+    import bench.report as report
+    monkeypatch.setattr(report.time, "monotonic", lambda: 130.0)
+    report.progress("scale (4,000,000 messages)", 0, 10, 130.0)
+    report.progress("side by side (broker)", 2, 10, 100.0)
+    assert capsys.readouterr().out.splitlines() == [
+        "[bench] scale (4,000,000 messages): run 1/10, 0s so far",
+        "[bench] side by side (broker): run 3/10, 30s so far, ETA 120s"]
