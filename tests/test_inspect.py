@@ -6,12 +6,12 @@ import json
 import pytest
 
 from jobs.inspect import main as inspect_main
-from tests.conftest import GOLDEN, golden_cases, manifest
+from tests.conftest import GOLDEN, case_params, golden_cases, manifest
 
 CASES = golden_cases()
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", case_params(CASES))
 @pytest.mark.parametrize("split_size", ["0", "100000"])
 def test_inspect_matches_manifest(case, split_size, spark, capsys):
     """Counts, offsets, timestamps, scan end and records per queue equal the manifest, whether each
