@@ -23,6 +23,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `index_keys`: the index keys of dispatched records in the broker's order
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
 - `checkpoint`: the `checkpoint` file
+- `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog)
 - `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores
 - `msg_id`: offset message ids and producers' unique keys
 - `month_time`: a unique key's born time from its month-relative offset (java.util.Calendar's month starts)
