@@ -26,7 +26,8 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.publish import output_for  # noqa: E402
-from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
+from jobs.pipeline import recovery_timer  # noqa: E402
+from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.session import job_context  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
@@ -47,6 +48,10 @@ def _args(argv: list[str] | None):
     p.add_argument("--resume", action="store_true", help="finish an interrupted --in-place run (no Spark)")
     p.add_argument("--rollback", action="store_true",
                    help="restore STORE from --backup-dir (during or after an --in-place run; no Spark)")
+    p.add_argument("--repair-timer", action="store_true",
+                   help="5.x: also repair the timer message store where the recovery cuts records it references "
+                        "(cut the timer log, repair the wheel and timercheck; docs/timer.md); with --out, "
+                        "--in-place or --dry-run")
     p.add_argument("--full-index", action="store_true",
                    help="rebuild the whole index from the valid commit log instead of resuming it")
     p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
@@ -72,6 +77,8 @@ def _args(argv: list[str] | None):
         p.error("choose --out OUT, --in-place --backup-dir DIR, or --dry-run")
     if args.in_place and not args.backup_dir:
         p.error("--in-place needs --backup-dir")
+    if args.repair_timer and args.rocketmq_version == 4:
+        p.error("--repair-timer: a 4.x store has no timer message store")
     return args
 
 
@@ -115,6 +122,15 @@ def _run(args) -> int:
     return _in_place(args, store, settings, kw, tz)
 
 
+def plan_recovery(sc, store: Location, settings, work: Location, *, repair_timer: bool = False, **kw) -> RecoveryPlan:
+    """The recovery plan, with the 5.x timer store's check (warnings on stderr) and --repair-timer's plan."""
+    plan = _plan_recovery(sc, store, settings, work, **kw)
+    outcome = recovery_timer.attach(plan, repair_timer)
+    for w in outcome.warnings if outcome is not None else ():
+        warn("recover", w)
+    return plan
+
+
 def _write_plan(args, summary: dict) -> None:
     """Write the plan JSON where --report says (first noting a running broker, --force)."""
     if args.broker.running:  # stated first
@@ -139,7 +155,7 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(sc, store, settings, work, audit=True, **kw)
+        plan = plan_recovery(sc, store, settings, work, audit=True, repair_timer=args.repair_timer, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()
@@ -175,8 +191,9 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     started = time.monotonic()
     with staging:
         work = _own_work(args, staging.work)
-        plan = plan_recovery(sc, store, settings, work, **kw)
+        plan = plan_recovery(sc, store, settings, work, repair_timer=args.repair_timer, **kw)
         output = plan_output(plan, with_copies=True)
+        recovery_timer.apply_to_output(plan, output)
         t0 = time.monotonic()
         names = write_output(sc, plan, output, staging.dir, args.json, tz)
         plan.timings["write_s"] = time.monotonic() - t0
@@ -215,7 +232,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
-        plan = plan_recovery(sc, Location(str(path)), settings, work, **kw)
+        plan = plan_recovery(sc, Location(str(path)), settings, work, repair_timer=args.repair_timer, **kw)
         summary = plan.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
@@ -223,6 +240,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             return EXIT_OK
         staging = inplace.prepare_staging(path)
         output = plan_output(plan, with_copies=False)
+        recovery_timer.apply_to_output(plan, output)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
     finally:
         work.delete_tree()

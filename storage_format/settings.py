@@ -10,6 +10,7 @@ from .broker_keys import BROKER_KEYS
 from .consume_queue import CQ_UNIT_SIZE
 from .errors import SettingsError
 from .index_file import IndexLayout
+from .timer.wheel import precision_ms
 from .java_props import (INT_BITS, LONG_BITS, decode_properties_file, java_parse_boolean, java_parse_integral,
                          java_trim, parse_properties)
 
@@ -50,6 +51,11 @@ class BrokerSettings:
     enabled_append_prop_crc: bool = False
     store_path_commit_log: str | None = None  # None: <store>/commitlog
     read_only_commit_log_store_paths: str | None = None
+    # 5.x timer message store (storage_format.timer): read by recover's timer check and --repair-timer
+    timer_wheel_enable: bool = True
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_precision_ms: int = 1000  # as configured; timer_precision is what the broker uses
+    timer_skip_unknown_error: bool = False
 
     @property
     def consume_queue_file_size(self) -> int:
@@ -70,6 +76,11 @@ class BrokerSettings:
     def delay_levels_ms(self) -> tuple[int, ...]:
         """Delay per level (level 1 first), parsed like ScheduleMessageService.parseDelayLevel."""
         return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def timer_precision(self) -> int:
+        """timerPrecisionMs as MessageStoreConfig.setTimerPrecisionMs rounds it (100, 200, 500 or 1000)."""
+        return precision_ms(self.timer_precision_ms)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -101,6 +112,10 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),
     "storePathCommitLog": ("store_path_commit_log", str),
     "readOnlyCommitLogStorePaths": ("read_only_commit_log_store_paths", str),
+    "timerWheelEnable": ("timer_wheel_enable", bool),
+    "mappedFileSizeTimerLog": ("mapped_file_size_timer_log", int),
+    "timerPrecisionMs": ("timer_precision_ms", int),
+    "timerSkipUnknownError": ("timer_skip_unknown_error", bool),
 }
 
 
@@ -245,4 +260,7 @@ def _validate(s: BrokerSettings) -> None:
         raise SettingsError(f"maxHashSlotNum={s.max_hash_slot_num}, maxIndexNum={s.max_index_num}: the index file "
                             f"would be 40 + 4 x maxHashSlotNum + 20 x maxIndexNum = {s.index_file_size} bytes; the "
                             f"broker computes that size as a Java int and maps at most {INT_MAX} bytes")
+    if s.mapped_file_size_timer_log <= 2 * 52 + 16:  # one unit, its filler, and room to tell them apart
+        raise SettingsError(f"mappedFileSizeTimerLog={s.mapped_file_size_timer_log}: too small for a timer-log unit "
+                            f"and its filler")
     s.delay_levels_ms  # parses or raises

@@ -144,6 +144,32 @@ def _index(s: dict) -> list[str]:
     return lines
 
 
+def _timer(s: dict) -> list[str]:
+    """The 5.x timer store: what was found, and what --repair-timer changes."""
+    t = s.get("timer")
+    if not t:
+        return []
+    lines = [f"timer store ({t['note']})"]
+    if "stale_units" in t:
+        lines.append(f"    timer log valid to offset {t['timer_log_valid_end']}; {t['units_read']} units read, "
+                     f"{t['stale_units']} name records past the truncation point"
+                     + (f" (from timer-log offset {t['first_stale_unit']})" if t["first_stale_unit"] is not None else ""))
+    r = t.get("repair")
+    if r:
+        for name, f in r["timer_log_files_rewritten"].items():
+            lines.append(f"    rewrite  timerlog/{name}: keep {f['bytes_kept']} bytes, zeros after")
+        lines += _listed("remove", [f"timerlog/{n}" for n in r["timer_log_files_deleted"]], " (past the cut)")
+        lines.append(f"    wheel    {r['wheel_slots_shortened']} slots pointed back, {r['wheel_slots_cleared']} cleared "
+                     f"({r['units_removed']} units removed)")
+        b, a = r["timercheck_before"], r["timercheck_after"]
+        for key in ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset",
+                    "master_timer_queue_offset"):
+            if b[key] != a[key]:
+                lines.append(f"    timercheck {key} {b[key]} -> {a[key]}")
+        lines.append(f"    {r['last_read_time_rule']}")
+    return lines
+
+
 def _tail(s: dict) -> list[str]:
     """What the broker re-dispatches after it starts, marker files, warnings and timings."""
     r, m = s["post_start_redispatch"], s["markers"]
@@ -160,7 +186,7 @@ def _tail(s: dict) -> list[str]:
 def plan_lines(summary: dict, broker: str | None = None, title: str = "recovery plan (dry run, nothing written)") -> list[str]:
     """The whole plan (or what a run did) in short sections; the JSON form has every detail."""
     return (_head(summary, title, broker) + _checkpoint(summary) + _commitlog(summary) + _consume_queues(summary)
-            + _index(summary) + _tail(summary) + ["(the full plan as JSON: --json, or --plan FILE)"])
+            + _index(summary) + _timer(summary) + _tail(summary) + ["(the full plan as JSON: --json, or --plan FILE)"])
 
 
 def result_lines(summary: dict, headline: str) -> list[str]:

@@ -80,6 +80,7 @@ class RecoveryPlan:
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     dispatch: dict = field(default_factory=dict)  # how far the recovery's dispatch went, and why
+    timer: object = None  # recovery_timer.TimerOutcome: the 5.x timer store's check (and --repair-timer)
 
     # ---- derived views ---------------------------------------------------------------------------
     def cq_rel(self, key: tuple[str, int], start: int) -> str:
@@ -116,7 +117,7 @@ class RecoveryPlan:
         """True when recovery changes any file of the store."""
         rewritten, created, deleted = self.cq_changes()
         return bool(self.abnormal or self.segments_deleted or rewritten or created or deleted or self.index_changes
-                    or self.checkpoint_changes)
+                    or self.checkpoint_changes or (self.timer is not None and self.timer.changes))
 
     def _index_dict(self) -> dict:
         """The plan's "index" part: files deleted, appended to and created, or the full rebuild."""
@@ -198,6 +199,7 @@ class RecoveryPlan:
             "markers": {"abort": "removed" if self.abnormal else "absent",
                         "abort.bak": ("crash-time abort content (5.x createTempFile backs it up)"
                                       if self.abnormal and self.generation.generation >= 5 else "unchanged")},
+            "timer": None if self.timer is None else self.timer.to_dict(),
             "warnings": self.warnings,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
