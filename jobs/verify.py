@@ -41,6 +41,7 @@ from jobs.pipeline.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.store_gate import commitlog_dir  # noqa: E402
 from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline import recovery_timer  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
@@ -141,8 +142,15 @@ def main(argv: list[str] | None = None) -> int:
                                     in_flight_from=dispatched_end(store) if live.running else None)
     finally:
         work.delete_tree()
+    timer = None
+    if args.only is None and scan.max_physical_offset is not None and not live.running:
+        timer = recovery_timer.check_at_rest(store, settings, scan.max_physical_offset,
+                                             store_generation(store, args.rocketmq_version).generation)
+        recovery_timer.add_findings(timer, found)
     report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,
                           time.monotonic() - started)
+    if timer is not None:
+        report["timer"] = timer.to_dict()
     report["dispatch"] = dispatch_report("verify", limit, scan)
     emit(args, report, lambda r: print_summary(r, args.report), report_loc)
     return EXIT_FINDINGS if found.fails() else EXIT_OK

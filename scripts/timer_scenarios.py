@@ -62,9 +62,9 @@ def lose(store: Path, offset: int, how: str) -> None:
             f.seek(offset)
             f.write(bytes(size - offset))
         else:
-            f.seek(offset + 300)  # inside the body (the record is 435 bytes)
+            f.seek(offset + 150)  # inside the body (bytes ~92..292 of the 435-byte record): its CRC fails
             b = f.read(1)
-            f.seek(offset + 300)
+            f.seek(offset + 150)
             f.write(bytes([b[0] ^ 0xFF]))
 
 

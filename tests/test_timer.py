@@ -345,6 +345,16 @@ def test_recover_out_copies_or_repairs_the_kit_store(spark, kit_store, tmp_path,
     assert (out / "config" / "timercheck").read_bytes()[56:] == (kit_store / "config" / "timercheck").read_bytes()[56:]
     assert (out / "config" / "timermetrics").read_bytes() == (kit_store / "config" / "timermetrics").read_bytes()
 
+    # verify reports the stale references of the plain OUT as findings, none after the repair
+    from jobs.verify import main as verify
+
+    counts = {}
+    for name in ("plain", "fixed"):
+        verify(["--store", str(tmp_path / name), "--broker-config", str(conf), "--report", str(tmp_path / f"{name}.json")])
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        counts[name] = {k: v for k, v in report["finding_counts"].items() if k.startswith("timer.")}
+    assert counts == {"plain": {"timer.stale_timer_unit": 30, "timer.timer_cursor_ahead": 2}, "fixed": {}}
+
 
 def test_recover_in_place_repair_keeps_a_backup(spark, kit_store, tmp_path):
     store = tmp_path / "store"

@@ -266,6 +266,7 @@ def test_finding_kinds_are_one_registry():
     registered = {(a, k.name) for k in KINDS.values() for a in k.artifacts}
     assert reported == registered
     assert readme_table() in (REPO / "README.md").read_text()
+    assert readme_table(("timer",)) in (REPO / "docs" / "timer.md").read_text()
     found = Findings()
     with pytest.raises(ValueError, match="not registered"):
         found.add("index", "no_such_kind", "index/x")

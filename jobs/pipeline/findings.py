@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 DETAILS_PER_KIND = 20  # detailed findings kept per file and kind (counts are always complete)
 
-ARTIFACTS = ("commitlog", "consumequeue", "index")
+ARTIFACTS = ("commitlog", "consumequeue", "index", "timer")
+README_ARTIFACTS = ("commitlog", "consumequeue", "index")  # the README's table; timer kinds: docs/timer.md
 # Where in a file a kind of finding sits; report details of one file follow this order.
 SCOPES = ("file", "header", "slot", "entry", "stale", "chain", "lookup")
 SEVERITIES = {"error": "exit status 1"}  # severity -> what it does to verify's exit status
@@ -60,6 +61,17 @@ KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("broken_chain", IDX, "chain",
                 "a slot chain that points outside the used entries, loops, merges or holds a key of another slot"),
     FindingKind("key_not_found", IDX, "lookup", "an entry a broker lookup by its key cannot reach"),
+    FindingKind("malformed_timer_file", ("timer",), "file",
+                "a 5.x timer file the broker refuses or misreads: a timerwheel that is not 38,707,200 bytes, a short "
+                "or missing timercheck, a timer-log file of another size, unloadable timermetrics"),
+    FindingKind("timer_cursor_ahead", ("timer",), "header",
+                "timercheck's rmq_sys_wheel_timer queue offsets are past that queue's end (brokers before 5.3.2 "
+                "never deliver the timer messages written there next)"),
+    FindingKind("wheel_slot_past_end", ("timer",), "slot",
+                "a timerwheel slot points at or past the timer log's valid end"),
+    FindingKind("stale_timer_unit", ("timer",), "entry",
+                "a timer-log unit names a commit-log record past the commit log's valid end: once the log regrows "
+                "there the broker's timer is stuck or delivers early and twice (docs/timer.md)"),
 )}
 
 
@@ -75,10 +87,10 @@ def exit_status_fails(counts: dict[str, int]) -> bool:
     return any(n and kind(key.split(".", 1)[1]).severity == ERROR for key, n in counts.items())
 
 
-def readme_table() -> str:
-    """The README's table of finding kinds, rendered from the registry."""
+def readme_table(artifacts: tuple[str, ...] = README_ARTIFACTS) -> str:
+    """The README's table of finding kinds (docs/timer.md's for the timer), rendered from the registry."""
     rows = ["| kind | in | severity | meaning |", "| --- | --- | --- | --- |"]
-    for k in KINDS.values():
+    for k in (k for k in KINDS.values() if set(k.artifacts) & set(artifacts)):
         severity = f"{k.severity} ({SEVERITIES[k.severity]})"
         rows.append(f"| `{k.name}` | {', '.join(k.artifacts)} | {severity} | {k.meaning} |")
     return "\n".join(rows)

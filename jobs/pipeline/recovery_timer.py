@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from storage_format.consume_queue import CQ_UNIT_SIZE
 from storage_format.recovery import timer as rules
-from storage_format.recovery.queues import load_queue
+from storage_format.recovery.queues import QueueState, load_queue
 from storage_format.settings import BrokerSettings
 from storage_format.timer import log as tlog
 from storage_format.timer import wheel as twheel
@@ -30,6 +30,9 @@ class TimerOutcome:
     repair: rules.TimerRepair | None
     precision: int
     note: str
+    file_size: int = tlog.DEFAULT_FILE_SIZE
+    queue_max: int | None = None  # M' the check used
+    queue_cut: bool = False  # the recovery cuts rmq_sys_wheel_timer/0 (harmless unless units name cut records)
 
     @property
     def changes(self) -> bool:
@@ -43,7 +46,8 @@ class TimerOutcome:
                "timercheck": None if self.files.check_size is None else self.files.check.to_dict(),
                "timerwheel_bytes": self.files.wheel_size}
         if t is not None:
-            out.update({"timer_log_valid_end": t.end, "units_read": t.units, "stale_units": t.stale,
+            out.update({"timer_queue_max_after": self.queue_max, "timer_queue_cut": self.queue_cut,
+                        "timer_log_valid_end": t.end, "units_read": t.units, "stale_units": t.stale,
                         "stale_units_by_kind": t.stale_kinds, "first_stale_unit": t.cut, "stale_are_suffix": t.suffix,
                         "deliveries_cut": t.due_between, "wheel_slots_past_end": len(t.wheel_past_end)})
         out["warnings"] = self.warnings
@@ -95,7 +99,8 @@ def assess(store: Location, settings: BrokerSettings, facts: rules.RecoveryFacts
             raise rules.RecoveryError("--repair-timer: timerWheelEnable=false, the broker does not use the timer "
                                       "files; nothing to repair")
         return TimerOutcome(files, None, [], None, precision,
-                            "timerWheelEnable=false: the broker does not read the timer files; copied as they are")
+                            "timerWheelEnable=false: the broker does not read the timer files; copied as they are",
+                            settings.mapped_file_size_timer_log, facts.timer_queue_max, facts.timer_queue_cut)
     size = settings.mapped_file_size_timer_log
     problems = rules.file_problems(files, size)
     wheel_loc = store.child(rules.TIMERWHEEL)
@@ -103,7 +108,8 @@ def assess(store: Location, settings: BrokerSettings, facts: rules.RecoveryFacts
     if not problems:
         wheel = wheel_loc.read_bytes() if files.wheel_size == twheel.WHEEL_SIZE else None
         tail, after = rules.read_tail(files, _reader(store), size, precision, facts, whole=repair, wheel=wheel)
-    warns = rules.warnings(files, tail, facts, file_size=size, skip_unknown_error=settings.timer_skip_unknown_error)
+    warns = rules.warnings(files, tail, facts, file_size=size, skip_unknown_error=settings.timer_skip_unknown_error,
+                           repairing=repair)
     plan = None
     if repair:
         if problems:
@@ -116,7 +122,7 @@ def assess(store: Location, settings: BrokerSettings, facts: rules.RecoveryFacts
     note = ("timer files copied as they are (what the broker's own recovery works from)" if plan is None else
             "--repair-timer: " + ("the timer files need no repair" if not plan.changes else
                                   "timer log cut, wheel slots and timercheck repaired (docs/timer.md)"))
-    return TimerOutcome(files, tail, warns, plan, precision, note)
+    return TimerOutcome(files, tail, warns, plan, precision, note, size, facts.timer_queue_max, facts.timer_queue_cut)
 
 
 def recovery_facts(plan) -> rules.RecoveryFacts:
@@ -169,22 +175,51 @@ def apply_to_output(plan, output) -> None:
     output.deleted.extend(deleted)
 
 
-def queue_max_on_disk(store: Location, settings: BrokerSettings, generation: int) -> int | None:
-    """rmq_sys_wheel_timer/0's max offset as its files on disk say (for verify), or None without that queue."""
+def queue_max_on_disk(store: Location, settings: BrokerSettings, commit_end: int) -> int | None:
+    """rmq_sys_wheel_timer/0's max offset as the broker loads it at a normal start (ConsumeQueue.recover, then
+    truncateDirtyLogicFiles at the commit log's end), or None without that queue; for verify."""
     qdir = store.child("consumequeue", rules.TIMER_TOPIC, "0")
     if not qdir.exists():
         return None
     starts = [int(i.base_name) for i in qdir.list() if i.type.name == "File" and i.base_name.isdigit()
               and i.size > 0]
-    ld = load_queue(rules.TIMER_TOPIC, 0, starts, lambda s: qdir.child(f"{s:020d}").read_bytes(),
-                    settings.consume_queue_file_size)
-    return ld.write_offset // CQ_UNIT_SIZE
+    read = lambda s: qdir.child(f"{s:020d}").read_bytes()  # noqa: E731
+    state = QueueState.start(load_queue(rules.TIMER_TOPIC, 0, starts, read, settings.consume_queue_file_size),
+                             settings.consume_queue_file_size)
+    state.truncate(commit_end, read)
+    return state.write_offset // CQ_UNIT_SIZE
 
 
 def check_at_rest(store: Location, settings: BrokerSettings, commit_end: int, generation: int) -> TimerOutcome | None:
     """verify: the timer files of a store at rest against its commit log's valid end."""
     if generation < 5:
         return None
-    facts = rules.RecoveryFacts(commit_end=commit_end, timer_queue_max=queue_max_on_disk(store, settings, generation),
+    facts = rules.RecoveryFacts(commit_end=commit_end, timer_queue_max=queue_max_on_disk(store, settings, commit_end),
                                 timer_queue_cut=False, last_record_ms=None)
     return assess(store, settings, facts, repair=False)
+
+
+def add_findings(outcome: TimerOutcome | None, found) -> None:
+    """verify: the timer check of a store at rest as findings (jobs/pipeline/findings.py, artifact "timer")."""
+    if outcome is None:
+        return
+    for problem in rules.file_problems(outcome.files, outcome.file_size):
+        found.add("timer", "malformed_timer_file", problem.split(" ")[0], detail=problem)
+    t = outcome.tail
+    if t is None:
+        return
+    if t.stale:
+        first = t.first_stale_elsewhere if not t.suffix else t.cut
+        holding = max((s for s, _ in outcome.files.log_files if s <= first), default=0)
+        found.add("timer", "stale_timer_unit", f"{rules.TIMERLOG_DIR}/{tlog.file_name(holding)}", count=t.stale,
+                  position=first, detail=f"{t.stale} units name records past the commit log's valid end, the first "
+                                         f"at timer-log offset {first}")
+    cp = outcome.files.check
+    m = outcome.queue_max
+    for name, value in (("lastTimerQueueOffset", cp.last_timer_queue_offset),
+                        ("masterTimerQueueOffset", cp.master_timer_queue_offset)):
+        if m is not None and value > m:
+            found.add("timer", "timer_cursor_ahead", rules.TIMERCHECK, field=name, expected=f"<= {m}", found=value)
+    if t.wheel_past_end:
+        found.add("timer", "wheel_slot_past_end", rules.TIMERWHEEL, count=len(t.wheel_past_end),
+                  slot=t.wheel_past_end[0], detail=f"lastPos at or past the timer log's valid end {t.end}")

@@ -200,7 +200,7 @@ def _iso(ms: int) -> str:
 
 
 def warnings(files: TimerFiles, tail: TimerTail | None, facts: RecoveryFacts, *, file_size: int,
-             skip_unknown_error: bool) -> list[str]:
+             skip_unknown_error: bool, repairing: bool = False) -> list[str]:
     """The plan's timer warnings: malformed files, stale units, cursors past the cut queue, cut deliveries,
     wheel slots past the log. None where nothing timer-related is cut."""
     out = [f"timer: {p}" for p in file_problems(files, file_size)]
@@ -217,7 +217,8 @@ def warnings(files: TimerFiles, tail: TimerTail | None, facts: RecoveryFacts, *,
                    f"({kinds}; slots {_iso(lo)} to {_iso(hi)}) that name records past it. Once new records grow the "
                    f"log back over those offsets, {harm}, or a new message there is delivered early and again at "
                    f"its own time (apache/rocketmq#10668); records not regrown by then are dropped. "
-                   + ("--repair-timer cuts them (docs/timer.md)" if tail.suffix else
+                   + (("this run's --repair-timer cuts them" if repairing else "--repair-timer cuts them (docs/timer.md)")
+                      if tail.suffix else
                       f"They are not a suffix of the timer log (a stale unit at timer-log offset "
                       f"{tail.first_stale_elsewhere} precedes surviving ones): --repair-timer refuses this log"))
     m = facts.timer_queue_max
@@ -227,12 +228,13 @@ def warnings(files: TimerFiles, tail: TimerTail | None, facts: RecoveryFacts, *,
                    f"{max(cp.last_timer_queue_offset, cp.master_timer_queue_offset)} of {TIMER_TOPIC}/0, but the "
                    f"recovered queue ends at {m}: brokers before 5.3.2 never deliver the next "
                    f"{max(cp.last_timer_queue_offset, cp.master_timer_queue_offset) - m} timer messages written "
-                   f"there (5.3.2+ clamps its cursor; #7480)")
+                   f"there (5.3.2+ clamps its cursor; #7480)" + ("; this run's --repair-timer lowers them" if repairing
+                                                                  else ""))
     if tail.due_between:
         out.append(f"timer: {TIMERCHECK} lastReadTimeMs {_iso(cp.last_read_time_ms)} is past the last surviving "
                    f"record ({_iso(facts.last_record_ms)}): {tail.due_between} timer messages of the slots between "
                    f"were delivered after it, those deliveries are cut, and the broker will not deliver them again "
-                   f"(lost)")
+                   f"(lost)" + ("; this run's --repair-timer rewinds it" if repairing else ""))
     if tail.wheel_past_end:
         out.append(f"timer: {len(tail.wheel_past_end)} {TIMERWHEEL} slots point at or past the timer log's valid "
                    f"end {tail.end} (the wheel is ahead of the log); the broker repairs only those whose first unit "
