@@ -274,8 +274,8 @@ def test_kit_store_codecs_agree_with_the_queue_and_the_commit_log(kit_store):
 
 
 def kit_files(store: Path) -> rules.TimerFiles:
-    from jobs.pipeline.recovery_timer import read_timer_files
-    from jobs.pipeline.fs import location
+    from jobs.pipeline.recover.timer import read_timer_files
+    from jobs.pipeline.io.fs import location
 
     return read_timer_files(location(str(store)))
 
