@@ -54,18 +54,24 @@ def probe(kit: Path, build: Path, logfile: Path, args: list[str], out: Path) -> 
 
 
 def lose(store: Path, offset: int, how: str) -> None:
-    """The commit-log loss: zeros from the first B record (lost pages), or one flipped byte in its body."""
-    seg = store / "commitlog" / "00000000000000000000"
-    with open(seg, "r+b") as f:
-        if how == "zero":
-            size = f.seek(0, 2)
-            f.seek(offset)
-            f.write(bytes(size - offset))
-        else:
-            f.seek(offset + 150)  # inside the body (bytes ~92..292 of the 435-byte record): its CRC fails
+    """The commit-log loss: zeros from the first B record to the end of the log (lost pages), or one flipped byte
+    in its body (a bad CRC in the middle: the records after it stay)."""
+    segs = sorted((store / "commitlog").iterdir(), key=lambda p: int(p.name))
+    for seg in segs:
+        start, size = int(seg.name), seg.stat().st_size
+        if start + size <= offset:
+            continue
+        with open(seg, "r+b") as f:
+            at = max(0, offset - start)
+            if how == "zero":
+                f.seek(at)
+                f.write(bytes(size - at))
+                continue
+            f.seek(at + 150)  # inside the body (bytes ~92..292 of the 435-byte record): its CRC fails
             b = f.read(1)
-            f.seek(offset + 150)
+            f.seek(at + 150)
             f.write(bytes([b[0] ^ 0xFF]))
+            return
 
 
 def recover(store: Path, conf: Path, extra: list[str], log: Path) -> str:
