@@ -1,7 +1,7 @@
 """The documentation holds together: README.md stays a front door (at most 250 lines), every relative link in
 README.md, CHANGELOG.md and docs/*.md points at a file that exists (and at a heading there, for `#anchor`
 links), every page of docs/ is reachable from README.md's index, and the code the manual names (paths such
-as `jobs/rebuild.py`, modules such as `jobs.pipeline.session` or `python -m storage_format.kernel_cache`)
+as `jobs/rebuild.py`, modules such as `jobs.pipeline.session` or `python -m storage_format.kernels.warm`)
 exists. CHANGELOG.md and docs/performance-history.md keep the names of their time and are not held to that."""
 from __future__ import annotations
 
