@@ -2,7 +2,7 @@
 file, meaning), and the collector the verify tasks fill.
 
 The verify stage may only report kinds registered here (Findings.add refuses others), the report orders
-details by the kind's scope, the exit status follows the kinds' severity, and the README's findings table
+details by the kind's scope, the exit status follows the kinds' severity, and docs/jobs.md's findings table
 is this registry rendered by `readme_table` (tests/test_verify.py checks that they agree).
 """
 from __future__ import annotations
@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 DETAILS_PER_KIND = 20  # detailed findings kept per file and kind (counts are always complete)
 
-ARTIFACTS = ("commitlog", "consumequeue", "index", "timer")
-README_ARTIFACTS = ("commitlog", "consumequeue", "index")  # the README's table; timer kinds: docs/timer.md
+ARTIFACTS = ("commitlog", "consumequeue", "index", "timer")  # timer: the 5.x timer store (docs/timer.md)
 # Where in a file a kind of finding sits; report details of one file follow this order.
 SCOPES = ("file", "header", "slot", "entry", "stale", "chain", "lookup")
 SEVERITIES = {"error": "exit status 1"}  # severity -> what it does to verify's exit status
@@ -87,10 +86,10 @@ def exit_status_fails(counts: dict[str, int]) -> bool:
     return any(n and kind(key.split(".", 1)[1]).severity == ERROR for key, n in counts.items())
 
 
-def readme_table(artifacts: tuple[str, ...] = README_ARTIFACTS) -> str:
-    """The README's table of finding kinds (docs/timer.md's for the timer), rendered from the registry."""
+def readme_table() -> str:
+    """docs/jobs.md's table of finding kinds, rendered from the registry."""
     rows = ["| kind | in | severity | meaning |", "| --- | --- | --- | --- |"]
-    for k in (k for k in KINDS.values() if set(k.artifacts) & set(artifacts)):
+    for k in KINDS.values():
         severity = f"{k.severity} ({SEVERITIES[k.severity]})"
         rows.append(f"| `{k.name}` | {', '.join(k.artifacts)} | {severity} | {k.meaning} |")
     return "\n".join(rows)
