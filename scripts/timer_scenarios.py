@@ -7,7 +7,9 @@ a bad CRC in the middle), recover, reopen with the real timer store, let new rec
 B's offsets, and count what reaches TopicTest/0: on time, early, per message, and the NumberFormatException
 retries of a stuck dequeue. Recover modes: `broker` (its own abnormal recovery), `reput` (recover --out) and
 `repair` (recover --out --repair-timer). Also checks that recover does not warn on the crash image before
-the loss (a kill -9 image).
+the loss (a kill -9 image). Every mode gets its own crash image, written just before, so that each reopens
+at the same point of the slots' timeline (with one shared image, later modes reopen after B's slot has
+passed: the timer then drops B's units before the log regrows, and the harm does not show).
 
     python scripts/timer_scenarios.py --kit KIT_COPY --build V5_BUILD --work /tmp/timer-scen [--only NAME]
 
@@ -28,13 +30,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = "mappedFileSizeCommitLog=4194304\nmappedFileSizeConsumeQueue=6000000\nmappedFileSizeTimerLog=1048576\n"
+# B's slot (60 s after its put) comes after the reopen in every mode, also after recover --out's ~25 s, so the
+# regrow always precedes it; A's slot comes after B's, inside the watch.
 # TimerProbe's timer-log files are 1 MiB: 20,164 units, then the filler; B then opens the second file
 UNITS_PER_1MIB_FILE = 20164
 SCENARIOS = {  # name: (A count, A delay s, B count, B delay s, loss, regrow kind)
-    "tail-normal": (100, 50, 30, 30, "zero", "normal"),
-    "tail-timer": (100, 50, 30, 30, "zero", "timer"),
-    "badcrc-normal": (100, 50, 30, 30, "crc", "normal"),
-    "boundary-normal": (UNITS_PER_1MIB_FILE, 90, 30, 30, "zero", "normal"),
+    "tail-normal": (100, 80, 30, 60, "zero", "normal"),
+    "tail-timer": (100, 80, 30, 60, "zero", "timer"),
+    "badcrc-normal": (100, 80, 30, 60, "crc", "normal"),
+    "boundary-normal": (UNITS_PER_1MIB_FILE, 110, 30, 60, "zero", "normal"),
 }
 MODES = ("broker", "reput", "repair")
 WARNING = "reput recover: warning: timer:"
@@ -96,35 +100,46 @@ def count(reopen_out: str, reopen_log: Path, kind_a: int) -> dict:
             "recovered": next(iter(re.findall(r"^TIMER_RECOVERED .*$", reopen_out, re.M)), "")}
 
 
+def write_image(name: str, kit: Path, build: Path, d: Path) -> tuple[int, int]:
+    """A crash image of the scenario in d/image (the probe's write mode); returns B's offset and record size."""
+    na, da, nb, db, _, _ = SCENARIOS[name]
+    shutil.rmtree(d / "image", ignore_errors=True)
+    out = probe(kit, build, d / "write.log", ["write", d / "image", na, da, nb, db], d / "write.out")
+    b = re.search(r"^PUT kind=B off=(\d+) size=(\d+)", out, re.M)
+    if not b:
+        raise SystemExit(f"{name}: the probe wrote no B record (see {d / 'write.out'})")
+    return int(b.group(1)), int(b.group(2))
+
+
 def scenario(name: str, kit: Path, build: Path, work: Path, watch: int, modes: tuple[str, ...]) -> list[dict]:
-    """Write one crash image, then recover and reopen it in each mode."""
-    na, da, nb, db, how, kind = SCENARIOS[name]
+    """Per mode, a fresh crash image (so every mode reopens at the same point of the slots' timeline), the
+    loss, the recovery and the reopen; before the first loss, recover --dry-run on the kill -9 image."""
+    na, _, _, _, how, kind = SCENARIOS[name]
     d = work / name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     conf = d / "broker.conf"
     conf.write_text(CONF)
-    out = probe(kit, build, d / "write.log", ["write", d / "image", na, da, nb, db], d / "write.out")
-    b = re.search(r"^PUT kind=B off=(\d+) size=(\d+)", out, re.M)
-    if not b:
-        raise SystemExit(f"{name}: the probe wrote no B record (see {d / 'write.out'})")
-    off, size = int(b.group(1)), int(b.group(2))
     results = []
-    # the image before the loss is a kill -9 image: recover must not warn about the timer
-    k9 = recover(d / "image", conf, ["--dry-run"], d / "k9.out")
-    results.append({"scenario": name, "mode": "kill9-dry-run", "timer_warnings": k9.count(WARNING)})
-    print(json.dumps(results[-1]), flush=True)
-    lose(d / "image", off, how)
-    for mode in modes:
+    for n, mode in enumerate(modes):
+        off, size = write_image(name, kit, build, d)
+        if n == 0:  # the image before the loss is a kill -9 image: recover must not warn about the timer
+            k9 = recover(d / "image", conf, ["--dry-run"], d / "k9.out")
+            results.append({"scenario": name, "mode": "kill9-dry-run", "timer_warnings": k9.count(WARNING)})
+            print(json.dumps(results[-1]), flush=True)
+        lose(d / "image", off, how)
         store = d / f"{mode}-store"
-        shutil.copytree(d / "image", store)
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.move(d / "image", store)
         r = {"scenario": name, "mode": mode, "b_offset": off, "record_size": size}
+        t0 = time.time()
         if mode != "broker":
             text = recover(store, conf, ["--out", d / f"{mode}-out"] + (["--repair-timer"] if mode == "repair" else []),
                            d / f"{mode}-recover.out")
             r["timer_warnings"] = text.count(WARNING)
             r["recover_exit_ok"] = (d / f"{mode}-out").exists()
             store = d / f"{mode}-out"
+        r["recover_s"] = round(time.time() - t0, 1)
         t0 = time.time()
         reopen = probe(kit, build, d / f"{mode}-reopen.log", ["reopen", store, kind, 30, watch, size],
                        d / f"{mode}-reopen.out")
@@ -141,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", required=True, type=Path, help="scratch directory (one subdirectory per scenario)")
     p.add_argument("--only", action="append", choices=sorted(SCENARIOS), help="run only these scenarios")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
-    p.add_argument("--watch", type=int, default=60, help="seconds each reopen watches deliveries (default 60)")
+    p.add_argument("--watch", type=int, default=130, help="seconds each reopen watches deliveries (default 130)")
     p.add_argument("--json", type=Path, help="write every result here")
     args = p.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)

@@ -10,6 +10,7 @@ in timercheck come down to what survives. See docs/timer.md.
 """
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -195,7 +196,6 @@ def _all_stale(units: np.ndarray | None, commit_end: int) -> bool:
 
 def _iso(ms: int) -> str:
     """A slot time for people."""
-    import datetime as dt
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
 
 
@@ -306,8 +306,7 @@ def plan_repair(files: TimerFiles, tail: TimerTail, after: dict[int, np.ndarray]
     if cut is not None:
         render, delete = _log_cut(loaded_files(files), cut, file_size)
         stop = max(s + n for s, n in render.items())  # the log's new end (before the filler C's append wrote)
-    units_at = _units_at(after)
-    edits, cleared, shortened = _wheel_edits(wheel, stop, tail.end, units_at, precision)
+    edits, cleared, shortened = _wheel_edits(wheel, stop, UnitsAfter.of(after), precision)
     cp = files.check
     m = facts.timer_queue_max
     new = cp.lowered(last_timer_log_flush_pos=min(cp.last_timer_log_flush_pos, stop))
@@ -340,17 +339,32 @@ def _log_cut(starts: list[int], cut: int, file_size: int) -> tuple[dict[int, int
     return {holding: cut - holding}, later
 
 
-def _units_at(after: dict[int, np.ndarray]) -> dict[int, tuple[int, int, int]]:
-    """Position -> (prevPos, slot time, magic) of the units read at or after C."""
-    out = {}
-    for s, u in after.items():
-        times = tlog.delayed_times(u)
-        for k in range(len(u)):
-            out[s + k * tlog.UNIT_SIZE] = (int(u["prev_pos"][k]), int(times[k]), int(u["magic"][k]))
-    return out
+@dataclass(frozen=True)
+class UnitsAfter:
+    """The units read at or after C as sorted columns (a chain walk looks positions up by binary search)."""
+
+    pos: np.ndarray
+    prev: np.ndarray
+    time: np.ndarray
+    magic: np.ndarray
+
+    @classmethod
+    def of(cls, after: dict[int, np.ndarray]) -> "UnitsAfter":
+        """Columns of the units by file start."""
+        starts = sorted(after)
+        units = [after[s] for s in starts]
+        cat = np.concatenate(units) if units else np.zeros(0, tlog.UNIT_DTYPE)
+        pos = np.concatenate([s + np.arange(len(u), dtype=np.int64) * tlog.UNIT_SIZE for s, u in zip(starts, units)]) \
+            if units else np.zeros(0, np.int64)
+        return cls(pos, cat["prev_pos"].astype(np.int64), tlog.delayed_times(cat), cat["magic"].astype(np.int64))
+
+    def at(self, position: int) -> int | None:
+        """Row of the unit at a timer-log position, or None."""
+        i = int(np.searchsorted(self.pos, position))
+        return i if i < len(self.pos) and self.pos[i] == position else None
 
 
-def _wheel_edits(wheel: bytes, cut: int, end: int, units_at: dict, precision: int) -> tuple[dict, int, int]:
+def _wheel_edits(wheel: bytes, cut: int, units: UnitsAfter, precision: int) -> tuple[dict, int, int]:
     """Slots whose chain reaches C or beyond: walk prevPos back to the first unit below C (subtracting the
     removed units from num, a delete unit counting -1); none left, or a chain that leaves the slot or points
     where no unit is: the slot is cleared."""
@@ -360,15 +374,15 @@ def _wheel_edits(wheel: bytes, cut: int, end: int, units_at: dict, precision: in
     edits, cleared, shortened = {}, 0, 0
     for i in hit.tolist():
         s = twheel.decode_slot(wheel, i)
-        pos, num, ok = s.last_pos, s.num, True
+        pos, num, ok, steps = s.last_pos, s.num, True, 0
         while pos >= cut:
-            unit = units_at.get(pos)
-            if unit is None or unit[1] // precision != s.time:
-                ok = False
+            row = units.at(pos)
+            steps += 1
+            if row is None or int(units.time[row]) // precision != s.time or steps > len(units.pos):
+                ok = False  # no unit there, a unit of another slot, or a loop
                 break
-            prev, _, magic = unit
-            num -= -1 if magic & tlog.MAGIC_DELETE else 1
-            pos = prev
+            num -= -1 if int(units.magic[row]) & tlog.MAGIC_DELETE else 1
+            pos = int(units.prev[row])
         if not ok or pos < 0 or s.first_pos >= cut:
             edits[i] = twheel.EMPTY
             cleared += 1
