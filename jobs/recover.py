@@ -106,6 +106,8 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
+    if args.repair_timer:
+        recovery_timer.precheck(store, settings)
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
         warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")

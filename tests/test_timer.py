@@ -403,3 +403,24 @@ def test_no_false_alarm_on_golden_v5_recoveries(spark, golden, tmp_path, case):
     assert plan["timer"]["stale_units"] == 0 and (plan["timer"]["units_read"] > 0) == (units > 0)
     assert not [w for w in plan["warnings"] if w.startswith("timer:")]
     assert (units > 0) == case.startswith("v5-unclean")
+
+
+def test_dry_run_shows_the_repair_and_writes_nothing(spark, kit_store, tmp_path):
+    before = {p: p.read_bytes() for p in kit_store.rglob("*") if p.is_file() and "timer" in str(p)}
+    plan_file = tmp_path / "plan.json"
+    assert recover("--store", str(kit_store), "--broker-config", str(kit_conf(tmp_path)), "--dry-run",
+                   "--repair-timer", "--json", "--plan", str(plan_file)) == 0
+    r = json.loads(plan_file.read_text())["timer"]["repair"]
+    assert r["cut_timer_log_at"] == 5200 and r["units_removed"] == 30 and r["wheel_slots_cleared"] == 1
+    assert r["timer_log_files_rewritten"] == {"00000000000000000000": {"bytes_kept": 5200}}
+    assert r["timercheck_after"]["last_timer_queue_offset"] == 100
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_repair_timer_refuses_a_store_without_timer_files(spark, golden, tmp_path):
+    from jobs.pipeline.runtime.failure import JobError
+
+    with pytest.raises(JobError, match="--repair-timer: the store has no timer files"):
+        recover("--store", str(GOLDEN / "v5-unclean-11"), "--broker-config", str(GOLDEN / "v5-unclean-11" / "broker.conf"),
+                "--out", str(tmp_path / "out"), "--repair-timer")
+    assert not (tmp_path / "out").exists()

@@ -79,6 +79,21 @@ def read_timer_files(store: Location) -> rules.TimerFiles:
                             wheel_size=wheel.size() if wheel.exists() else None, metrics_problem=problem)
 
 
+def precheck(store: Location, settings: BrokerSettings) -> None:
+    """--repair-timer: refuse before any Spark work what the repair cannot do (no timer files, the timer off,
+    malformed timer files); the rest is decided with the recovery's facts."""
+    files = read_timer_files(store)
+    if not files.present:
+        raise rules.RecoveryError("--repair-timer: the store has no timer files (timerlog/, timerwheel, "
+                                  "config/timercheck); there is nothing to repair")
+    if not settings.timer_wheel_enable:
+        raise rules.RecoveryError("--repair-timer: timerWheelEnable=false, the broker does not use the timer "
+                                  "files; nothing to repair")
+    problems = rules.file_problems(files, settings.mapped_file_size_timer_log)
+    if problems:
+        raise rules.RecoveryError(f"--repair-timer: {problems[0]}; the repair does not rewrite malformed timer files")
+
+
 def _reader(store: Location):
     """Bytes of a timer-log file by start offset."""
     return lambda start: store.child(rules.TIMERLOG_DIR, tlog.file_name(start)).read_bytes()
