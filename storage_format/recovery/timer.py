@@ -37,6 +37,7 @@ class TimerFiles:
     check_size: int | None  # None: no config/timercheck
     wheel_size: int | None  # None: no timerwheel
     metrics_problem: str | None = None
+    stray: tuple[str, ...] = ()  # entries of timerlog/ that are no timer-log file (name not an offset)
 
     @property
     def present(self) -> bool:
@@ -93,6 +94,9 @@ def file_problems(files: TimerFiles, file_size: int) -> list[str]:
         if size != file_size and not (size == 0 and i == len(sizes) - 1):
             out.append(f"{TIMERLOG_DIR}/{tlog.file_name(start)} is {size} bytes, not mappedFileSizeTimerLog="
                        f"{file_size}: the timer log does not load and the broker does not start")
+    for name in files.stray:
+        out.append(f"{TIMERLOG_DIR}/{name} is not a timer-log file (its name is no 20-digit offset): the broker's "
+                   f"timer log does not load it")
     if files.metrics_problem:
         out.append(files.metrics_problem)
     return out

@@ -63,11 +63,13 @@ def _opt(loc: Location) -> bytes | None:
 def read_timer_files(store: Location) -> rules.TimerFiles:
     """The timer files' sizes and timercheck (the timer log and wheel are read later, as needed)."""
     log_dir = store.child(rules.TIMERLOG_DIR)
-    files = []
+    files, stray = [], []
     if log_dir.exists():
         for info in log_dir.list():
             if info.type.name == "File" and info.base_name.isdigit():
                 files.append((int(info.base_name), info.size))
+            else:
+                stray.append(info.base_name)
     raw = _opt(store.child(rules.TIMERCHECK))
     wheel = store.child(rules.TIMERWHEEL)
     problem = None
@@ -76,22 +78,31 @@ def read_timer_files(store: Location) -> rules.TimerFiles:
         problem = metrics_problem(main, bak)
     return rules.TimerFiles(log_files=tuple(sorted(files)), check=parse_timercheck(raw or b""),
                             check_size=None if raw is None else len(raw),
-                            wheel_size=wheel.size() if wheel.exists() else None, metrics_problem=problem)
+                            wheel_size=wheel.size() if wheel.exists() else None, metrics_problem=problem,
+                            stray=tuple(sorted(stray)))
+
+
+def refusal(files: rules.TimerFiles, settings: BrokerSettings) -> str | None:
+    """Why --repair-timer cannot work on these timer files whatever the recovery decides, or None."""
+    if not files.present:
+        return ("--repair-timer: the store has no timer files (timerlog/, timerwheel, config/timercheck); there is "
+                "nothing to repair")
+    if not settings.timer_wheel_enable:
+        return "--repair-timer: timerWheelEnable=false, the broker does not use the timer files; nothing to repair"
+    problems = rules.file_problems(files, settings.mapped_file_size_timer_log)
+    if problems:
+        return f"--repair-timer: {problems[0]}; the repair does not rewrite malformed timer files"
+    if files.wheel_size != twheel.WHEEL_SIZE:
+        return (f"--repair-timer: the store has no {rules.TIMERWHEEL} (or an empty one) beside its timer log; the "
+                f"repair needs the wheel the broker keeps")
+    return None
 
 
 def precheck(store: Location, settings: BrokerSettings) -> None:
-    """--repair-timer: refuse before any Spark work what the repair cannot do (no timer files, the timer off,
-    malformed timer files); the rest is decided with the recovery's facts."""
-    files = read_timer_files(store)
-    if not files.present:
-        raise rules.RecoveryError("--repair-timer: the store has no timer files (timerlog/, timerwheel, "
-                                  "config/timercheck); there is nothing to repair")
-    if not settings.timer_wheel_enable:
-        raise rules.RecoveryError("--repair-timer: timerWheelEnable=false, the broker does not use the timer "
-                                  "files; nothing to repair")
-    problems = rules.file_problems(files, settings.mapped_file_size_timer_log)
-    if problems:
-        raise rules.RecoveryError(f"--repair-timer: {problems[0]}; the repair does not rewrite malformed timer files")
+    """--repair-timer: refuse before any Spark work what the repair cannot do."""
+    why = refusal(read_timer_files(store), settings)
+    if why:
+        raise rules.RecoveryError(why)
 
 
 def _reader(store: Location):
@@ -104,35 +115,25 @@ def assess(store: Location, settings: BrokerSettings, facts: rules.RecoveryFacts
     (raises RecoveryError where it refuses)."""
     files = read_timer_files(store)
     precision = settings.timer_precision
+    why = refusal(files, settings) if repair else None
+    if why:
+        raise rules.RecoveryError(why)
     if not files.present:
-        if repair:
-            raise rules.RecoveryError("--repair-timer: the store has no timer files (timerlog/, timerwheel, "
-                                      "config/timercheck); there is nothing to repair")
         return None
     if not settings.timer_wheel_enable:
-        if repair:
-            raise rules.RecoveryError("--repair-timer: timerWheelEnable=false, the broker does not use the timer "
-                                      "files; nothing to repair")
         return TimerOutcome(files, None, [], None, precision,
                             "timerWheelEnable=false: the broker does not read the timer files; copied as they are",
                             settings.mapped_file_size_timer_log, facts.timer_queue_max, facts.timer_queue_cut)
     size = settings.mapped_file_size_timer_log
     problems = rules.file_problems(files, size)
-    wheel_loc = store.child(rules.TIMERWHEEL)
     tail, after, wheel = None, {}, None
     if not problems:
-        wheel = wheel_loc.read_bytes() if files.wheel_size == twheel.WHEEL_SIZE else None
+        wheel = store.child(rules.TIMERWHEEL).read_bytes() if files.wheel_size == twheel.WHEEL_SIZE else None
         tail, after = rules.read_tail(files, _reader(store), size, precision, facts, whole=repair, wheel=wheel)
     warns = rules.warnings(files, tail, facts, file_size=size, skip_unknown_error=settings.timer_skip_unknown_error,
                            repairing=repair)
     plan = None
     if repair:
-        if problems:
-            raise rules.RecoveryError(f"--repair-timer: {problems[0]}; the repair does not rewrite malformed timer "
-                                      f"files")
-        if wheel is None:
-            raise rules.RecoveryError(f"--repair-timer: the store has no {rules.TIMERWHEEL} (or an empty one) beside "
-                                      f"its timer log; the repair needs the wheel the broker keeps")
         plan = rules.plan_repair(files, tail, after, wheel, facts, file_size=size, precision=precision)
     note = ("timer files copied as they are (what the broker's own recovery works from)" if plan is None else
             "--repair-timer: " + ("the timer files need no repair" if not plan.changes else
