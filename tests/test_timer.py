@@ -424,3 +424,24 @@ def test_repair_timer_refuses_a_store_without_timer_files(spark, golden, tmp_pat
         recover("--store", str(GOLDEN / "v5-unclean-11"), "--broker-config", str(GOLDEN / "v5-unclean-11" / "broker.conf"),
                 "--out", str(tmp_path / "out"), "--repair-timer")
     assert not (tmp_path / "out").exists()
+
+
+def test_assess_reads_a_store_and_refuses_what_it_cannot_repair(tmp_path):
+    from jobs.pipeline.io.fs import location
+    from jobs.pipeline.recover.timer import assess
+
+    w = written(6, 400, [0, 1], set())
+    w.save(tmp_path, 0, 6)
+    facts = rules.RecoveryFacts(commit_end=300, timer_queue_max=3, timer_queue_cut=True, last_record_ms=None)
+    conf = {"mappedFileSizeTimerLog": "400"}
+    out = assess(location(str(tmp_path)), settings_from_mapping(conf).settings, facts, repair=True)
+    assert out.tail.stale == 3 and out.repair.cut == w.appended[3][0] and out.changes
+    off = settings_from_mapping({**conf, "timerWheelEnable": "false"}).settings
+    quiet = assess(location(str(tmp_path)), off, facts, repair=False)
+    assert quiet.warnings == [] and quiet.tail is None and "timerWheelEnable=false" in quiet.note
+    with pytest.raises(RecoveryError, match="timerWheelEnable=false"):
+        assess(location(str(tmp_path)), off, facts, repair=True)
+    (tmp_path / "timerlog" / "notes.txt").write_text("x")
+    with pytest.raises(RecoveryError, match="timerlog/notes.txt is not a timer-log file"):
+        assess(location(str(tmp_path)), settings_from_mapping(conf).settings, facts, repair=True)
+    assert assess(location(str(tmp_path / "none")), settings_from_mapping(conf).settings, facts, repair=False) is None
