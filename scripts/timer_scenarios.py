@@ -86,13 +86,17 @@ def recover(store: Path, conf: Path, extra: list[str], log: Path) -> str:
 
 
 def count(reopen_out: str, reopen_log: Path, kind_a: int) -> dict:
-    """Deliveries by message, early ones, and the stuck dequeue's retries."""
+    """Deliveries by message, early ones, and the stuck dequeue's retries. The probe names a delivery by the
+    first 4 characters of its body ("A0" .. "A9999" truncated), so A messages are counted per name against how
+    many A messages carry that name: a name seen more often is a duplicate, less often a loss."""
     tags = collections.Counter(re.findall(r"^DELIVERED .* tag=(\S+) ", reopen_out, re.M))
-    a = {t: n for t, n in tags.items() if t.startswith("A")}
+    expect = collections.Counter(f"A{i}"[:4] for i in range(kind_a))
+    seen = {t: n for t, n in tags.items() if t.startswith("A")}
     retries = reopen_log.read_text(errors="replace").count("Unknown error") if reopen_log.exists() else 0
     return {"delivered": sum(tags.values()), "early": reopen_out.count("early=true"),
-            "a_delivered_once": sum(1 for n in a.values() if n == 1), "a_expected": kind_a,
-            "a_duplicates": sum(n - 1 for n in a.values() if n > 1),
+            "a_delivered_once": sum(min(seen.get(t, 0), n) for t, n in expect.items()), "a_expected": kind_a,
+            "a_duplicates": sum(max(0, n - expect.get(t, 0)) for t, n in seen.items()),
+            "a_missing": sum(max(0, n - seen.get(t, 0)) for t, n in expect.items()),
             "b_delivered": sum(n for t, n in tags.items() if t.startswith("B")),
             "c_delivered": sum(n for t, n in tags.items() if t.startswith("C")),
             "stuck_retries": retries,
