@@ -18,13 +18,24 @@ END_MISSING_SEGMENT = "missing_segment"
 END_ERROR = "error"  # the split could not be decoded (its summary carries the error)
 
 
+SEGMENT_PLAIN = "plain"  # records follow each other (commitlog/)
+SEGMENT_DLEDGER = "dledger"  # each record sits behind a DLedger entry header (dledger-<id>/data/)
+
+
 @dataclass(frozen=True)
 class Segment:
-    """One commit-log segment file: its start offset (from the name), size and path."""
+    """One commit-log segment file: its start offset (from the name), size and path. `header` is the bytes
+    in front of each record: 0 in a plain segment, the DLedger entry header in a DLedger data file (the
+    record at entry pos + header, the next entry at pos + entry size, a DLedger blank ends the file)."""
 
     start: int
     size: int
     path: str
+    header: int = 0
+
+    @property
+    def kind(self) -> str:
+        return SEGMENT_DLEDGER if self.header else SEGMENT_PLAIN
 
 
 @dataclass(frozen=True)
