@@ -171,7 +171,7 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
     unpack = _ENTRY_HEAD.unpack_from
     buf_len = len(buf)
     limit = min(buf_len, segment_end)
-    pos, blanks = start, 0
+    pos, blanks, prev = start, 0, None
     end: ScanEnd
     while True:
         if pos >= stop:
@@ -214,6 +214,10 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
             why = f"no commit-log record behind the entry header (magic 0x{record_magic:08X})"
         if why is None and size < h + MIN_RECORD_SIZE:
             why = f"entry size {size} is below the smallest record ({MIN_RECORD_SIZE}) + {h}"
+        index = dledger.entry_index_at(buf, pos + h)
+        if why is None and prev is not None and index != prev + 1:
+            why = f"entry index {index} follows entry index {prev} (a gap)"
+        prev = index
         if why:
             end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail=why)
             break

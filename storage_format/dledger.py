@@ -116,6 +116,11 @@ def entry_problem(buf: bytes | memoryview, at: int, base_offset: int, bytes_left
     return None
 
 
+def entry_index_at(buf: bytes | memoryview, record_pos: int) -> int:
+    """The entry index of the entry whose record starts at buf[record_pos]."""
+    return struct.unpack_from(">q", buf, record_pos - ENTRY_HEADER_SIZE + AT_INDEX)[0]
+
+
 def peer_count(peers: str | None) -> int:
     """Members of the group named by dLegerPeers (n0-host:port;n1-host:port); 0 when unset."""
     return len([p for p in (peers or "").split(PEER_SPLITTER) if p.strip()])

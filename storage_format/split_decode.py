@@ -69,6 +69,8 @@ class FastSplit:
     unordered: tuple[tuple[str, int], ...]  # queues whose rows do not step by exactly 1
     cq: CqRows
     keys: KeyBatch
+    first_entry: int | None = None  # DLedger entry index of the first and last entry (None: plain)
+    last_entry: int | None = None
 
 
 def _rules(min_ts: int, max_ts: int) -> np.ndarray:
@@ -116,7 +118,9 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
                      int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
-                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()))
+                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
+                     int(stats[k.S_FIRST_ENTRY]) if header and records else None,
+                     int(stats[k.S_LAST_ENTRY]) if header and records else None)
 
 
 def _group(arr: np.ndarray, qs: np.ndarray,

@@ -40,7 +40,8 @@ KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
 # Slots of the `stats` output.
 S_FALLBACK, S_FALLBACK_POS, S_RECORDS, S_CQ, S_KEYS, S_QUEUES, S_END, S_END_POS, S_END_MAGIC, S_BLANKS = range(10)
 S_FIRST_TS, S_LAST_TS, S_MIN_TS, S_MAX_TS, S_LAST_POS, S_LAST_SIZE = range(10, 16)
-N_STATS = 16
+S_FIRST_ENTRY, S_LAST_ENTRY = 16, 17  # DLedger entry index of the first and last entry walked
+N_STATS = 18
 
 # Wanted property names, by their index in the `names` argument.
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
@@ -332,6 +333,10 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
             if size < 0:
                 break
+            entry = i64(a, pos + 8)
+            if n > 0 and entry != stats[S_LAST_ENTRY] + 1:  # an index gap: the reference says where
+                stats[S_FALLBACK] = FB_BAD_ENTRY
+                break
             rp, size = pos + header, size - header  # the record behind the entry header
         else:
             size = _header(a, pos, stop, limit, segment_end, rules, stats)
@@ -375,6 +380,10 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
                 stats[S_FALLBACK] = FB_NON_ASCII
                 break
         _note_record(stats, n, rp, size, store_ts)
+        if header:  # noted only once the record is taken: a walk stopped for room reads it again
+            if n == 0:
+                stats[S_FIRST_ENTRY] = i64(a, pos + 8)
+            stats[S_LAST_ENTRY] = i64(a, pos + 8)
         n += 1
         pos = end
     cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD] = pos, n, ncq, nk, nq, ahead

@@ -16,6 +16,7 @@ from pyspark import SparkContext
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
                                       parse_segment_name)
 from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.dledger import entry_index_at
 from storage_format.errors import ScanError, SettingsError, StoreFormatError
 from storage_format.log_sources import LogFile, plan_log
 from storage_format.index_keys import index_keys
@@ -161,6 +162,7 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
     if not fast.records:
         return summary
+    summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
     summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
     summary.last_record_offset = base + fast.last_position
     summary.last_record_end = summary.last_record_offset + fast.last_size
@@ -189,6 +191,9 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     summary = SplitSummary(sp.index, first, chunk.end, chunk.count, chunk.blank_count, bytes_read)
     if not chunk.count:
         return summary
+    if sp.segment.header:
+        summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
+        summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
     ts = cols.store_timestamp
     summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
     summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])
