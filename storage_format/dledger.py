@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 ENTRY_HEADER_SIZE = 48  # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
 ENTRY_MAGIC = 1  # DLedgerEntry.MAGIC in 0.3.1.2
 BLANK_MAGIC = -1  # a DLedger blank: int -1, int bytes-left (these 8 counted), zeros
@@ -177,3 +179,60 @@ def committed_end(index_unit_bytes: bytes) -> int:
     if magic != ENTRY_MAGIC:
         raise ValueError(f"index unit magic {magic} is not {ENTRY_MAGIC}")
     return pos + size
+
+
+_UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+UNIT_FIELDS = _UNIT_DTYPE.names
+
+
+def expected_units(buf: bytes | memoryview, record_positions: np.ndarray) -> np.ndarray:
+    """The DLedger index units (a structured array in index-file byte order) of the entries whose records sit
+    at `record_positions` in `buf`: what DLedger writes at entry index x 32 for each."""
+    raw = np.frombuffer(buf, np.uint8)
+    at = np.asarray(record_positions, np.int64) - ENTRY_HEADER_SIZE
+
+    def field(off: int, width: int) -> np.ndarray:
+        cols = raw[(at + off)[:, None] + np.arange(width)]
+        return np.frombuffer(np.ascontiguousarray(cols).tobytes(), f">i{width}")
+
+    units = np.zeros(len(at), _UNIT_DTYPE)
+    units["magic"] = ENTRY_MAGIC
+    units["pos"], units["size"] = field(AT_POS, 8), field(AT_SIZE, 4)
+    units["index"], units["term"] = field(AT_INDEX, 8), field(AT_TERM, 8)
+    return units
+
+
+@dataclass(frozen=True)
+class UnitDifference:
+    """One DLedger index unit that disagrees with its entry: row in the compared range, whether the unit is
+    all zeros (missing) and the first field that differs, expected vs found."""
+
+    row: int
+    missing: bool
+    field: str
+    expected: int
+    found: int
+
+
+def compare_units(expected: np.ndarray, found: bytes | memoryview) -> list[UnitDifference]:
+    """Units read from the DLedger index (`found`, len(expected) x 32 bytes; a short read counts as zeros)
+    against the entries' units."""
+    got = np.zeros(len(expected), _UNIT_DTYPE)
+    raw = bytes(found)[:len(expected) * INDEX_UNIT_SIZE]
+    n = len(raw) // INDEX_UNIT_SIZE
+    got[:n] = np.frombuffer(raw[:n * INDEX_UNIT_SIZE], _UNIT_DTYPE)
+    out = []
+    bad = np.zeros(len(expected), bool)
+    for name in UNIT_FIELDS:
+        bad |= got[name] != expected[name]
+    for row in np.flatnonzero(bad).tolist():
+        name = next(f for f in UNIT_FIELDS if got[f][row] != expected[f][row])
+        missing = not any(int(got[f][row]) for f in UNIT_FIELDS)
+        out.append(UnitDifference(row, missing, name, int(expected[name][row]), int(got[name][row])))
+    return out
+
+
+def index_file_of(entry_index: int) -> tuple[int, int]:
+    """(start offset of the DLedger index file holding the entry's unit, byte offset of the unit in it)."""
+    at = entry_index * INDEX_UNIT_SIZE
+    return at - at % INDEX_FILE_SIZE, at % INDEX_FILE_SIZE

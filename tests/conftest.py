@@ -43,6 +43,20 @@ def manifest(case: str) -> dict:
     return json.loads((GOLDEN / case / "manifest.json").read_text())
 
 
+def restored_copy(case: str, dest: Path) -> Path:
+    """A writable copy of a golden store with its DLedger index files (stored cut after their last used unit)
+    back at the real length the manifest lists: sparse, instant (golden README, "Stored cut")."""
+    import shutil
+
+    shutil.copytree(GOLDEN / case, dest)
+    for p in [dest, *dest.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    for rel, info in manifest(case)["files"].items():
+        if "/index/" in rel and rel.startswith("dledger-") and (dest / rel).stat().st_size < info["size"]:
+            os.truncate(dest / rel, info["size"])
+    return dest
+
+
 def expected_scan(case: str) -> dict:
     """The manifest's scan of a case's whole log, in jobs.inspect's terms: `commitlog_scan` for a plain store;
     for a DLedger store its `dledger_scan` (entries, blanks listed, the write end; 'size0' = the zero header
