@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jobs.pipeline.fs import location
-from jobs.pipeline.scan import list_segments
+from jobs.pipeline.io.fs import location
+from jobs.pipeline.scan.stage import list_segments
 from storage_format.commitlog import decode_buffer
 from storage_format.record import Message
 from storage_format.settings import BrokerSettings
