@@ -425,6 +425,28 @@ def write_store(
     return summary
 
 
+def write_dledger_index(home: Path, units: bytes, first_index: int) -> None:
+    """`home/index/`: the units of entries first_index, first_index + 1, ... at entry index x 32, in files of
+    160 MiB named by their start offset (sparse: the zeros are not written)."""
+    (home / "index").mkdir(parents=True, exist_ok=True)
+    at = first_index * DLEDGER_INDEX_UNIT.size
+    file_start = at - at % DLEDGER_INDEX_FILE_SIZE
+    while True:
+        with open(home / "index" / segment_name(file_start), "wb") as f:
+            f.seek(at - file_start)
+            take = min(len(units), file_start + DLEDGER_INDEX_FILE_SIZE - at)
+            f.write(units[:take])
+            f.truncate(DLEDGER_INDEX_FILE_SIZE)
+        units, at, file_start = units[take:], at + take, file_start + DLEDGER_INDEX_FILE_SIZE
+        if not units:
+            return
+
+
+def write_dledger_checkpoint(home: Path, committed_index: int, end_index: int) -> None:
+    """`home/checkpoint` as DLedger stores it (java.util.Properties text)."""
+    (home / "checkpoint").write_text(f"#{home.name}\ncommittedIndex={committed_index}\nendIndex={end_index}\n")
+
+
 @dataclass
 class DledgerWriteSummary:
     """What write_dledger_store wrote: the plain part (None without one) and the DLedger part."""
@@ -477,21 +499,8 @@ def write_dledger_store(
     summary = writer.close()
     last = writer.dledger_index - 1
     if write_index:
-        (home / "index").mkdir(parents=True, exist_ok=True)
-        at = first_index * DLEDGER_INDEX_UNIT.size
-        units = bytes(writer.units)
-        file_start = at - at % DLEDGER_INDEX_FILE_SIZE
-        while True:  # the units, file by file (160 MiB each, sparse)
-            with open(home / "index" / segment_name(file_start), "wb") as f:
-                f.seek(at - file_start)
-                take = min(len(units), file_start + DLEDGER_INDEX_FILE_SIZE - at)
-                f.write(units[:take])
-                f.truncate(DLEDGER_INDEX_FILE_SIZE)
-            units, at, file_start = units[take:], at + take, file_start + DLEDGER_INDEX_FILE_SIZE
-            if not units:
-                break
-    committed = last if committed_index is None else committed_index
-    (home / "checkpoint").write_text(f"#{self_id}\ncommittedIndex={committed}\nendIndex={last}\n")
+        write_dledger_index(home, bytes(writer.units), first_index)
+    write_dledger_checkpoint(home, last if committed_index is None else committed_index, last)
     if write_lock:
         (root / "lock").write_bytes(LOCK_FILE_CONTENT)
     return DledgerWriteSummary(plain_summary, summary, start_offset if plain_summary else None, first_index, last)

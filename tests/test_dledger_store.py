@@ -129,3 +129,25 @@ def test_kernel_equals_reference_on_generated_dledger_stores(n, seed, split_size
                         first_index=first_index)
     settings_ = BrokerSettings(mapped_file_size_commitlog=8192, enable_dleger_commit_log=True, d_leger_self_id="n0")
     assert compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work")) > 0
+
+
+def test_bench_store_in_dledger_mode(tmp_path):
+    """`python -m bench --dledger` writes its store as DLedger entry files with the member's index and
+    checkpoint and a broker.conf naming the one-member group: every message reads back, entries 0..n-1."""
+    from jobs.pipeline.store.dispatch import dledger_reading
+    from storage_format.settings import load_settings
+    from storegen.synth import StoreSpec, write_bench_store
+
+    spec = StoreSpec(messages=3000, segment_size=1 << 20, dledger=True)
+    info = write_bench_store(tmp_path, spec, progress=False)
+    settings_ = load_settings(tmp_path / "broker.conf")
+    segments = list_segments(location(str(tmp_path)), settings_)
+    assert settings_.enable_dleger_commit_log and all(s.header == 48 for s in segments)
+    count = 0
+    for seg in segments:
+        chunk = decode_buffer(Path(seg.path).read_bytes(), seg.start, header=seg.header, path=seg.path)
+        count += chunk.count
+    assert count == info["records"] == 3000
+    reading = dledger_reading(location(str(tmp_path)), settings_, None)
+    assert reading.reading.reading == "surviving" and reading.reading.committed_index == 2999
+    assert "dledger" not in StoreSpec().to_dict()  # plain bench stores keep their spec (and are reused)
