@@ -151,3 +151,31 @@ def test_bench_store_in_dledger_mode(tmp_path):
     reading = dledger_reading(location(str(tmp_path)), settings_, None)
     assert reading.reading.reading == "surviving" and reading.reading.committed_index == 2999
     assert "dledger" not in StoreSpec().to_dict()  # plain bench stores keep their spec (and are reused)
+
+
+def test_kernel_takes_the_splits_below_the_committed_position(tmp_path, monkeypatch):
+    """Under a dispatch limit (the checkpoint reading's committed position) the kernel decodes every split
+    wholly below it, the reference the one that holds it and those after; summaries and work files equal
+    the reference's everywhere."""
+    import jobs.pipeline.scan.stage as stage
+    from jobs.pipeline.scan.stage import SplitTask, decode_split
+    from storage_format.scan_plan import plan_splits
+    from storage_format.settings import load_settings
+    from tests.test_split_kernel import _summary_fields, _work_files
+
+    case = "dledger-unclean-11"
+    settings_ = load_settings(GOLDEN / case / "broker.conf")
+    limit = manifest(case)["dledger_scan"]["checkpoint_committedPos"]
+    fast, by_kernel = stage._summarise_fast, []
+    monkeypatch.setattr(stage, "_summarise_fast", lambda task, *a: by_kernel.append(task.split) or fast(task, *a))
+    for sp in plan_splits(list_segments(location(str(GOLDEN / case)), settings_), 65536):
+        got = {}
+        for kernel in (True, False):
+            work = tmp_path / ("k" if kernel else "r")
+            task = SplitTask(sp, settings_, work=location(str(work)), kernel=kernel, dispatch_limit=limit)
+            got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
+        assert got[True][0] == got[False][0], sp.index
+        for k_table, r_table in zip(got[True][1:], got[False][1:]):
+            assert (k_table is None) == (r_table is None) and (k_table is None or k_table.equals(r_table))
+    below = [sp.index for sp in by_kernel]
+    assert len(below) > 5 and all(sp.global_stop < limit for sp in by_kernel), below
