@@ -29,7 +29,9 @@ def test_committed_reading_rule():
     three = committed_reading("n0-a:1;n1-b:2;n2-c:3", 1503)
     assert three.reading == READING_CHECKPOINT and "3-member" in three.reason
     assert committed_reading("n0-a:1;n1-b:2", None).reading == READING_SURVIVING
-    assert committed_reading(None, 7).reading == READING_SURVIVING
+    assert "no committedIndex" in committed_reading("n0-a:1;n1-b:2", None).reason
+    unset = committed_reading(None, 7)
+    assert unset.reading == READING_SURVIVING and "dLegerPeers not set" in unset.reason
     flagged = committed_reading("n0-a:1", 5, READING_CHECKPOINT)
     assert flagged.explicit and flagged.reading == READING_CHECKPOINT and flagged.to_dict()["chosen_by"] == "flag"
     with pytest.raises(ValueError):
