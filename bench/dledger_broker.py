@@ -254,15 +254,12 @@ def table(s: DledgerSideBySide) -> str:
                 f"file(s)" if s.compared else "")
              + f"; other load {min(load, default=0):.2f}-{max(load, default=0):.2f} cores)"]
     labels = {"process_wall_s": "process_wall_s (less settle wait)", "end_to_end_s": "end_to_end_s (load+disp+flush)"}
-    for k in BROKER_FIGURES + INFO_FIGURES:
-        if k in b:
-            lines.append(f"  broker {labels.get(k, k):<38}{b[k]:>9.2f}")
-    for name, m in (("jobs.rebuild DLedger", r), ("jobs.rebuild plain", p)):
-        for k in REPUT_FIGURES:
-            if k in m:
-                lines.append(f"  {name} {k:<{37 - len(name)}}{m[k]:>9.2f}")
-    for k, v in s.ratios().items():
-        lines.append(f"  ratio {k:<57}{v:>6.2f}")
+    rows = [(f"broker {labels.get(k, k)}", b[k]) for k in BROKER_FIGURES + INFO_FIGURES if k in b]
+    rows += [(f"{name} {k}", m[k]) for name, m in (("jobs.rebuild DLedger", r), ("jobs.rebuild plain", p))
+             for k in REPUT_FIGURES if k in m]
+    rows += [(f"ratio {k}", v) for k, v in s.ratios().items()]
+    lines += [f"  {label:<64}{value:>8.2f}" for label, value in rows]
+    lines.append("issue 20's targets: reput_over_broker_whole_process <= 0.6 and dledger_over_plain <= 1.15")
     lines.append("broker dispatch_s runs from start() to the kit's changed_to_master (100 ms polls: 0-0.1 s late; "
                  "election and commit included); settle_wait_s (the kit's 15 quiet polls) is left out of "
                  "process_wall_s; flush_s = shutdown() less its fixed 1 s sleep")
