@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.memory import WORKER_MARKS, _is_python
 from bench.scale import ScaleRuns, ScaleStore, table
 
@@ -93,7 +95,6 @@ def test_reopen_events_give_figures_timed_like_rebuild_timer() -> None:
 def test_reopen_that_appended_or_never_settled_is_an_error_not_a_figure() -> None:
     """A record appended during reopen (a due delay message delivered) would make the broker's output another
     store's; a missing event or the kit's settle timeout leaves nothing to time: each is a named error."""
-    import pytest
     from bench.broker import BrokerRunError
     from bench.dledger_broker import reopen_figures
     events, launched, exited = _reopen_events(appended=412)
@@ -146,9 +147,64 @@ def test_kit_classpath_resolves_entries_written_relative_to_the_builds_parent(tm
 
 
 def test_dledger_broker_comparison_needs_the_dledger_store(capsys) -> None:
-    import pytest
     from bench.__main__ import parse_args
     with pytest.raises(SystemExit) as e:
         parse_args(["--dledger-broker-build", "/x"])
     assert e.value.code == 2 and "needs --dledger" in capsys.readouterr().err
     assert parse_args(["--dledger", "--dledger-broker-build", "/x"]).dledger_broker_build.name == "x"
+
+
+def test_the_brokers_work_store_holds_copies_of_the_data_files_only(tmp_path) -> None:
+    """No DLedger index, checkpoint or anything else goes along (the broker rebuilds them), and the files are
+    copies: the broker writing to its data files must not reach the bench store."""
+    from bench.broker import BrokerRunError
+    from bench.dledger_broker import data_only_copy
+    store = tmp_path / "store"
+    for rel, data in (("dledger-n0/data/00000000000000000000", b"\1" * 64), ("dledger-n0/index/00000000000000000000",
+                      b"\2" * 32), ("dledger-n0/checkpoint", b"committedIndex=3\n"), ("consumequeue/T/0/0", b"\3"),
+                      ("broker.conf", b"enableDLegerCommitLog=true\n")):
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_bytes(data)
+    work = data_only_copy(store, tmp_path / "work")
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == [
+        "dledger-n0/data/00000000000000000000"]
+    copy = work / "dledger-n0/data/00000000000000000000"
+    assert copy.read_bytes() == b"\1" * 64 and copy.stat().st_ino != (store / "dledger-n0/data/00000000000000000000").stat().st_ino
+    (store / "dledger-n1/data").mkdir(parents=True)
+    with pytest.raises(BrokerRunError, match="found 2"):
+        data_only_copy(store, tmp_path / "work")
+
+
+@pytest.mark.parametrize("broker_cq", [b"cq", b"cQ"])
+def test_dledger_rounds_alternate_and_the_first_rounds_outputs_are_compared(tmp_path, monkeypatch,
+                                                                             broker_cq: bytes) -> None:
+    """Round 1: reput DLedger, reput plain, broker; round 2 the reverse. The first round's consume queues and
+    index files (by content in name order: the broker names them by its clock) decide `identical`."""
+    import bench.dledger_broker as db
+    calls = []
+
+    def write(root: Path, index_name: str) -> None:
+        (root / "consumequeue/T/0").mkdir(parents=True, exist_ok=True)
+        (root / "consumequeue/T/0/00000000000000000000").write_bytes(broker_cq if "broker" in root.name else b"cq")
+        (root / "index").mkdir(exist_ok=True)
+        (root / "index" / index_name).write_bytes(b"ix")
+
+    def broker(build, store, work):
+        calls.append("broker")
+        write(work, "20261125230038399")
+        (work / "checkpoint").write_bytes(b"not compared")
+        return {"end_to_end_s": 10.0, "process_wall_s": 12.0}
+
+    def reput(store, out, master, split_size):
+        calls.append(store.name)
+        write(out, "20260101000000000")
+        return {"total_s": 2.0, "process_wall_s": 6.0}
+
+    monkeypatch.setattr(db, "run_dledger_broker", broker)
+    monkeypatch.setattr(db, "run_reput", reput)
+    monkeypatch.setattr(db, "warm_page_cache", lambda store: 0.0)
+    s = db.side_by_side(Path("b"), tmp_path / "dl", tmp_path / "plain", tmp_path, 2, "local[2]", 1 << 27)
+    assert calls == ["dl", "plain", "broker", "broker", "plain", "dl"]
+    assert s.identical is (broker_cq == b"cq") and s.compared["consume_queue_files"] == 1 and s.compared["index_files"] == 1
+    assert s.ratios()["reput_over_broker_whole_process"] == 0.5
+    assert not any((tmp_path / d).exists() for d in ("dledger-broker-store", "dledger-reput-out", "plain-reput-out"))
