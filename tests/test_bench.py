@@ -70,7 +70,8 @@ def _reopen_events(appended: int = 0) -> tuple[list[tuple[float, dict]], float, 
         (start_begin + 0.46, {"event": "store_open", "dledger": True, "load_ms": 8793, "start_ms": 453,
                               "now": round((start_begin + 0.453) * 1e3),
                               "dledger_after_load": {"role": "CANDIDATE", "committedIndex": -1, "writePos": size}}),
-        (start_begin + 0.71, {"event": "role_change", "term": 0, "role": "LEADER", "at": round((start_begin + 0.7) * 1e3)}),
+        (start_begin + 0.71, {"event": "role_change", "term": 0, "role": "LEADER",
+                              "at": round((start_begin + 0.7) * 1e3)}),
         (start_begin + 8.41, {"event": "changed_to_master", "at": round((start_begin + 8.4) * 1e3)}),
         (start_begin + 8.43, {"event": "leader_ready", "at": round((start_begin + 8.42) * 1e3), "dledger": state}),
         (start_begin + 9.9, {"event": "settled", "maxPhy": size + appended, "appended_bytes": size, "dledger": state}),
@@ -169,7 +170,8 @@ def test_the_brokers_work_store_holds_copies_of_the_data_files_only(tmp_path) ->
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == [
         "dledger-n0/data/00000000000000000000"]
     copy = work / "dledger-n0/data/00000000000000000000"
-    assert copy.read_bytes() == b"\1" * 64 and copy.stat().st_ino != (store / "dledger-n0/data/00000000000000000000").stat().st_ino
+    original = store / "dledger-n0/data/00000000000000000000"
+    assert copy.read_bytes() == b"\1" * 64 and copy.stat().st_ino != original.stat().st_ino
     (store / "dledger-n1/data").mkdir(parents=True)
     with pytest.raises(BrokerRunError, match="found 2"):
         data_only_copy(store, tmp_path / "work")
@@ -205,6 +207,7 @@ def test_dledger_rounds_alternate_and_the_first_rounds_outputs_are_compared(tmp_
     monkeypatch.setattr(db, "warm_page_cache", lambda store: 0.0)
     s = db.side_by_side(Path("b"), tmp_path / "dl", tmp_path / "plain", tmp_path, 2, "local[2]", 1 << 27)
     assert calls == ["dl", "plain", "broker", "broker", "plain", "dl"]
-    assert s.identical is (broker_cq == b"cq") and s.compared["consume_queue_files"] == 1 and s.compared["index_files"] == 1
+    assert s.identical is (broker_cq == b"cq")
+    assert s.compared["consume_queue_files"] == 1 and s.compared["index_files"] == 1
     assert s.ratios()["reput_over_broker_whole_process"] == 0.5
     assert not any((tmp_path / d).exists() for d in ("dledger-broker-store", "dledger-reput-out", "plain-reput-out"))
