@@ -93,6 +93,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.dledger_broker_build and not args.dledger:
         p.error("--dledger-broker-build needs --dledger (the broker's DLedger rebuild runs on the DLedger store)")
+    if args.broker_build and args.dledger:
+        p.error("--broker-build times RebuildTimer on a plain store's commitlog/; on the DLedger store use "
+                "--dledger-broker-build")
     unknown = set(args.stages.split(",")) - set(STAGES)
     if unknown:
         p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")

@@ -152,6 +152,9 @@ def test_dledger_broker_comparison_needs_the_dledger_store(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         parse_args(["--dledger-broker-build", "/x"])
     assert e.value.code == 2 and "needs --dledger" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--dledger", "--broker-build", "/x"])
+    assert "use --dledger-broker-build" in capsys.readouterr().err
     assert parse_args(["--dledger", "--dledger-broker-build", "/x"]).dledger_broker_build.name == "x"
 
 
