@@ -108,6 +108,10 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
+    if settings.enable_dleger_commit_log:  # the DLedger read path does not make a DLedger recovery
+        raise JobError(f"{args.store}: a DLedger-mode store (dledger-{settings.d_leger_self_id}/): its recovery "
+                       f"(DLedger's entry checks, no re-dispatch during load) is not implemented yet (issue 20); "
+                       f"reput does not apply a plain recovery to it")
     if args.repair_timer:
         recovery_timer.precheck(store, settings)
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
