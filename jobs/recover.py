@@ -26,6 +26,9 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.publish import output_for  # noqa: E402
+from jobs.pipeline.commit_marker import refuse_unfinished  # noqa: E402
+from jobs.pipeline.recovery_dledger import (check_dledger_store, dledger_output, infer_dledger_sizes,  # noqa: E402
+                                            is_dledger, plan_dledger_recovery)
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.session import job_context  # noqa: E402
@@ -98,7 +101,7 @@ def _run(args) -> int:
         else:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
-    store, settings = check_store(args, settings_from(args))
+    store, settings, args.dledger = _check(args)
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
         warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")
@@ -113,6 +116,31 @@ def _run(args) -> int:
     if args.out:
         return _to_out(args, store, location(args.out), settings, kw, tz)
     return _in_place(args, store, settings, kw, tz)
+
+
+def _check(args) -> tuple[Location, object, bool]:
+    """(store, settings, DLedger mode): a DLedger-mode store (enableDLegerCommitLog, or without a config one
+    dledger-*/data/ directory) goes to the DLedger-mode recovery; any other store through every job's checks."""
+    settings = settings_from(args)
+    store = location(args.store)
+    try:
+        refuse_unfinished(store)
+        dledger = is_dledger(store, settings, args.broker_config is not None)
+    except OSError as exc:
+        raise JobError(f"cannot read the store {args.store}: {exc}") from None
+    if not dledger:
+        return (*check_store(args, settings), False)
+    settings = check_dledger_store(store, settings)
+    if args.broker_config is None:
+        settings = infer_dledger_sizes(store, settings)
+    return store, settings, True
+
+
+def _planner(args):
+    """(plan function, output function) for the store's mode."""
+    if args.dledger:
+        return plan_dledger_recovery, dledger_output
+    return plan_recovery, plan_output
 
 
 def _write_plan(args, summary: dict) -> None:
@@ -139,7 +167,7 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(sc, store, settings, work, audit=True, **kw)
+        plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()
@@ -175,8 +203,9 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     started = time.monotonic()
     with staging:
         work = _own_work(args, staging.work)
-        plan = plan_recovery(sc, store, settings, work, **kw)
-        output = plan_output(plan, with_copies=True)
+        planner, outputs = _planner(args)
+        plan = planner(sc, store, settings, work, **kw)
+        output = outputs(plan, with_copies=True)
         t0 = time.monotonic()
         names = write_output(sc, plan, output, staging.dir, args.json, tz)
         plan.timings["write_s"] = time.monotonic() - t0
@@ -215,14 +244,15 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
-        plan = plan_recovery(sc, Location(str(path)), settings, work, **kw)
+        planner, outputs = _planner(args)
+        plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
             return EXIT_OK
         staging = inplace.prepare_staging(path)
-        output = plan_output(plan, with_copies=False)
+        output = outputs(plan, with_copies=False)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
     finally:
         work.delete_tree()
