@@ -73,6 +73,9 @@ def assert_matches_recovered(out: Path, case: str) -> None:
         expect = {k: v["sha256"] for k, v in files.items() if k.startswith(prefix)}
         got = {k: v for k, v in tree(out).items() if k.startswith(prefix)}
         assert got == expect, f"{case} {prefix}: differs at {sorted(set(got.items()) ^ set(expect.items()))[:3]}"
+    dledger = {k: v["sha256"] for k, v in files.items() if k.startswith("dledger-")}
+    if dledger:  # DLedger mode: the member's files too (the index at its real length, as the manifest lists it)
+        assert {k: v for k, v in tree(out).items() if k.startswith("dledger-")} == dledger
     expect_index = [files[k]["sha256"] for k in sorted(k for k in files if k.startswith("index/"))]
     assert [sha(p) for p in sorted((out / "index").iterdir())] == expect_index
     assert sha(out / "checkpoint") == files["checkpoint"]["sha256"]
@@ -379,7 +382,11 @@ class _Recovered(dict):
 
     def __missing__(self, case: str) -> Path:
         out = self.root / case
-        assert run_recover("--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"),
+        store = GOLDEN / case
+        if case.startswith("dledger-"):  # the DLedger index files are stored cut: their real length on a copy
+            from .test_dledger_recovery import restored_copy
+            store = restored_copy(case, self.root / f"{case}-input")
+        assert run_recover("--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"),
                            "--out", str(out), "--json") == 0
         self[case] = out
         return out
@@ -390,7 +397,7 @@ def recovered(spark, golden, tmp_path_factory) -> dict[str, Path]:
     return _Recovered(tmp_path_factory.mktemp("recovered"))
 
 
-@pytest.mark.parametrize("case", case_params(sorted(RECOVERY_PAIRS)))
+@pytest.mark.parametrize("case", case_params(sorted(RECOVERY_PAIRS), passing=frozenset({"dledger-unclean-11"})))
 def test_out_equals_broker_recovery(recovered, case):
     """OUT of every golden crashed store equals what RocketMQ's own recovery made of it."""
     assert_matches_recovered(recovered[case], case)

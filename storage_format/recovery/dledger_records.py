@@ -20,6 +20,7 @@ from ..dledger import BLANK_MAGIC, ENTRY_HEADER_SIZE, ENTRY_MAGIC, read_entry_he
 from ..errors import StoreFormatError
 from ..index_keys import index_keys
 from ..properties import TAGS
+from ..record import MAGIC_V1
 from ..settings import BrokerSettings
 from .index import KeyBatch
 from .queues import QueueEntries
@@ -101,6 +102,13 @@ def _dispatch(buf: bytes | memoryview, file_start: int, settings: BrokerSettings
     if not len(entries):
         return out
     cols = RecordColumns(buf, file_start, entries + ENTRY_HEADER_SIZE, path)
+    magic = np.flatnonzero(cols.magic != MAGIC_V1)
+    if len(magic):  # the broker's reput then skips the rest of the data it mapped: reput refuses instead
+        at = int(entries[magic[0]])
+        raise StoreFormatError(path, at + ENTRY_HEADER_SIZE,
+                               f"the record in the DLedger entry at {file_start + at} has magic "
+                               f"0x{int(cols.magic[magic[0]]):08X}, not a 4.x message: the broker's dispatch would "
+                               f"skip the rest of the data file from there")
     bad = first_invalid_record(cols, check_crc=False)
     if bad is not None:
         i, reason, why = bad
