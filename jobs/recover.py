@@ -26,9 +26,8 @@ from jobs.pipeline.fs import Location, location  # noqa: E402
 from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.publish import output_for  # noqa: E402
-from jobs.pipeline.commit_marker import refuse_unfinished  # noqa: E402
-from jobs.pipeline.recovery_dledger import (check_dledger_store, dledger_output, infer_dledger_sizes,  # noqa: E402
-                                            is_dledger, plan_dledger_recovery)
+from jobs.pipeline.dledger_report import add_dledger_flag  # noqa: E402
+from jobs.pipeline.recovery_dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.session import job_context  # noqa: E402
@@ -52,6 +51,7 @@ def _args(argv: list[str] | None):
                    help="restore STORE from --backup-dir (during or after an --in-place run; no Spark)")
     p.add_argument("--full-index", action="store_true",
                    help="rebuild the whole index from the valid commit log instead of resuming it")
+    add_dledger_flag(p)
     p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
@@ -101,7 +101,8 @@ def _run(args) -> int:
         else:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
-    store, settings, args.dledger = _check(args)
+    store, settings = check_store(args, settings_from(args))
+    args.dledger = settings.enable_dleger_commit_log  # DLedger mode: the broker's DLedger-mode recovery
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
         warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")
@@ -111,29 +112,15 @@ def _run(args) -> int:
         check_outside(store, location(args.work_dir), "--work-dir", may_contain=True)
     kw = dict(split_size=args.split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
               quiet=progress_quiet(args))
+    if args.dledger:
+        kw["dledger_reading"] = args.dledger_reading
+    elif args.dledger_reading:
+        raise JobError(f"--dledger-reading {args.dledger_reading}: {args.store} is not a DLedger-mode store")
     if args.dry_run:
         return _dry_run(args, store, settings, kw)
     if args.out:
         return _to_out(args, store, location(args.out), settings, kw, tz)
     return _in_place(args, store, settings, kw, tz)
-
-
-def _check(args) -> tuple[Location, object, bool]:
-    """(store, settings, DLedger mode): a DLedger-mode store (enableDLegerCommitLog, or without a config one
-    dledger-*/data/ directory) goes to the DLedger-mode recovery; any other store through every job's checks."""
-    settings = settings_from(args)
-    store = location(args.store)
-    try:
-        refuse_unfinished(store)
-        dledger = is_dledger(store, settings, args.broker_config is not None)
-    except OSError as exc:
-        raise JobError(f"cannot read the store {args.store}: {exc}") from None
-    if not dledger:
-        return (*check_store(args, settings), False)
-    settings = check_dledger_store(store, settings)
-    if args.broker_config is None:
-        settings = infer_dledger_sizes(store, settings)
-    return store, settings, True
 
 
 def _planner(args):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import struct
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from storage_format.recovery import dledger as D
 from storage_format.recovery.dledger_records import EntryRecords, dispatch_entries
 from storage_format.settings import load_settings
 
-from .conftest import GOLDEN, manifest
+from .conftest import GOLDEN, manifest, restored_copy
 
 CASE, RECOVERED = "dledger-unclean-11", "dledger-unclean-11-recovered"
 HOME = "dledger-n0"
@@ -31,17 +30,6 @@ FILE = 262144  # mappedFileSizeCommitLog of the golden DLedger stores
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def restored_copy(case: str, dst: Path) -> Path:
-    """A writable copy of a golden DLedger store with its DLedger index files at their real length."""
-    shutil.copytree(GOLDEN / case, dst)
-    for p in [dst, *dst.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    for p in (dst / HOME / "index").iterdir():
-        with open(p, "r+b") as fh:
-            fh.truncate(fmt.INDEX_FILE_SIZE)
-    return dst
 
 
 def readers(store: Path):

@@ -33,7 +33,7 @@ from storage_format.markers import detect_generation, markers_after_clean_start
 from storage_format.record import MAGIC_V1, MAGIC_V2
 from storage_format.settings import BrokerSettings
 
-from .conftest import GOLDEN, case_params, golden_cases, manifest
+from .conftest import GOLDEN, case_params, golden_cases, manifest, restored_copy
 
 REPO = Path(__file__).resolve().parents[1]
 UNCLEAN = ["unclean-11", "unclean-torn-11", "v5-unclean-11", "v5-unclean-torn-11"]
@@ -384,7 +384,6 @@ class _Recovered(dict):
         out = self.root / case
         store = GOLDEN / case
         if case.startswith("dledger-"):  # the DLedger index files are stored cut: their real length on a copy
-            from .test_dledger_recovery import restored_copy
             store = restored_copy(case, self.root / f"{case}-input")
         assert run_recover("--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"),
                            "--out", str(out), "--json") == 0
@@ -397,7 +396,7 @@ def recovered(spark, golden, tmp_path_factory) -> dict[str, Path]:
     return _Recovered(tmp_path_factory.mktemp("recovered"))
 
 
-@pytest.mark.parametrize("case", case_params(sorted(RECOVERY_PAIRS), passing=frozenset({"dledger-unclean-11"})))
+@pytest.mark.parametrize("case", case_params(sorted(RECOVERY_PAIRS)))
 def test_out_equals_broker_recovery(recovered, case):
     """OUT of every golden crashed store equals what RocketMQ's own recovery made of it."""
     assert_matches_recovered(recovered[case], case)

@@ -109,9 +109,11 @@ def _dledger(s: dict) -> list[str]:
              f"{stop['position_in_file']}: {stop['reason']}",
              f"             {stop['detail']}"]
     before = d.get("checkpoint_committed_index_before")
-    lines.append(f"    committed index {d['committed_index']}" + (
-        "" if before is None else f" (the DLedger checkpoint said {before}: {d['entries_past_checkpoint_committed_index']}"
-                                  f" entries past it, committed by the restarted one-member group)"))
+    lines.append(f"    committed index {d['committed_index']}, dispatch up to offset {d['committed_position']}: "
+                 f"{d['reading']['reason']}")
+    if before is not None:
+        lines.append(f"             (the DLedger checkpoint said committedIndex {before}: "
+                     f"{d['entries_past_checkpoint_committed_index']} entries lie past it)")
     lines += _listed("remove", [f"{d['member']}/data/{n}" for n in d["data_files_to_delete"]],
                      " (data file past the write end)")
     if idx["rewritten_from_index"] is not None:

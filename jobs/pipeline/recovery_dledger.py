@@ -25,17 +25,14 @@ from storage_format.recovery import dledger as drules
 from storage_format.recovery.dledger_records import EntryRecords, dispatch_entries
 from storage_format.segment_names import parse_segment_name, segment_name
 from storage_format.settings import BrokerSettings
-from storage_format.store_layout import check_store
 
 from .fs import Location
 from .recovery_inputs import QueueDir, list_index_files, list_queues, load_queues
 from .recovery_plan import IndexPlan, QueueChanges, StoreMarkers
 from .recovery_stage import new_index_names
 from .recovery_write import RecoveryOutput, plan_output
-from .store_gate import list_store
 from .tasks import run_tasks
 
-PEER_SPLITTER = ";"  # dLegerPeers: n0-host:port;n1-host:port
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,75 +51,24 @@ class DLedgerDirs:
         return store.child(self.name)
 
     def data(self, store: Location) -> Location:
-        return self.home(store).child("data")
+        return self.home(store).child(fmt.DATA_DIR)
 
     def index(self, store: Location) -> Location:
-        return self.home(store).child("index")
+        return self.home(store).child(fmt.INDEX_DIR)
 
 
-def is_dledger(store: Location, settings: BrokerSettings, config_given: bool) -> bool:
-    """DLedger mode: the broker config says so, or (no config) the store holds a dledger-*/data/ directory."""
-    if settings.enable_dleger_commit_log:
-        return True
-    if config_given or not store.is_dir():
-        return False
-    return any(i.base_name.startswith(fmt.DIR_PREFIX) and i.type.name == "Directory"
-               and store.child(i.base_name, "data").is_dir() for i in store.list())
-
-
-def dledger_dirs(store: Location, settings: BrokerSettings) -> DLedgerDirs:
-    """Where the member's files are: dledger-<dLegerSelfId> (from the config, or the one dledger-*/data/ found)."""
-    props = getattr(settings, "raw_properties", None) or {}
-    self_id = (getattr(settings, "d_leger_self_id", None) or props.get("dLegerSelfId") or "").strip()
-    peers = getattr(settings, "d_leger_peers", None) or props.get("dLegerPeers")
-    path = getattr(settings, "store_path_dledger_commit_log", None) or props.get("storePathDLedgerCommitLog")
+def dledger_dirs(settings: BrokerSettings) -> DLedgerDirs:
+    """The member's files (the store gate found dLegerSelfId, from the config or the one dledger-*/data/); DLedger
+    data outside the store root (storePathDLedgerCommitLog) and LMQ dispatch are refused by name."""
+    path = (settings.store_path_dledger_commit_log or "").strip()
     if path:
         raise rules.RecoveryError(f"storePathDLedgerCommitLog={path}: DLedger data outside the store; recover does "
-                                  f"not implement it (the in-place switch and OUT cover the store root only)")
-    found = sorted(i.base_name for i in store.list() if i.base_name.startswith(fmt.DIR_PREFIX)
-                   and i.type.name == "Directory" and store.child(i.base_name, "data").is_dir())
-    if not self_id:
-        if len(found) != 1:
-            raise rules.RecoveryError(
-                f"{'several' if found else 'no'} DLedger member directories with data/ in {store.uri}"
-                f"{': ' + ', '.join(found) if found else ''}; pass the broker config (--broker-config) whose "
-                f"dLegerSelfId names the member")
-        self_id = found[0][len(fmt.DIR_PREFIX):]
-    name = f"{fmt.DIR_PREFIX}{self_id}"
-    if not store.child(name, "data").is_dir():
-        raise rules.RecoveryError(f"{store.child(name, 'data').uri}: no DLedger data directory "
-                                  f"(dLegerSelfId={self_id})")
-    n = len([p for p in (peers or "").split(PEER_SPLITTER) if p.strip()])
-    return DLedgerDirs(name, self_id, n)
-
-
-def check_dledger_store(store: Location, settings: BrokerSettings) -> BrokerSettings:
-    """The layout checks of every job, with the DLedger member's directory expected; DLedger mode on."""
-    listing = list_store(store)
-    from dataclasses import replace
-    listing = replace(listing, root=frozenset(n for n in listing.root if not n.startswith(fmt.DIR_PREFIX)))
-    check_store(replace(settings, enable_dleger_commit_log=False), listing)
+                                  f"not implement it (OUT and the in-place switch cover the store root only)")
     if settings.enable_multi_dispatch:
         raise rules.RecoveryError("enableMultiDispatch=true in DLedger mode: recover does not implement the LMQ "
                                   "dispatch of a DLedger store")
-    return replace(settings, enable_dleger_commit_log=True)
-
-
-def infer_dledger_sizes(store: Location, settings: BrokerSettings) -> BrokerSettings:
-    """Without a broker config: the data file size (mappedFileSizeCommitLog) and the consume-queue file size
-    from the files on disk (both pre-allocated at full size), each noted on stderr."""
-    import sys
-
-    from storage_format.settings import infer_file_sizes
-
-    from .store_gate import _cq_file_sizes
-
-    data = dledger_dirs(store, settings).data(store)
-    sizes = [i.size for i in data.list() if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
-    settings, notes = infer_file_sizes(settings, sizes, _cq_file_sizes(store.child("consumequeue")))
-    for note in notes:
-        print(f"reput: note: {note.replace('commit-log segment', 'DLedger data file')}", file=sys.stderr)
-    return settings
+    self_id = settings.d_leger_self_id or ""
+    return DLedgerDirs(fmt.home_dir(self_id), self_id, fmt.peer_count(settings.d_leger_peers))
 
 
 def _files(loc: Location, size: int, what: str) -> list[tuple[int, str]]:
@@ -230,6 +176,7 @@ class DLedgerRecoveryPlan(QueueChanges):
     checkpoint_why: dict[str, str]
     records: EntryRecords
     full_index: bool
+    reading: fmt.CommittedReading
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     segments: list = field(default_factory=list)
@@ -325,6 +272,7 @@ class DLedgerRecoveryPlan(QueueChanges):
                                       "rule": self.plan.dispatch["rule"]},
             "dledger": {"member": self.dirs.name, "peers": self.dirs.peers, **e.to_dict(),
                         "committed_index": self.plan.dispatch["committed_index"],
+                        "committed_position": self.plan.dispatch["to_offset"], "reading": self.reading.to_dict(),
                         "checkpoint_committed_index_before": _committed_before(self.dledger_raw.get("checkpoint")),
                         "entries_past_checkpoint_committed_index": _past(e.last_index,
                                                                          self.dledger_raw.get("checkpoint")),
@@ -358,8 +306,8 @@ def _read_opt(loc: Location) -> bytes | None:
 
 def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                           generation: int | None = None, full_index: bool = False,
-                          tz: dt.tzinfo = dt.timezone.utc, quiet: bool = False,
-                          audit: bool = False) -> DLedgerRecoveryPlan:
+                          tz: dt.tzinfo = dt.timezone.utc, quiet: bool = False, audit: bool = False,
+                          dledger_reading: str | None = None) -> DLedgerRecoveryPlan:
     """Read a DLedger-mode store, run DLedger's recovery walk, gather the facts and apply the broker's
     DLedger-mode recovery and restart; writes nothing."""
     del split_size, work, audit  # the walk and the dispatch range are read per data file
@@ -368,7 +316,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                                   "(DLedger 0.3.1.2) only")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    dirs = dledger_dirs(store, settings)
+    dirs = dledger_dirs(settings)
     markers = StoreMarkers.read(store)
     gen = GenerationGuess(4, ["DLedger mode: modelled on RocketMQ 4.9.8 with DLedger 0.3.1.2"])
     size = settings.mapped_file_size_commitlog
@@ -382,10 +330,19 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         raise walked
     entries: drules.EntryRecovery = walked
     timings["dledger_walk_s"] = time.monotonic() - t0
-    if dirs.peers > 1:
-        raise rules.RecoveryError(f"dLegerPeers names {dirs.peers} members: after a restart the committed position "
-                                  f"depends on the other members' logs; recover implements one-member groups")
-    committed_index, committed_end = entries.last_index, entries.write_end
+    cp_committed = _committed_before(raw["checkpoint"])
+    reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, dledger_reading)
+    index_uris = dict(index_files)
+
+    def unit_end(entry_index: int) -> int:
+        """pos + size of an entry from its DLedger index unit."""
+        f, at = divmod(entry_index * fmt.INDEX_UNIT_SIZE, fmt.INDEX_FILE_SIZE)
+        uri = index_uris.get(f * fmt.INDEX_FILE_SIZE)
+        if uri is None:
+            raise rules.RecoveryError(f"the DLedger index has no unit for committedIndex {entry_index}")
+        return fmt.committed_end(bytes(Location(uri).read_range(at, fmt.INDEX_UNIT_SIZE)))
+
+    committed_index, committed_end = drules.committed_position(entries, reading.reading, cp_committed, unit_end)
 
     t0 = time.monotonic()
     queue_dirs = {q.key: q for q in list_queues(store)}
@@ -444,7 +401,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                         "between the last kept index file and the resume point unindexed)")
     return DLedgerRecoveryPlan(store, settings, gen, markers, markers.abort is not None, dirs, data, index_files, raw,
                                plan, queue_dirs, loads, q.states, q.truncate_queues, q.max_phy_before, q.reput_from,
-                               index, plan.checkpoint, plan.checkpoint_why, records, full_index, warnings, timings)
+                               index, plan.checkpoint, plan.checkpoint_why, records, full_index, reading, warnings,
+                               timings)
 
 
 def dledger_output(plan: DLedgerRecoveryPlan, with_copies: bool) -> RecoveryOutput:

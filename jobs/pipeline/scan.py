@@ -16,7 +16,9 @@ from pyspark import SparkContext
 from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
                                       parse_segment_name)
 from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.dledger import entry_index_at
 from storage_format.errors import ScanError, SettingsError, StoreFormatError
+from storage_format.log_sources import LogFile, plan_log
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
                                            rules_for)
@@ -34,7 +36,7 @@ from .faults import fail_once
 from .generation import store_generation
 from .fs import Location
 from .scan_result import ScanResult, SplitSummary, SplitTask
-from .store_gate import commitlog_dir
+from .store_gate import commitlog_dir, dledger_data_dir
 from .tasks import run_tasks
 from .workdir import write_cq, write_keys
 
@@ -43,24 +45,23 @@ KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy ref
 
 
 def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
-    """Commit-log segments in offset order; a segment of the wrong size is an error (the broker
-    refuses to load it too)."""
+    """The store's record sources in offset order (log_sources.plan_log): commit-log segments, DLedger data
+    files, or both; a file of the wrong size is an error (the broker refuses to load it too)."""
     commitlog = commitlog_dir(store, settings)
-    if not commitlog.is_dir():
+    data = dledger_data_dir(store, settings)
+    if data is not None and not data.is_dir():
+        raise ScanError(f"{data.uri}: no DLedger data directory (dLegerSelfId={settings.d_leger_self_id}"
+                        + (", storePathDLedgerCommitLog" if settings.store_path_dledger_commit_log else "") + ")")
+    if data is None and not commitlog.is_dir():
         where = "storePathCommitLog" if commitlog_path(settings) else "the store"
         raise ScanError(f"{commitlog.uri}: no commitlog directory (from {where})")
-    segments = []
-    for info in commitlog.list():
-        start = parse_segment_name(info.base_name)
-        if start is None or info.type.name != "File":
-            continue
-        if info.size != settings.mapped_file_size_commitlog:
-            expected = settings.mapped_file_size_commitlog
-            raise StoreFormatError(commitlog.child(info.base_name).uri, min(info.size, expected),
-                                   f"segment is {info.size} bytes, expected {expected} (mappedFileSizeCommitLog; "
-                                   f"the broker refuses to load it); pass the broker's config with --broker-config")
-        segments.append(Segment(start, info.size, commitlog.child(info.base_name).uri))
-    return sorted(segments, key=lambda s: s.start)
+    plain = _log_files(commitlog) if commitlog.is_dir() else []
+    return plan_log(plain, None if data is None else _log_files(data), settings.mapped_file_size_commitlog)
+
+
+def _log_files(loc: Location) -> list[LogFile]:
+    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri) for i in loc.list()
+            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
@@ -86,15 +87,14 @@ def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
         # which is what searching its zeros would find, without reading them.
         cols = RecordColumns(b"", sp.segment.start + sp.start, np.zeros(0, np.int64), sp.segment.path)
         return DecodedChunk(cols, 0, ScanEnd(END_STOP, sp.segment.start + sp.stop), None, sp.segment.path), 0
-    want_end = sp.stop + task.settings.max_message_size + 64
+    want_end = sp.stop + task.settings.max_message_size + 64 + sp.segment.header
     while True:
         buf, begin = _read_window(task, want_end)
         try:
             start = (sp.start if task.exact_start is None else task.exact_start) - begin
             chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
                                   segment_end=sp.segment.size - begin, path=sp.segment.path,
-                                  check_crc=task.check_crc,
-                                  find_start=find_start)
+                                  check_crc=task.check_crc, find_start=find_start, header=sp.segment.header)
             return chunk, len(buf)
         except NeedMoreBytes as more:
             if begin + more.needed_end <= want_end:
@@ -130,7 +130,8 @@ def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
     """When the walk ended at a zero header inside the split, the first record after it in the split's
     bytes (the later splits of the segment search their own ranges)."""
     cols, sp = chunk.columns, task.split
-    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop)
+    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop,
+                                  sp.segment.header)
 
 
 def _decode_fast(task: SplitTask) -> SplitSummary | None:
@@ -140,16 +141,17 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
     find_start = task.exact_start is None and not sp.at_segment_start
     if in_hole(task):
         return None
-    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64)
+    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64 + sp.segment.header)
     start = (sp.start if task.exact_start is None else task.exact_start) - begin
     base = sp.segment.start + begin
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
-                       delay_levels_ms=task.settings.delay_levels_ms)
+                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
     if isinstance(fast, str):
         return None
     summary = _summarise_fast(task, fast, base, len(buf))
-    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop)
+    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
+                                                      sp.segment.header)
     return summary
 
 
@@ -160,6 +162,7 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
     if not fast.records:
         return summary
+    summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
     summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
     summary.last_record_offset = base + fast.last_position
     summary.last_record_end = summary.last_record_offset + fast.last_size
@@ -188,6 +191,9 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     summary = SplitSummary(sp.index, first, chunk.end, chunk.count, chunk.blank_count, bytes_read)
     if not chunk.count:
         return summary
+    if sp.segment.header:
+        summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
+        summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
     ts = cols.store_timestamp
     summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
     summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])

@@ -27,8 +27,8 @@ from typing import Callable
 
 from ..checkpoint import Checkpoint
 from ..confirm_offset import RecoveredConfirm
-from ..dledger import (BLANK_MAGIC, ENTRY_HEADER_SIZE, ENTRY_MAGIC, INDEX_FILE_SIZE, INDEX_UNIT_SIZE, EntryHeader,
-                       index_unit, read_entry_header)
+from ..dledger import (BLANK_MAGIC, ENTRY_HEADER_SIZE, ENTRY_MAGIC, INDEX_FILE_SIZE, INDEX_UNIT_SIZE,
+                       READING_SURVIVING, EntryHeader, index_unit, read_entry_header)
 from ..errors import RecoveryError
 from ..segment_names import segment_name as file_offset
 from ..settings import BrokerSettings
@@ -373,6 +373,31 @@ def currterm_text(vote_leader: str, term: int) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
+# the committed position the restarted broker dispatches to
+
+
+def committed_position(entries: EntryRecovery, reading: str, checkpoint_committed: int | None,
+                       unit_end: Callable[[int], int]) -> tuple[int, int]:
+    """(last committed entry index, committed position) after DLedger's recovery under a reading
+    (storage_format.dledger.committed_reading): "surviving" = every entry that survived (a one-member group
+    commits them all: the position is the write end); "checkpoint" = up to the checkpoint's committedIndex,
+    capped at the last entry, ending where that entry ends (`unit_end(index)` reads its index unit: pos +
+    size; a unit DLedger rewrote is taken from the rewrite)."""
+    if reading == READING_SURVIVING or checkpoint_committed is None or entries.last_index < 0:
+        return entries.last_index, entries.write_end
+    c = min(checkpoint_committed, entries.last_index)
+    if c == entries.last_index:
+        return c, entries.write_end
+    if c < max(entries.begin_index, 0):
+        return c, 0
+    rw = entries.index_rewrite
+    if rw is not None and c >= rw.from_index:
+        _, pos, size, _, _ = struct.unpack_from(">iqiqq", rw.units, (c - rw.from_index) * INDEX_UNIT_SIZE)
+        return c, pos + size
+    return c, unit_end(c)
+
+
+# ---------------------------------------------------------------------------------------------
 # the whole sequence
 
 
@@ -475,6 +500,8 @@ def _dledger_files(f: DLedgerFacts) -> tuple[dict[str, bytes], list[str]]:
                      "keeps the previous text in currterm.bak)")
     else:
         notes.append("currterm: left as it is (a group of several elects at runtime; reput does not model it)")
+        notes.append(f"DLedger checkpoint: committedIndex {f.committed_index} is the reading's committed entry; "
+                     f"after a real restart of a group of several it is whatever the quorum holds then")
     return out, notes
 
 
