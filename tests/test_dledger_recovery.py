@@ -18,7 +18,10 @@ from storage_format import recovery as R
 from storage_format.checkpoint import checkpoint_bytes, parse_checkpoint
 from storage_format.index_file import HEADER_SIZE, IndexHeader, build_index_file, empty_file_index_count
 from storage_format.recovery import dledger as D
-from storage_format.recovery.dledger_records import EntryRecords, dispatch_entries
+from storage_format.commitlog import decode_buffer
+from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.index_keys import index_keys
+from storage_format.properties import TAGS
 from storage_format.settings import load_settings
 
 from .conftest import GOLDEN, manifest, restored_copy
@@ -54,7 +57,35 @@ def readers(store: Path):
 # the pure plan on the golden crash, facts gathered without Spark
 
 
-def gather(store: Path, full_index: bool = False):
+def decode(read, data: list[int], lo: int, hi: int, settings):
+    """Records of [lo, hi) decoded with the read path's reference walk over DLedger entries (no Spark): per queue
+    (queue offset, phy, size, tagsCode), index keys, the last consume-queue record (offset, store time)."""
+    queues, keys, last_cq = {}, [], None
+    for s in data:
+        a, b = max(lo, s), min(hi, s + FILE)
+        if a >= b:
+            continue
+        chunk = decode_buffer(read(s, a - s, b - a), a, header=fmt.ENTRY_HEADER_SIZE, path=f"{s:020d}")
+        cols = chunk.columns
+        if not len(cols):
+            continue
+        ts = cols.store_timestamp.astype(np.int64)
+        tags = tags_codes(cols.property_binary(TAGS), cols.topic, cols.delay_level, ts, settings.delay_levels_ms)
+        cq = np.flatnonzero(has_cq_entry(cols.sys_flag))
+        names = cols.topic.to_pylist()
+        for r in cq.tolist():
+            queues.setdefault((names[r], int(cols.queue_id[r])), []).append(
+                (int(cols.queue_offset[r]), int(cols.physical_offset[r]), int(cols.total_size[r]), int(tags[r])))
+        if len(cq):
+            last_cq = (int(cols.physical_offset[cq[-1]]), int(ts[cq[-1]]))
+        k = index_keys(cols)
+        keys.append(R.KeyBatch(k.key_hash.astype(np.int32), k.phy.astype(np.int64), k.store_ts.astype(np.int64)))
+    entries = {key: R.QueueEntries(*(np.asarray(c, dtype=t) for c, t in zip(zip(*rows), ("i8", "i8", "i4", "i8"))))
+               for key, rows in queues.items()}
+    return entries, R.KeyBatch.concat(keys), last_cq
+
+
+def gather(store: Path):
     """The facts of `plan_dledger` read straight from a local store (the Spark stage's job, done here by hand)."""
     settings = load_settings(GOLDEN / CASE / "broker.conf")
     data, read, index, unit = readers(store)
@@ -74,38 +105,22 @@ def gather(store: Path, full_index: bool = False):
     bare = R.QueueFacts(loads, {}, size, read_cq)
     reput = D.dledger_reput_from({k: v.max_phy for k, v in loads.items()}, D.queues_after_cut(bare, entries.write_end),
                                  data[0], entries.write_end)
-
-    def dispatch(lo: int, hi: int, with_cq: bool) -> EntryRecords:
-        parts = []
-        for s in data:
-            a, b = max(lo, s), min(hi, s + FILE)
-            if a < b:
-                parts.append(dispatch_entries(read(s, a - s, b - a), a, settings, f"{s:020d}", s, with_cq))
-        return EntryRecords.merge(parts)
-
-    rec = dispatch(reput, entries.write_end, True)
-    tails = {k: e.take(e.phy + e.size > loads[k].max_phy if k in loads else slice(None)) for k, e in rec.queues.items()}
+    queues, keys, last_cq = decode(read, data, reput, entries.write_end, settings)
+    tails = {k: e.take(e.phy + e.size > loads[k].max_phy if k in loads else slice(None)) for k, e in queues.items()}
     cp_raw = (store / "checkpoint").read_bytes()
     cp = parse_checkpoint(cp_raw)
     infos = [R.IndexFileInfo(p.name, IndexHeader.from_bytes(p.read_bytes()[:HEADER_SIZE]))
              for p in sorted((store / "index").iterdir())]
     kept, deleted = R.index_files_after_load(infos, cp, (store / "abort").exists())
-    keys, first, last = rec.keys, rec.first_record, rec.last_record
-    if full_index:
-        every = dispatch(data[0], entries.write_end, False)
-        keys, first, last = every.keys, every.first_record, every.last_record
-        kept, deleted = [], kept + deleted
-    home = store / HOME
     facts = D.DLedgerFacts(
         abort_present=(store / "abort").exists(), settings=settings, checkpoint=cp, data_starts=tuple(data),
         entries=entries, committed_index=entries.last_index, committed_end=entries.write_end, one_member=True,
-        self_id="n0", dledger_checkpoint_raw=(home / "checkpoint").read_bytes(),
-        currterm_raw=(home / "currterm").read_bytes(), queues=R.QueueFacts(loads, tails, size, read_cq),
-        tail_from=reput, last_dispatched_record=last, index_kept=tuple(kept), index_deleted=tuple(deleted), keys=keys,
-        full_index=full_index, first_record=first,
-        last_cq_record_ts=lambda off: rec.last_cq_store_ts if rec.last_cq_record is not None
-        and rec.last_cq_record >= off else None)
-    return facts, cp_raw, settings, read_cq
+        self_id="n0", currterm_raw=(store / HOME / "currterm").read_bytes(),
+        queues=R.QueueFacts(loads, tails, size, read_cq), tail_from=reput,
+        last_dispatched_record=entries.last_entry_pos + fmt.ENTRY_HEADER_SIZE,
+        index=R.IndexResumeFacts(kept[-1] if kept else None, keys, settings.max_index_num),
+        last_cq_record_ts=lambda off: last_cq[1] if last_cq is not None and last_cq[0] >= off else None)
+    return facts, cp_raw, settings, read_cq, deleted
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +141,7 @@ def test_walk_finds_the_write_end_the_broker_found(crash):
 
 def test_plan_equals_the_brokers_recovery(crash):
     """The pure plan over hand-gathered facts renders exactly the files the broker wrote."""
-    facts, cp_raw, settings, read_cq = gather(crash)
+    facts, cp_raw, settings, read_cq, deleted = gather(crash)
     plan = D.plan_dledger(facts)
     files = manifest(RECOVERED)["files"]
     assert plan.queues.reput_from == manifest(RECOVERED)["oracle_self_check"]["details"]["resume_offset"]
@@ -144,7 +159,7 @@ def test_plan_equals_the_brokers_recovery(crash):
     for name, data in plan.dledger_files.items():
         assert sha(data) == files[f"{HOME}/{name}"]["sha256"], name
     # the index: the newest file goes (newer than the checkpoint), one new file holds the dispatched keys
-    assert [f.name for f in plan.index_deleted] == ["20261125204801296"]
+    assert [f.name for f in deleted] == ["20261125204801296"]
     r = plan.index_resume
     assert r.appended is None and len(r.new_files) == 1
     t = r.new_files[0]
@@ -154,17 +169,6 @@ def test_plan_equals_the_brokers_recovery(crash):
     assert sha(new) == files["index/20261125204803478"]["sha256"]
     # the records between the last kept file's end and the resume point are never indexed again
     assert any("not indexed again" in n for n in plan.notes)
-
-
-def test_full_index_reindexes_what_the_broker_leaves_out(crash):
-    facts, _, settings, _ = gather(crash, full_index=True)
-    plan = D.plan_dledger(facts)
-    details = manifest(RECOVERED)["oracle_self_check"]["details"]
-    keys = sum(len(t.all_keys()) for t in plan.index_resume.targets)
-    broker_keys = sum(IndexHeader.from_bytes((GOLDEN / RECOVERED / "index" / n).read_bytes()[:HEADER_SIZE]).index_count
-                      - 1 for n in sorted(p.name for p in (GOLDEN / RECOVERED / "index").iterdir()))
-    assert keys == broker_keys + details["index_keys_never_indexed"]
-    assert len(plan.index_deleted) == 25 and not plan.index_kept
 
 
 def test_dledger_texts_round_trip():
@@ -283,19 +287,6 @@ def test_files_that_are_not_adjacent_are_refused():
         walk(data, idx)
 
 
-def test_dispatch_refuses_a_record_reput_would_reject():
-    data, read, _, _ = readers(GOLDEN / CASE)
-    settings = load_settings(GOLDEN / CASE / "broker.conf")
-    buf = bytearray(read(data[-1], 0, FILE))
-    first = fmt.read_entry_header(buf, 0)
-    struct.pack_into(">i", buf, fmt.ENTRY_HEADER_SIZE + 4, 0x1234)  # the record's magic
-    with pytest.raises(Exception) as err:
-        dispatch_entries(bytes(buf), data[-1], settings, "data/x", data[-1])
-    assert "data/x at byte offset 48" in str(err.value) and first.index > 0
-    ok = dispatch_entries(read(data[-1], 0, FILE), data[-1], settings, "data/x", data[-1])
-    assert ok.records > 0 and np.all(np.diff(ok.keys.phy) >= 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # jobs.recover end to end (Spark)
 
@@ -358,7 +349,7 @@ def test_out_equals_the_brokers_recovery(recovered_out):
     assert_matches_recovered(recovered_out)
     report = json.loads((recovered_out / "reput-recover-report.json").read_text())
     d = report["dledger"]
-    assert report["recovery"] == "dledger" and d["write_end"] == 1685849 and d["records_dispatched"] == 2
+    assert report["recovery"] == "dledger" and d["write_end"] == 1685849
     assert d["entries_past_checkpoint_committed_index"] == 3595 - 1503
     assert report["post_start_redispatch"]["from_offset"] == 1685061
 
@@ -447,3 +438,18 @@ def test_a_data_file_of_the_wrong_size_is_refused(spark, tmp_path, capsys):
         fh.truncate(1000)
     code, err = run_cli(capsys, "--store", str(store), "--broker-config", CONF, "--dry-run")
     assert code == 2 and last.name in err and "Traceback" not in err
+
+
+def test_a_record_dispatch_cannot_read_is_refused(spark, tmp_path, capsys):
+    """DLedger's walk has no record checks; a record RocketMQ's dispatch rejects in the range the restart
+    dispatches is refused (the broker would log '[BUG]' and skip data), one line, the store untouched."""
+    store = restored_copy(CASE, tmp_path / "store")
+    last = sorted((store / HOME / "data").iterdir())[-1]
+    buf = bytearray(last.read_bytes())
+    at = 1685061 - int(last.name)  # the first entry the restart dispatches
+    struct.pack_into(">i", buf, at + fmt.ENTRY_HEADER_SIZE + 4, 0x1234)  # its record's magic
+    last.write_bytes(bytes(buf))
+    before = tree(store)
+    code, err = run_cli(capsys, "--store", str(store), "--broker-config", CONF, "--dry-run")
+    assert code == 2 and "Traceback" not in err and "1685061" in err, err
+    assert tree(store) == before

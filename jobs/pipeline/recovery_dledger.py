@@ -4,8 +4,9 @@ the facts `storage_format.recovery.dledger.plan_dledger` decides on, and hand `r
 1. DLedger's own recovery walk over the data files (one Spark task: it reads at most the last three files).
 2. Consume-queue load state (Spark tasks, as for a plain store), the cut at the DLedger write end, and where
    start() resumes dispatch (the queues' highest physical offset).
-3. The records the restart dispatches, [resume point, committed position), decoded per data file in Spark
-   tasks (with --full-index: every committed record's index keys).
+3. The records the restart dispatches, [resume point, committed position): the read path's scan (scan_store over
+   the DLedger data files) from the data file holding the resume point, its consume-queue rows and index keys cut
+   as for a plain recovery (recovery_inputs); --full-index: the rebuild stage's index from a scan of every file.
 The written output: consume queues, index and checkpoint as for a plain store (recovery_write), plus the
 DLedger member's directory: data files past the write end deleted, the DLedger index cut/rewritten, the
 DLedger checkpoint (and currterm for a one-member group) as the restarted broker leaves them.
@@ -22,15 +23,17 @@ from storage_format.checkpoint import Checkpoint
 from storage_format.errors import StoreFormatError
 from storage_format.markers import GenerationGuess
 from storage_format.recovery import dledger as drules
-from storage_format.recovery.dledger_records import EntryRecords, dispatch_entries
 from storage_format.segment_names import parse_segment_name, segment_name
 from storage_format.settings import BrokerSettings
 
 from .fs import Location
-from .recovery_inputs import QueueDir, list_index_files, list_queues, load_queues
+from .recovery_inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
+                              record_store_timestamp, tail_keys)
 from .recovery_plan import IndexPlan, QueueChanges, StoreMarkers
 from .recovery_stage import new_index_names
 from .recovery_write import RecoveryOutput, plan_output
+from .scan import scan_store
+from .scan_result import ScanResult
 from .tasks import run_tasks
 
 
@@ -112,40 +115,6 @@ def _walk(task: WalkTask) -> drules.EntryRecovery | Exception:
         return err
 
 
-@dataclass(frozen=True)
-class DispatchTask:
-    """The entries of one data file in [lo, hi) (absolute offsets) to dispatch."""
-
-    uri: str
-    file_start: int
-    lo: int
-    hi: int
-    settings: BrokerSettings
-    with_cq: bool
-
-
-def _dispatch(task: DispatchTask) -> EntryRecords | StoreFormatError:
-    """Consume-queue entries and index keys of one data file's range (runs in a Spark task)."""
-    try:
-        buf = bytes(Location(task.uri).read_range(task.lo - task.file_start, task.hi - task.lo))
-        return dispatch_entries(buf, task.lo, task.settings, task.uri, task.file_start, task.with_cq)
-    except StoreFormatError as err:
-        return err
-
-
-def dispatch_range(sc, data: list[tuple[int, str]], file_size: int, lo: int, hi: int, settings: BrokerSettings,
-                   with_cq: bool, quiet: bool, label: str) -> EntryRecords:
-    """The records of [lo, hi) as the restarted broker dispatches them, one Spark task per data file."""
-    tasks = [DispatchTask(uri, s, max(lo, s), min(hi, s + file_size), settings, with_cq)
-             for s, uri in data if max(lo, s) < min(hi, s + file_size)]
-    parts = []
-    for r in run_tasks(sc, tasks, _dispatch, label, quiet=quiet):
-        if isinstance(r, StoreFormatError):
-            raise r
-        parts.append(r)
-    return EntryRecords.merge(parts)
-
-
 # ---------------------------------------------------------------------------------------------
 # the plan
 
@@ -174,7 +143,7 @@ class DLedgerRecoveryPlan(QueueChanges):
     index: IndexPlan
     checkpoint_after: Checkpoint
     checkpoint_why: dict[str, str]
-    records: EntryRecords
+    scan: ScanResult
     full_index: bool
     reading: fmt.CommittedReading
     warnings: list[str] = field(default_factory=list)
@@ -277,7 +246,7 @@ class DLedgerRecoveryPlan(QueueChanges):
                         "entries_past_checkpoint_committed_index": _past(e.last_index,
                                                                          self.dledger_raw.get("checkpoint")),
                         "files_rewritten": sorted(self.dledger_renders()), "files_deleted": self.dledger_deleted(),
-                        "records_dispatched": self.records.records, "notes": self.plan.notes},
+                        "records_scanned_from_resume_point": self.scan.message_records, "notes": self.plan.notes},
             "markers": {"abort": "removed" if self.abnormal else "absent", "abort.bak": "unchanged"},
             "warnings": self.warnings,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
@@ -310,7 +279,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                           dledger_reading: str | None = None) -> DLedgerRecoveryPlan:
     """Read a DLedger-mode store, run DLedger's recovery walk, gather the facts and apply the broker's
     DLedger-mode recovery and restart; writes nothing."""
-    del split_size, work, audit  # the walk and the dispatch range are read per data file
+    del audit  # the DLedger walk reads every entry the broker's recovery reads
     if generation == 5:
         raise rules.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
                                   "(DLedger 0.3.1.2) only")
@@ -357,39 +326,51 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     reput_from = drules.dledger_reput_from({k: ld.max_phy for k, ld in loads.items()},
                                            drules.queues_after_cut(bare, entries.write_end), data_min,
                                            entries.write_end)
-    records = dispatch_range(sc, data, size, reput_from, committed_end, settings, True, quiet, "DLedger dispatch")
-    tails = {}
-    for key, e in records.queues.items():
-        max_phy = loads[key].max_phy if key in loads else -1
-        tails[key] = e.take(e.phy.astype("int64") + e.size.astype("int64") > max_phy)
+    # the records start() dispatches: the scan from the data file holding the resume point, dispatch limited to
+    # the committed position (the read path's decoder: entries, RocketMQ's record checks, consume-queue rows, keys)
+    limit = None if committed_end >= entries.write_end else committed_end
+    scan = scan_store(sc, store, settings, split_size=split_size, work=work, from_offset=reput_from,
+                      dispatch_limit=limit, label="DLedger dispatch", quiet=quiet, generation=4)
+    if scan.end.offset < min(committed_end, entries.write_end) and reput_from < committed_end:
+        raise rules.RecoveryError(f"the records the restarted broker dispatches, [{reput_from}, {committed_end}), "
+                                  f"stop at {scan.end.describe()}: DLedger's recovery accepted that entry, but "
+                                  f"RocketMQ's dispatch cannot read its record (the broker logs '[BUG]' and skips "
+                                  f"data); reput does not guess")
+    last_valid = max((x.last_record_offset for x in scan.accepted if x.last_record_offset is not None), default=None)
+    last_dispatched = last_valid if limit is None else scan.dispatch_stop().last_offset
+    tails = cq_tails(sc, scan, work, {k: ld.max_phy for k, ld in loads.items()}, quiet)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
     infos = list_index_files(store, settings) if settings.message_index_enable else []
     kept, deleted = rules.index_files_after_load([i for i, _ in infos], markers.checkpoint, markers.abort is not None)
-    keys, first_record, last_record = records.keys, records.first_record, records.last_record
-    if full_index and settings.message_index_enable:
-        every = dispatch_range(sc, data, size, data_min, committed_end, settings, False, quiet, "DLedger index keys")
-        keys, first_record, last_record = every.keys, every.first_record, every.last_record
-        deleted, kept = kept + deleted, []
+    uris = {i.name: u for i, u in infos}
+    if not settings.message_index_enable:
+        index, index_facts = IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
+    elif full_index:
+        full_work = work.child("full-index")
+        full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
+                          dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=4)
+        index = IndexPlan([], kept + deleted, uris, None, [], full, full_work)
+        index_facts = rules.FullIndexRebuild(_rolled(full, full_work, settings))
+    else:
+        index = IndexPlan(kept, deleted, uris, None, [])
+        index_facts = rules.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, reput_from),
+                                             settings.max_index_num)
 
     def last_cq_ts(offset: int) -> int | None:
-        return records.last_cq_store_ts if records.last_cq_record is not None and records.last_cq_record >= offset \
-            else None
+        last = last_cq_record_offset(scan, work, offset)
+        return record_store_timestamp(scan.segments, last) if last is not None else None
 
     facts = drules.DLedgerFacts(
         abort_present=markers.abort is not None, settings=settings, checkpoint=markers.checkpoint,
         data_starts=tuple(s for s, _ in data), entries=entries, committed_index=committed_index,
-        committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id,
-        dledger_checkpoint_raw=raw["checkpoint"], currterm_raw=raw["currterm"],
+        committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id, currterm_raw=raw["currterm"],
         queues=rules.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
-        last_dispatched_record=last_record if full_index else records.last_record, index_kept=tuple(kept),
-        index_deleted=tuple(deleted), keys=keys, full_index=full_index, first_record=first_record,
-        last_cq_record_ts=last_cq_ts)
+        last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts)
     plan = drules.plan_dledger(facts)
-    uris = {i.name: u for i, u in infos}
-    index = IndexPlan(list(plan.index_kept), list(plan.index_deleted), uris, plan.index_resume, [])
-    if plan.index_resume is not None:
+    index.resume = plan.index_resume
+    if isinstance(index_facts, rules.IndexResumeFacts):
         index.new_names = new_index_names(index.kept, len(plan.index_resume.new_files), tz)
     timings["index_plan_s"] = time.monotonic() - t0
     q = plan.queues
@@ -401,8 +382,21 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                         "between the last kept index file and the resume point unindexed)")
     return DLedgerRecoveryPlan(store, settings, gen, markers, markers.abort is not None, dirs, data, index_files, raw,
                                plan, queue_dirs, loads, q.states, q.truncate_queues, q.max_phy_before, q.reput_from,
-                               index, plan.checkpoint, plan.checkpoint_why, records, full_index, reading, warnings,
+                               index, plan.checkpoint, plan.checkpoint_why, scan, full_index, reading, warnings,
                                timings)
+
+
+def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
+    """--full-index: the end time of the last full index file the rebuild rolls away from (the checkpoint's
+    indexMsgTimestamp, as the broker's flush thread would set it); empty when it writes one file."""
+    from .build import plan_index
+    from .recovery_stage import _key_store_ts
+
+    n_files = sum(len(t.files) for t in plan_index(scan, settings, work, work))
+    if n_files < 2:
+        return ()
+    ts = _key_store_ts(scan, work, (n_files - 1) * (settings.max_index_num - 1) - 1)
+    return () if ts is None else (ts,)
 
 
 def dledger_output(plan: DLedgerRecoveryPlan, with_copies: bool) -> RecoveryOutput:

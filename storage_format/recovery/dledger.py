@@ -33,8 +33,8 @@ from ..errors import RecoveryError
 from ..segment_names import segment_name as file_offset
 from ..settings import BrokerSettings
 from .checkpoint_after import checkpoint_after
-from .index import DispatchPass, IndexFileInfo, IndexResume, KeyBatch, resume_index
-from .plan import QueueFacts, QueuePlan, RecoveryFacts, IndexOff, plan_queues
+from .index import IndexResume
+from .plan import IndexFacts, IndexResumeFacts, QueueFacts, QueuePlan, RecoveryFacts, plan_index, plan_queues
 from .queues import QueueState
 from .reput import post_start_reput_from
 
@@ -423,10 +423,10 @@ def queues_after_cut(queues: QueueFacts, write_end: int) -> dict:
 
 @dataclass(frozen=True, kw_only=True)
 class DLedgerFacts:
-    """Everything the DLedger-mode recovery decides on. `queues.tails` hold the consume-queue entries of the
-    records in [tail_from, committed_end) past each queue's maxPhysicOffset; `keys` the index keys there (all
-    committed records' keys with `full_index`); `last_cq_record_ts(offset)` the store time of the last
-    consume-queue record at or after an offset."""
+    """Everything the DLedger-mode recovery decides on. `queues.tails` hold the consume-queue entries past each
+    queue's maxPhysicOffset of the records from `tail_from` (at most the resume point) to the committed position;
+    `index` is the plain recovery's index mode (off, resume with the keys from `tail_from` on, --full-index);
+    `last_cq_record_ts(offset)` the store time of the last consume-queue record at or after an offset."""
 
     abort_present: bool
     settings: BrokerSettings
@@ -437,16 +437,11 @@ class DLedgerFacts:
     committed_end: int  # its end: the dispatch stops there
     one_member: bool  # a one-member group elects itself and commits everything (currterm rewritten)
     self_id: str
-    dledger_checkpoint_raw: bytes | None
     currterm_raw: bytes | None
     queues: QueueFacts
     tail_from: int
-    last_dispatched_record: int | None  # start of the last record in [tail_from, committed_end)
-    index_kept: tuple[IndexFileInfo, ...]  # index files kept at load (IndexService.load)
-    index_deleted: tuple[IndexFileInfo, ...]
-    keys: KeyBatch
-    full_index: bool
-    first_record: int | None  # the first committed record (for --full-index)
+    last_dispatched_record: int | None  # start of the last record before the committed position
+    index: IndexFacts
     last_cq_record_ts: Callable[[int], int | None]
 
 
@@ -456,9 +451,7 @@ class DLedgerPlan:
 
     entries: EntryRecovery
     queues: QueuePlan
-    index_resume: IndexResume | None  # None when messageIndexEnable=false
-    index_deleted: list[IndexFileInfo]
-    index_kept: list[IndexFileInfo]
+    index_resume: IndexResume | None  # None with --full-index
     rolled_full_end_ts: list[int]
     checkpoint: Checkpoint
     checkpoint_why: dict[str, str]
@@ -468,13 +461,13 @@ class DLedgerPlan:
 
 
 def _recovery_facts(f: DLedgerFacts) -> RecoveryFacts:
-    """The plain sequence's facts for the consume-queue part: recoverNormally semantics (nothing dispatched
-    during load), P = the DLedger write end, 4.x start()'s dispatch from the queues' end."""
+    """The plain sequence's facts: recoverNormally semantics (nothing dispatched during load), P = the DLedger
+    write end, 4.x start()'s dispatch from the queues' end (the plain rules' post-start re-dispatch)."""
     return RecoveryFacts(generation=4, abnormal=False, settings=f.settings, checkpoint=f.checkpoint,
                          segment_starts=f.data_starts or (0,), start_offset=f.tail_from,
                          truncate_at=f.entries.write_end, last_valid_record=f.entries.last_entry_pos,
                          last_dispatched_record=f.last_dispatched_record, dispatched_end=f.committed_end,
-                         queues=f.queues, index=IndexOff(), last_cq_record_ts=f.last_cq_record_ts)
+                         queues=f.queues, index=f.index, last_cq_record_ts=f.last_cq_record_ts)
 
 
 def _dledger_files(f: DLedgerFacts) -> tuple[dict[str, bytes], list[str]]:
@@ -507,20 +500,10 @@ def _dledger_files(f: DLedgerFacts) -> tuple[dict[str, bytes], list[str]]:
 
 def plan_dledger(f: DLedgerFacts) -> DLedgerPlan:
     """The broker's DLedger-mode recovery and restart over the facts."""
-    queues = plan_queues(_recovery_facts(f))
+    facts = _recovery_facts(f)
+    queues = plan_queues(facts)
     reput_from, end = queues.reput_from, f.committed_end
-    last = f.last_dispatched_record
-    dispatched = last is not None and reput_from < end and last >= reput_from
-    resume: IndexResume | None = None
-    rolled: list[int] = []
-    if f.settings.message_index_enable:
-        if f.full_index:
-            passes = [DispatchPass("--full-index", f.first_record if f.first_record is not None else 0, last, f.keys)]
-            resume = resume_index(None, passes if last is not None else [], f.settings.max_index_num)
-        else:
-            passes = [DispatchPass("start() dispatch", reput_from, last if dispatched else None, f.keys)]
-            resume = resume_index(f.index_kept[-1] if f.index_kept else None, passes, f.settings.max_index_num)
-        rolled = list(resume.rolled_full_end_ts)
+    resume, rolled = plan_index(facts, queues)
     last_cq_ts = f.last_cq_record_ts(reput_from) if reput_from < end else None
     confirm = RecoveredConfirm(end, "DLedger mode: getConfirmOffset is the committed position; 4.x stores none")
     cp, why = checkpoint_after(f.checkpoint, 4, last_cq_ts, rolled, confirm)
@@ -532,12 +515,11 @@ def plan_dledger(f: DLedgerFacts) -> DLedgerPlan:
     dispatch = {"from_offset": reput_from, "to_offset": end, "committed_index": f.committed_index,
                 "rule": "start(): ReputMessageService from the consume queues' max physical offset to the DLedger "
                         "committed position; nothing is dispatched during load"}
-    if not f.full_index and f.index_deleted and f.settings.message_index_enable:
-        kept_end = f.index_kept[-1].header.end_phy_offset if f.index_kept else 0
+    if isinstance(f.index, IndexResumeFacts):
+        kept_end = f.index.last_kept.header.end_phy_offset if f.index.last_kept is not None else 0
         if kept_end < reput_from:
-            notes.append(f"records in [{kept_end}, {reput_from}) are not indexed again: their index files were newer "
-                         f"than the checkpoint and the broker resumes dispatch at {reput_from} (as the broker does; "
+            notes.append(f"records in [{kept_end}, {reput_from}) are not indexed again: the last index file kept "
+                         f"ends at {kept_end} and the broker resumes dispatch at {reput_from} (as the broker does; "
                          f"--full-index re-indexes them)")
-    return DLedgerPlan(entries=f.entries, queues=queues, index_resume=resume, index_deleted=list(f.index_deleted),
-                       index_kept=[] if f.full_index else list(f.index_kept), rolled_full_end_ts=rolled,
+    return DLedgerPlan(entries=f.entries, queues=queues, index_resume=resume, rolled_full_end_ts=rolled,
                        checkpoint=cp, checkpoint_why=why, dledger_files=files, dispatch=dispatch, notes=notes)
