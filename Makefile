@@ -10,8 +10,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m storage_format.kernel_cache
-	-$(PY) -m jobs.pipeline.session
+	$(PY) -m storage_format.kernels.warm
+	-$(PY) -m jobs.pipeline.runtime.session
 	touch $@
 
 venv: $(VENV)/.installed
@@ -26,7 +26,7 @@ system-deps:
 
 demo: venv
 	rm -rf $(DEMO)
-	$(PY) -m storage_format.kernel_cache
+	$(PY) -m storage_format.kernels.warm
 	$(PY) -m storegen.sample $(DEMO)/store
 	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
 	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt
@@ -46,7 +46,7 @@ bench: venv
 # dist/reput.zip (the code, for --py-files) and dist/reput-env.tar.gz (the executors' Python, for --archives;
 # built again when pyproject.toml changes; ./env links to it): what conf/spark-defaults.conf ships.
 package: venv
-	$(PY) -m jobs.pipeline.package dist/reput.zip --env dist/reput-env.tar.gz
+	$(PY) -m jobs.pipeline.runtime.package dist/reput.zip --env dist/reput-env.tar.gz
 
 clean:
 	rm -rf $(VENV) $(DEMO) dist build env .pytest_cache

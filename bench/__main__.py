@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.pipeline.cli import _size
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE
+from jobs.pipeline.runtime.cli import _size
+from jobs.pipeline.scan.stage import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, report, stages

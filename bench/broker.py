@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.pipeline.inplace import sha256_file
+from jobs.pipeline.recover.inplace import sha256_file
 
 from .cpu import CpuWatch
 from .report import progress

@@ -1,7 +1,7 @@
 """Peak resident memory of the PySpark Python workers, read from /proc while a stage runs.
 
 The workers are the Python processes below this driver running `pyspark.daemon` (or
-`jobs.pipeline.worker_daemon`): the daemon and the workers it forks, not the JVM that names the
+`jobs.pipeline.runtime.worker_daemon`): the daemon and the workers it forks, not the JVM that names the
 module. Before a stage each one's peak-RSS counter (VmHWM) is reset through /proc/<pid>/clear_refs, so
 a reused worker reports the peak of this stage only; a poller picks up workers forked during the stage
 and keeps the highest VmHWM seen per process. Where the reset is not permitted the poller falls
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
-WORKER_MARKS = (b"pyspark.daemon", b"jobs.pipeline.worker_daemon")  # Spark's daemon, or reput's preloading one
+WORKER_MARKS = (b"pyspark.daemon", b"jobs.pipeline.runtime.worker_daemon")  # Spark's daemon, or reput's preloading one
 
 
 def _children_map() -> dict[int, list[int]]:

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.pipeline.fs import Location, location
-from jobs.pipeline.scan import list_segments, scan_store
-from jobs.pipeline.tasks import run_tasks
+from jobs.pipeline.io.fs import Location, location
+from jobs.pipeline.scan.stage import list_segments, scan_store
+from jobs.pipeline.runtime.tasks import run_tasks
 from storage_format.scan_plan import Split, plan_splits
 from storage_format.settings import BrokerSettings
 
@@ -62,9 +62,9 @@ class StageResult:
 def _warm_worker(_: int) -> int:
     """Start-up work of a Python worker, done once here so no stage pays it: import the pipeline and
     run the decode path (fields, properties, Java hashes, index keys) over a few encoded records."""
-    import jobs.pipeline.build  # noqa: F401
-    import jobs.pipeline.scan  # noqa: F401
-    from storage_format.kernel_cache import warm
+    import jobs.pipeline.build.stage  # noqa: F401
+    import jobs.pipeline.scan.stage  # noqa: F401
+    from storage_format.kernels.warm import warm
 
     warm()  # load the compiled kernels (from numba's cache)
     from storage_format.commitlog import decode_buffer
@@ -88,7 +88,7 @@ def _warm_worker(_: int) -> int:
 
 def spark_startup(master: str) -> tuple[object, StageResult]:
     """Start the session and its Python workers (one tiny job per core importing the pipeline), timed."""
-    from jobs.pipeline.session import get_spark
+    from jobs.pipeline.runtime.session import get_spark
 
     t0 = time.monotonic()
     spark = get_spark("bench", master)

@@ -29,11 +29,11 @@ FIGURES = ("session_s", "first_job_s", "total_s")
 SCRIPT = """
 import json, sys, time
 started = float(sys.argv[1])
-from jobs.pipeline.session import get_context, get_spark
+from jobs.pipeline.runtime.session import get_context, get_spark
 
 def load(_):
-    import jobs.pipeline.build, jobs.pipeline.scan
-    from storage_format.kernel_cache import warm
+    import jobs.pipeline.build.stage, jobs.pipeline.scan.stage
+    from storage_format.kernels.warm import warm
     t = time.monotonic()
     warm()
     return time.monotonic() - t

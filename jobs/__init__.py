@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 def _started_as_job() -> bool:
     """This process starts a job (`python -m jobs.<name>`, `python jobs/<name>.py`), not a test, a Spark
-    worker daemon (`python -m jobs.pipeline.worker_daemon`) or another module importing jobs."""
+    worker daemon (`python -m jobs.pipeline.runtime.worker_daemon`) or another module importing jobs."""
     argv = list(getattr(_sys, "orig_argv", _sys.argv))
     here = _os.path.dirname(_os.path.realpath(__file__))
     for i, arg in enumerate(argv[1:], 1):
@@ -19,6 +19,6 @@ def _started_as_job() -> bool:
 
 
 if _started_as_job():  # Ctrl-C from here on (imports of pyspark, ...) is one line, not a traceback
-    from .pipeline.interrupt import guard_startup
+    from .pipeline.runtime.interrupt import guard_startup
 
     guard_startup()

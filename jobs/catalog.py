@@ -21,17 +21,17 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction  # noqa:
 from deltalake.exceptions import DeltaError  # noqa: E402
 from deltalake.transaction import AddAction  # noqa: E402
 
-from jobs.pipeline.catalog_stage import (  # noqa: E402
+from jobs.pipeline.catalog.stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
-from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                parser, progress_quiet, run_process, settings_from, warn)
-from jobs.pipeline.generation import store_generation  # noqa: E402
-from jobs.pipeline.fs import Location, delta_storage_options, location  # noqa: E402
-from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_context  # noqa: E402
-from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.store.generation import store_generation  # noqa: E402
+from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
+from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.scan.stage import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 

@@ -14,10 +14,10 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
 
 import json  # noqa: E402
 
-from jobs.pipeline.cli import EXIT_OK, check_store, parser, run_process, settings_from  # noqa: E402
-from jobs.pipeline.dump_text import row_lines  # noqa: E402
-from jobs.pipeline.dumps import dump_index, dump_queue, dump_records  # noqa: E402
-from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.runtime.cli import EXIT_OK, check_store, parser, run_process, settings_from  # noqa: E402
+from jobs.pipeline.dump.text import row_lines  # noqa: E402
+from jobs.pipeline.dump.readers import dump_index, dump_queue, dump_records  # noqa: E402
+from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 
 DEFAULT_COUNT = 20
 

@@ -17,11 +17,11 @@ import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
 import string  # noqa: E402
 
-from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, JobError, check_report, check_store, emit,  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, check_report, check_store, emit,  # noqa: E402
                                parser, run_process, settings_from, warn)
-from jobs.pipeline.fs import Location  # noqa: E402
-from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
+from jobs.pipeline.io.fs import Location  # noqa: E402
+from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.dump.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
@@ -110,8 +110,8 @@ def by_scan(args: argparse.Namespace, topic: str | None, key: str, uniq: bool, b
     """Offsets of matching records found by scanning the whole commit log with Spark (no index)."""
     from pyspark.sql import functions as F
 
-    from jobs.pipeline.commitlog_source import read_commitlog
-    from jobs.pipeline.session import job_spark
+    from jobs.pipeline.scan.source import read_commitlog
+    from jobs.pipeline.runtime.session import job_spark
 
     spark = job_spark(args, "query")
     df = read_commitlog(spark, args.store, args.broker_config, args.split_size)

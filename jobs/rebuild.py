@@ -3,7 +3,7 @@
 Writes OUT/consumequeue/<topic>/<queueId>/<20-digit start>, OUT/index/<yyyyMMddHHmmssSSS> and
 OUT/reput-report.json, byte-identical to what the broker writes. The store is only read; OUT is built
 beside itself in a staging directory, checked, then renamed into place (on object storage: written in
-place and committed by the report, written last; jobs.pipeline.commit_marker).
+place and committed by the report, written last; jobs.pipeline.io.commit_marker).
 """
 from __future__ import annotations
 
@@ -15,22 +15,22 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
-from jobs.pipeline.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
+from jobs.pipeline.build.stage import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
-from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
-from jobs.pipeline.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.pipeline.faults import pause_at  # noqa: E402
-from jobs.pipeline.generation import store_generation  # noqa: E402
+from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
+from jobs.pipeline.store.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.paths import check_outside  # noqa: E402
-from jobs.pipeline.commit_marker import MARKER  # noqa: E402
-from jobs.pipeline.publish import Output, output_for  # noqa: E402
-from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_context  # noqa: E402
-from jobs.pipeline.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
+from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
+from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from pyspark import SparkContext  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 

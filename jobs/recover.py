@@ -17,20 +17,20 @@ import time  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from jobs.pipeline import inplace  # noqa: E402
-from jobs.pipeline import recover_text as text  # noqa: E402
-from jobs.pipeline.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
+from jobs.pipeline.recover import inplace  # noqa: E402
+from jobs.pipeline.recover import text  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
                                print_json, progress_quiet, run_process, settings_from, time_zone, warn)
-from jobs.pipeline.failure import Interrupted  # noqa: E402
-from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.live_broker import broker_lock, refuse_if_running  # noqa: E402
-from jobs.pipeline.paths import check_outside, is_local  # noqa: E402
-from jobs.pipeline.publish import output_for  # noqa: E402
-from jobs.pipeline.dledger_report import add_dledger_flag  # noqa: E402
-from jobs.pipeline.recovery_dledger import dledger_output, plan_dledger_recovery  # noqa: E402
-from jobs.pipeline.recovery_stage import RecoveryPlan, plan_recovery  # noqa: E402
-from jobs.pipeline.recovery_write import plan_output, write_output  # noqa: E402
-from jobs.pipeline.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.failure import Interrupted  # noqa: E402
+from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
+from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
+from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
+from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
+from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery  # noqa: E402
+from jobs.pipeline.recover.write import plan_output, write_output  # noqa: E402
+from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
 
@@ -220,7 +220,7 @@ def _check_written(root: Location, output, index_names: list[str]) -> None:
 
 
 def _in_place(args, store: Location, settings, kw, tz) -> int:
-    """Stage, back up, journal and switch the store itself (see jobs.pipeline.inplace)."""
+    """Stage, back up, journal and switch the store itself (see jobs.pipeline.recover.inplace)."""
     if commitlog_path(settings):
         raise JobError(f"--in-place: storePathCommitLog={commitlog_path(settings)} keeps the commit log outside "
                        f"the store, which the in-place switch does not cover; recover with --out instead")

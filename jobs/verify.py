@@ -21,29 +21,29 @@ from dataclasses import replace  # noqa: E402
 
 from pyspark import SparkContext  # noqa: E402
 
-from jobs.pipeline.build import plan_cq, plan_index  # noqa: E402
-from jobs.pipeline.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
+from jobs.pipeline.build.stage import plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
                                emit, parser, progress_quiet, run_process, settings_from)
-from jobs.pipeline.fs import Location, location  # noqa: E402
-from jobs.pipeline.live_broker import dispatched_end, warn_if_running  # noqa: E402
-from jobs.pipeline.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.session import job_context  # noqa: E402
-from jobs.pipeline.tasks import run_tasks  # noqa: E402
-from jobs.pipeline.findings import Findings, detail_order  # noqa: E402
-from jobs.pipeline.verify_cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
-from jobs.pipeline.verify_index import (check_index, expected_headers, orphan_index_findings,  # noqa: E402
+from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
+from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
+from jobs.pipeline.verify.cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
+from jobs.pipeline.verify.index import (check_index, expected_headers, orphan_index_findings,  # noqa: E402
                                         plan_index_checks)
-from jobs.pipeline.verify_stage import pointer_check  # noqa: E402
+from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
-from jobs.pipeline.generation import store_generation  # noqa: E402
+from jobs.pipeline.store.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.store_gate import commitlog_dir  # noqa: E402
-from jobs.pipeline.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
-from jobs.pipeline.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.pipeline.store_gate import dledger_home  # noqa: E402
-from jobs.pipeline import verify_dledger  # noqa: E402
+from jobs.pipeline.io.store_gate import commitlog_dir  # noqa: E402
+from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.io.store_gate import dledger_home  # noqa: E402
+from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25

@@ -6,13 +6,15 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `commitlog`: the record chain walk and the columnar record decoder (the reference the kernel is tested against)
 - `record_columns`: the columnar record decoder's fields and per-record checks (field sum, CRC, DELAY)
 - `segment_names`: commit-log segment file names and byte offsets inside a segment
-- `split_kernel`: the compiled (numba) one-pass decoder of a split: chain walk, properties, hashes, summary
-- `kernel_bytes`: the kernel's inlined byte helpers (big-endian reads, Java hash over UTF-8, property scan)
-- `row_groups`: a split's consume-queue rows grouped by queue (compiled stable counting sort)
-- `split_decode`: the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference decodes
-- `index_chain`: index slot chains as compiled sequential loops (index_file's vectorised form is the reference)
-- `kernel_cache`: the kernels' decorator (numba imported at the first call), where numba caches them
-  (stable for `--py-files` zips), and warming them
+- `kernels`: the compiled (numba) kernels, each beside its numpy reference:
+  `kernels.jit` (the kernels' decorator, numba imported at the first call, and where numba caches them,
+  stable for `--py-files` zips; imports nothing else of the package), `kernels.warm` (run every kernel once),
+  `kernels.split_kernel` (the one-pass decoder of a split: chain walk, properties, hashes, summary),
+  `kernels.kernel_bytes` (its inlined byte helpers: big-endian reads, Java hash over UTF-8, property scan),
+  `kernels.row_groups` (a split's consume-queue rows grouped by queue: compiled stable counting sort),
+  `kernels.split_decode` (the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference
+  decodes), `kernels.index_chain` (index slot chains as sequential loops; index_file's vectorised form is the
+  reference)
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules

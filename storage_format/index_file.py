@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .index_chain import entry_bytes, newest_by_hash
+from .kernels.index_chain import entry_bytes, newest_by_hash
 
 
 HEADER_SIZE = 40

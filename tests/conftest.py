@@ -83,7 +83,7 @@ def golden() -> Path:
 @pytest.fixture(scope="session")
 def spark():
     """The one SparkSession of the test suite (local[2], like the CI machine)."""
-    from jobs.pipeline.session import get_spark
+    from jobs.pipeline.runtime.session import get_spark
 
     session = get_spark("tests", master="local[2]")
     yield session

@@ -1,5 +1,5 @@
 """A real S3-compatible server for the tests: moto's standalone server on 127.0.0.1, reached through
-pyarrow (the tests' own reads and writes) and the AWS_* settings every job reads (see jobs/pipeline/fs.py)."""
+pyarrow (the tests' own reads and writes) and the AWS_* settings every job reads (see jobs/pipeline/io/fs.py)."""
 from __future__ import annotations
 
 import hashlib

@@ -12,8 +12,8 @@ def test_the_driver_jvm_naming_the_daemon_module_is_no_worker() -> None:
     """The JVM's arguments name the daemon module (spark.python.daemon.module=...): it matched the marks
     and its heap was reported as a worker's peak; Python daemons and workers still count."""
     jvm = b"\0".join([b"/usr/lib/jvm/java-17-openjdk-amd64/bin/java", b"-cp", b"/x/jars/*",
-                      b"spark.python.daemon.module=jobs.pipeline.worker_daemon", b"pyspark-shell"])
-    worker = b"\0".join([b"/work/main/.venv/bin/python3.11", b"-m", b"jobs.pipeline.worker_daemon", b"--warm"])
+                      b"spark.python.daemon.module=jobs.pipeline.runtime.worker_daemon", b"pyspark-shell"])
+    worker = b"\0".join([b"/work/main/.venv/bin/python3.11", b"-m", b"jobs.pipeline.runtime.worker_daemon", b"--warm"])
     daemon = b"\0".join([b"python", b"-m", b"pyspark.daemon"])
     assert any(m in jvm for m in WORKER_MARKS) and not _is_python(jvm)
     assert _is_python(worker) and _is_python(daemon)

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from jobs.catalog import app_id, catalog
 from jobs.catalog import main as catalog_main
-from jobs.pipeline.catalog_stage import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
-from jobs.pipeline.cli import JobError
-from jobs.pipeline.fs import location
+from jobs.pipeline.catalog.stage import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
+from jobs.pipeline.runtime.cli import JobError
+from jobs.pipeline.io.fs import location
 from storage_format.msg_id import decode_offset_msg_ids
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN, manifest
@@ -222,7 +222,7 @@ def test_catalog_lists_each_messages_lmq_queues(case, spark, capsys, tmp_path):
 def test_catalog_refuses_lmq_records_without_the_multi_dispatch_setting(spark, capsys, tmp_path):
     """Records written with enableMultiDispatch=true, a config that leaves it unset: exit 2 naming the setting
     (an empty lmq_queues column would be silently wrong)."""
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     case = "lmq-clean-small-11"
     conf = tmp_path / "broker.conf"
     conf.write_text("\n".join(line for line in (GOLDEN / case / "broker.conf").read_text().splitlines()

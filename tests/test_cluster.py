@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.package import build_env, build_zip, env_is_stale
+from jobs.pipeline.runtime.package import build_env, build_zip, env_is_stale
 from tests import golden_walk
 from tests.conftest import GOLDEN, REPO, manifest
 

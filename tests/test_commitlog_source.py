@@ -1,7 +1,7 @@
 """The `rocketmq-commitlog` DataFrame reader against golden manifests."""
 from __future__ import annotations
 
-from jobs.pipeline.commitlog_source import read_commitlog
+from jobs.pipeline.scan.source import read_commitlog
 from tests.conftest import GOLDEN, manifest
 
 CASE = "v5-clean-small-11"

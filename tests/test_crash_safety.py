@@ -1,6 +1,6 @@
 """Crash safety: a rebuild killed with SIGKILL (driver, JVM and Python workers at once) at any point leaves
 OUT absent or complete and correct, never touches the store, and a re-run gives byte-identical output
-with nothing left beside OUT. Kill points are the hooks of jobs/pipeline/faults.py."""
+with nothing left beside OUT. Kill points are the hooks of jobs/pipeline/runtime/faults.py."""
 from __future__ import annotations
 
 import os
@@ -104,7 +104,7 @@ def test_killed_rebuild_then_rerun(point, overwrite, killed, reference, golden, 
     """Right after the kill OUT is absent, the previous output, or the complete new output; the re-run
     (restoring a previous output an interrupted --overwrite moved aside) ends byte-identical to an
     uninterrupted rebuild, and only OUT remains in its directory."""
-    from jobs.pipeline.cli import JobError
+    from jobs.pipeline.runtime.cli import JobError
     from jobs.rebuild import main as rebuild_main
 
     outdir = killed[point]

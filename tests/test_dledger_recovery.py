@@ -324,7 +324,7 @@ def run_recover(*args: str) -> int:
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:
     """The job as the console runs it: (exit status, stderr)."""
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     from jobs.recover import main
 
     with pytest.raises(SystemExit) as exit_info:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.failure import one_line
-from jobs.pipeline.frontdoor import JOBS
+from jobs.pipeline.runtime.failure import one_line
+from jobs.pipeline.runtime.frontdoor import JOBS
 from tests.conftest import GOLDEN, REPO
 from tests.test_crash_safety import _group_gone
 
@@ -109,7 +109,7 @@ def test_interrupted_rebuild_is_one_line_exit_130_nothing_left(interrupted, how)
 
 PY4J_TASK_FAILURE = """An error occurred while calling o61.collectAndServe.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage 1.0 (TID 5) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):
-  File "/work/jobs/pipeline/scan.py", line 230, in decode_split
+  File "/work/jobs/pipeline/scan/stage.py", line 230, in decode_split
     raise StoreFormatError(path, 1990, "entry is cut short")
 storage_format.errors.StoreFormatError: /s/consumequeue/T/0/00000000000000000000 at byte offset 1990: entry is cut short
 
@@ -146,15 +146,15 @@ def no_spark(monkeypatch):
     for job in JOBS:
         for name in ("job_spark", "job_context"):
             monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), name, refuse, raising=False)
-    monkeypatch.setattr("jobs.pipeline.session.job_spark", refuse)
-    monkeypatch.setattr("jobs.pipeline.session.job_context", refuse)
+    monkeypatch.setattr("jobs.pipeline.runtime.session.job_spark", refuse)
+    monkeypatch.setattr("jobs.pipeline.runtime.session.job_context", refuse)
 
 
 def run_job(job: str, argv: list[str], capsys) -> tuple[int, list[str]]:
     """run_main in this process: (exit status, stderr lines)."""
     import importlib
 
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     with pytest.raises(SystemExit) as e:
         run_main(job, importlib.import_module(f"jobs.{job}").main, argv)
     return e.value.code, capsys.readouterr().err.splitlines()
@@ -261,8 +261,8 @@ def test_outputs_inside_the_store_under_another_name_are_refused(no_spark, alias
 def test_same_or_inside_by_device_and_inode(tmp_path):
     """A second name the string forms cannot see (here a hard-linked path is impossible for directories,
     so a symlinked parent stands in) is still caught through device and inode numbers."""
-    from jobs.pipeline.fs import Location
-    from jobs.pipeline.paths import same_or_inside
+    from jobs.pipeline.io.fs import Location
+    from jobs.pipeline.io.paths import same_or_inside
 
     (tmp_path / "store" / "commitlog").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "store" / "commitlog")

@@ -7,7 +7,7 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from jobs.pipeline.recovery_stage import new_index_names
+from jobs.pipeline.recover.stage import new_index_names
 from storage_format.commitlog import decode_buffer
 from storage_format.consume_queue import tags_codes
 from storage_format.index_file import (HEADER_SIZE, IndexHeader, IndexState, build_index_file, empty_file_index_count,

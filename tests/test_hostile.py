@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.cli import run_main
+from jobs.pipeline.runtime.cli import run_main
 from storage_format.java_hash import java_hash_bytes
 from tests.hostile import (ACCEPTED, ERROR, IGNORED, JOB_BUILDERS, JOBS, REPORTED, SOURCE_CASE, Damage, bad_magic,
                            copy_store, cq_entry, missing_segment, tree_digest, zeroed_header_last_segment)

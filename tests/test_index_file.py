@@ -112,7 +112,7 @@ def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunk
     """index_chain's sequential loops give the slot table and the entry bytes (hash, offset, clamped time
     difference, previous position) of the vectorised reference, chunk after chunk, with the work files'
     dtypes."""
-    from storage_format.index_chain import entry_bytes, newest_by_hash
+    from storage_format.kernels.index_chain import entry_bytes, newest_by_hash
     from storage_format.index_file import SLOT_DTYPE, entry_bytes_numpy, key_slots, newest_positions_numpy
 
     newest = [np.zeros(slots, SLOT_DTYPE), np.zeros(slots, SLOT_DTYPE)]

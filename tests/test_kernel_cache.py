@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.pipeline.package import build_zip
+from jobs.pipeline.runtime.package import build_zip
 
-WARM = "import json; from storage_format import kernel_cache as k; print(json.dumps([k.__file__, k.warm()]))"
+WARM = "import json; from storage_format.kernels import warm as k; print(json.dumps([k.__file__, k.warm()]))"
 
 
 def _warm_from(zip_path: Path, cache: Path) -> tuple[str, dict[str, int]]:
@@ -38,7 +38,7 @@ def test_the_driver_starts_without_numba():
     """Kernels are compiled (or loaded) at their first call: importing every job, as a driver does, leaves
     numba unimported (a third of a second of every job's start-up), and a kernel call then brings it."""
     script = ("import sys, jobs.rebuild, jobs.verify, jobs.recover, jobs.query, jobs.inspect, jobs.catalog, jobs.dump; "
-              "before = 'numba' in sys.modules; import numpy as np; from storage_format import row_groups; "
+              "before = 'numba' in sys.modules; import numpy as np; from storage_format.kernels import row_groups; "
               "order, counts = row_groups.group_rows(np.array([1, 0, 1]), np.array([1, 0]), 2); "
               "print(before, 'numba' in sys.modules, order.tolist(), counts.tolist())")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
@@ -55,7 +55,7 @@ def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
     runs = []
     for edit in (False, False, True):
         if edit:
-            with open(tree / "storage_format" / "kernel_bytes.py", "a") as f:
+            with open(tree / "storage_format" / "kernels" / "kernel_bytes.py", "a") as f:
                 f.write("# edited\n")
         env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache))
         done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, cwd=tmp_path,
@@ -72,11 +72,11 @@ def test_a_rebuild_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
     seconds on a fresh one). Decode and build a golden store in a process that ran warm() first."""
     script = """
 import json, os, sys
-from storage_format import kernel_cache, index_chain, row_groups, split_kernel
-kernel_cache.warm()
-from jobs.pipeline.build import build_files, plan_cq, plan_index
-from jobs.pipeline.fs import location
-from jobs.pipeline.scan import scan_store
+from storage_format.kernels import index_chain, row_groups, split_kernel, warm
+warm.warm()
+from jobs.pipeline.build.stage import build_files, plan_cq, plan_index
+from jobs.pipeline.io.fs import location
+from jobs.pipeline.scan.stage import scan_store
 from storage_format.settings import load_settings
 
 class InProcess:  # the little of a SparkContext that scan_store uses, running tasks in this process

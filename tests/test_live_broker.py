@@ -44,8 +44,8 @@ def locked(tmp_path):
 
 
 def test_lock_is_seen_without_taking_it(locked, tmp_path):
-    from jobs.pipeline.fs import Location
-    from jobs.pipeline.live_broker import broker_lock
+    from jobs.pipeline.io.fs import Location
+    from jobs.pipeline.io.live_broker import broker_lock
 
     store = locked("unclean-11")
     lock = broker_lock(Location(str(store)))

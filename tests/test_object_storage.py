@@ -20,9 +20,9 @@ from deltalake import DeltaTable
 from jobs.catalog import main as catalog_main
 from jobs.dump import main as dump_main
 from jobs.inspect import main as inspect_main
-from jobs.pipeline.cli import JobError, run_main
-from jobs.pipeline.commit_marker import MARKER, DirectOutput, unfinished
-from jobs.pipeline.fs import location
+from jobs.pipeline.runtime.cli import JobError, run_main
+from jobs.pipeline.io.commit_marker import MARKER, DirectOutput, unfinished
+from jobs.pipeline.io.fs import location
 from jobs.query import main as query_main
 from jobs.rebuild import REPORT_NAME
 from jobs.rebuild import main as rebuild_main

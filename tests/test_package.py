@@ -1,11 +1,11 @@
-"""What spark-submit ships (jobs.pipeline.package): the code zip, the packed environment's requirements,
+"""What spark-submit ships (jobs.pipeline.runtime.package): the code zip, the packed environment's requirements,
 and conf/spark-defaults.conf naming exactly those files. The cluster test submits with them."""
 from __future__ import annotations
 
 import tomllib
 import zipfile
 
-from jobs.pipeline.package import build_zip, env_requirements, link_driver_env
+from jobs.pipeline.runtime.package import build_zip, env_requirements, link_driver_env
 from tests.conftest import REPO
 
 

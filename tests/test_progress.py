@@ -1,9 +1,9 @@
-"""Progress lines of Spark jobs: totals and an ETA from the tasks done so far (jobs.pipeline.tasks)."""
+"""Progress lines of Spark jobs: totals and an ETA from the tasks done so far (jobs.pipeline.runtime.tasks)."""
 from __future__ import annotations
 
 import io
 
-from jobs.pipeline.tasks import Progress, progress_line
+from jobs.pipeline.runtime.tasks import Progress, progress_line
 
 
 def test_line_has_totals_rate_and_eta():

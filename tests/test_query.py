@@ -320,7 +320,7 @@ def test_bad_arguments_exit_2(golden, capsys):
     with pytest.raises(SystemExit) as e:
         query_main(["--store", case, "--key", "k"])
     assert e.value.code == 2
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     with pytest.raises(SystemExit) as e:
         run_main("query", query_main, ["--store", case, "--msg-id", "XYZ"])
     assert e.value.code == 2

@@ -36,7 +36,7 @@ def test_queues_cut_into_many_runs_are_byte_exact(spark, tmp_path, capsys, monke
     split slices that reach its files: with runs of 5 files (500 entries per task instead of 4 M), every
     queue of clean-medium-11 (up to 46 files of 100 units) is cut into up to 10 runs, and the files are the
     broker's bytes."""
-    import jobs.pipeline.build as build
+    import jobs.pipeline.build.stage as build
     monkeypatch.setattr(build, "TARGET_CQ_ENTRIES_PER_TASK", 500)
     out = tmp_path / "out"
     assert run_rebuild("clean-medium-11", out, "--only", "consumequeue", "--split-size", "65536") == 0
@@ -71,7 +71,7 @@ def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("operator data")
     with pytest.raises(SystemExit) as exc:
-        from jobs.pipeline.cli import run_main
+        from jobs.pipeline.runtime.cli import run_main
         from jobs.rebuild import main
         run_main("rebuild", main, ["--store", str(GOLDEN / case), "--out", str(out),
                                    "--broker-config", str(GOLDEN / case / "broker.conf")])
@@ -92,7 +92,7 @@ def test_empty_and_missing_commitlog(spark, tmp_path, capsys):
     assert report(tmp_path / "o1")["message_records"] == 0
     assert not any((tmp_path / "o1" / "consumequeue").iterdir())
     shutil.rmtree(store / "commitlog")
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     with pytest.raises(SystemExit) as exc:
         run_main("rebuild", main, ["--store", str(store), "--out", str(tmp_path / "o2")])
     assert exc.value.code == 2
@@ -101,7 +101,7 @@ def test_empty_and_missing_commitlog(spark, tmp_path, capsys):
 
 
 def test_out_inside_store_is_refused(spark, tmp_path, capsys):
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     from jobs.rebuild import main
     store = tmp_path / "store"
     shutil.copytree(GOLDEN / "rebuild-headless-11" / "commitlog", store / "commitlog")
@@ -141,7 +141,7 @@ def test_rebuild_stops_at_the_confirm_offset(case, spark, tmp_path, capsys):
 
 def _lmq_refusal(store, out, conf, capsys, *extra: str) -> str:
     """Run rebuild expecting exit 2 with nothing published; the one-line error."""
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     from jobs.rebuild import main
     with pytest.raises(SystemExit) as exc:
         run_main("rebuild", main, ["--store", str(store), "--out", str(out), "--broker-config", str(conf), *extra])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.messages import iso_utc
-from jobs.pipeline.recover_text import SHOWN, plan_lines, when, resume_lines, rollback_lines
+from jobs.pipeline.dump.messages import iso_utc
+from jobs.pipeline.recover.text import SHOWN, plan_lines, when, resume_lines, rollback_lines
 
 CASE = "unclean-torn-11"
 
@@ -90,7 +90,7 @@ def test_out_prints_what_was_done(spark, golden, tmp_path, capsys):
 
 def test_dry_run_states_a_running_broker_at_the_top(tmp_path):
     """The plan's header says so while another process holds the store's lock the way a broker does."""
-    from jobs.pipeline.fs import location
+    from jobs.pipeline.io.fs import location
     from jobs.recover import _broker_state
 
     (tmp_path / "lock").write_bytes(b"")

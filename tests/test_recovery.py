@@ -490,7 +490,7 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
 
 
 def test_bad_store_exits_2_naming_file_and_offset(spark, golden, tmp_path, capsys):
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     from jobs.recover import main
 
     store = writable_copy(golden / "unclean-11", tmp_path / "store")
@@ -510,7 +510,7 @@ def test_bad_store_exits_2_naming_file_and_offset(spark, golden, tmp_path, capsy
 APPLY_SNIPPET = """
 import json, sys
 from pathlib import Path
-from jobs.pipeline import inplace
+from jobs.pipeline.recover import inplace
 store, staging, backup, ops = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4])
 inplace.apply(store, staging, backup, [inplace.Op(**o) for o in ops], {})
 """
@@ -519,10 +519,10 @@ inplace.apply(store, staging, backup, [inplace.Op(**o) for o in ops], {})
 @pytest.fixture(scope="module")
 def staged(spark, golden, tmp_path_factory):
     """An in-place plan for v5-unclean-torn-11, staged once: (store copy, staging copy, ops)."""
-    from jobs.pipeline import inplace
-    from jobs.pipeline.fs import Location
-    from jobs.pipeline.recovery_stage import plan_recovery
-    from jobs.pipeline.recovery_write import plan_output, write_output
+    from jobs.pipeline.recover import inplace
+    from jobs.pipeline.io.fs import Location
+    from jobs.pipeline.recover.stage import plan_recovery
+    from jobs.pipeline.recover.write import plan_output, write_output
     from storage_format.settings import load_settings
 
     root = tmp_path_factory.mktemp("inplace")

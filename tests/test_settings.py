@@ -180,7 +180,7 @@ def test_golden_broker_confs_load_without_warnings(golden):
     ("messageDelayLevel=1s \u00b2s", "Long.parseLong"),
 ])
 def test_bad_settings_exit_2_in_one_line_before_any_work(tmp_path, capsys, line, named):
-    from jobs.pipeline.cli import run_main
+    from jobs.pipeline.runtime.cli import run_main
     from jobs.rebuild import main as rebuild_main
 
     conf = tmp_path / "b.conf"

@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jobs.pipeline.fs import location
-from jobs.pipeline.scan import SplitTask, decode_split, list_segments
-from jobs.pipeline.workdir import cq_file, keys_file, read_cq, read_keys
+from jobs.pipeline.io.fs import location
+from jobs.pipeline.scan.stage import SplitTask, decode_split, list_segments
+from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
-from storage_format.split_decode import decode_fast
+from storage_format.kernels.split_decode import decode_fast
 from storegen.encoder import encode_record
 from tests.conftest import GOLDEN, case_params, golden_cases
 
@@ -161,7 +161,7 @@ def _java_hash(text: str, h: int = 0) -> int:
 def test_kernel_hash_is_javas_string_hash(text, raw, prefix):
     """The kernel's hash (four ASCII bytes per step, UTF-8 decoded to UTF-16 units otherwise) is
     String.hashCode over any text, continued from any prefix hash; malformed UTF-8 is refused."""
-    from storage_format.kernel_bytes import java_hash as _hash_utf8
+    from storage_format.kernels.kernel_bytes import java_hash as _hash_utf8
 
     for data in (text.encode("utf-8", "surrogatepass"), raw, b"ab\xc3\xa9cdefg" + raw):
         arr = np.frombuffer(data, np.uint8)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.pipeline.cli import run_main
+from jobs.pipeline.runtime.cli import run_main
 from storegen.encoder import write_store
 from storage_format.record import Message
 from storage_format.settings import BrokerSettings

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.util import PythonEvalType
 
 import udfs
-from jobs.pipeline.commitlog_source import read_commitlog
+from jobs.pipeline.scan.source import read_commitlog
 from storage_format.consume_queue import tags_codes
 from storage_format.index_file import key_slots
 from storage_format.index_keys import index_key_hashes

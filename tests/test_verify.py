@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.cli import run_main
+from jobs.pipeline.runtime.cli import run_main
 from jobs.verify import main as verify_main
 from tests.conftest import GOLDEN, REPO, case_params, expected_scan, golden_cases, manifest, restored_copy
 
@@ -229,8 +229,8 @@ def test_cannot_run_exit_2(spark, tmp_path):
 def test_index_alignment_pairs_by_header():
     """Pure pairing: a disk file whose name sorts out of place is paired with the expected file it holds
     and reported out of order; an unknown file is extra; nothing shifts the other pairs."""
-    from jobs.pipeline.findings import Findings
-    from jobs.pipeline.verify_index import align_index_files
+    from jobs.pipeline.verify.findings import Findings
+    from jobs.pipeline.verify.index import align_index_files
     from storage_format.index_file import IndexHeader
 
     exp = [(i, IndexHeader(1000 * i, 1000 * i + 999, 100 * i, 100 * i + 99, 3, 256)) for i in range(5)]
@@ -260,7 +260,7 @@ def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_p
 def test_finding_kinds_are_one_registry():
     """Every kind the verify code reports is registered for its artifact, every registered kind is
     reported somewhere, the README's table is the registry's, and an unregistered kind is refused."""
-    from jobs.pipeline.findings import KINDS, Findings, detail_order, readme_table
+    from jobs.pipeline.verify.findings import KINDS, Findings, detail_order, readme_table
 
     reported = set()
     for path in (REPO / "jobs").rglob("*.py"):
@@ -287,7 +287,7 @@ def test_pointer_check_names_what_an_offset_holds(golden):
     """PointerCheck.classify on a golden store, without Spark: offsets of real records (by the test's own
     reader), a BLANK, bytes inside a record, a record of another size or queue position, filler, and
     offsets outside the valid log."""
-    from jobs.pipeline.verify_stage import PointerCheck
+    from jobs.pipeline.verify.pointer import PointerCheck
     from storage_format.scan_plan import Segment
     from tests import golden_walk
 

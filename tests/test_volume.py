@@ -1,11 +1,11 @@
-"""The notebook's volume panels (jobs.pipeline.volume): every active period gets bars wide enough to be
+"""The notebook's volume panels (notebooks.volume): every active period gets bars wide enough to be
 seen on its own axis, from a one-second burst to a period of hours."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from jobs.pipeline.volume import MAX_BARS, bin_for, bin_label, binned, periods, refined, x_limits
+from notebooks.volume import MAX_BARS, bin_for, bin_label, binned, periods, refined, x_limits
 
 T0 = pd.Timestamp("2026-11-22 05:08:00")
 

@@ -8,14 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.pipeline import worker_daemon
+from jobs.pipeline.runtime import worker_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 
 SESSION_SCRIPT = """
 import os, sys
-from jobs.pipeline.session import get_spark
-from jobs.pipeline import worker_daemon
+from jobs.pipeline.runtime.session import get_spark
+from jobs.pipeline.runtime import worker_daemon
 spark = get_spark("warm-test", "local[1]", quiet=True)
 seen = spark.sparkContext.parallelize([0], 1).map(lambda _: (os.getppid(), os.environ.get("PYTHONHASHSEED"))).collect()
 print(worker_daemon._warm.pid, seen[0][0], seen[0][1], flush=True)
@@ -62,7 +62,7 @@ def test_no_warm_daemon_means_the_launcher_loads_itself(monkeypatch, tmp_path):
 def _start_warm(tmp_path: Path, seed: str) -> tuple[subprocess.Popen, Path]:
     sock = tmp_path / "warm" / "daemon.sock"
     sock.parent.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.pipeline.worker_daemon", "--warm", str(sock), str(os.getpid())],
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.pipeline.runtime.worker_daemon", "--warm", str(sock), str(os.getpid())],
                             cwd=REPO, env=dict(os.environ, PYTHONHASHSEED=seed))
     deadline = time.monotonic() + 60
     while not sock.exists():
@@ -88,7 +88,7 @@ def test_a_warm_daemon_with_another_hash_seed_declines(monkeypatch, tmp_path):
 
 def test_a_warm_daemon_ends_when_its_driver_does(tmp_path):
     """Started but never taken (the driver failed before any Python task): it leaves with the driver."""
-    script = ("from jobs.pipeline import worker_daemon; worker_daemon.start_warm(); "
+    script = ("from jobs.pipeline.runtime import worker_daemon; worker_daemon.start_warm(); "
               "print(worker_daemon._warm.pid, flush=True)")
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -17,7 +17,7 @@ DLedgerMmapFileStore.recover), the same after a clean and an unclean shutdown:
    the DLedger checkpoint holds the committed and end index; a one-member group's election rewrites `currterm`.
 
 `plan_dledger(DLedgerFacts) -> DLedgerPlan` reuses the plain pieces (plan_queues, resume_index,
-checkpoint_after); the Spark stage (jobs.pipeline.recovery_dledger) gathers the facts and writes the plan.
+checkpoint_after); the Spark stage (jobs.pipeline.recover.dledger) gathers the facts and writes the plan.
 """
 from __future__ import annotations
 

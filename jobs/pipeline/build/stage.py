@@ -1,0 +1,395 @@
+"""Stages 3-4: consume-queue files and index files from the decode stage's per-split Arrow files.
+
+The driver plans from split summaries only (counts and ranges); each task reads the slices it needs
+from the work directory, packs whole files with numpy and writes them. Index keys are numbered
+globally by a prefix sum over splits, so every index file is built independently.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
+                                          keep_first_of_each_offset, place_units)
+from storage_format.errors import StoreFormatError
+from storage_format.index_file import IndexLayout, IndexState, index_file_chunks, names_for
+from storage_format.multi_dispatch import is_lmq
+from storage_format.settings import BrokerSettings
+
+from ..runtime.faults import pause_at
+from ..io.fs import Location
+from ..scan.stage import ScanResult
+from ..io.workdir import WorkColumn, cq_columns, key_columns, read_cq
+
+TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
+CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
+TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
+
+
+@dataclass(frozen=True)
+class QueueSlice:
+    """Rows of one queue in one split's consume-queue file."""
+
+    split_index: int
+    row_start: int
+    rows: int
+    lo: int  # smallest and largest queue offset among the rows
+    hi: int
+
+
+@dataclass(frozen=True)
+class QueueFiles:
+    """A run of consecutive files of one queue [first_file, last_file] (logical start offsets)."""
+
+    topic: str
+    queue_id: int
+    first_file: int
+    last_file: int
+    queue_first_offset: int
+    sources: tuple[QueueSlice, ...]
+    placed: bool = False  # entries land where the broker's write position puts them (consume_queue.place_units)
+
+
+@dataclass(frozen=True)
+class CqTask:
+    items: tuple[QueueFiles, ...]
+    work: Location
+    out: Location  # the consumequeue/ directory
+    file_size: int
+
+
+def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
+            topics: set[str] | None = None, target_tasks: int = 4) -> list[CqTask]:
+    """Cut every queue into runs of whole files and pack the runs into tasks of bounded size."""
+    file_size = settings.consume_queue_file_size
+    units = file_size // CQ_UNIT_SIZE
+    queues: dict[tuple[str, int], list] = {}
+    for s in scan.accepted:
+        for key, st in s.queues.items():
+            if st.cq_rows == 0 or (topics is not None and key[0] not in topics):
+                continue
+            q = queues.setdefault(key, [st.min_offset, st.max_offset, []])
+            q[0], q[1] = min(q[0], st.min_offset), max(q[1], st.max_offset)
+            q[2].append(QueueSlice(s.index, st.first_row, st.cq_rows, st.min_offset, st.max_offset))
+    runs: list[QueueFiles] = []
+    files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
+    unordered = set().union(*(s.unordered for s in scan.accepted))
+    for (topic, qid), (lo, hi, sources) in sorted(queues.items()):
+        first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
+        if is_lmq(topic) and not _in_step(sources, (topic, qid) in unordered):
+            # offsets used up without an entry (5.x): one run places the whole queue as the broker does
+            runs.append(QueueFiles(topic, qid, first * file_size, last * file_size, lo, tuple(sources), placed=True))
+            continue
+        if hi - lo + 1 > sum(src.rows for src in sources):
+            raise queue_gap_error(scan, work, topic, qid, sources)
+        for f in range(first, last + 1, files_per_run):
+            last_file = min(last, f + files_per_run - 1) * file_size
+            runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
+    weights = [_run_weight(r, units, file_size) for r in runs]
+    per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
+    tasks, current, size = [], [], 0
+    for r, w in zip(runs, weights):
+        current.append(r)
+        size += w
+        if size >= per_task:
+            tasks.append(CqTask(tuple(current), work, out, file_size))
+            current, size = [], 0
+    if current:
+        tasks.append(CqTask(tuple(current), work, out, file_size))
+    return tasks
+
+
+def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
+    """A run's share of a task: its entries (at most its files' units) plus a fixed cost per file, so a
+    task packs thousands of one-entry LMQ queues but few large queues."""
+    files = (run.last_file - run.first_file) // file_size + 1
+    return min(files * units, sum(src.rows for src in run.sources)) + files * CQ_FILE_COST
+
+
+def _in_step(sources: list[QueueSlice], unordered: bool) -> bool:
+    """The queue's entries step by exactly 1 in dispatch order (so each lands at its stored offset)."""
+    return not unordered and all(b.lo == a.hi + 1 for a, b in zip(sources, sources[1:]))
+
+
+def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
+                    sources: list[QueueSlice]) -> StoreFormatError:
+    """The record that breaks a queue's run of consecutive queue offsets (a damaged queueOffset: the
+    broker would log "logic queue order maybe wrong" and append it out of place, or skip the queue's
+    later entries), named by file and byte offset. Called only when a queue's offsets have a gap."""
+    t = pa.concat_tables([read_cq(work, src.split_index).slice(src.row_start, src.rows)
+                          for src in sources])  # the queue's entries in commit-log order
+    qo, phy = t.column("queue_offset").to_numpy(), t.column("phy").to_numpy()
+    before = np.concatenate([[qo[0] - 1], np.maximum.accumulate(qo)[:-1]])
+    jumps = np.flatnonzero(qo > before + 1)
+    if len(jumps):
+        row = int(jumps[0])
+        why = (f"queueOffset {int(qo[row])} of {topic}/{qid} follows {int(before[row])}: "
+               f"{int(qo[row] - before[row] - 1)} consume-queue entries would be missing")
+    else:
+        row = 0
+        why = (f"queueOffset {int(qo[0])} of {topic}/{qid}, its first entry, lies above later entries of the queue "
+               f"(down to {int(qo.min())}), which the broker would skip")
+    at = int(phy[row])
+    seg = next(g for g in scan.segments if g.start <= at < g.start + g.size)
+    return StoreFormatError(seg.path, at - seg.start, f"{why} (record at commit-log offset {at}); queue offsets of "
+                                                      f"a queue must be consecutive")
+
+
+def _run_entries(task: CqTask) -> list[CqColumns]:
+    """Each run's rows (in the task's order), read split file by split file: a file is mapped once per
+    task and let go before the next, so a task holds its own rows only, however many splits the store
+    has. A run of a queue longer than one run reads only the slices whose offsets reach its files."""
+    by_split: dict[int, list[tuple[int, QueueSlice]]] = {}
+    bounds = [_offset_bounds(item, task.file_size) for item in task.items]
+    runs = []
+    for i, item in enumerate(task.items):
+        lo, hi = bounds[i]
+        sources = [src for src in item.sources if src.hi >= lo and src.lo < hi]
+        for src in sources:
+            by_split.setdefault(src.split_index, []).append((i, src))
+        runs.append(_RunRows(min(sum(src.rows for src in sources), hi - lo)))
+    for split_index in sorted(by_split):  # sources of a run are in split order, so each run's stay in order
+        columns = cq_columns(task.work, split_index)
+        for i, src in by_split[split_index]:
+            runs[i].add(columns, src, bounds[i])
+        del columns
+    return [r.columns() for r in runs]
+
+
+def _offset_bounds(item: QueueFiles, file_size: int) -> tuple[int, int]:
+    """Queue offsets [lo, hi) that the run's files hold."""
+    return item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
+
+
+class _RunRows:
+    """One run's rows, copied out of the split files into columns sized once for the run (grown only
+    when repeated offsets bring more rows than the run's files have units)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.cols = CqColumns(np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
+                              np.empty(capacity, np.int64))
+        self.filled = 0
+
+    def add(self, split: dict[str, WorkColumn], src: QueueSlice, bounds: tuple[int, int]) -> None:
+        """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run)."""
+        rows = slice(src.row_start, src.row_start + src.rows)
+        keep = None
+        if not (bounds[0] <= src.lo and src.hi < bounds[1]):
+            qo = split["queue_offset"].take(rows)
+            keep = np.flatnonzero((qo >= bounds[0]) & (qo < bounds[1]))
+        n = src.rows if keep is None else len(keep)
+        if self.filled + n > len(self.cols):
+            self._grow(self.filled + n)
+        for name in ("queue_offset", "phy", "size", "tags"):
+            split[name].take_into(rows, keep, getattr(self.cols, name)[self.filled:self.filled + n])
+        self.filled += n
+
+    def _grow(self, need: int) -> None:
+        size = max(need, 2 * len(self.cols))
+        self.cols = CqColumns(*(np.concatenate([getattr(self.cols, name)[:self.filled],
+                                                np.empty(size - self.filled, getattr(self.cols, name).dtype)])
+                                for name in ("queue_offset", "phy", "size", "tags")))
+
+    def columns(self) -> CqColumns:
+        c, n = self.cols, self.filled
+        return CqColumns(c.queue_offset[:n], c.phy[:n], c.size[:n], c.tags[:n])
+
+
+@dataclass(frozen=True)
+class CqFile:
+    """One consume-queue file of a task: its run, start offset, bytes (full size, or only the first `used`
+    when built trimmed), the entries it holds and its used length (the end of its last entry; zeros follow)."""
+
+    item: QueueFiles
+    start: int
+    data: bytes
+    entries: int
+    used: int
+
+
+def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
+    """Every consume-queue file of the task; with `trim` its bytes end at its last unit (a queue of a few
+    entries costs a few units, not a whole file): the one code path behind writing (build_cq) and
+    comparing (jobs.pipeline.verify.cq)."""
+    for item, rows in zip(task.items, _run_entries(task)):
+        qo, phy, size = rows.queue_offset, rows.phy, rows.size
+        if item.placed:
+            keep, at = place_units(qo, phy, size)
+            first = int(at[0]) if len(at) else 0
+        else:
+            keep = keep_first_of_each_offset(qo)
+            at, first = qo[keep], item.queue_first_offset
+        files = build_queue_files(at, phy[keep], size[keep], rows.tags[keep], task.file_size, first, trim)
+        for start, data in files.items():
+            lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
+            inside = at[(at >= lo) & (at < hi)]
+            yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE)
+
+
+def build_cq(task: CqTask) -> dict:
+    """Write the task's consume-queue files; returns {relative path: entries} for the report."""
+    written: dict[str, int] = {}
+    for f in cq_file_bytes(task, trim=True):
+        name = file_name(f.start)  # the zeros after the last entry need not be written
+        task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([memoryview(f.data)[:f.used]],
+                                                                                     task.file_size)
+        written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
+    return written
+
+
+@dataclass(frozen=True)
+class KeySlice:
+    split_index: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class IndexFilePlan:
+    """One index file: its number, the key slices it holds, and where its inherited end comes from."""
+
+    file_no: int
+    sources: tuple[KeySlice, ...]
+    inherited_from: KeySlice | None  # the key just before the file (previous file's last entry)
+
+
+@dataclass(frozen=True)
+class IndexTask:
+    """Consecutive index files built by one task."""
+
+    files: tuple[IndexFilePlan, ...]
+    work: Location
+    out: Location  # the index/ directory
+    slots: int
+    max_entries: int
+    empty_count: int = 1  # indexCount of a file without keys (index_file.empty_file_index_count)
+
+
+def pending_name(file_no: int) -> str:
+    return f".pending-{file_no:010d}"
+
+
+def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
+               empty_count: int = 1) -> list[IndexTask]:
+    """Number keys globally (prefix sum over accepted splits) and cut them into files of
+    maxIndexNum - 1 keys; add the empty file the broker opens when a full file is followed by
+    more records. Small files are grouped so a task holds about TARGET_INDEX_ENTRIES_PER_TASK keys."""
+    per = settings.max_index_num - 1
+    acc = [s for s in scan.accepted if s.records]
+    if not acc:
+        return []
+    counts = np.array([s.keys for s in acc], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    total = int(starts[-1])
+    n_files = -(-total // per)
+    last_key_record = max((s.last_key[1] for s in acc if s.last_key), default=None)
+    last_record = acc[-1].last_record_offset
+    if total % per == 0 and (last_key_record is None or last_record > last_key_record):
+        n_files += 1  # a record after a full file makes the broker open a new, empty file
+
+    def slices(lo: int, hi: int) -> tuple[KeySlice, ...]:
+        out_slices = []
+        for i, s in enumerate(acc):
+            a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+            if a < b:
+                out_slices.append(KeySlice(s.index, a - int(starts[i]), b - int(starts[i])))
+        return tuple(out_slices)
+
+    plans = []
+    for f in range(n_files):
+        lo, hi = f * per, min(total, (f + 1) * per)
+        plans.append(IndexFilePlan(f, slices(lo, hi), slices(lo - 1, lo)[0] if lo > 0 else None))
+    group = max(1, TARGET_INDEX_ENTRIES_PER_TASK // per)
+    return [IndexTask(tuple(plans[i:i + group]), work, out, settings.max_hash_slot_num, settings.max_index_num,
+                      empty_count) for i in range(0, len(plans), group)]
+
+
+def _keys(work: Location, sl: KeySlice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slice's (key_hash, phy, store_ts) in dispatch order."""
+    columns, rows = key_columns(work, sl.split_index), slice(sl.lo, sl.hi)
+    return tuple(columns[name].take(rows) for name in ("key_hash", "phy", "store_ts"))
+
+
+def _first_key(work: Location, sl: KeySlice) -> tuple[int, int]:
+    """(store time, commit-log offset) of the slice's first key, read alone."""
+    _, phy, store_ts = _keys(work, KeySlice(sl.split_index, sl.lo, sl.lo + 1))
+    return int(store_ts[0]), int(phy[0])
+
+
+def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
+    """Write the task's index files under pending names; returns (file number, first entry's store time)."""
+    return [_build_one(task, plan) for plan in task.files]
+
+
+def _build_one(task: IndexTask, plan: IndexFilePlan) -> tuple[int, int | None]:
+    stream, first_ts = index_file_stream(task, plan, zero_tail=False)
+    size = IndexLayout(task.slots, task.max_entries).size
+    task.out.child(pending_name(plan.file_no)).write_with_zero_tail(stream, size)
+    return plan.file_no, first_ts
+
+
+def index_file_stream(task: IndexTask, plan: IndexFilePlan,
+                      zero_tail: bool = True) -> tuple[Iterator[bytes], int | None]:
+    """The bytes of one planned index file as a stream of chunks (without the zeros after the last
+    entry unless `zero_tail`), and its first entry's store time: the one code path behind writing
+    (build_index) and comparing (jobs.pipeline.verify.pointer). Memory stays bounded by one split's keys
+    and the slot tables however full the file is."""
+    inherited = IndexState()
+    if plan.inherited_from is not None:  # the previous file's last key
+        inherited = IndexState(*_first_key(task.work, plan.inherited_from))
+
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for s in plan.sources:
+            yield _keys(task.work, s)
+
+    first_ts = _first_key(task.work, plan.sources[0])[0] if plan.sources else None
+    return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail, task.empty_count), first_ts
+
+
+def index_file_bytes(task: IndexTask, plan: IndexFilePlan) -> tuple[bytes, int | None]:
+    """Full bytes of one planned index file and its first entry's store time (index_file_stream joined)."""
+    stream, first_ts = index_file_stream(task, plan)
+    return b"".join(stream), first_ts
+
+
+def build_files(task: CqTask | IndexTask) -> tuple[str, dict | list[tuple[int, int | None]], float]:
+    """Run one consume-queue or index task: (kind, its result, seconds). Both kinds go into one Spark
+    job, so consume-queue tasks run beside a long index task instead of after it."""
+    started = time.monotonic()
+    pause_at("in-build-task")
+    if isinstance(task, IndexTask):
+        return "index", build_index(task), time.monotonic() - started
+    return "consumequeue", build_cq(task), time.monotonic() - started
+
+
+def name_index_files(scan: ScanResult, firsts: list[tuple[int, int | None]], tz) -> dict[int, str]:
+    """Names for built index files: the store time of the record that opened each file (the first
+    dispatched record for file 0, the first entry's record otherwise, the last record for a trailing
+    empty file), formatted yyyyMMddHHmmssSSS in `tz` and bumped to be strictly increasing."""
+    acc = [s for s in scan.accepted if s.records]
+    first_record_ts = acc[0].first_store_ts if acc else 0
+    last_record_ts = acc[-1].last_store_ts if acc else 0
+    ordered = sorted(firsts)
+    opening = []
+    for no, ts in ordered:
+        opening.append(first_record_ts if no == 0 else (ts if ts is not None else last_record_ts))
+    try:
+        names = names_for(opening, tz)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise _undated_error(scan, exc) from None
+    return dict(zip((no for no, _ in ordered), names))
+
+
+def _undated_error(scan: ScanResult, exc: Exception) -> Exception:
+    """A store time that cannot be formatted as yyyyMMddHHmmssSSS opened an index file: name the first
+    record whose storeTimestamp is no date (the broker names files by its clock, so it never meets this)."""
+    found = scan.undated_record()
+    if found is None:
+        return exc
+    seg, at = found
+    return StoreFormatError(seg.path, at - seg.start, f"record at commit-log offset {at} has a storeTimestamp that is "
+                                                      f"no date ({exc}); index files are named after store times")

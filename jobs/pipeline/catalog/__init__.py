@@ -1,0 +1,1 @@
+"""jobs.catalog's Spark stage: Parquet files of the decoded records."""

@@ -1,0 +1,96 @@
+"""Atomic publishing: build everything in a staging directory beside OUT, check it, then rename.
+
+A run that fails or is killed leaves OUT untouched (absent, or the previous complete output) and at
+most a `.<name>.reput-staging-*` directory beside it, which the next run removes. An --overwrite run
+killed between its two renames leaves the previous output as `.<name>.reput-old-*` and no OUT: the next
+run for OUT moves it back first (and deletes such a copy when OUT is in place).
+
+On a filesystem without rename (object storage: s3://, gs://) `output_for()` gives a commit_marker.DirectOutput
+instead: the tree is written in place and committed by the run report, written last.
+"""
+from __future__ import annotations
+
+import uuid
+
+from ..runtime import interrupt
+from ..runtime.failure import JobError
+from .commit_marker import DirectOutput
+from ..runtime.faults import pause_at
+from .fs import Location
+
+STAGING_MARK = ".reput-staging-"
+OLD_MARK = ".reput-old-"
+
+
+def output_for(out: Location, report: str, job: str, overwrite: bool = False) -> "Output":
+    """Where a job builds OUT (`.dir`, `.work`) and how it publishes it with its run report `report`
+    (`.publish(report_bytes)`): a staging directory renamed into place, or on object storage OUT itself,
+    committed by the report. Refuses an existing OUT (unless `overwrite`) before any Spark work."""
+    if out.renames_atomically():
+        return Staging(out, report, overwrite)
+    return DirectOutput(out, report, job, overwrite)
+
+
+class Staging:
+    """A staging directory for OUT; `publish()` renames it into place."""
+
+    def __init__(self, out: Location, report: str, overwrite: bool = False) -> None:
+        _settle_interrupted_publish(out)
+        if out.exists() and not overwrite:
+            raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
+        self.out, self.report = out, report
+        token = uuid.uuid4().hex[:12]
+        self.dir = out.parent.child(f".{out.name}{STAGING_MARK}{token}")
+        self.work = self.dir.child("_work")
+        self._old = out.parent.child(f".{out.name}{OLD_MARK}{token}")
+
+    def __enter__(self) -> "Staging":
+        self.out.parent.makedirs()
+        self._remove_leftovers()
+        interrupt.remove_on_interrupt(self, self.dir.delete_tree)  # again once Spark has stopped writing
+        self.dir.makedirs()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.dir.delete_tree()
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+            interrupt.forget(self)
+
+    def _remove_leftovers(self) -> None:
+        """Staging directories of earlier killed runs for the same OUT are garbage."""
+        prefix = f".{self.out.name}{STAGING_MARK}"
+        for info in self.out.parent.list():
+            if info.base_name.startswith(prefix):
+                self.out.parent.child(info.base_name).delete_tree()
+
+    def publish(self, report: bytes) -> None:
+        """Drop the work files, add the run report and rename the staging directory to OUT (replacing an
+        old OUT)."""
+        self.work.delete_tree()
+        self.dir.child(self.report).write_bytes(report)
+        pause_at("before-publish-rename")
+        if self.out.exists():
+            self.out.move_to(self._old)
+            pause_at("between-renames")
+            self.dir.move_to(self.out)
+            pause_at("before-old-delete")
+            self._old.delete_tree()
+        else:
+            self.dir.move_to(self.out)
+
+
+def _settle_interrupted_publish(out: Location) -> None:
+    """Finish what a killed --overwrite publish left: its `.<name>.reput-old-*` directory is the previous
+    complete OUT. Put it back when OUT is missing (killed between the renames), else it is garbage."""
+    prefix = f".{out.name}{OLD_MARK}"
+    for info in out.parent.list():
+        if info.base_name.startswith(prefix):
+            old = out.parent.child(info.base_name)
+            if out.exists():
+                old.delete_tree()
+            else:
+                old.move_to(out)
+
+
+Output = Staging | DirectOutput  # what `output_for()` gives

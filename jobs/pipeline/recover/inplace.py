@@ -1,0 +1,287 @@
+"""Apply a recovery plan to the store itself: staged new files, a verified backup, a journal, then
+one atomic rename or unlink per file, with `resume` (roll forward) and `rollback` (restore) for a
+run that was killed.
+
+Protocol (local POSIX store only; every step is fsynced):
+1. stage   - every file recovery writes goes to STORE/.reput-recover.staging/<path>. Killed here:
+             the store is untouched (the next run removes the staging area).
+2. backup  - every file that will be replaced or deleted is copied to DIR/<path>, then
+             DIR/reput-backup.json (store, operations, sha256 before and after) is written
+             atomically. Killed here: the store is untouched.
+3. journal - STORE/.reput-recover.journal (same operations) is written atomically: from now on the
+             store may be part old, part new, and the journal says so.
+4. apply   - in order: consume-queue and index files replaced/created (os.replace from the staging
+             area), then files deleted (consume queue, index, commit-log segments past the
+             truncation point), then the checkpoint, `abort.bak`, and last the `abort` file.
+             Each step is a single rename or unlink, so every file is either old or new, and
+             until the last step `abort` still marks the store unclean: a broker started on it
+             runs its own recovery.
+5. finish  - the journal is removed (the store is now the new state), then the staging area.
+Way back: `rollback` restores the backup (works during and after a run, as long as DIR exists);
+`resume` finishes an interrupted apply from the staging area.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
+
+from ..runtime.failure import JobError
+
+JOURNAL = ".reput-recover.journal"
+STAGING = ".reput-recover.staging"
+BACKUP_MANIFEST = "reput-backup.json"
+CRASH_ENV = "REPUT_CRASH_AT"  # test hook: SIGKILL this process at the named point
+REPLACE, CREATE, DELETE = "replace", "create", "delete"
+
+
+def crash_point(name: str) -> None:
+    """Test hook: when REPUT_CRASH_AT names this point, the process kills itself with SIGKILL."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def local_store(uri: str) -> Path:
+    """In-place recovery renames files, so the store must be a local directory."""
+    if "://" in uri and not uri.startswith("file://"):
+        raise JobError(f"--in-place needs a local store directory, not {uri}: the switch renames files one by one "
+                       f"and checks the broker's lock, which object storage (s3://) does not offer; recover with "
+                       f"--out instead")
+    return Path(uri[len("file://"):] if uri.startswith("file://") else uri).resolve()
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file, streamed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush one file to stable storage."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory (its entries) to stable storage where the filesystem allows it."""
+    try:
+        _fsync_file(path)
+    except OSError as exc:  # some filesystems do not allow fsync on a directory
+        if exc.errno not in (errno.EINVAL, errno.EBADF, errno.EACCES):
+            raise
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write a small file through a temporary name, fsynced, then renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _copy_durable(src: Path, dst: Path) -> None:
+    """Copy src to dst through a temporary name, fsynced, then renamed (dst is whole or absent)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".reput-tmp")
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 16 << 20)
+        fout.flush()
+        os.fsync(fout.fileno())
+    shutil.copystat(src, tmp)
+    os.replace(tmp, dst)
+    _fsync_dir(dst.parent)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One file operation of the switch."""
+
+    op: str
+    path: str
+    old_sha256: str | None
+    new_sha256: str | None
+
+    def to_dict(self) -> dict:
+        """JSON form for the journal and the backup manifest."""
+        return {"op": self.op, "path": self.path, "old_sha256": self.old_sha256, "new_sha256": self.new_sha256}
+
+
+def _order(path: str) -> int:
+    """Apply order: data files first, then the checkpoint and markers, the abort file last."""
+    if path == ABORT:
+        return 9
+    if path == ABORT_BAK:
+        return 8
+    if path == CHECKPOINT:
+        return 7
+    return 0
+
+
+def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str]) -> list[Op]:
+    """Replace/create every staged file, delete the rest; hashes taken from the files themselves."""
+    ops = []
+    for rel in rendered:
+        target = store / rel
+        new = sha256_file(staging / rel)
+        if target.exists():
+            old = sha256_file(target)
+            if old != new:
+                ops.append(Op(REPLACE, rel, old, new))
+        else:
+            ops.append(Op(CREATE, rel, None, new))
+    rendered_set = set(rendered)
+    for rel in deleted:
+        if rel not in rendered_set and (store / rel).exists():
+            ops.append(Op(DELETE, rel, sha256_file(store / rel), None))
+    writes = [o for o in ops if o.op != DELETE and _order(o.path) == 0]
+    dels = [o for o in ops if o.op == DELETE and _order(o.path) == 0]
+    tail = sorted((o for o in ops if _order(o.path)), key=lambda o: _order(o.path))
+    return writes + dels + tail
+
+
+def check_not_interrupted(store: Path) -> None:
+    """Refuse to start while an earlier in-place run's journal is present."""
+    journal = store / JOURNAL
+    if journal.exists():
+        info = json.loads(journal.read_text())
+        raise JobError(f"{journal}: an earlier in-place recovery was interrupted (backup in {info.get('backup_dir')}); "
+                       f"run again with --resume to finish it or --rollback to restore the original files")
+
+
+def prepare_staging(store: Path) -> Path:
+    """A fresh staging area; leftovers of a run killed before its journal are garbage."""
+    staging = store / STAGING
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    return staging
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under root (the staged files before the switch)."""
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            _fsync_file(Path(dirpath) / f)
+        _fsync_dir(Path(dirpath))
+
+
+def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict) -> dict:
+    """Steps 2-5 of the protocol; returns the backup manifest."""
+    fsync_tree(staging)
+    crash_point("staged")
+    backup.mkdir(parents=True, exist_ok=True)
+    if (backup / BACKUP_MANIFEST).exists():
+        raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
+    for op in ops:
+        if op.op in (REPLACE, DELETE):
+            _copy_durable(store / op.path, backup / op.path)
+            if sha256_file(backup / op.path) != op.old_sha256:
+                raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
+    manifest = {"store": str(store), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "ops": [o.to_dict() for o in ops], "plan": plan_summary}
+    _write_atomic(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode())
+    crash_point("backed-up")
+    _write_atomic(store / JOURNAL, json.dumps({"state": "applying", "backup_dir": str(backup),
+                                               "staging": str(staging), "ops": manifest["ops"]}, indent=2).encode())
+    crash_point("journaled")
+    _run_ops(store, staging, ops)
+    crash_point("applied")
+    _finish(store, staging)
+    return manifest
+
+
+def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
+    """Apply the operations in order; idempotent, so resume can run it again."""
+    for n, op in enumerate(ops, 1):
+        target = store / op.path
+        if op.op in (REPLACE, CREATE):
+            staged = staging / op.path
+            if staged.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, target)
+            elif not target.exists() or sha256_file(target) != op.new_sha256:
+                raise JobError(f"{target}: cannot finish: neither the staged file nor the new content is there")
+        elif target.exists():
+            target.unlink()
+        _fsync_dir(target.parent)
+        crash_point(f"op-{n}")
+
+
+def _finish(store: Path, staging: Path) -> None:
+    """Drop the journal (the store is now new) and the staging area."""
+    (store / JOURNAL).unlink()
+    _fsync_dir(store)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_empty_parents(d: Path, store: Path) -> None:
+    """Directories a created file needed (a new queue's) go again when rollback leaves them empty."""
+    while d != store and store in d.parents and d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
+        d = d.parent
+
+
+def resume(store: Path) -> dict:
+    """Roll an interrupted apply forward to the new state."""
+    journal = store / JOURNAL
+    if not journal.exists():
+        raise JobError(f"{store}: no interrupted in-place recovery to resume (no {JOURNAL})")
+    info = json.loads(journal.read_text())
+    ops = [Op(**o) for o in info["ops"]]
+    _run_ops(store, store / STAGING, ops)
+    _finish(store, store / STAGING)
+    return {"resumed": len(ops), "backup_dir": info["backup_dir"]}
+
+
+def rollback(store: Path, backup: Path) -> dict:
+    """Restore the state before recovery from the backup (during or after an in-place run)."""
+    manifest_path = backup / BACKUP_MANIFEST
+    if not manifest_path.exists():
+        raise JobError(f"{backup}: no {BACKUP_MANIFEST}; the backup is incomplete or not a reput backup "
+                       f"(a run killed before its backup finished never touched the store)")
+    manifest = json.loads(manifest_path.read_text())
+    if Path(manifest["store"]) != store:
+        raise JobError(f"{manifest_path} is a backup of {manifest['store']}, not of {store}")
+    ops = [Op(**o) for o in manifest["ops"]]
+    foreign = []
+    for op in ops:
+        target = store / op.path
+        now = sha256_file(target) if target.exists() else None
+        if now not in (op.old_sha256, op.new_sha256):
+            foreign.append(op.path)
+    if foreign:
+        raise JobError(f"files changed since the recovery (a broker may have run on the store): "
+                       f"{', '.join(foreign[:5])}; refusing to roll back")
+    for op in reversed(ops):
+        target = store / op.path
+        if op.op == CREATE:
+            if target.exists():
+                target.unlink()
+                _fsync_dir(target.parent)
+            _remove_empty_parents(target.parent, store)
+        elif not target.exists() or sha256_file(target) != op.old_sha256:
+            if sha256_file(backup / op.path) != op.old_sha256:
+                raise JobError(f"{backup / op.path}: backup copy is damaged (sha256 differs from the manifest)")
+            _copy_durable(backup / op.path, target)
+    if (store / JOURNAL).exists():
+        _finish(store, store / STAGING)
+    else:
+        shutil.rmtree(store / STAGING, ignore_errors=True)
+    return {"restored": len(ops), "backup_dir": str(backup)}

@@ -1,0 +1,222 @@
+"""What `jobs.recover` gathers from a store for the broker's recovery rules (Spark tasks, small results).
+
+Consume-queue load state (ConsumeQueue.recover at start-up) is read in Spark tasks, a group of queues
+per task; the re-dispatch tails - consume-queue entries past each queue's maxPhysicOffset and index keys
+past the last kept index file's end - are cut from the scan's per-split Arrow files; in a real crash they
+are a few seconds of traffic, so they are what reaches the driver, never the whole log.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+import numpy as np
+
+from storage_format import recovery as rules
+from storage_format.commitlog import parse_segment_name
+from storage_format.consume_queue import file_name
+from storage_format.errors import StoreFormatError
+from storage_format.index_file import HEADER_SIZE, IndexHeader, is_name
+from storage_format.scan_plan import Segment
+from storage_format.settings import BrokerSettings
+
+from ..io.fs import Location
+from ..scan.stage import ScanResult
+from ..io.workdir import read_cq, read_keys
+from ..runtime.tasks import run_tasks
+
+QUEUES_PER_LOAD_TASK = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# store listing
+
+
+@dataclass(frozen=True)
+class QueueDir:
+    """One consume queue on disk: topic, queue id and its files (start offset, size)."""
+
+    topic: str
+    queue_id: int
+    uri: str
+    files: tuple[tuple[int, int], ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """(topic, queueId)."""
+        return self.topic, self.queue_id
+
+    def file_uri(self, start: int) -> str:
+        """URI of one file of the queue."""
+        return f"{self.uri}/{file_name(start)}"
+
+
+def list_queues(store: Location) -> list[QueueDir]:
+    """consumequeue/<topic>/<queueId>/<20-digit files>; other names are not the broker's and are skipped."""
+    root = store.child("consumequeue")
+    out = []
+    for t in root.list():
+        if t.type.name != "Directory":
+            continue
+        tdir = root.child(t.base_name)
+        for q in tdir.list():
+            if q.type.name != "Directory" or not q.base_name.lstrip("-").isdigit():
+                continue
+            qdir = tdir.child(q.base_name)
+            files = tuple((parse_segment_name(f.base_name), f.size) for f in qdir.list()
+                          if f.type.name == "File" and parse_segment_name(f.base_name) is not None)
+            out.append(QueueDir(t.base_name, int(q.base_name), qdir.uri, tuple(sorted(files))))
+    return out
+
+
+def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[rules.IndexFileInfo, str]]:
+    """Index files (name, header) with their URI; a file of the wrong size is an error, except a 0-byte
+    one (zeros, as the broker maps it)."""
+    root = store.child("index")
+    out = []
+    for info in root.list():
+        if info.type.name != "File" or not is_name(info.base_name):
+            continue
+        loc = root.child(info.base_name)
+        if info.size == 0:  # a crash leftover: IndexFile maps it at full size, zero-filled, and loads it
+            out.append((rules.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
+            continue
+        if info.size != settings.index_file_size:
+            raise StoreFormatError(loc.uri, info.size, f"index file is {info.size} bytes, expected "
+                                                       f"{settings.index_file_size} (maxHashSlotNum, maxIndexNum)")
+        header = IndexHeader.from_bytes(bytes(loc.read_range(0, HEADER_SIZE)))
+        out.append((rules.IndexFileInfo(info.base_name, header), loc.uri))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# consume-queue load state (Spark tasks)
+
+
+@dataclass(frozen=True)
+class LoadTask:
+    """A group of queues whose load state one Spark task reads."""
+    queues: tuple[QueueDir, ...]
+    file_size: int
+    generation: int = 4
+
+
+def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
+    """ConsumeQueue.recover for a group of queues (runs in a Spark task); bad files are returned as errors."""
+    out = []
+    try:
+        for q in task.queues:
+            dropped = rules.dropped_at_load(list(q.files), task.generation)
+            files = [(start, size) for start, size in q.files if start not in dropped]
+            for start, size in files:
+                if size != task.file_size:
+                    raise StoreFormatError(q.file_uri(start), size, f"consume-queue file is {size} bytes, expected "
+                                                                    f"{task.file_size} (mappedFileSizeConsumeQueue); "
+                                                                    f"the broker refuses to load it")
+            ld = rules.load_queue(q.topic, q.queue_id, [s for s, _ in files],
+                                  lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
+            out.append(replace(ld, removed_at_load=ld.removed_at_load + dropped) if dropped else ld)
+    except StoreFormatError as err:
+        return err
+    return out
+
+
+def load_queues(sc, queues: list[QueueDir], file_size: int, quiet: bool,
+                generation: int = 4) -> dict[tuple[str, int], rules.QueueLoad]:
+    """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
+    tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
+             for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
+    out: dict[tuple[str, int], rules.QueueLoad] = {}
+    for result in run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet):
+        if isinstance(result, StoreFormatError):
+            raise result
+        out.update({ld.key: ld for ld in result})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# re-dispatch tails from the scan's work files
+
+
+@dataclass(frozen=True)
+class TailTask:
+    """One split's consume-queue rows to cut the re-dispatch tail from."""
+    work: Location
+    split_index: int
+    queues: tuple[tuple[str, int, int, int, int], ...]  # topic, queue, first row, rows, maxPhysicOffset
+
+
+def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
+    """Entries of one split whose end is past their queue's maxPhysicOffset (runs in a Spark task)."""
+    table = read_cq(task.work, task.split_index)
+    out = {}
+    for topic, qid, row, rows, max_phy in task.queues:
+        t = table.slice(row, rows)
+        phy = t.column("phy").to_numpy()
+        size = t.column("size").to_numpy()
+        sel = phy.astype(np.int64) + size > max_phy
+        if sel.any():
+            out[(topic, qid)] = tuple(t.column(c).to_numpy()[sel] for c in ("queue_offset", "phy", "size", "tags"))
+    return out
+
+
+def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
+             quiet: bool) -> dict[tuple[str, int], rules.QueueEntries]:
+    """Per queue, in commit-log order, the scanned entries the broker would not skip."""
+    tasks = []
+    for s in scan.accepted:
+        qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
+                   for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
+        if qs:
+            tasks.append(TailTask(work, s.index, qs))
+    parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
+    for result in run_tasks(sc, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
+        for key, arrays in result.items():
+            parts.setdefault(key, []).append(arrays)
+    return {k: rules.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
+
+
+def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
+    """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
+    for s in reversed(scan.accepted):
+        if not any(st.cq_rows for st in s.queues.values()):
+            continue
+        phy = read_cq(work, s.index).column("phy").to_numpy()
+        phy = phy[phy >= from_offset]
+        if len(phy):
+            return int(phy.max())
+        if s.last_record_offset is not None and s.last_record_offset < from_offset:
+            return None
+    return None
+
+
+def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> rules.KeyBatch:
+    """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only)."""
+    batches = []
+    for s in reversed(scan.accepted):
+        if s.last_key is None or not s.keys:
+            if s.last_record_offset is not None and s.last_record_offset < from_phy:
+                break
+            continue
+        if s.last_key[1] < from_phy:
+            break
+        t = read_keys(work, s.index)
+        phy = t.column("phy").to_numpy()
+        sel = phy >= from_phy
+        batches.append(rules.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
+                                      t.column("store_ts").to_numpy()[sel]))
+    return rules.KeyBatch.concat(batches[::-1])
+
+
+def record_store_timestamp(segments: list[Segment], offset: int) -> int:
+    """storeTimestamp of the record at a commit-log offset (one small read)."""
+    seg = next(s for s in segments if s.start <= offset < s.start + s.size)
+    data = bytes(Location(seg.path).read_range(offset - seg.start, rules.SEGMENT_HEAD_BYTES))
+    return rules.read_segment_head(data, offset).store_timestamp
+
+
+def segment_heads(segments: list[Segment]) -> Iterator[rules.SegmentHead]:
+    """First record headers of the segments, newest first, read lazily."""
+    for seg in reversed(segments):
+        data = bytes(Location(seg.path).read_range(0, rules.SEGMENT_HEAD_BYTES))
+        yield rules.read_segment_head(data, seg.start)

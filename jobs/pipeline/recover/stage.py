@@ -1,0 +1,261 @@
+"""Spark side of `jobs.recover`: gather the facts the broker's recovery rules need, then execute the plan.
+
+1. The validating scan (CRC on) runs from the start segment through `scan.scan_store`.
+2. `recovery_inputs` reads the consume queues' load state and cuts the re-dispatch tails in Spark tasks.
+3. `storage_format.recovery.plan_sequence` decides everything from these facts (pure, tested without Spark);
+   this module only names new index files, runs the --full-index scan and the --dry-run audit.
+"""
+from __future__ import annotations
+
+import time
+import datetime as dt
+from dataclasses import dataclass
+
+from storage_format import confirm_offset
+from storage_format import recovery as rules
+from storage_format.checkpoint import Checkpoint
+from storage_format.commitlog import segment_name
+from storage_format.index_file import first_ms_named_after, format_name
+from storage_format.markers import GenerationGuess, detect_generation
+from storage_format.scan_plan import Segment
+from storage_format.settings import BrokerSettings
+
+from ..io.fs import Location
+from ..io.store_gate import commitlog_dir
+from ..build.stage import plan_cq
+from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
+                              record_store_timestamp, segment_heads, tail_keys)
+from .plan import IndexPlan, RecoveryPlan, StoreMarkers
+from ..scan.stage import ScanResult, list_segments, scan_store
+from ..io.workdir import read_keys
+
+__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "detect"]
+
+
+def detect(markers: StoreMarkers, override: int | None) -> GenerationGuess:
+    """The generation given on the command line, or detected from the marker files."""
+    if override is not None:
+        return GenerationGuess(override, [f"given on the command line ({override}.x)"])
+    checkpoint = markers.checkpoint if markers.checkpoint_raw is not None else None
+    return detect_generation(markers.abort, markers.abort_bak is not None, checkpoint)
+
+
+def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, now_ms: int | None = None) -> list[str]:
+    """Names for index files recovery creates: the wall clock, as the broker names them, but always
+    after the last kept file so name order stays creation order."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if kept and count:
+        try:
+            ms = max(ms, first_ms_named_after(kept[-1].name, tz))
+        except ValueError as exc:
+            raise rules.RecoveryError(f"index/{kept[-1].name}: {exc}; new index files cannot be named after it") from None
+    return [format_name(ms + i, tz) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class ValidatedLog:
+    """The commit log after the validating scan: where recovery starts, the scan, and where it ends."""
+
+    store: Location
+    settings: BrokerSettings
+    generation: int
+    abnormal: bool
+    segments: list[Segment]
+    start: rules.StartChoice
+    limit: confirm_offset.DispatchLimit
+    scan: ScanResult
+    work: Location
+    truncation: rules.Truncation
+    split_size: int
+    quiet: bool
+
+    @property
+    def last_valid(self) -> int | None:
+        """Start of the last valid record the scan found."""
+        return max((s.last_record_offset for s in self.scan.accepted if s.last_record_offset is not None), default=None)
+
+    @property
+    def last_dispatched(self) -> int | None:
+        """Start of the last record the recovery's dispatch reaches (a confirm-offset limit may stop it early)."""
+        return self.last_valid if self.limit.offset is None else self.scan.dispatch_stop().last_offset
+
+    @property
+    def dispatched_end(self) -> int | None:
+        """End of the dispatched range (None when nothing valid was found and there is no limit)."""
+        if self.limit.offset is not None:
+            return self.scan.dispatch_stop().last_end
+        return self.scan.max_physical_offset if self.last_valid is not None else None
+
+    def dispatch_dict(self) -> dict:
+        """How far the recovery's dispatch went, and why (the plan's "dispatch" part)."""
+        if self.limit.offset is None:
+            return self.limit.to_dict()
+        return {**self.limit.to_dict(), **self.scan.dispatch_stop().to_dict()}
+
+
+def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
+             split_size: int, quiet: bool) -> ValidatedLog:
+    """Choose the start segment and run the validating scan from it: the truncation point P."""
+    abnormal = markers.abort is not None
+    segments = list_segments(store, settings)
+    if not segments:
+        raise rules.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the broker "
+                                  f"would delete every consume queue); nothing to recover")
+    start = rules.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
+                                       settings, g, abnormal)
+    limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
+    scan = scan_store(sc, store, rules.dispatch_settings(settings, g, abnormal), split_size=split_size,
+                      check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
+                      dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
+    acc = scan.accepted
+    truncation = rules.truncation_point(scan.end, acc[-1].end if acc else None)
+    return ValidatedLog(store, settings, g, abnormal, segments, start, limit, scan, work, truncation, split_size, quiet)
+
+
+def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], rules.QueueFacts]:
+    """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader)."""
+    queue_dirs = {q.key: q for q in list_queues(log.store)}
+    size = log.settings.consume_queue_file_size
+    loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
+    tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
+    return queue_dirs, rules.QueueFacts(loads, tails, size,
+                                        lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
+
+
+def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, rules.IndexFacts]:
+    """The index files on disk, those kept at load, and the facts for the index mode (off, resume, full)."""
+    settings = log.settings
+    index_files = list_index_files(log.store, settings) if settings.message_index_enable else []
+    kept, deleted = rules.index_files_after_load([i for i, _ in index_files], cp, log.abnormal)
+    uris = {i.name: u for i, u in index_files}
+    if not settings.message_index_enable:
+        return IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
+    if full_index:
+        full = _full_index_scan(sc, log)
+        return (IndexPlan([], kept + deleted, uris, None, [], full.scan, full.work),
+                rules.FullIndexRebuild(full.rolled_full_end_ts))
+    keys = tail_keys(log.scan, log.work, kept[-1].header.end_phy_offset if kept else 0)
+    return IndexPlan(kept, deleted, uris, None, []), rules.IndexResumeFacts(kept[-1] if kept else None, keys,
+                                                                            settings.max_index_num)
+
+
+def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
+                  generation: int | None = None, full_index: bool = False, tz: dt.tzinfo = dt.timezone.utc,
+                  quiet: bool = False, audit: bool = False) -> RecoveryPlan:
+    """Read the store, run the validating scan, gather the facts and apply the broker's recovery sequence;
+    writes nothing but the scan's work files. With `audit`, also validate the segments before the start
+    segment (which the broker's recovery never reads) and warn about damage there."""
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    markers = StoreMarkers.read(store)
+    gen = detect(markers, generation)
+    log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
+    timings["validate_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    queue_dirs, queues = gather_queues(sc, log)
+    timings["consumequeue_plan_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index)
+
+    def last_cq_ts(from_offset: int) -> int | None:
+        """Store time of the last scanned NOT/COMMIT record at or after an offset."""
+        last = last_cq_record_offset(log.scan, log.work, from_offset)
+        return record_store_timestamp(log.segments, last) if last is not None else None
+
+    seq = rules.plan_sequence(rules.RecoveryFacts(
+        generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint,
+        segment_starts=tuple(s.start for s in log.segments), start_offset=log.start.offset,
+        truncate_at=log.truncation.offset, last_valid_record=log.last_valid,
+        last_dispatched_record=log.last_dispatched, dispatched_end=log.dispatched_end, queues=queues,
+        index=index_facts, last_cq_record_ts=last_cq_ts))
+    index.resume = seq.index_resume  # None with --full-index
+    if isinstance(index_facts, rules.IndexResumeFacts):
+        index.new_names = new_index_names(index.kept, len(seq.index_resume.new_files), tz)
+    timings["index_plan_s"] = time.monotonic() - t0
+    q = seq.queues
+    return RecoveryPlan(store, settings, gen, markers, log.abnormal, log.segments, log.start, log.scan, work,
+                        log.truncation, seq.segments_deleted, queue_dirs, queues.loads, q.states, q.truncate_queues,
+                        q.max_phy_before, q.reput_from, index, seq.checkpoint, seq.checkpoint_why,
+                        _warnings(sc, log, markers, audit), timings, log.dispatch_dict())
+
+
+def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:
+    """Warnings of the plan: no checkpoint file, the --dry-run audit, records dropped after P."""
+    warnings: list[str] = []
+    if markers.checkpoint_raw is None:
+        warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
+                        "segment) and so does reput")
+    if audit:
+        warnings.extend(_audit(sc, log))
+    if log.scan.stitched.data_after_end:
+        warnings.append(f"segments after the truncation point hold records that recovery drops: "
+                        f"{', '.join(log.scan.stitched.data_after_end)}")
+    return warnings
+
+
+def _audit(sc, log: ValidatedLog) -> list[str]:
+    """Damage the broker's recovery does not look at, in the whole commit log: an invalid record before
+    the recovery's start segment (dispatch or a rebuild from the start would stop there), or a record
+    whose storeTimestamp is no date (the start-segment rule and index file names read it). Bytes that
+    no broker could have written (a topic that is no directory name, a moved physicalOffset, a gap in a
+    queue's offsets) raise StoreFormatError naming the record."""
+    work, settings, start = log.work.child("audit"), log.settings, log.start.offset
+    audit = scan_store(sc, log.store, settings, split_size=log.split_size, check_crc=settings.check_crc_on_recover,
+                       work=work, with_keys=False, label="audit", quiet=log.quiet, generation=log.generation)
+    plan_cq(audit, settings, work, work)  # raises on a gap in a queue's offsets
+    found = []
+    end = audit.end
+    if end is not None and end.offset < start:
+        found.append(f"the commit log is damaged before the recovery's start segment {segment_name(start)}: "
+                     f"{end.describe()}; the broker's recovery does not read it, but a dispatch or rebuild from "
+                     f"the start of the commit log would stop there")
+    undated = audit.undated_problem()
+    if undated:
+        found.append(undated)
+    return found
+
+
+@dataclass(frozen=True)
+class FullIndexScan:
+    """--full-index: the scan whose keys the rebuild indexes, its work files, and the rolled file's end time."""
+
+    scan: ScanResult
+    work: Location
+    rolled_full_end_ts: tuple[int, ...]
+
+
+def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
+    """--full-index: every index file goes; the index is rebuilt from the valid commit log [first, P)
+    by the rebuild stage. The rebuild rolls away from every file but the last: the checkpoint's index
+    time becomes the end of the last rolled (full) file, as the broker's flush thread would set it."""
+    from ..build.stage import plan_index
+
+    settings, p = log.settings, log.truncation.offset
+    full_scan, full_work = log.scan, log.work
+    if log.start.offset != log.segments[0].start:
+        full_work = log.work.child("full-index")
+        full_scan = scan_store(sc, log.store, settings, split_size=log.split_size,
+                               check_crc=settings.check_crc_on_recover, work=full_work, with_cq=False,
+                               with_keys=True, label="index keys", quiet=log.quiet)
+    if full_scan.end.offset != p:
+        raise rules.RecoveryError(f"--full-index: the commit log before the start segment has an invalid record at "
+                                  f"offset {full_scan.end.offset} ({full_scan.end.reason}); the whole index cannot be "
+                                  f"rebuilt from a valid commit log")
+    n_files = sum(len(t.files) for t in plan_index(full_scan, settings, full_work, full_work))
+    rolled: tuple[int, ...] = ()
+    if n_files >= 2:
+        ts = _key_store_ts(full_scan, full_work, (n_files - 1) * (settings.max_index_num - 1) - 1)
+        if ts is not None:
+            rolled = (ts,)
+    return FullIndexScan(full_scan, full_work, rolled)
+
+
+def _key_store_ts(scan: ScanResult, work: Location, k: int) -> int | None:
+    """store time of the k-th index key (global number over the scan's splits)."""
+    seen = 0
+    for s in scan.accepted:
+        if seen + s.keys > k:
+            t = read_keys(work, s.index)
+            return int(t.column("store_ts")[k - seen].as_py())
+        seen += s.keys
+    return None

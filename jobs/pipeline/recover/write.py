@@ -1,0 +1,237 @@
+"""Materialise a recovery plan: the files recovery rewrites, creates and deletes, written into a
+directory (a full OUT store, or the in-place staging area) by Spark tasks and the driver.
+
+Rendered files: consume-queue files with re-dispatched units (crash-time bytes + units), the index
+file recovery appends to, new index files (or a whole rebuilt index with --full-index), the
+checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy of the store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from storage_format import recovery as rules
+from storage_format.checkpoint import checkpoint_bytes
+from storage_format.commitlog import segment_name
+from storage_format.consume_queue import file_name
+from storage_format.index_file import append_to_index_file, build_index_file, empty_file_index_count
+from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
+
+from ..io.commit_marker import MARKER
+from ..io.fs import Location
+from .inputs import QueueDir
+from .plan import RecoveryPlan
+from ..runtime.tasks import run_tasks
+
+COPY_CHUNK = 64 << 20
+COPY_TASK_BYTES = 512 << 20
+# our own staging/journal/report entries and an object-storage write marker are never copied
+OWN_PREFIXES = (".reput", "reput-recover", MARKER)
+HANDLED_ROOT = {"commitlog", "consumequeue", "index", ABORT, ABORT_BAK, CHECKPOINT, LOCK}
+
+
+@dataclass
+class RecoveryOutput:
+    """Store-relative paths recovery renders, deletes, and (for OUT) copies verbatim."""
+
+    render_cq: list[tuple[str, rules.QueueState, QueueDir | None, int]] = field(default_factory=list)
+    render_bytes: dict[str, bytes] = field(default_factory=dict)
+    full_index: bool = False
+    deleted: list[str] = field(default_factory=list)
+    copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
+    dirs: tuple[str, ...] = ("commitlog", "consumequeue", "index")  # made in OUT even when empty
+
+    @property
+    def rendered(self) -> list[str]:
+        """Store-relative paths of every file recovery writes."""
+        return [r for r, *_ in self.render_cq] + list(self.render_bytes)
+
+
+def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] = ()) -> RecoveryOutput:
+    """What to write and delete for this plan; `with_copies` also lists every unchanged file (OUT mode).
+    `handled`: further root entries the caller renders and copies itself (the DLedger member directory)."""
+    out = RecoveryOutput()
+    # commit log: segments past P go; the rest is never modified
+    gone = set(plan.segments_deleted)
+    out.deleted += [f"commitlog/{segment_name(s)}" for s in sorted(gone)]
+    if with_copies:
+        out.copies += [(f"commitlog/{segment_name(s.start)}", s.path, s.size) for s in plan.segments if s.start not in gone]
+    _queue_output(plan, out, with_copies)
+    _index_output(plan, out, with_copies)
+    _marker_output(plan, out, with_copies)
+    if with_copies:
+        out.copies += _other_root_files(plan.store, handled)
+    return out
+
+
+def _queue_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """Consume-queue files to render (units written), delete, and (OUT) copy unchanged."""
+    rewritten, created, deleted = plan.cq_changes()
+    out.deleted += deleted
+    for key, st in sorted(plan.states.items()):
+        q = plan.queue_dirs.get(key)
+        for f in st.changed_files():
+            out.render_cq.append((plan.cq_rel(key, f), st, q if f not in st.created else None, f))
+    if with_copies:
+        skip = set(rewritten) | set(created) | set(deleted)
+        for key, q in sorted(plan.queue_dirs.items()):
+            for start, size in q.files:
+                rel = plan.cq_rel(key, start)
+                if rel not in skip:
+                    out.copies.append((rel, q.file_uri(start), size))
+
+
+def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """Index files to delete, the kept file recovery appends to, new files (or the full rebuild)."""
+    idx, settings = plan.index, plan.settings
+    out.deleted += [f"index/{f.name}" for f in idx.deleted]
+    if idx.resume is None:
+        out.full_index = True
+        return
+    appended = idx.resume.appended
+    for f in idx.kept:
+        if appended is not None and f.name == appended.appends_to:
+            data = bytearray(Location(idx.uris[f.name]).read_bytes())
+            data.extend(bytes(settings.index_file_size - len(data)))  # a 0-byte file maps as zeros
+            k = appended.all_keys()
+            put = append_to_index_file(data, k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
+                                       settings.max_index_num)
+            if put != len(k):
+                raise rules.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
+            out.render_bytes[f"index/{f.name}"] = bytes(data)
+        elif f.empty_on_disk:
+            out.render_bytes[f"index/{f.name}"] = bytes(settings.index_file_size)
+        elif with_copies:
+            out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
+    for name, t in zip(idx.new_names, idx.resume.new_files):
+        k = t.all_keys()
+        out.render_bytes[f"index/{name}"] = build_index_file(k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
+                                                              settings.max_index_num, t.inherited,
+                                                              empty_file_index_count(plan.generation.generation))
+
+
+def _marker_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
+    """The checkpoint and the marker files a clean start and shutdown leave (abort goes, lock, 5.x abort.bak)."""
+    g = plan.generation.generation
+    if plan.checkpoint_changes or with_copies:
+        out.render_bytes[CHECKPOINT] = checkpoint_bytes(plan.checkpoint_after, g, plan.markers.checkpoint_raw)
+    if plan.abnormal:
+        out.deleted.append(ABORT)
+        for name, data in markers_after_clean_start(g, plan.markers.abort).items():
+            if name == LOCK and not with_copies and plan.store.child(LOCK).exists():
+                continue  # in place the lock file stays as it is
+            out.render_bytes[name] = data
+    elif with_copies:
+        out.render_bytes[LOCK] = markers_after_clean_start(g, None)[LOCK]
+        if plan.markers.abort_bak is not None:
+            out.render_bytes[ABORT_BAK] = plan.markers.abort_bak
+
+
+def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
+    """Everything else in the store root (config/, compaction/, timer files, ...) is copied verbatim."""
+    prefix = store.path.rstrip("/") + "/"
+    out = []
+    for info in store.list():
+        name = info.base_name
+        if name in HANDLED_ROOT or name in handled or name.startswith(OWN_PREFIXES):
+            continue
+        loc = store.child(name)
+        if info.type.name == "Directory":
+            out += [(i.path[len(prefix):], store.child(i.path[len(prefix):]).uri, i.size) for i in loc.walk_files()]
+        elif info.type.name == "File":
+            out.append((name, loc.uri, info.size))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# writing (Spark tasks for bulk work)
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """Files one Spark task copies verbatim."""
+    items: tuple[tuple[str, str], ...]  # (source URI, destination URI)
+
+
+def _copy(task: CopyTask) -> int:
+    """Copy files byte for byte in chunks (runs in a Spark task); returns bytes copied."""
+    total = 0
+    for src, dst in task.items:
+        s, d = Location(src), Location(dst)
+        d.make_parent()
+        with s.fs.open_input_stream(s.path) as fin, d.fs.open_output_stream(d.path) as fout:
+            while True:
+                chunk = fin.read(COPY_CHUNK)
+                if not chunk:
+                    break
+                fout.write(chunk)
+                total += len(chunk)
+    return total
+
+
+@dataclass(frozen=True)
+class CqRenderTask:
+    """Consume-queue files one Spark task renders."""
+    items: tuple[tuple[str, rules.QueueState, str | None, int], ...]  # rel, state, queue dir URI, file start
+    dest: Location
+
+
+def _render_cq(task: CqRenderTask) -> int:
+    """Write rewritten / created consume-queue files (runs in a Spark task)."""
+    for rel, st, qdir, start in task.items:
+        def read(s: int, qdir=qdir) -> bytes:
+            """Crash-time bytes of one file of this queue."""
+            return Location(f"{qdir}/{file_name(s)}").read_bytes()
+        task.dest.child(rel).write_bytes(rules.render_queue_file(st, start, read))
+    return len(task.items)
+
+
+def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
+                 tz=None) -> list[str]:
+    """Write every rendered file (and, for OUT, every copy) under `dest`; returns the index file names
+    a --full-index rebuild created."""
+    dest.makedirs()
+    for d in out.dirs:
+        if out.copies:
+            dest.child(d).makedirs()
+    if out.render_cq:
+        groups: dict[tuple[str, int], list] = {}
+        for rel, st, q, start in out.render_cq:
+            groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
+        tasks = [CqRenderTask(tuple(v), dest) for _, v in sorted(groups.items())]
+        run_tasks(sc, tasks, _render_cq, "consume queues", quiet=quiet)
+    for rel, data in out.render_bytes.items():
+        dest.child(rel).write_bytes(data)
+    if out.copies:
+        run_tasks(sc, _copy_tasks(out.copies, dest), _copy, "copy", total_bytes=sum(s for *_, s in out.copies),
+                  quiet=quiet)
+    if out.full_index:
+        return _rebuild_index(sc, plan, dest.child("index"), quiet, tz)
+    return []
+
+
+def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location) -> list[CopyTask]:
+    """Copies packed into tasks of about COPY_TASK_BYTES."""
+    tasks, cur, size = [], [], 0
+    for rel, src, n in copies:
+        cur.append((src, dest.child(rel).uri))
+        size += n
+        if size >= COPY_TASK_BYTES:
+            tasks.append(CopyTask(tuple(cur)))
+            cur, size = [], 0
+    if cur:
+        tasks.append(CopyTask(tuple(cur)))
+    return tasks
+
+
+def _rebuild_index(sc, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
+    """--full-index: the rebuild stage's index files from the valid commit log, named like a rebuild."""
+    from ..build.stage import build_index, name_index_files, pending_name, plan_index
+
+    scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
+    index_dir.makedirs()
+    tasks = plan_index(scan, plan.settings, work, index_dir, empty_file_index_count(plan.generation.generation))
+    firsts = [f for done in run_tasks(sc, tasks, build_index, "index files", quiet=quiet) for f in done]
+    names = name_index_files(scan, firsts, tz)
+    for no, name in sorted(names.items()):
+        index_dir.child(pending_name(no)).move_to(index_dir.child(name))
+    return [names[no] for no in sorted(names)]

@@ -1,0 +1,176 @@
+"""The SparkSession of a job: embedded local Spark under `python -m`, the submitted one under spark-submit.
+
+The embedded driver JVM starts faster from a class-data archive (AppCDS) of the classes a session
+loads: `python -m jobs.pipeline.runtime.session` (run by `make venv`) makes it once per venv; sessions then map
+it when it is there. A submitted application is left as spark-submit starts it.
+
+Spark's own log goes to stderr at the job's --log-level (default off: a failure reaches the operator as
+reput's one line; REPUT_DEBUG=1 makes it warn). --quiet also hides the JVM's start-up banner.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+from . import interrupt, worker_daemon
+from .failure import debug
+
+CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
+# The embedded JVM only schedules tasks (the work is in the Python workers): the quick C1 compiler
+# alone leaves the cores to the workers instead of C2 compiling.
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# Messages about an archive that does not match the JVM or its class path (then it is simply not used).
+CDS_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+# Python workers are forked from a daemon that has imported the pipeline and loaded the kernels.
+WORKER_DAEMON = "jobs.pipeline.runtime.worker_daemon"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2-reput.properties")
+T = TypeVar("T")
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with a gateway to its own JVM already running."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _java_options(dump_to: Path | None = None) -> str:
+    """Driver JVM options: REPUT_DRIVER_JAVA_OPTIONS replaces ours; the archive is used when made."""
+    if "REPUT_DRIVER_JAVA_OPTIONS" in os.environ:
+        return os.environ["REPUT_DRIVER_JAVA_OPTIONS"]
+    if dump_to is not None:
+        return f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={dump_to} {CDS_QUIET}"
+    if CDS_ARCHIVE.is_file():
+        return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={CDS_ARCHIVE} {CDS_QUIET}"
+    return JAVA_OPTIONS
+
+
+def log_level(requested: str | None) -> str:
+    """Spark's log level: the flag, else REPUT_SPARK_LOG_LEVEL, else warn with REPUT_DEBUG, else off."""
+    return (requested or os.environ.get("REPUT_SPARK_LOG_LEVEL") or ("warn" if debug() else "off")).upper()
+
+
+def _daemon_module() -> str:
+    return os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON)
+
+
+def _local(master: str | None) -> bool:
+    """The embedded session runs its Python workers on this machine (local[...])."""
+    return (master or os.environ.get("REPUT_SPARK_MASTER", "local[*]")).startswith("local")
+
+
+def job_spark(args: argparse.Namespace, app: str) -> SparkSession:
+    """The session for a job's parsed command line (--master, --log-level, --quiet)."""
+    return get_spark(app, args.master, level=args.log_level, quiet=args.quiet)
+
+
+def job_context(args: argparse.Namespace, app: str) -> SparkContext:
+    """The SparkContext for a job that only runs Python tasks (all but `query --scan`): a SparkSession on
+    top of it would take another 0.8 s to start here, for nothing those jobs use."""
+    return get_context(app, args.master, level=args.log_level, quiet=args.quiet)
+
+
+def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = None, *, level: str | None = None,
+              quiet: bool = False) -> SparkSession:
+    """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
+    level = log_level(level)
+    builder = SparkSession.builder
+    for key, value in _settings(app, master, level, _dump_cds_to).items():
+        builder = builder.config(key, value)
+    return _start(builder.getOrCreate, level, quiet)
+
+
+def get_context(app: str, master: str | None = None, *, level: str | None = None, quiet: bool = False) -> SparkContext:
+    """get_spark's SparkContext without the SparkSession (the active one when a session already runs)."""
+    level = log_level(level)
+    conf = SparkConf()
+    for key, value in _settings(app, master, level).items():
+        conf.set(key, value)
+    return _start(lambda: SparkContext.getOrCreate(conf), level, quiet)
+
+
+def _settings(app: str, master: str | None, level: str, dump_cds_to: Path | None = None) -> dict[str, str]:
+    """What reput sets on its session: the name; for an embedded session (or a given master) the rest.
+    Starts the warm worker daemon when a local JVM is about to be launched."""
+    settings = {"spark.app.name": f"reput-{app}"}
+    if not master and under_spark_submit():
+        return settings
+    # Workers must run the same interpreter (the venv) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings.update({
+        "spark.master": master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("REPUT_DRIVER_MEMORY", "4g"),
+        "spark.driver.extraJavaOptions": f"{_java_options(dump_cds_to)} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG} "
+                                         f"-Dreput.logLevel={level}",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        # The JVM talks to its Python workers over Unix sockets, not loopback TCP, whose small-packet
+        # delays cost every task about 20 ms here (5 ms per task with them).
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.python.daemon.module": _daemon_module(),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    })
+    if _local(master) and _daemon_module() == WORKER_DAEMON and SparkContext._active_spark_context is None:
+        worker_daemon.start_warm()  # loads the pipeline on the other core while the JVM starts
+    return settings
+
+
+def _start(create: Callable[[], T], level: str, quiet: bool) -> T:
+    """create() (a session or a context) with signals held, armed for Ctrl-C, at Spark log `level`. When
+    quiet and a JVM is about to be launched, the JVM (and the Python workers it starts) get /dev/null as
+    stderr, so its banner never shows."""
+    with interrupt.deferred():
+        if not quiet or debug() or SparkContext._active_spark_context is not None or under_spark_submit():
+            made = create()
+        else:
+            made = _without_stderr(create)
+        sc = made if isinstance(made, SparkContext) else made.sparkContext
+        interrupt.arm(sc)
+    sc.setLogLevel(level)
+    return made
+
+
+def _without_stderr(create: Callable[[], T]) -> T:
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        return create()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def make_cds_archive() -> float:
+    """Start and stop one embedded session with the JVM dumping its loaded classes at exit, then move
+    the archive into place atomically; returns the seconds it took."""
+    t0 = time.monotonic()
+    part = CDS_ARCHIVE.with_name(f"{CDS_ARCHIVE.name}.{os.getpid()}.part")
+    spark = get_spark("cds", "local[1]", _dump_cds_to=part)
+    spark.sparkContext.parallelize(range(2), 2).map(lambda x: x + 1).collect()
+    spark.range(10).selectExpr("id * 2").collect()
+    proc = spark.sparkContext._gateway.proc
+    spark.stop()
+    proc.stdin.close()  # the gateway JVM exits on end of input, writing the archive
+    proc.wait(timeout=300)
+    if not part.is_file():
+        raise RuntimeError(f"the driver JVM wrote no class-data archive to {part}")
+    part.replace(CDS_ARCHIVE)
+    return time.monotonic() - t0
+
+
+if __name__ == "__main__":
+    if under_spark_submit():
+        sys.exit("run this with the venv's python, not spark-submit")
+    print(f"Spark driver class-data archive {CDS_ARCHIVE} made in {make_cds_archive():.1f}s")

@@ -1,0 +1,203 @@
+"""The scan's contracts: what one decode task gets (SplitTask), what it sends back (SplitSummary), and the
+stitched whole the later stages read (ScanResult, DispatchStop). Kept apart from the Spark plumbing in scan.py."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from storage_format.commitlog import ScanEnd
+from storage_format.errors import StoreFormatError
+from storage_format.multi_dispatch import MultiDispatchRules, is_lmq
+from storage_format.scan_plan import END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched
+from storage_format.settings import BrokerSettings
+from storage_format.kernels.split_decode import QueueStats
+
+from ..io.fs import Location
+
+
+@dataclass(frozen=True)
+class SplitTask:
+    """What one decode task needs: its split, where to start, and what to write."""
+
+    split: Split
+    settings: BrokerSettings
+    exact_start: int | None = None  # segment-relative offset to walk from (after a failed stitch)
+    check_crc: bool = False
+    work: Location | None = None  # write cq-<i>.arrow / keys-<i>.arrow here
+    with_cq: bool = True
+    with_keys: bool = True
+    dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
+    lmq: MultiDispatchRules | None = None  # multi-dispatch rules, None when the config turns it off
+    kernel: bool = True  # try the compiled one-pass decoder first (storage_format.kernels.split_decode)
+
+
+@dataclass
+class SplitSummary:
+    """A decode task's result: small, sent to the driver."""
+
+    index: int
+    first_offset: int | None
+    end: ScanEnd
+    records: int = 0
+    blanks: int = 0
+    bytes_read: int = 0
+    min_store_ts: int | None = None
+    max_store_ts: int | None = None
+    first_store_ts: int | None = None
+    last_store_ts: int | None = None
+    last_record_offset: int | None = None
+    last_record_end: int | None = None
+    queues: dict[tuple[str, int], QueueStats] = field(default_factory=dict)
+    keys: int = 0
+    last_key: tuple[int, int] | None = None  # (store_ts, phy) of the split's last index key
+    error: StoreFormatError | None = None
+    # Offset of the first record found after a zero header that ended the walk inside this split
+    # (the zero-filled tail of a healthy segment holds none; eight zeroed bytes mid-segment do).
+    record_after_end: int | None = None
+    # Offset of the first record whose storeTimestamp is no date (years 1-9999): it cannot name an index file.
+    undated_record: int | None = None
+    # Under a dispatch limit (confirm offset): the last record dispatched, the first one held back and
+    # how many valid records of the split are held back (they get no consume-queue entry or index key).
+    last_dispatched_offset: int | None = None
+    last_dispatched_end: int | None = None
+    first_held_back: int | None = None
+    held_back: int = 0
+    # Queues whose entries in this split do not step by exactly 1 (repeats, or offsets used up elsewhere).
+    unordered: set[tuple[str, int]] = field(default_factory=set)
+    # Offset of a record with both multi-dispatch properties while enableMultiDispatch is not configured.
+    lmq_unconfigured: int | None = None
+    # DLedger data: the entry index of the split's first and last entry (None in a plain segment).
+    first_entry_index: int | None = None
+    last_entry_index: int | None = None
+
+    def walk(self) -> SplitWalk:
+        return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks, self.first_entry_index,
+                         self.last_entry_index)
+
+
+@dataclass
+class ScanResult:
+    """Segments, splits, the stitched scan and the summaries of the splits the scan accepted."""
+
+    segments: list[Segment]
+    splits: list[Split]
+    stitched: Stitched
+    summaries: dict[int, SplitSummary]
+
+    @property
+    def accepted(self) -> list[SplitSummary]:
+        return [self.summaries[i] for i in self.stitched.accepted]
+
+    @property
+    def end(self) -> ScanEnd:
+        return self.stitched.end
+
+    @property
+    def message_records(self) -> int:
+        return sum(s.records for s in self.accepted)
+
+    @property
+    def max_physical_offset(self) -> int:
+        """End of the last valid record (where the broker would append next)."""
+        ends = [s.last_record_end for s in self.accepted if s.last_record_end is not None]
+        return max(ends) if ends else (self.segments[0].start if self.segments else 0)
+
+    def entry_range(self) -> tuple[int, int] | None:
+        """First and last DLedger entry index of the valid log (None: no DLedger entries)."""
+        firsts = [s.first_entry_index for s in self.accepted if s.first_entry_index is not None]
+        lasts = [s.last_entry_index for s in self.accepted if s.last_entry_index is not None]
+        return (min(firsts), max(lasts)) if firsts else None
+
+    @property
+    def dledger_entries(self) -> int:
+        """Valid DLedger entries (records in DLedger data files)."""
+        return sum(s.records for s in self.accepted if s.first_entry_index is not None)
+
+    def records_per_queue(self) -> dict[str, dict[int, int]]:
+        """Records per topic and queueId (queues only multi-dispatch names have none)."""
+        return self._per_queue("records", lambda topic: True)
+
+    def lmq_entries_per_queue(self) -> dict[str, dict[int, int]]:
+        """Consume-queue entries multi-dispatch gives each `%LMQ%` queue (before the broker skips a repeat)."""
+        return self._per_queue("cq_rows", is_lmq)
+
+    def _per_queue(self, stat: str, wanted) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = defaultdict(dict)
+        for s in self.accepted:
+            for (topic, qid), stats in s.queues.items():
+                if getattr(stats, stat) and wanted(topic):
+                    out[topic][qid] = out[topic].get(qid, 0) + getattr(stats, stat)
+        return {t: dict(sorted(q.items())) for t, q in sorted(out.items())}
+
+    def tail_problems(self) -> list[str]:
+        """Why the commit log does not end cleanly (an invalid record before the zero-filled tail, or
+        data in segments past the end); empty for a healthy store."""
+        problems = []
+        end = self.end
+        if end is not None and not end.is_clean and end.reason != END_NO_NEXT_SEGMENT:
+            problems.append(f"the commit log ends with an invalid record: {end.describe()}")
+        if self.stitched.data_after_end:
+            problems.append(f"segments hold records after the end of the valid commit log: "
+                            f"{', '.join(self.stitched.data_after_end)}")
+        follows = self.record_after_end()
+        if follows is not None:
+            seg = next(g for g in self.segments if g.start <= follows < g.start + g.size)
+            problems.append(f"valid records follow the end of the commit log ({end.describe()}), the first at "
+                            f"{seg.path} at byte offset {follows - seg.start} (commit-log offset {follows})")
+        return problems
+
+    def undated_record(self) -> tuple[Segment, int] | None:
+        """(segment, commit-log offset) of the first valid record whose storeTimestamp is no date
+        (years 1-9999), if any."""
+        at = next((s.undated_record for s in self.accepted if s.undated_record is not None), None)
+        if at is None:
+            return None
+        return next(g for g in self.segments if g.start <= at < g.start + g.size), at
+
+    def undated_problem(self) -> str | None:
+        """The undated record, described for operators."""
+        found = self.undated_record()
+        if found is None:
+            return None
+        seg, at = found
+        return (f"the record at {seg.path} at byte offset {at - seg.start} (commit-log offset {at}) has a "
+                f"storeTimestamp outside years 1-9999")
+
+    def record_after_end(self) -> int | None:
+        """The first record (found by the physicalOffset rule) past the end of the scan, in the end's
+        segment or later; None when only zeros or garbage follow."""
+        if self.end is None:
+            return None
+        found = [s.record_after_end for s in self.accepted if s.record_after_end is not None]
+        done = set(self.stitched.accepted)
+        found += [s.first_offset for i, s in self.summaries.items()
+                  if i not in done and s.records and s.first_offset is not None and s.first_offset > self.end.offset]
+        return min(found, default=None)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(s.bytes_read for s in self.summaries.values())
+
+    def dispatch_stop(self) -> DispatchStop:
+        """How far dispatch went under the scan's dispatch limit (every record when there is none)."""
+        acc = self.accepted
+        last = max((s.last_dispatched_offset for s in acc if s.last_dispatched_offset is not None), default=None)
+        end = max((s.last_dispatched_end for s in acc if s.last_dispatched_end is not None), default=None)
+        held = [s.first_held_back for s in acc if s.first_held_back is not None]
+        return DispatchStop(last, end, min(held, default=None), sum(s.held_back for s in acc))
+
+
+@dataclass(frozen=True)
+class DispatchStop:
+    """Under a dispatch limit: the last record dispatched (offset, end), the first valid record held back
+    (the one straddling or past the confirm offset) and how many valid records were held back."""
+
+    last_offset: int | None
+    last_end: int | None
+    first_held_back: int | None
+    held_back: int
+
+    def to_dict(self) -> dict:
+        """The report form."""
+        return {"last_dispatched_record": self.last_offset, "dispatched_up_to": self.last_end,
+                "first_record_not_dispatched": self.first_held_back, "records_not_dispatched": self.held_back}

@@ -1,0 +1,351 @@
+"""Stage 1-2 of every job: list segments, cut splits, decode every split in a Spark task, stitch.
+
+Each task walks its byte range, decodes the records vectorised and returns a small summary (counts,
+per-queue ranges, where its walk ended). With a work directory it also writes the split's consume-queue
+entries and index keys as Arrow IPC files, which the build stages read; rows never cross the driver.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+from pyspark import SparkContext
+
+from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
+                                      parse_segment_name)
+from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.dledger import entry_index_at
+from storage_format.errors import ScanError, SettingsError, StoreFormatError
+from storage_format.log_sources import LogFile, plan_log
+from storage_format.index_keys import index_keys
+from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
+                                           rules_for)
+from storage_format.properties import TAGS
+from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
+from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment,  # noqa: F401 (DEFAULT_SPLIT_SIZE re-exported)
+                                      plan_splits, stitch)
+from storage_format.settings import BrokerSettings
+from storage_format.recovery import KeyBatch
+from storage_format.kernels.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
+from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
+
+from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
+from ..runtime.faults import fail_once
+from ..store.generation import store_generation
+from ..io.fs import Location
+from .result import ScanResult, SplitSummary, SplitTask
+from ..io.store_gate import commitlog_dir, dledger_data_dir
+from ..runtime.tasks import run_tasks
+from ..io.workdir import write_cq, write_keys
+
+PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
+KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
+
+
+def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
+    """The store's record sources in offset order (log_sources.plan_log): commit-log segments, DLedger data
+    files, or both; a file of the wrong size is an error (the broker refuses to load it too)."""
+    commitlog = commitlog_dir(store, settings)
+    data = dledger_data_dir(store, settings)
+    if data is not None and not data.is_dir():
+        raise ScanError(f"{data.uri}: no DLedger data directory (dLegerSelfId={settings.d_leger_self_id}"
+                        + (", storePathDLedgerCommitLog" if settings.store_path_dledger_commit_log else "") + ")")
+    if data is None and not commitlog.is_dir():
+        where = "storePathCommitLog" if commitlog_path(settings) else "the store"
+        raise ScanError(f"{commitlog.uri}: no commitlog directory (from {where})")
+    plain = _log_files(commitlog) if commitlog.is_dir() else []
+    return plan_log(plain, None if data is None else _log_files(data), settings.mapped_file_size_commitlog)
+
+
+def _log_files(loc: Location) -> list[LogFile]:
+    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri) for i in loc.list()
+            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+
+
+def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
+    sp = task.split
+    begin = sp.start if task.exact_start is None else min(sp.start, task.exact_start)
+    end = min(sp.segment.size, want_end)
+    return Location(sp.segment.path).read_range(begin, end - begin), begin
+
+
+def in_hole(task: SplitTask) -> bool:
+    """The split lies in the unwritten (sparse) tail of its segment: no record can start in it."""
+    sp = task.split
+    return (task.exact_start is None and not sp.at_segment_start
+            and Location(sp.segment.path).is_hole(sp.start, min(sp.segment.size, sp.stop + 8)))
+
+
+def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
+    """Read the split's bytes (plus enough to finish its last record) and decode them."""
+    sp = task.split
+    find_start = task.exact_start is None and not sp.at_segment_start
+    if in_hole(task):
+        # Nothing stored there (the sparse zero tail of a segment): no record starts in the split,
+        # which is what searching its zeros would find, without reading them.
+        cols = RecordColumns(b"", sp.segment.start + sp.start, np.zeros(0, np.int64), sp.segment.path)
+        return DecodedChunk(cols, 0, ScanEnd(END_STOP, sp.segment.start + sp.stop), None, sp.segment.path), 0
+    want_end = sp.stop + task.settings.max_message_size + 64 + sp.segment.header
+    while True:
+        buf, begin = _read_window(task, want_end)
+        try:
+            start = (sp.start if task.exact_start is None else task.exact_start) - begin
+            chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
+                                  segment_end=sp.segment.size - begin, path=sp.segment.path,
+                                  check_crc=task.check_crc, find_start=find_start, header=sp.segment.header)
+            return chunk, len(buf)
+        except NeedMoreBytes as more:
+            if begin + more.needed_end <= want_end:
+                raise
+            want_end = begin + more.needed_end
+
+
+def decode_split_columns(task: SplitTask) -> RecordColumns:
+    """The split's valid records as columns (the DataFrame reader's path); bad bytes raise."""
+    return decode_chunk(task)[0].columns
+
+
+def decode_split(task: SplitTask) -> SplitSummary:
+    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
+    The compiled kernel decodes it when it can; otherwise (CRC checks, a confirm offset, or whatever
+    split_decode leaves) the numpy reference."""
+    try:
+        fast = _decode_fast(task) if task.kernel and not task.check_crc and task.dispatch_limit is None else None
+        if fast is not None:
+            fail_once()
+            return fast
+        chunk, bytes_read = decode_chunk(task)
+        summary = _summarise(task, chunk, bytes_read)
+        summary.record_after_end = _record_after_zero_end(task, chunk)
+        fail_once()  # test hook: a task that dies after writing its work files is retried
+        return summary
+    except StoreFormatError as err:
+        sp = task.split
+        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+
+
+def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
+    """When the walk ended at a zero header inside the split, the first record after it in the split's
+    bytes (the later splits of the segment search their own ranges)."""
+    cols, sp = chunk.columns, task.split
+    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop,
+                                  sp.segment.header)
+
+
+def _decode_fast(task: SplitTask) -> SplitSummary | None:
+    """The split's summary (and work files) from the compiled kernel, or None when the kernel leaves the
+    split to the reference (a hole, or anything split_decode does not take)."""
+    sp = task.split
+    find_start = task.exact_start is None and not sp.at_segment_start
+    if in_hole(task):
+        return None
+    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64 + sp.segment.header)
+    start = (sp.start if task.exact_start is None else task.exact_start) - begin
+    base = sp.segment.start + begin
+    fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
+                       find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
+                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
+    if isinstance(fast, str):
+        return None
+    summary = _summarise_fast(task, fast, base, len(buf))
+    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
+                                                      sp.segment.header)
+    return summary
+
+
+def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int) -> SplitSummary:
+    """SplitSummary from a FastSplit (the same fields _summarise fills from the reference's columns)."""
+    sp = task.split
+    first = None if fast.first_position is None else base + fast.first_position
+    summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
+    if not fast.records:
+        return summary
+    summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
+    summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
+    summary.last_record_offset = base + fast.last_position
+    summary.last_record_end = summary.last_record_offset + fast.last_size
+    if task.with_cq:
+        summary.queues, summary.unordered = fast.queues, set(fast.unordered)
+        if task.work is not None:
+            write_cq(task.work, sp.index, fast.cq)
+    else:
+        summary.queues = {q: QueueStats(st.records) for q, st in fast.queues.items()}
+    if task.with_keys and task.settings.message_index_enable:
+        _summarise_keys(task, summary, fast.keys)
+    return summary
+
+
+def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyBatch) -> None:
+    summary.keys = len(keys)
+    if len(keys):
+        summary.last_key = (int(keys.store_ts[-1]), int(keys.phy[-1]))
+    if task.work is not None:
+        write_keys(task.work, task.split.index, keys)
+
+
+def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
+    sp, cols = task.split, chunk.columns
+    first = None if chunk.first_position is None else chunk.columns.base_offset + chunk.first_position
+    summary = SplitSummary(sp.index, first, chunk.end, chunk.count, chunk.blank_count, bytes_read)
+    if not chunk.count:
+        return summary
+    if sp.segment.header:
+        summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
+        summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
+    ts = cols.store_timestamp
+    summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
+    summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])
+    last_pos = int(cols.pos[-1])
+    summary.last_record_offset = cols.base_offset + last_pos
+    summary.last_record_end = summary.last_record_offset + int(cols.total_size[-1])
+    topics = cols.topic
+    groups = queue_groups(topics, cols.queue_id)
+    for reason_at, topic in unsafe_topics(groups):
+        at = cols.base_offset + int(cols.pos[reason_at])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start, f"{topic} (record at commit-log offset {at})")
+    moved = np.flatnonzero(cols.physical_offset != cols.base_offset + cols.pos)
+    if len(moved):
+        at = cols.base_offset + int(cols.pos[moved[0]])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                               f"record at commit-log offset {at} stores physicalOffset "
+                               f"{int(cols.physical_offset[moved[0]])}: its consume-queue and index entries would "
+                               f"point elsewhere")
+    batch = inner_batch_records(cols.sys_flag)
+    if len(batch):
+        at = cols.base_offset + int(cols.pos[batch[0]])
+        raise StoreFormatError(sp.segment.path, at - sp.segment.start, inner_batch_reason(at))
+    undated = np.flatnonzero((ts < MIN_DATE_MS) | (ts > MAX_DATE_MS))
+    if len(undated):
+        summary.undated_record = cols.base_offset + int(cols.pos[undated[0]])
+    dispatched = _dispatched(task, summary, cols)
+    cq_mask = has_cq_entry(cols.sys_flag) & dispatched
+    for key, records in zip(groups.keys, np.bincount(groups.group, minlength=len(groups.keys)).tolist()):
+        summary.queues[key] = QueueStats(records)
+    if task.with_cq:
+        tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
+                          task.settings.delay_levels_ms)
+        rows = np.flatnonzero(cq_mask)
+        try:
+            lmq = split_lmq(cols, rows, task.lmq, task.settings.enable_multi_dispatch is not None)
+            cq, cq_groups, row_group = cq_table(cols, groups, rows, tags, lmq.entries)
+        except MultiDispatchError as err:
+            at = cols.base_offset + int(cols.pos[err.record])
+            raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                                   f"{err} (record at commit-log offset {at})") from None
+        summary.lmq_unconfigured = lmq.unconfigured_at
+        queue_ranges(summary.queues, summary.unordered, cq_groups, row_group, cq.column("queue_offset").to_numpy())
+        if task.work is not None:
+            write_cq(task.work, sp.index, CqRows(*(cq.column(c).to_numpy() for c in ("queue_offset", "phy", "size",
+                                                                                     "tags"))))
+    if task.with_keys and task.settings.message_index_enable:
+        keys = index_keys(cols, None if task.dispatch_limit is None else dispatched)
+        _summarise_keys(task, summary, KeyBatch(keys.key_hash, keys.phy, keys.store_ts))
+    return summary
+
+
+def _dispatched(task: SplitTask, summary: SplitSummary, cols) -> np.ndarray:
+    """Which records dispatch takes (all, or those ending at or below the confirm offset); notes in the
+    summary the last record taken and the first held back."""
+    ends = cols.physical_offset + cols.total_size.astype(np.int64)
+    if task.dispatch_limit is None:
+        return np.ones(len(ends), bool)
+    ok = ends <= task.dispatch_limit
+    taken, held = np.flatnonzero(ok), np.flatnonzero(~ok)
+    if len(taken):
+        summary.last_dispatched_offset = int(cols.physical_offset[taken[-1]])
+        summary.last_dispatched_end = int(ends[taken[-1]])
+    if len(held):
+        summary.first_held_back = int(cols.physical_offset[held[0]])
+        summary.held_back = len(held)
+    return ok
+
+
+def pack_splits(tasks: list[SplitTask], max_bytes: int, min_groups: int) -> list[tuple[SplitTask, ...]]:
+    """Consecutive splits packed into Spark tasks of at most `max_bytes` (0: one split per task), but
+    small enough to give at least `min_groups` tasks when there are that many splits: a store of many
+    small segments runs as a few tasks instead of one task per segment."""
+    if max_bytes <= 0:
+        return [(t,) for t in tasks]
+    total = sum(t.split.stop - t.split.start for t in tasks)
+    target = max(1, min(max_bytes, -(-total // max(1, min_groups))))
+    groups: list[tuple[SplitTask, ...]] = []
+    current: list[SplitTask] = []
+    size = 0
+    for t in tasks:
+        n = t.split.stop - t.split.start
+        if current and size + n > target:
+            groups.append(tuple(current))
+            current, size = [], 0
+        current.append(t)
+        size += n
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
+def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
+    """decode_split over a pack of consecutive splits, one after the other (one Spark task)."""
+    return [decode_split(t) for t in tasks]
+
+
+def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
+               split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
+               with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
+               dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
+               generation: int | None = None) -> ScanResult:
+    """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
+
+    `from_offset` starts at the segment holding that offset (recovery's start segment). With
+    `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
+    and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
+    multi-dispatch rules; None detects it from the store's marker files.
+    """
+    segments = list_segments(store, settings)
+    if from_offset is not None:
+        segments = [s for s in segments if s.start + s.size > from_offset]
+    splits = plan_splits(segments, split_size)
+    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
+    lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
+                    generation is not None or guess.generation >= 5) if guess else None
+    kernel = os.environ.get(KERNEL_ENV, "1") != "0"
+    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
+            if splits else None)
+    tasks = [replace(base, split=sp) for sp in splits]
+    # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would
+    # cost more than the answer. The rest go in packs of up to PACK_SPLITS consecutive splits per task.
+    holes = [t for t in tasks if in_hole(t)]
+    summaries = {t.split.index: decode_split(t) for t in holes}
+    hole_set = {t.split.index for t in holes}
+    groups = pack_splits([t for t in tasks if t.split.index not in hole_set], PACK_SPLITS * split_size,
+                         2 * sc.defaultParallelism)
+    summaries.update({s.index: s for done in run_tasks(sc, groups, decode_splits, label,
+                                                       total_bytes=sum(s.size for s in segments), quiet=quiet)
+                      for s in done})
+    while True:
+        stitched = stitch(splits, {i: s.walk() for i, s in summaries.items()})
+        if not stitched.redo:
+            break
+        redo = [replace(base, split=splits[i], exact_start=off - splits[i].segment.start)
+                for i, off in stitched.redo.items()]
+        for s in run_tasks(sc, redo, decode_split, f"{label} (re-walk)", quiet=True):
+            summaries[s.index] = s
+    if stitched.failed is not None:
+        raise summaries[stitched.failed].error
+    result = ScanResult(segments, splits, stitched, summaries)
+    check_multi_dispatch(result)
+    return result
+
+
+def check_multi_dispatch(scan: ScanResult) -> None:
+    """Refuse records written with enableMultiDispatch=true when the config leaves it unset (the broker
+    default, false, would drop every multi-dispatch entry: more likely a forgotten config than intended)."""
+    unset = min((s.lmq_unconfigured for s in scan.accepted if s.lmq_unconfigured is not None), default=None)
+    if unset is not None:
+        seg = next(g for g in scan.segments if g.start <= unset < g.start + g.size)
+        raise SettingsError(f"the record at {seg.path} at byte offset {unset - seg.start} (commit-log offset {unset}) "
+                            f"carries {INNER_MULTI_DISPATCH} and {INNER_MULTI_QUEUE_OFFSET}, which a broker writes "
+                            f"only with enableMultiDispatch=true, but the broker config does not set "
+                            f"enableMultiDispatch: pass the broker's config (--broker-config) or set "
+                            f"enableMultiDispatch (and enableLmq) explicitly")

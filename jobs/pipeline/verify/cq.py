@@ -1,0 +1,214 @@
+"""Verify, consume queues: each consume-queue file the commit log implies, built as the rebuild builds it,
+compared unit by unit with the store's file; files on disk the commit log implies none for are extras."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
+
+from ..build.stage import CqTask, cq_file_bytes
+from .findings import Findings
+from ..io.fs import Location
+from ..scan.stage import ScanResult
+from .pointer import PointerCheck
+
+CQ_FIELDS = (("phy", "phyOffset"), ("size", "size"), ("tags", "tagsCode"))
+
+
+@dataclass(frozen=True)
+class CqCheckTask:
+    """A rebuild CqTask (its `out` = the store's consumequeue/) plus what the comparison needs."""
+
+    build: CqTask
+    queue_ends: dict[tuple[str, int], int]  # first queue offset past each queue's last expected entry
+    pointers: PointerCheck
+    extra_files: tuple[tuple[str, int, str], ...] = ()  # (topic, queueId, name) outside every planned run
+
+
+def cq_rel(topic: str, queue_id: int, name: str) -> str:
+    """A consume-queue file's path relative to the store, as findings name it."""
+    return f"consumequeue/{topic}/{queue_id}/{name}"
+
+
+def _cq_entry(u: np.void) -> dict:
+    """A consume-queue unit with the broker's field names."""
+    return {"phyOffset": int(u["phy"]), "size": int(u["size"]), "tagsCode": int(u["tags"])}
+
+
+def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, queue_id: int, start: int,
+                    file_size: int, queue_end: int, pointers: PointerCheck, out: Findings) -> None:
+    """Compare one consume-queue file with the bytes the commit log implies (None: no file expected; bytes
+    shorter than the file stand for the file with zeros after them)."""
+    art = "consumequeue"
+    if len(disk) != file_size:
+        out.add(art, "wrong_size", rel, expected=file_size, found=len(disk),
+                detail=f"file is {len(disk)} bytes, expected {file_size} (mappedFileSizeConsumeQueue); "
+                       + (f"entries from {start // CQ_UNIT_SIZE + len(disk) // CQ_UNIT_SIZE} on are cut off"
+                          if len(disk) < file_size else "bytes past the configured size are ignored"))
+    if expected is not None and len(disk) == file_size and disk.startswith(expected) \
+            and disk.count(0, len(expected)) == file_size - len(expected):
+        return  # equal (expected may stop at its last unit: the rest must be zeros), the common case
+    exp = unpack_entries(expected or b"", file_size)
+    got = unpack_entries(disk, file_size)
+    differ = (exp["phy"] != got["phy"]) | (exp["size"] != got["size"]) | (exp["tags"] != got["tags"])
+    if not differ.any():
+        return
+    first = start // CQ_UNIT_SIZE
+    exp_zero = (exp["phy"] == 0) & (exp["size"] == 0) & (exp["tags"] == 0)
+    got_zero = (got["phy"] == 0) & (got["size"] == 0) & (got["tags"] == 0)
+    local_end = max(0, queue_end - first)
+    readable = (got["phy"] >= 0) & (got["size"] > 0)  # the broker reads units while offset >= 0 && size > 0
+    unreadable_after = np.flatnonzero(~readable[local_end:])
+    run_end = local_end + (int(unreadable_after[0]) if len(unreadable_after) else len(got) - local_end)
+    idx = np.arange(len(got))
+    stale = differ & exp_zero & ~got_zero & (idx >= run_end)
+    for i in np.flatnonzero(differ & ~stale).tolist():
+        e, g = exp[i], got[i]
+        where = {"queue": f"{topic}/{queue_id}", "entry": first + i, "byte_offset": i * CQ_UNIT_SIZE}
+        if got_zero[i]:
+            if pointers.in_flight(int(e["phy"])):
+                out.add_in_flight(art, "missing_entry")
+            else:
+                out.add(art, "missing_entry", rel, **where, expected=_cq_entry(e), found=_cq_entry(g))
+            continue
+        if exp_zero[i] and pointers.in_flight(int(g["phy"])):  # dispatched while this check ran
+            out.add_in_flight(art, "extra_entry")
+            continue
+        points_at = pointers.classify(int(g["phy"]), int(g["size"]), queue_id, first + i)
+        if exp_zero[i]:
+            out.add(art, "extra_entry", rel, **where, found=_cq_entry(g), points_at=points_at)
+        else:
+            fields = [name for key, name in CQ_FIELDS if e[key] != g[key]]
+            out.add(art, "entry_differs", rel, **where, fields=fields, expected=_cq_entry(e), found=_cq_entry(g),
+                    points_at=points_at)
+    if stale.any():
+        at = np.flatnonzero(stale)
+        out.add(art, "stale_bytes", rel, count=1, queue=f"{topic}/{queue_id}", entry=first + int(at[0]),
+                byte_offset=int(at[0]) * CQ_UNIT_SIZE, units=int(len(at)),
+                detail=f"{len(at)} non-zero units past the queue's logical end (entry {queue_end}) "
+                       f"and past the first unit the broker stops at")
+
+
+def check_cq(task: CqCheckTask) -> Findings:
+    """Compare every file of the task's runs with the store; files the commit log implies none for
+    inside the runs (and the task's extra_files) are compared with zeros."""
+    out = Findings()
+    b = task.build
+    file_size = b.file_size
+    seen: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for f in cq_file_bytes(b, trim=True):
+        item, start, data, entries = f.item, f.start, f.data, f.entries
+        key = (item.topic, item.queue_id)
+        seen[key].add(start)
+        rel = cq_rel(item.topic, item.queue_id, file_name(start))
+        loc = b.out.child(item.topic, str(item.queue_id), file_name(start))
+        end = task.queue_ends.get(key, 0)
+        odd = loc.not_regular()
+        if not odd and not loc.exists() and task.pointers.in_flight(_first_phy(data, file_size)):
+            out.add_in_flight("consumequeue", "missing_file")  # a file the broker has not created yet
+            continue
+        if odd or not loc.exists():
+            out.add("consumequeue", "missing_file", rel, queue=f"{item.topic}/{item.queue_id}",
+                    entry=start // CQ_UNIT_SIZE, entries=entries,
+                    detail=(f"{odd} in place of the file" if odd else "file missing")
+                    + f": {entries} entries from entry {start // CQ_UNIT_SIZE} on")
+            continue
+        out.files_checked += 1
+        compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out)
+    extra: list[tuple[str, int, str]] = list(task.extra_files)
+    for item in b.items:
+        qdir = b.out.child(item.topic, str(item.queue_id))
+        for info in qdir.list():
+            if qdir.child(info.base_name).not_regular():
+                continue  # reported by disk_cq_files
+            start = parse_file_name(info.base_name)
+            start = -1 if start is None else start
+            if item.first_file <= start <= item.last_file and start not in seen[(item.topic, item.queue_id)]:
+                extra.append((item.topic, item.queue_id, info.base_name))
+    for topic, qid, name in extra:
+        rel = cq_rel(topic, qid, name)
+        data = b.out.child(topic, str(qid), name).read_bytes()
+        units = unpack_entries(data, file_size)
+        used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
+        out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
+                units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
+        out.files_checked += 1
+        compare_cq_file(None, data, rel, topic, qid, int(name), file_size, task.queue_ends.get((topic, qid), 0),
+                        task.pointers, out)
+    return out
+
+
+def _first_phy(data: bytes, file_size: int) -> int:
+    """phyOffset of a consume-queue file's first used unit (-1 when it has none)."""
+    units = unpack_entries(data, file_size)
+    used = units["phy"][units["size"] > 0]
+    return int(used[0]) if len(used) else -1
+
+
+def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
+    """Per queue with consume-queue entries: one past its highest queue offset in the valid commit log."""
+    ends: dict[tuple[str, int], int] = {}
+    for s in scan.accepted:
+        for key, st in s.queues.items():
+            if st.cq_rows:
+                ends[key] = max(ends.get(key, 0), st.max_offset + 1)
+    return ends
+
+
+def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]:
+    """(topic, queueId, name) of every consume-queue file in the store; anything else is reported."""
+    files = []
+    for topic in cq_dir.list():
+        tdir = cq_dir.child(topic.base_name)
+        if topic.type.name != "Directory":
+            out.add("consumequeue", "unexpected_file", f"consumequeue/{topic.base_name}",
+                    detail="a file where a topic directory belongs")
+            continue
+        for q in tdir.list():
+            rel_q = f"consumequeue/{topic.base_name}/{q.base_name}"
+            if q.type.name != "Directory" or not q.base_name.isdigit():
+                out.add("consumequeue", "unexpected_file", rel_q, detail="not a numeric queue directory")
+                continue
+            for f in tdir.child(q.base_name).list():
+                odd = tdir.child(q.base_name, f.base_name).not_regular()
+                if odd or parse_file_name(f.base_name) is None:
+                    out.add("consumequeue", "unexpected_file", f"{rel_q}/{f.base_name}",
+                            detail=f"{odd}, not a regular file" if odd else "not a 20-digit consume-queue file")
+                    continue
+                files.append((topic.base_name, int(q.base_name), f.base_name))
+    return files
+
+
+def plan_cq_checks(tasks: list[CqTask], scan: ScanResult, pointers: PointerCheck,
+                   found: Findings) -> list[CqCheckTask]:
+    """Wrap the rebuild's tasks; files on disk outside every planned run go to the tasks as extras."""
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in tasks:
+        for item in t.items:
+            key = (item.topic, item.queue_id)
+            lo, hi = ranges.get(key, (item.first_file, item.last_file))
+            ranges[key] = (min(lo, item.first_file), max(hi, item.last_file))
+    if not tasks:
+        return []
+    ends = queue_ends(scan)
+    outside = [(t, q, n) for t, q, n in disk_cq_files(tasks[0].out, found)
+               if not ((t, q) in ranges and ranges[(t, q)][0] <= int(n) <= ranges[(t, q)][1])]
+    checks = []
+    for i, t in enumerate(tasks):
+        keys = {(item.topic, item.queue_id) for item in t.items}
+        mine = tuple(outside[i::len(tasks)])
+        keys |= {(tp, q) for tp, q, _ in mine}
+        checks.append(CqCheckTask(t, {k: ends[k] for k in keys if k in ends}, pointers, mine))
+    return checks
+
+
+def orphan_cq_task(cq_dir: Location, work: Location, file_size: int, pointers: PointerCheck,
+                   found: Findings) -> list[CqCheckTask]:
+    """When the commit log implies no consume queue at all, every file on disk is an extra."""
+    files = tuple(disk_cq_files(cq_dir, found))
+    if not files:
+        return []
+    return [CqCheckTask(CqTask((), work, cq_dir, file_size), {}, pointers, files)]

@@ -1,0 +1,322 @@
+"""Verify, index files: index files on disk are named by the broker's wall clock, so they are paired with
+the expected files by aligning header sequences in name order (difflib; unpaired files become
+missing/extra findings); each pair is compared streamed, and in detail (header, slots, entries, chains,
+key lookups) only when it differs."""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHeader, IndexLayout, is_name, key_slots
+
+from ..build.stage import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
+from .findings import Findings
+from ..io.fs import Location
+from ..io.workdir import read_keys
+from .pointer import PointerCheck
+
+INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
+
+
+@dataclass(frozen=True)
+class IndexCheckTask:
+    """A rebuild IndexTask (only the files paired with a disk file) and the disk file of each."""
+
+    build: IndexTask
+    disk: dict[int, str]  # file number -> URI of the paired file in the store's index/
+    store_index_dir: str
+    pointers: PointerCheck
+
+
+def header_key(h: IndexHeader) -> tuple[int, int, int, int, int]:
+    """What pairs an expected file with a disk file: every header field but hashSlotCount."""
+    return (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.index_count)
+
+
+def expected_headers(task: IndexTask) -> list[tuple[int, IndexHeader]]:
+    """Headers of the task's planned files from their first and last keys (no file is built)."""
+    cache: dict[int, pa.Table] = {}
+
+    def row(sl: KeySlice, i: int) -> dict:
+        if sl.split_index not in cache:
+            cache[sl.split_index] = read_keys(task.work, sl.split_index)
+        return cache[sl.split_index].slice(sl.lo + i, 1).to_pylist()[0]
+
+    out = []
+    for plan in task.files:
+        if plan.sources:
+            a, z = row(plan.sources[0], 0), row(plan.sources[-1], plan.sources[-1].hi - plan.sources[-1].lo - 1)
+            n = sum(s.hi - s.lo for s in plan.sources)
+            out.append((plan.file_no, IndexHeader(a["store_ts"], z["store_ts"], a["phy"], z["phy"], 0, n + 1)))
+        elif plan.inherited_from is not None:
+            r = row(plan.inherited_from, 0)
+            ts, phy = max(r["store_ts"], 0), max(r["phy"], 0)
+            out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, task.empty_count)))
+        else:
+            out.append((plan.file_no, IndexHeader(index_count=task.empty_count)))
+    return out
+
+
+def read_header(loc: Location) -> IndexHeader | None:
+    """The 40-byte header of an index file, or None when the file is shorter than that."""
+    raw = bytes(loc.read_range(0, HEADER_SIZE))
+    return IndexHeader.from_bytes(raw) if len(raw) == HEADER_SIZE else None
+
+
+def header_dict(h: IndexHeader | None) -> dict | None:
+    """An index header with the broker's field names (None stays None)."""
+    if h is None:
+        return None
+    return h.broker_fields()
+
+
+def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[str, IndexHeader | None]],
+                      out: Findings) -> dict[int, str]:
+    """Pair expected files (creation order) with disk files (name order) by their header sequences.
+
+    Runs of equal headers pair up; a replaced run pairs position by position; what is left over is
+    reported missing or extra, except that a leftover disk file whose header equals a leftover
+    expected file's is paired with it and reported out of order."""
+    e_keys = [header_key(h) for _, h in expected]
+    d_keys = [header_key(h) if h is not None else ("unreadable", name) for name, h in disk]
+    pairs: dict[int, str] = {}
+    missing: list[int] = []
+    extra: list[int] = []
+    sm = difflib.SequenceMatcher(a=e_keys, b=d_keys, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        n = min(i2 - i1, j2 - j1) if op in ("equal", "replace") else 0
+        for k in range(n):
+            pairs[i1 + k] = disk[j1 + k][0]
+        missing.extend(range(i1 + n, i2))
+        extra.extend(range(j1 + n, j2))
+    by_key = {e_keys[i]: i for i in missing}
+    for j in list(extra):
+        i = by_key.get(d_keys[j])
+        if i is not None and i not in pairs:
+            pairs[i] = disk[j][0]
+            missing.remove(i)
+            extra.remove(j)
+            out.add("index", "out_of_order", f"index/{disk[j][0]}", file_number=expected[i][0],
+                    detail=f"holds expected file #{expected[i][0]} but its name sorts at position {j}")
+    for i in missing:
+        no, h = expected[i]
+        before = [pairs[k] for k in range(i) if k in pairs]
+        out.add("index", "missing_file", f"index/(expected file #{no})", file_number=no,
+                entries=h.index_count - 1, expected_header=header_dict(h),
+                detail=f"no index file holds expected file #{no} ({h.index_count - 1} entries, "
+                       f"phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
+                       + (f"; it belongs after index/{before[-1]}" if before else ""))
+    for j in extra:
+        name, h = disk[j]
+        out.add("index", "extra_file", f"index/{name}", found_header=header_dict(h),
+                detail="the commit log implies no such index file"
+                       + (f" ({h.index_count - 1} entries, phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
+                          if h is not None else ""))
+    # name order must be creation order: each file starts at or after the previous file's end
+    prev = None
+    for name, h in disk:
+        if h is None:
+            continue
+        if prev is not None and (h.begin_phy_offset < prev[1].end_phy_offset
+                                 or h.end_phy_offset < prev[1].end_phy_offset):
+            out.add("index", "out_of_order", f"index/{name}",
+                    detail=f"begins at phyOffset {h.begin_phy_offset}, before the end "
+                           f"{prev[1].end_phy_offset} of index/{prev[0]} which sorts before it")
+        prev = (name, h)
+    return {expected[i][0]: name for i, name in pairs.items()}
+
+
+def _index_entry(e: np.void) -> dict:
+    """An index entry with the broker's field names."""
+    return {"keyHash": int(e["hash"]), "phyOffset": int(e["phy"]), "timeDiff": int(e["diff"]),
+            "prevIndex": int(e["prev"])}
+
+
+def _pairs_view(h: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """(keyHash, phyOffset) pairs as one comparable value each (for np.isin)."""
+    rec = np.empty(len(h), dtype=[("h", "<i8"), ("p", "<i8")])
+    rec["h"], rec["p"] = h, phy
+    return rec.view("V16")
+
+
+def chain_walk(layout: IndexLayout, slots: np.ndarray, entries: np.ndarray, count: int, rel: str,
+               out: Findings) -> np.ndarray:
+    """Walk every slot chain of a file at once (newest to oldest, like the broker). Returns, per
+    position, the slot whose chain reaches it (-1: unreachable); reports broken chains."""
+    reach = np.full(count, -1, np.int64)
+    s_val = slots.astype(np.int64)
+    bad = np.flatnonzero((s_val < 0) | (s_val >= count))
+    for s in bad.tolist():
+        out.add("index", "broken_chain", rel, slot=s, byte_offset=layout.slot_at(s), position=int(s_val[s]),
+                reason=f"slot points at position {int(s_val[s])}, outside the used entries 1..{count - 1}")
+    owner = np.flatnonzero((s_val > 0) & (s_val < count))
+    cur = s_val[owner]
+    for _ in range(count):
+        if not len(cur):
+            break
+        _, first = np.unique(cur, return_index=True)
+        again = reach[cur] != -1
+        again[np.setdiff1d(np.arange(len(cur)), first)] = True  # two chains reach one position at once
+        for p, s in zip(cur[again].tolist(), owner[again].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"chain of slot {s} reaches position {p} again (chains merge or loop)")
+        cur, owner = cur[~again], owner[~again]
+        reach[cur] = owner
+        h = entries["hash"][cur].astype(np.int64)
+        wrong = (h < 0) | (key_slots(h, layout.slots) != owner)
+        for p, s, hv in zip(cur[wrong].tolist(), owner[wrong].tolist(), h[wrong].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"entry with keyHash {hv} sits in the chain of slot {s}, not of slot "
+                           f"{layout.slot_of(hv) if hv >= 0 else 'none (negative hash)'}")
+        prev = entries["prev"][cur].astype(np.int64)
+        forward = (prev < 0) | ((prev > 0) & (prev >= cur))
+        for p, s, pv in zip(cur[forward].tolist(), owner[forward].tolist(), prev[forward].tolist()):
+            out.add("index", "broken_chain", rel, slot=s, position=p,
+                    reason=f"prevIndex {pv} does not point to an earlier entry")
+        go = (prev > 0) & ~forward
+        cur, owner = prev[go], owner[go]
+    orphan = np.flatnonzero(reach[1:] == -1) + 1
+    for p in orphan.tolist():
+        out.add("index", "broken_chain", rel, position=p, byte_offset=None,
+                reason=f"entry at position {p} is not reachable from any slot")
+    return reach
+
+
+def compare_header_and_slots(expected: bytes, raw: bytes, layout: IndexLayout, rel: str, file_no: int,
+                             out: Findings) -> tuple[IndexHeader, IndexHeader]:
+    """Report header fields and slots that differ between two full-size files; returns both headers."""
+    eh, dh = IndexHeader.from_bytes(expected[:HEADER_SIZE]), IndexHeader.from_bytes(raw[:HEADER_SIZE])
+    for (name, at), ev, dv in zip(HEADER_FIELD_OFFSETS.items(), header_dict(eh).values(), header_dict(dh).values()):
+        if ev != dv:
+            out.add("index", "header_differs", rel, file_number=file_no, field=name, byte_offset=at, expected=ev,
+                    found=dv)
+    e_slots, d_slots = layout.slot_table(expected), layout.slot_table(raw)
+    for s in np.flatnonzero(e_slots != d_slots).tolist():
+        out.add("index", "slot_differs", rel, file_number=file_no, slot=s, byte_offset=layout.slot_at(s),
+                expected=int(e_slots[s]), found=int(d_slots[s]))
+    return eh, dh
+
+
+def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, layout: IndexLayout,
+                       pointers: PointerCheck, out: Findings) -> None:
+    """Compare one index file with the bytes the commit log implies; chains and key lookups are
+    checked on the disk file whenever anything differs."""
+    art = "index"
+    size = len(expected)
+    if len(disk) != size:
+        cut = layout.whole_entries(len(disk))
+        out.add(art, "wrong_size", rel, file_number=file_no, expected=size, found=len(disk),
+                detail=f"file is {len(disk)} bytes, expected {size}"
+                       + (f"; entries from position {cut} on are cut off" if len(disk) < size else ""))
+    if disk == expected:
+        return
+    raw = disk[:size] + bytes(max(0, size - len(disk)))
+    eh, dh = compare_header_and_slots(expected, raw, layout, rel, file_no, out)
+    d_slots = layout.slot_table(raw)
+    e_ent, d_ent = layout.entries(expected), layout.entries(raw)
+    max_entries = layout.max_entries
+    differ = np.zeros(max_entries, bool)
+    for key, _ in INDEX_FIELDS:
+        differ |= e_ent[key] != d_ent[key]
+    e_count = eh.index_count
+    d_count = min(max(dh.index_count, 1), max_entries)
+    d_zero = (d_ent["hash"] == 0) & (d_ent["phy"] == 0) & (d_ent["diff"] == 0) & (d_ent["prev"] == 0)
+    pos = np.arange(max_entries)
+    stale = differ & (pos >= e_count) & ((pos >= d_count) | (pos == 0)) & ~d_zero
+    for p in np.flatnonzero(differ & ~stale).tolist():
+        e, d = e_ent[p], d_ent[p]
+        where = {"file_number": file_no, "position": p, "byte_offset": layout.entry_at(p)}
+        if d_zero[p]:
+            out.add(art, "missing_entry", rel, **where, expected=_index_entry(e), found=_index_entry(d))
+        elif p >= e_count:
+            out.add(art, "extra_entry", rel, **where, found=_index_entry(d),
+                    points_at=pointers.classify(int(d["phy"])))
+        else:
+            out.add(art, "entry_differs", rel, **where, fields=[n for k, n in INDEX_FIELDS if e[k] != d[k]],
+                    expected=_index_entry(e), found=_index_entry(d), points_at=pointers.classify(int(d["phy"])))
+    if stale.any():
+        at = np.flatnonzero(stale)
+        out.add(art, "stale_bytes", rel, file_number=file_no, position=int(at[0]),
+                byte_offset=layout.entry_at(int(at[0])), entries=int(len(at)),
+                detail=f"{len(at)} non-zero entries at positions the header's indexCount ({dh.index_count}) "
+                       f"does not cover")
+    reach = chain_walk(layout, d_slots, d_ent, d_count, rel, out)
+    d_hash = d_ent["hash"][:d_count].astype(np.int64)
+    ok = np.flatnonzero((reach >= 0) & (d_hash >= 0) & (key_slots(d_hash, layout.slots) == reach))
+    findable = _pairs_view(d_ent["hash"][ok], d_ent["phy"][ok])
+    e_pos = np.arange(1, e_count)
+    lost = e_pos[~np.isin(_pairs_view(e_ent["hash"][e_pos], e_ent["phy"][e_pos]), findable)]
+    for p in lost.tolist():
+        kh = int(e_ent["hash"][p])
+        slot = layout.slot_of(kh)
+        out.add(art, "key_not_found", rel, file_number=file_no, position=p, key_hash=kh,
+                phy_offset=int(e_ent["phy"][p]), slot=slot,
+                detail=f"a lookup of keyHash {kh} (slot {slot}) does not reach phyOffset {int(e_ent['phy'][p])}")
+
+
+def stream_equal(chunks: Iterator[bytes], loc: Location, size: int) -> bool:
+    """Does the file hold exactly these bytes? Compared chunk by chunk, so memory stays bounded."""
+    if loc.size() != size:
+        return False
+    at = 0
+    with loc.open_input() as f:
+        for chunk in chunks:
+            if bytes(f.read_at(len(chunk), at)) != chunk:
+                return False
+            at += len(chunk)
+    return at == size
+
+
+def check_index(task: IndexCheckTask) -> Findings:
+    """Compare each paired file with the bytes the rebuild would write: streamed while they agree,
+    both files in memory for the detailed comparison only when they do not."""
+    out = Findings()
+    b = task.build
+    layout = IndexLayout(b.slots, b.max_entries)
+    for plan in b.files:
+        name = task.disk[plan.file_no]
+        loc = Location(task.store_index_dir).child(name)
+        out.files_checked += 1
+        if stream_equal(index_file_stream(b, plan)[0], loc, layout.size):
+            continue
+        data, _ = index_file_bytes(b, plan)
+        compare_index_file(data, loc.read_bytes(), f"index/{name}", plan.file_no, layout, task.pointers, out)
+    return out
+
+
+def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, IndexHeader | None]]:
+    """Every file of index/ in name order (the broker loads them all) with its header."""
+    files = []
+    for info in index_dir.list():
+        odd = index_dir.child(info.base_name).not_regular()
+        if odd:
+            out.add("index", "unexpected_file", f"index/{info.base_name}", detail=f"{odd}, not a regular file")
+            continue
+        if not is_name(info.base_name):
+            out.add("index", "unexpected_file", f"index/{info.base_name}",
+                    detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file")
+        files.append((info.base_name, read_header(index_dir.child(info.base_name))))
+    return files
+
+
+def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHeader]], index_dir: Location,
+                      pointers: PointerCheck, found: Findings) -> list[IndexCheckTask]:
+    """Pair expected and disk files, report the unpaired ones, and keep the paired files' tasks."""
+    disk = disk_index_files(index_dir, found)
+    pairs = align_index_files(sorted(headers, key=lambda x: x[0]), disk, found)
+    checks = []
+    for t in tasks:
+        files: tuple[IndexFilePlan, ...] = tuple(p for p in t.files if p.file_no in pairs)
+        if files:
+            checks.append(IndexCheckTask(IndexTask(files, t.work, t.out, t.slots, t.max_entries, t.empty_count),
+                                         {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
+    return checks
+
+
+def orphan_index_findings(index_dir: Location, found: Findings) -> None:
+    """When the commit log implies no index file, every index file on disk is an extra."""
+    align_index_files([], disk_index_files(index_dir, found), found)

@@ -1,0 +1,1 @@
+"""The compiled (numba) kernels, their decorator and cache, and warming them."""

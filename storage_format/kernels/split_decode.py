@@ -1,0 +1,156 @@
+"""A split decoded by the compiled kernel (split_kernel), or the reason it is left to the reference.
+
+`decode_fast` runs the kernel over a buffer and returns a `FastSplit`: what the build stages read (the
+split's (topic, queueId) table with per-queue counts and queue-offset ranges, the consume-queue rows
+grouped by queue in (topic, queueId) order, the index keys in dispatch order) and how the walk ended.
+The broker constants the kernel applies are passed in from their one home each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import split_kernel as k
+from .. import dledger
+from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
+                         find_first_start, parse_segment_name)
+from ..consume_queue import CqColumns
+from ..multi_dispatch import INNER_MULTI_DISPATCH
+from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
+from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
+                     TRAN_NOT, TRAN_ROLLBACK)
+from ..recovery import KeyBatch
+from .row_groups import group_rows
+from ..store_layout import INNER_BATCH_FLAG
+
+# Why the kernel left a split to the reference decoder, by its split_kernel.FB_* code.
+FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer", k.FB_BAD_TOTAL_SIZE: "bad totalSize",
+                  k.FB_LAYOUT: "size mismatch", k.FB_MOVED: "moved record", k.FB_UNDATED: "undated record",
+                  k.FB_TOPIC: "unsafe or malformed topic", k.FB_SCHEDULE: "bad DELAY",
+                  k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
+                  k.FB_INNER_BATCH: "inner-batch record", k.FB_BAD_ENTRY: "bad DLedger entry"}
+_END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
+_WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
+_NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
+_NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
+_SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One (topic, queueId) of a split: its records, its consume-queue rows (where they start in the
+    split's consume-queue table), and the smallest and largest queue offset among those rows."""
+
+    records: int
+    cq_rows: int = 0
+    first_row: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+@dataclass(frozen=True)
+class CqRows(CqColumns):
+    """A split's consume-queue rows, grouped by queue in (topic, queueId) order, commit-log order inside."""
+
+
+@dataclass(frozen=True)
+class FastSplit:
+    """What the kernel found in a split (see the module doc); positions are buffer positions."""
+
+    records: int
+    blanks: int
+    end: ScanEnd
+    first_position: int | None
+    last_position: int | None
+    last_size: int
+    store_ts: tuple[int, int, int, int] | None  # first, last, min, max
+    queues: dict[tuple[str, int], QueueStats]
+    unordered: tuple[tuple[str, int], ...]  # queues whose rows do not step by exactly 1
+    cq: CqRows
+    keys: KeyBatch
+    first_entry: int | None = None  # DLedger entry index of the first and last entry (None: plain)
+    last_entry: int | None = None
+
+
+def _rules(min_ts: int, max_ts: int) -> np.ndarray:
+    rules = np.zeros(k.N_RULES, np.int64)
+    rules[[k.R_MIN_SIZE, k.R_MAGIC_V1, k.R_MAGIC_V2, k.R_MAGIC_BLANK]] = (MIN_RECORD_SIZE, MAGIC_V1, MAGIC_V2,
+                                                                          MAGIC_BLANK)
+    rules[[k.R_TRAN_MASK, k.R_TRAN_ROLLBACK, k.R_TRAN_NOT, k.R_TRAN_COMMIT]] = (TRAN_MASK, TRAN_ROLLBACK, TRAN_NOT,
+                                                                                TRAN_COMMIT)
+    rules[[k.R_BORN_V6, k.R_STORE_V6, k.R_MIN_TS, k.R_MAX_TS]] = (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, min_ts, max_ts)
+    rules[k.R_INNER_BATCH] = INNER_BATCH_FLAG
+    rules[[k.R_ENTRY_MAGIC, k.R_ENTRY_BLANK]] = (dledger.ENTRY_MAGIC, dledger.BLANK_MAGIC)
+    return rules
+
+
+def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, *, path: str,
+                find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...],
+                header: int = 0) -> FastSplit | str:
+    """Decode buf's records starting in [start, stop) with the kernel, or return why the reference
+    must (a short reason). `dated` is the (min, max) storeTimestamp the fast path accepts;
+    `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages); `header` the
+    DLedger entry header in front of each record (0: a plain segment). Positions walked (first_position,
+    the end) are entry positions; last_position is the last record's."""
+    arr = np.frombuffer(buf, np.uint8)
+    if arr.flags.writeable:  # one compiled signature: segment buffers are read-only
+        arr = arr.view()
+        arr.flags.writeable = False
+    first = start
+    if find_start:
+        found = find_first_start(buf, base_offset, start, stop, header)
+        if found is None:
+            return "no record start found"  # the reference's answer is cheap here
+        first = found
+    stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
+                                                _NAMES, _NAME_OFF, _SCHEDULE,
+                                                np.asarray(delay_levels_ms, np.int64).reshape(-1), header)
+    if stats[k.S_FALLBACK] != k.FB_NONE:
+        return FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
+    records = int(stats[k.S_RECORDS])
+    seg_start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
+    end_at = base_offset + int(stats[k.S_END_POS])
+    reason = _END_NAMES[int(stats[k.S_END])]
+    end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, path=path,
+                  file_offset=end_at - (base_offset if seg_start is None else seg_start))
+    table, unordered, cq = _group(arr, queues, rows)
+    ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
+    return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
+                     int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
+                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
+                     int(stats[k.S_FIRST_ENTRY]) if header and records else None,
+                     int(stats[k.S_LAST_ENTRY]) if header and records else None)
+
+
+def _group(arr: np.ndarray, qs: np.ndarray,
+           rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
+    """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
+    step by 1, and the rows grouped by queue."""
+    q_ts, q_tl, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (qs[:, c] for c in (k.Q_TS, k.Q_TL, k.Q_QID, k.Q_REC, k.Q_CQ,
+                                                                              k.Q_LO, k.Q_HI, k.Q_UNORD))
+    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_ts.tolist(), q_tl.tolist())]
+    qids = q_qid.tolist()
+    order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
+    table = {}
+    for q in order:
+        n_cq = int(q_cq[q])
+        table[(names[q], qids[q])] = (QueueStats(int(q_rec[q]), n_cq, int(starts[rank[q]]), int(q_lo[q]), int(q_hi[q]))
+                                      if n_cq else QueueStats(int(q_rec[q])))
+    unordered = tuple((names[q], qids[q]) for q in np.flatnonzero(q_unord).tolist())
+    qo, phy, size, tags = (np.take(rows[:, c], row_order) for c in (k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS))
+    return table, unordered, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
+
+
+def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int,
+                           header: int = 0) -> int | None:
+    """When a walk ended at a zero header inside [global_start, global_stop), the first record (entry, in
+    a DLedger data file) after it there (the zero-filled tail of a healthy segment holds none; eight zeroed
+    bytes mid-segment do)."""
+    if not end.is_clean or not global_start <= end.offset < global_stop:
+        return None
+    found = find_first_start(buf, base_offset, end.offset - base_offset + 1, global_stop - base_offset, header)
+    return None if found is None else base_offset + found

@@ -1,0 +1,412 @@
+"""The compiled one-pass decoder of a split: walk the record chain and emit what the build reads.
+
+One numba function walks a buffer's records (CommitLog.checkMessageAndReturnSize's chain rules, as in
+commitlog.walk_chain), checks each record's layout, parses its properties (properties.parse_properties'
+rules), and emits per record its queue (an index into a per-split (topic, queueId) table), queue offset,
+physical offset, size and tagsCode, and per index key its hash, physical offset and store time
+(index_keys' order and hash rules). It handles only the common case: whatever it does not (an invalid,
+moved or undated record, a record running past the buffer, non-ASCII hashed strings, unsafe topic names,
+SCHEDULE_TOPIC_XXXX, LMQ multi-dispatch) makes it return a fallback reason, and the caller decodes the
+split with the numpy reference (commitlog.decode_buffer) instead. The rules' constants come from their
+homes and are passed in, so this module defines none of them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernel_bytes import (equals_array, find_props, i32, i64, index_key_hash, java_hash, parse_int,
+                           same_bytes, signed32, unsafe_topic)
+from .jit import njit
+
+TOUCH_AHEAD = 4096  # bytes ahead of the record it reads whose cache lines the walk loads early
+
+# Fallback reasons (the kernel left the split to the reference decoder).
+FB_NONE = 0
+FB_NEED_BYTES = 1  # a record or header runs past the buffer: the reference reads a larger window
+FB_BAD_TOTAL_SIZE = 2
+FB_LAYOUT = 3  # fields do not add up to totalSize (size_mismatch)
+FB_MOVED = 4  # stored physicalOffset is not where the record is
+FB_UNDATED = 5  # storeTimestamp is no date
+FB_TOPIC = 6  # topic not well-formed UTF-8, or unsafe as a directory name
+FB_SCHEDULE = 7  # a SCHEDULE_TOPIC_XXXX record whose DELAY is no int (the broker rejects it)
+FB_NON_ASCII = 8  # a hashed property value (TAGS, KEYS, UNIQ_KEY) is not well-formed UTF-8
+FB_MULTI_DISPATCH = 9  # LMQ multi-dispatch property
+FB_INNER_BATCH = 10  # a BatchConsumeQueue record (refused by the reference)
+FB_BAD_ENTRY = 11  # a DLedger entry header the reference rejects (it says why)
+
+# Walk ends, mapped to commitlog's END_* names by the caller.
+KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
+
+# Slots of the `stats` output.
+S_FALLBACK, S_FALLBACK_POS, S_RECORDS, S_CQ, S_KEYS, S_QUEUES, S_END, S_END_POS, S_END_MAGIC, S_BLANKS = range(10)
+S_FIRST_TS, S_LAST_TS, S_MIN_TS, S_MAX_TS, S_LAST_POS, S_LAST_SIZE = range(10, 16)
+S_FIRST_ENTRY, S_LAST_ENTRY = 16, 17  # DLedger entry index of the first and last entry walked
+N_STATS = 18
+
+# Wanted property names, by their index in the `names` argument.
+P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
+
+
+# Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order).
+Q_TS, Q_TL, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
+NQ_COLS = 10
+# Columns of the consume-queue rows `rows` and of the index keys `keys`.
+C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
+K_HASH, K_PHY, K_TS = range(3)
+
+
+@njit()
+def _grow_rows(x, need):
+    """x in a larger array (at least need rows, at least twice as many)."""
+    y = np.empty((max(need, 2 * x.shape[0]), x.shape[1]), x.dtype)
+    y[:x.shape[0]] = x
+    return y
+
+
+@njit(inline="always")
+def _slot_of(th, qid, mask):
+    return (th * 1000003 + qid) & mask
+
+
+@njit(inline="always")
+def _find_queue(a, ts, tl, qid, th, table, qs):
+    """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
+    holds queue index + 1 per slot): its index, or -1 - the free slot where a new queue goes."""
+    mask = table.shape[0] - 1
+    slot = _slot_of(th, qid, mask)
+    while table[slot] != 0:
+        q = table[slot] - 1
+        if qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TL] == tl and same_bytes(a, qs[q, Q_TS], ts, tl):
+            return q
+        slot = (slot + 1) & mask
+    return -1 - slot
+
+
+@njit()
+def _rehashed(qs, nq, size):
+    """A table of `size` slots (a power of two) holding queues 0..nq-1 of qs."""
+    table = np.zeros(size, np.int64)
+    for q in range(nq):
+        slot = _slot_of(qs[q, Q_HASH], qs[q, Q_QID], size - 1)
+        while table[slot] != 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = q + 1
+    return table
+
+
+# Slots of the `rules` argument: the broker constants the kernel applies, passed in from their homes.
+R_MIN_SIZE, R_MAGIC_V1, R_MAGIC_V2, R_MAGIC_BLANK, R_TRAN_MASK, R_TRAN_ROLLBACK, R_TRAN_NOT, R_TRAN_COMMIT = range(8)
+R_BORN_V6, R_STORE_V6, R_MIN_TS, R_MAX_TS, R_INNER_BATCH, R_ENTRY_MAGIC, R_ENTRY_BLANK = range(8, 15)
+N_RULES = 15
+
+
+@njit(inline="always")
+def _magic_end(magic, rules, stats):
+    """A BLANK or a bad magic ends the walk (True, the end written into stats); a record magic does not."""
+    if magic == rules[R_MAGIC_BLANK]:
+        stats[S_END] = KEND_BLANK
+        stats[S_BLANKS] = 1
+        return True
+    if magic != rules[R_MAGIC_V1] and magic != rules[R_MAGIC_V2]:
+        stats[S_END] = KEND_BAD_MAGIC
+        stats[S_END_MAGIC] = magic
+        return True
+    return False
+
+
+@njit(inline="always")
+def _header(a, pos, stop, limit, segment_end, rules, stats):
+    """The chain rules at `pos` (commitlog.walk_chain): the record's totalSize, or -1 when the walk ends
+    here (its end, or a fallback reason, written into stats)."""
+    if pos >= stop:  # peek at the next header, as commitlog._end_after_stop
+        stats[S_END] = KEND_STOP
+        if pos + 8 <= limit:
+            _magic_end(i32(a, pos + 4) & 0xFFFFFFFF, rules, stats)
+        return -1
+    if pos == segment_end:
+        stats[S_END] = KEND_FILE
+        return -1
+    if pos + 8 > limit:
+        stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_TOTAL_SIZE
+        return -1
+    size = i32(a, pos)
+    if _magic_end(i32(a, pos + 4) & 0xFFFFFFFF, rules, stats):
+        return -1
+    if size < rules[R_MIN_SIZE] or pos + size > segment_end:
+        stats[S_FALLBACK] = FB_BAD_TOTAL_SIZE
+        return -1
+    if pos + size > a.shape[0]:
+        stats[S_FALLBACK] = FB_NEED_BYTES
+        return -1
+    return size
+
+
+@njit(inline="always")
+def _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats):
+    """The DLedger entry rules at `pos` (commitlog.walk_entries): the entry's size, or -1 when the walk ends
+    here (its end, or a fallback reason, written into stats). An entry the reference would call bad (size,
+    pos field, bodySize, the record's totalSize and magic, a blank's length) is left to it, which says why."""
+    if pos >= stop:  # peek at the next header, as walk_entries does
+        stats[S_END] = KEND_STOP
+        if pos + 8 <= limit:
+            magic = i32(a, pos)
+            if magic == rules[R_ENTRY_BLANK]:
+                stats[S_END] = KEND_BLANK
+                stats[S_BLANKS] = 1
+            elif magic != rules[R_ENTRY_MAGIC]:
+                stats[S_END] = KEND_BAD_MAGIC
+                stats[S_END_MAGIC] = magic & 0xFFFFFFFF
+        return -1
+    if pos == segment_end:
+        stats[S_END] = KEND_FILE
+        return -1
+    if pos + header + 8 > limit:
+        stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_ENTRY
+        return -1
+    magic, size = i32(a, pos), i32(a, pos + 4)
+    if magic == rules[R_ENTRY_BLANK]:
+        if size != segment_end - pos:
+            stats[S_FALLBACK] = FB_BAD_ENTRY
+            return -1
+        stats[S_END] = KEND_BLANK
+        stats[S_BLANKS] = 1
+        return -1
+    if magic != rules[R_ENTRY_MAGIC]:
+        stats[S_END] = KEND_BAD_MAGIC
+        stats[S_END_MAGIC] = magic & 0xFFFFFFFF
+        return -1
+    body = i32(a, pos + header)
+    rmagic = i32(a, pos + header + 4) & 0xFFFFFFFF
+    if (size < header + rules[R_MIN_SIZE] or pos + size > segment_end or i64(a, pos + 24) != base_offset + pos
+            or i32(a, pos + header - 4) != size - header or body != size - header
+            or (rmagic != rules[R_MAGIC_V1] and rmagic != rules[R_MAGIC_V2])):
+        stats[S_FALLBACK] = FB_BAD_ENTRY
+        return -1
+    if pos + size > a.shape[0]:
+        stats[S_FALLBACK] = FB_NEED_BYTES
+        return -1
+    return size
+
+
+@njit(inline="always")
+def _layout(a, pos, end, rules):
+    """Every field inside the record and adding up to totalSize: (FB_NONE, sysFlag, storeTimestamp
+    position, topic start, topic length, properties start), or (fallback reason, 0, ...)."""
+    sys_flag = i32(a, pos + 36)
+    if sys_flag & rules[R_INNER_BATCH]:
+        return FB_INNER_BATCH, 0, 0, 0, 0, 0
+    ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
+    body_len_at = ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
+    if body_len_at + 4 > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    body_len = i32(a, body_len_at)
+    tl_at = body_len_at + 4 + body_len
+    width = 2 if (i32(a, pos + 4) & 0xFFFFFFFF) == rules[R_MAGIC_V2] else 1
+    if body_len < 0 or tl_at + width > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    tl = (np.int64(a[tl_at]) << 8 | a[tl_at + 1]) if width == 2 else np.int64(a[tl_at])
+    pl_at = tl_at + width + tl
+    if pl_at + 2 > end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    pl = np.int64(a[pl_at]) << 8 | a[pl_at + 1]
+    if pl >= 0x8000 or pl_at + 2 + pl != end:
+        return FB_LAYOUT, 0, 0, 0, 0, 0
+    return FB_NONE, sys_flag, ts_at, tl_at + width, tl, pl_at + 2
+
+
+@njit(inline="always")
+def _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs):
+    """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
+    or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
+    passed before). Fills found_lo/found_hi with the wanted properties."""
+    th, ok = java_hash(a, np.int64(0), ts, ts + tl)
+    q = _find_queue(a, ts, tl, qid, th, table, qs) if ok else np.int64(-1)
+    if not ok or (q < 0 and unsafe_topic(a, ts, tl)):
+        return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    find_props(a, ps, end, names, name_off, found_lo, found_hi)
+    if found_lo[P_MULTI] >= 0:
+        return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    delay = np.int64(-1)
+    if found_lo[P_DELAY] >= 0 and tl == schedule.shape[0] and equals_array(a, ts, schedule):
+        delay, ok = parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
+        if not ok:  # the broker rejects the record: the reference says so
+            return FB_SCHEDULE, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    tags_h, ok = java_hash(a, np.int64(0), found_lo[P_TAGS], found_hi[P_TAGS])
+    if not ok:
+        return FB_NON_ASCII, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    return FB_NONE, th, q, delay, tags_h
+
+
+@njit(inline="always")
+def _cq_row(rows, ncq, q, qs, qo, phy, size, tags):
+    """Write consume-queue row ncq (of queue q; rows has room) and update the queue's statistics."""
+    rows[ncq, C_QUEUE], rows[ncq, C_QO], rows[ncq, C_PHY], rows[ncq, C_SIZE], rows[ncq, C_TAGS] = q, qo, phy, size, tags
+    first = qs[q, Q_CQ] == 0
+    if not first and qo != qs[q, Q_LAST] + 1:
+        qs[q, Q_UNORD] = 1  # entries of the queue do not step by exactly 1
+    qs[q, Q_LAST] = qo
+    if first or qo < qs[q, Q_LO]:
+        qs[q, Q_LO] = qo
+    if first or qo > qs[q, Q_HI]:
+        qs[q, Q_HI] = qo
+    qs[q, Q_CQ] += 1
+
+
+@njit(inline="always")
+def _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk):
+    """Append the record's index keys: UNIQ_KEY, then each non-empty KEYS token (split on spaces), as
+    hash("topic#key"), from nk on (keys has room). Returns the new count, -1 for malformed UTF-8 in a key."""
+    prefix = (th * 31 + 35) & 0xFFFFFFFF  # "topic#"
+    if found_lo[P_UNIQ] >= 0:
+        nk = _put_key(a, prefix, found_lo[P_UNIQ], found_hi[P_UNIQ], phy, store_ts, keys, nk)
+    p, kend = found_lo[P_KEYS], found_hi[P_KEYS]
+    while nk >= 0 and 0 <= p < kend:
+        while p < kend and a[p] == 0x20:
+            p += 1
+        e = p
+        while e < kend and a[e] != 0x20:
+            e += 1
+        if e > p:
+            nk = _put_key(a, prefix, p, e, phy, store_ts, keys, nk)
+        p = e
+    return nk
+
+
+@njit(inline="always")
+def _note_record(stats, n, pos, size, store_ts):
+    """The split summary's store times and last record, after record number n."""
+    if n == 0:
+        stats[S_FIRST_TS], stats[S_MIN_TS], stats[S_MAX_TS] = store_ts, store_ts, store_ts
+    stats[S_LAST_TS] = store_ts
+    stats[S_MIN_TS] = min(stats[S_MIN_TS], store_ts)
+    stats[S_MAX_TS] = max(stats[S_MAX_TS], store_ts)
+    stats[S_LAST_POS], stats[S_LAST_SIZE] = pos, size
+
+
+# Slots of the walk's `cursor`: where it stands, so that it can stop for larger outputs and go on.
+W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
+
+
+@njit()
+def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header):
+    """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
+    rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
+    the DLedger entry header in front of each record (0: a plain segment); the walk goes entry by entry and
+    decodes the record at entry pos + header, so everything it emits is as for a plain record."""
+    stats = np.zeros(N_STATS, np.int64)
+    cap = max(16, (stop - start) // 256)
+    rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
+    table, qs = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64)
+    found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
+    cur = np.zeros(8, np.int64)
+    cur[W_POS], cur[W_AHEAD] = start, start - start % 64
+    args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
+            header)
+    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
+        if cur[W_NCQ] == rows.shape[0]:
+            rows = _grow_rows(rows, cur[W_NCQ] + 1)
+        if cur[W_KEYS_NEED] > keys.shape[0]:
+            keys = _grow_rows(keys, cur[W_KEYS_NEED])
+        if cur[W_NQ] == qs.shape[0]:
+            qs = _grow_rows(qs, cur[W_NQ] + 1)
+        if 2 * (cur[W_NQ] + 1) > table.shape[0]:
+            table = _rehashed(qs, cur[W_NQ], 2 * table.shape[0])
+    pos, n, ncq, nk, nq = cur[W_POS], cur[W_N], cur[W_NCQ], max(cur[W_NK], 0), cur[W_NQ]
+    stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
+    stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
+    return stats, qs[:nq], rows[:ncq], keys[:nk]
+
+
+@njit(_nrt=False)
+def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, stats, cur,
+          found_lo, found_hi, table, qs, rows, keys):
+    """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
+    lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
+    it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
+    pos, n, ncq, nk, nq, ahead = cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD]
+    done, touched = True, 0
+    while True:
+        while ahead < min(pos + TOUCH_AHEAD, limit):  # each header's address hangs on the last one's load:
+            touched += a[ahead]                          # load the lines ahead early, all in flight at once
+            ahead += 64
+        if header:
+            size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
+            if size < 0:
+                break
+            entry = i64(a, pos + 8)
+            if n > 0 and entry != stats[S_LAST_ENTRY] + 1:  # an index gap: the reference says where
+                stats[S_FALLBACK] = FB_BAD_ENTRY
+                break
+            rp, size = pos + header, size - header  # the record behind the entry header
+        else:
+            size = _header(a, pos, stop, limit, segment_end, rules, stats)
+            if size < 0:
+                break
+            rp = pos
+        end = rp + size
+        fb, sys_flag, ts_at, ts, tl, ps = _layout(a, rp, end, rules)
+        phy, store_ts = i64(a, rp + 28), i64(a, ts_at)
+        if fb == FB_NONE and phy != base_offset + rp:
+            fb = FB_MOVED
+        if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
+            fb = FB_UNDATED
+        qid = i32(a, rp + 12)
+        th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
+        if fb == FB_NONE:
+            fb, th, q, delay, tags_h = _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi,
+                                               table, qs)
+        if fb != FB_NONE:
+            stats[S_FALLBACK] = fb
+            break
+        cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
+        if ncq == rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0] or (q < 0 and (nq == qs.shape[0]
+                                                                                  or 2 * (nq + 1) > table.shape[0])):
+            done = False
+            break
+        if q < 0:
+            _add_queue(-1 - q, ts, tl, qid, th, table, qs, nq)
+            q, nq = nq, nq + 1
+        qs[q, Q_REC] += 1
+        tran = sys_flag & rules[R_TRAN_MASK]
+        if tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]:
+            tags = signed32(tags_h)
+            if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
+                tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
+            _cq_row(rows, ncq, q, qs, i64(a, rp + 20), phy, size, tags)
+            ncq += 1
+        if tran != rules[R_TRAN_ROLLBACK]:
+            nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
+            if nk < 0:
+                stats[S_FALLBACK] = FB_NON_ASCII
+                break
+        _note_record(stats, n, rp, size, store_ts)
+        if header:  # noted only once the record is taken: a walk stopped for room reads it again
+            if n == 0:
+                stats[S_FIRST_ENTRY] = i64(a, pos + 8)
+            stats[S_LAST_ENTRY] = i64(a, pos + 8)
+        n += 1
+        pos = end
+    cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD] = pos, n, ncq, nk, nq, ahead
+    cur[W_TOUCHED] += touched  # a sink, so that the touching loads stay
+    return done
+
+
+@njit(inline="always")
+def _add_queue(slot, ts, tl, qid, th, table, qs, nq):
+    """Queue nq (topic at ts, queueId, topic hash) into a free slot of the table (both have room)."""
+    for c in range(NQ_COLS):
+        qs[nq, c] = 0
+    qs[nq, Q_TS], qs[nq, Q_TL], qs[nq, Q_QID], qs[nq, Q_HASH] = ts, tl, qid, th
+    table[slot] = nq + 1
+
+
+@njit(inline="always")
+def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
+    """Append the index key hash("topic#" + a[lo:hi]) at nk; returns the new count, -1 for malformed UTF-8."""
+    h, ok = java_hash(a, prefix, lo, hi)
+    if not ok:
+        return -1
+    keys[nk, K_HASH], keys[nk, K_PHY], keys[nk, K_TS] = index_key_hash(h), phy, store_ts
+    return nk + 1
+
+
