@@ -119,7 +119,8 @@ def gather(store: Path):
         queues=R.QueueFacts(loads, tails, size, read_cq), tail_from=reput,
         last_dispatched_record=entries.last_entry_pos + fmt.ENTRY_HEADER_SIZE,
         index=R.IndexResumeFacts(kept[-1] if kept else None, keys, settings.max_index_num),
-        last_cq_record_ts=lambda off: last_cq[1] if last_cq is not None and last_cq[0] >= off else None)
+        last_cq_record_ts=lambda off: last_cq[1] if last_cq is not None and last_cq[0] >= off else None,
+        index_deleted=tuple(i.name for i in deleted))
     return facts, cp_raw, settings, read_cq, deleted
 
 
@@ -453,3 +454,33 @@ def test_a_record_dispatch_cannot_read_is_refused(spark, tmp_path, capsys):
     code, err = run_cli(capsys, "--store", str(store), "--broker-config", CONF, "--dry-run")
     assert code == 2 and "Traceback" not in err and "1685061" in err, err
     assert tree(store) == before
+
+
+def test_committed_position_readings(crash):
+    data, read, index, unit = readers(crash)
+    e = D.walk_entries(data, FILE, read, index, unit)
+
+    def unit_end(i: int) -> int:
+        return fmt.committed_end(unit(0, i * fmt.INDEX_UNIT_SIZE))
+    assert D.committed_position(e, fmt.READING_SURVIVING, 1503, unit_end) == (3595, e.write_end)
+    m = manifest(CASE)["dledger_scan"]
+    assert D.committed_position(e, fmt.READING_CHECKPOINT, 1503, unit_end) == (1503, m["checkpoint_committedPos"])
+    assert D.committed_position(e, fmt.READING_CHECKPOINT, 99999, unit_end) == (3595, e.write_end)
+    assert D.committed_position(e, fmt.READING_CHECKPOINT, None, unit_end) == (3595, e.write_end)
+
+
+def test_checkpoint_reading_dispatches_nothing_past_the_committed_index(spark, crash, tmp_path):
+    """--dledger-reading checkpoint: the restart dispatches only up to committedIndex 1503 (offset 701267), which
+    the consume queues already passed: nothing is dispatched, nothing is cut (they end before the write end)."""
+    out = tmp_path / "out"
+    assert run_recover("--store", str(crash), "--broker-config", CONF, "--out", str(out), "--dledger-reading",
+                       "checkpoint", "--json") == 0
+    report = json.loads((out / "reput-recover-report.json").read_text())
+    d = report["dledger"]
+    assert d["reading"]["reading"] == "checkpoint" and d["committed_index"] == 1503
+    assert d["committed_position"] == 701267 and report["post_start_redispatch"]["from_offset"] == 1685061
+    cq = report["consumequeue"]
+    assert not (cq["to_rewrite"] or cq["to_create"] or cq["to_delete"] or cq["to_cut"])
+    assert (out / HOME / "checkpoint").read_bytes() == D.dledger_checkpoint_text(1503, 3595)
+    assert {k: v for k, v in tree(out).items() if k.startswith("consumequeue/")} == \
+        {k: v for k, v in tree(crash).items() if k.startswith("consumequeue/")}

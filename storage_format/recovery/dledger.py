@@ -443,6 +443,7 @@ class DLedgerFacts:
     last_dispatched_record: int | None  # start of the last record before the committed position
     index: IndexFacts
     last_cq_record_ts: Callable[[int], int | None]
+    index_deleted: tuple[str, ...] = ()  # index files IndexService.load deleted (newer than the checkpoint)
 
 
 @dataclass
@@ -515,11 +516,12 @@ def plan_dledger(f: DLedgerFacts) -> DLedgerPlan:
     dispatch = {"from_offset": reput_from, "to_offset": end, "committed_index": f.committed_index,
                 "rule": "start(): ReputMessageService from the consume queues' max physical offset to the DLedger "
                         "committed position; nothing is dispatched during load"}
-    if isinstance(f.index, IndexResumeFacts):
+    if isinstance(f.index, IndexResumeFacts) and f.index_deleted:
         kept_end = f.index.last_kept.header.end_phy_offset if f.index.last_kept is not None else 0
         if kept_end < reput_from:
-            notes.append(f"records in [{kept_end}, {reput_from}) are not indexed again: the last index file kept "
-                         f"ends at {kept_end} and the broker resumes dispatch at {reput_from} (as the broker does; "
-                         f"--full-index re-indexes them)")
+            notes.append(f"records after offset {kept_end} (the last one the kept index files hold) and before "
+                         f"{reput_from} are not indexed again: {len(f.index_deleted)} index file(s) newer than the "
+                         f"checkpoint were deleted at load and the broker resumes dispatch at {reput_from} (as the "
+                         f"broker does; --full-index re-indexes them)")
     return DLedgerPlan(entries=f.entries, queues=queues, index_resume=resume, rolled_full_end_ts=rolled,
                        checkpoint=cp, checkpoint_why=why, dledger_files=files, dispatch=dispatch, notes=notes)

@@ -367,7 +367,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         data_starts=tuple(s for s, _ in data), entries=entries, committed_index=committed_index,
         committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id, currterm_raw=raw["currterm"],
         queues=rules.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
-        last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts)
+        last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts,
+        index_deleted=tuple(i.name for i in deleted))
     plan = drules.plan_dledger(facts)
     index.resume = plan.index_resume
     if isinstance(index_facts, rules.IndexResumeFacts):
