@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--lmq-queues", type=int, default=d.lmq_queues,
                    help=f"distinct %%LMQ%% queues they name (default {d.lmq_queues:,})")
     g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--dledger", action="store_true",
+                   help="a DLedger-mode store (dledger-n0/data/ entry files of --segment-size, one-member group)")
     g.add_argument("--regenerate", action="store_true", help="rewrite the store even if one matches the flags")
     r = p.add_argument_group("run")
     r.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -95,13 +97,14 @@ def spec_from(args: argparse.Namespace) -> StoreSpec:
                      tags_share=args.tags_share, segment_size=args.segment_size,
                      consume_queue_file_size=args.cq_file_size, max_hash_slot_num=args.index_slots,
                      max_index_num=args.index_entries, seed=args.seed, lmq_share=args.lmq_share,
-                     lmq_queues=args.lmq_queues)
+                     lmq_queues=args.lmq_queues, dledger=args.dledger)
 
 
 def store_dir(root: Path, spec: StoreSpec) -> Path:
     """One directory per distinct store, so stores of several sizes can sit side by side."""
     lmq = f"-lmq{spec.lmq_share:g}x{spec.lmq_queues}" if spec.lmq_share > 0 else ""
-    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}"
+    kind = "-dledger" if spec.dledger else ""
+    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}{kind}"
 
 
 def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:

@@ -39,10 +39,9 @@ from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store.generation import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.io.store_gate import commitlog_dir  # noqa: E402
+from jobs.pipeline.io.store_gate import commitlog_dir, dledger_home  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.pipeline.io.store_gate import dledger_home  # noqa: E402
 from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000

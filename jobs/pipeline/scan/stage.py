@@ -109,10 +109,10 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
-    The compiled kernel decodes it when it can; otherwise (CRC checks, a confirm offset, or whatever
-    split_decode leaves) the numpy reference."""
+    The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
+    DLedger committed position, or whatever split_decode leaves) the numpy reference."""
     try:
-        fast = _decode_fast(task) if task.kernel and not task.check_crc and task.dispatch_limit is None else None
+        fast = _decode_fast(task) if task.kernel and not task.check_crc else None
         if fast is not None:
             fail_once()
             return fast
@@ -149,7 +149,12 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
     if isinstance(fast, str):
         return None
+    limit = task.dispatch_limit
+    if limit is not None and fast.records and base + fast.last_position + fast.last_size > limit:
+        return None  # the dispatch limit falls in this split: the reference takes its records one by one
     summary = _summarise_fast(task, fast, base, len(buf))
+    if limit is not None and fast.records:  # every record of the split ends at or below the limit
+        summary.last_dispatched_offset, summary.last_dispatched_end = summary.last_record_offset, summary.last_record_end
     summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
                                                       sp.segment.header)
     return summary

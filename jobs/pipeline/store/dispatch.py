@@ -15,8 +15,8 @@ from storage_format.markers import CHECKPOINT
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from ..scan.stage import ScanResult
 from ..io.store_gate import dledger_home
+from ..scan.stage import ScanResult
 
 
 def read_checkpoint(store: Location) -> Checkpoint | None:

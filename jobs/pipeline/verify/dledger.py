@@ -41,7 +41,7 @@ def check_files(home: Location, rel_dir: str, scan: ScanResult, found: Findings)
             if info.type.name != "File" or start is None:
                 continue
             if info.size != dledger.INDEX_FILE_SIZE:
-                found.add(art, "wrong_size", f"{rel_dir}/{info.base_name}", offset=min(info.size, dledger.INDEX_FILE_SIZE),
+                found.add(art, "wrong_size", f"{rel_dir}/{info.base_name}", byte_offset=min(info.size, dledger.INDEX_FILE_SIZE),
                           expected=dledger.INDEX_FILE_SIZE, found=info.size)
                 continue
             files[start] = index_dir.child(info.base_name).uri
@@ -97,7 +97,7 @@ def check_units(task: UnitCheck) -> Findings:
             got = location(path).read_range(at, n * dledger.INDEX_UNIT_SIZE)
             name = f"{task.rel_dir}/{segment_name(start)}"
             for d in dledger.compare_units(units[row:row + n], got):
-                where = dict(entry=first + row + d.row, offset=at + d.row * dledger.INDEX_UNIT_SIZE,
+                where = dict(entry=first + row + d.row, byte_offset=at + d.row * dledger.INDEX_UNIT_SIZE,
                              data_file=seg.path,
                              data_offset=int(positions[row + d.row]) - dledger.ENTRY_HEADER_SIZE + begin)
                 if d.missing:
@@ -121,5 +121,5 @@ def unit_after_last(index_files: dict[int, str], rel_dir: str, last_entry: int, 
         return
     unit = bytes(location(path).read_range(at, dledger.INDEX_UNIT_SIZE))
     if unit.strip(b"\0"):
-        found.add(art, "extra_entry", f"{rel_dir}/{segment_name(start)}", entry=last_entry + 1, offset=at,
+        found.add(art, "extra_entry", f"{rel_dir}/{segment_name(start)}", entry=last_entry + 1, byte_offset=at,
                   message="a unit past the last entry in the data files")
