@@ -206,7 +206,8 @@ class DLedgerRecoveryPlan(QueueChanges):
                  "appended_to": None if app is None else {"file": app.appends_to, "entries": len(app.all_keys())},
                  "to_create": [] if r is None else [
                      {"file": n, "entries": len(t.all_keys()), "inherits_end_timestamp": t.inherited.end_timestamp,
-                      "inherits_end_phy_offset": t.inherited.end_phy_offset} for n, t in zip(idx.new_names, r.new_files)],
+                      "inherits_end_phy_offset": t.inherited.end_phy_offset}
+                     for n, t in zip(idx.new_names, r.new_files)],
                  "boundary_records_indexed_again": [] if r is None else r.boundary_reindexed}
         if self.full_index:
             index["full_index_note"] = ("--full-index (not the broker's behaviour): every committed record is "

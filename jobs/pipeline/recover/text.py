@@ -117,8 +117,8 @@ def _dledger(s: dict) -> list[str]:
     lines += _listed("remove", [f"{d['member']}/data/{n}" for n in d["data_files_to_delete"]],
                      " (data file past the write end)")
     if idx["rewritten_from_index"] is not None:
-        lines.append(f"    index    rewritten from entry {idx['rewritten_from_index']} ({idx['rewritten_units']} units): "
-                     f"{idx['rewrite_reason']}")
+        lines.append(f"    index    rewritten from entry {idx['rewritten_from_index']} "
+                     f"({idx['rewritten_units']} units): {idx['rewrite_reason']}")
     lines.append(f"    index    cut at byte {idx['cut_at']} (after the last entry)")
     lines += _listed("remove", [f"{d['member']}/index/{n}" for n in idx["files_to_delete"]])
     lines += _listed("rewrite", d["files_rewritten"])
