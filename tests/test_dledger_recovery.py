@@ -484,3 +484,27 @@ def test_checkpoint_reading_dispatches_nothing_past_the_committed_index(spark, c
     assert (out / HOME / "checkpoint").read_bytes() == D.dledger_checkpoint_text(1503, 3595)
     assert {k: v for k, v in tree(out).items() if k.startswith("consumequeue/")} == \
         {k: v for k, v in tree(crash).items() if k.startswith("consumequeue/")}
+
+
+@pytest.mark.parametrize("entry_index,rewritten", [(3000, True), (100, False)])
+def test_a_damaged_index_unit_is_rewritten_where_dledger_checks_it(spark, tmp_path, entry_index, rewritten):
+    """A DLedger index unit that disagrees with its entry: inside the walked range DLedger rewrites the units from
+    there on (OUT's index equals the broker's recovered one); before it (entry 100) DLedger never looks."""
+    store = restored_copy(CASE, tmp_path / "store")
+    idx = store / HOME / "index" / f"{0:020d}"
+    with open(idx, "r+b") as fh:
+        fh.seek(entry_index * fmt.INDEX_UNIT_SIZE + 12)
+        fh.write(struct.pack(">i", 7))  # the unit's size field
+    damaged = sha(idx.read_bytes())
+    out = tmp_path / "out"
+    assert run_recover("--store", str(store), "--broker-config", CONF, "--out", str(out), "--json") == 0
+    d = json.loads((out / "reput-recover-report.json").read_text())["dledger"]
+    got = sha((out / HOME / "index" / f"{0:020d}").read_bytes())
+    if rewritten:
+        assert d["index"]["rewritten_from_index"] == entry_index and "size" in d["index"]["rewrite_reason"]
+        assert d["index"]["rewritten_units"] == 3595 - entry_index + 1
+        assert f"{HOME}/index/{0:020d}" in d["files_rewritten"]
+        assert got == manifest(RECOVERED)["files"][f"{HOME}/index/{0:020d}"]["sha256"]
+        assert_matches_recovered(out)
+    else:
+        assert d["index"]["rewritten_from_index"] is None and got == damaged

@@ -162,18 +162,28 @@ class DLedgerRecoveryPlan(QueueChanges):
         r = self.index.resume
         return bool(self.index.deleted or (r is not None and (r.appended or r.new_files)))
 
+    def _rewritten_index_files(self) -> list[int]:
+        """Start offsets of the DLedger index files DLedger's unit rewrite writes into (and keeps)."""
+        rw = self.plan.entries.index_rewrite
+        if rw is None:
+            return []
+        gone = set(self.plan.entries.index_files_deleted)
+        return [s for s in rw.files() if s not in gone]
+
+    def dledger_rewritten(self) -> list[str]:
+        """Member-directory files whose bytes change (store-relative names; nothing is read or rendered)."""
+        names = [f"{self.dirs.name}/{k}" for k, v in self.plan.dledger_files.items() if self.dledger_raw.get(k) != v]
+        return sorted(names + [f"{self.dirs.name}/index/{segment_name(s)}" for s in self._rewritten_index_files()])
+
     def dledger_renders(self) -> dict[str, bytes]:
-        """Member-directory files whose bytes change (relative to the store root)."""
+        """The bytes of the member-directory files that change (a rewritten DLedger index file is 160 MiB: this
+        renders them, once, for the writer)."""
         out = {f"{self.dirs.name}/{k}": v for k, v in self.plan.dledger_files.items() if self.dledger_raw.get(k) != v}
         rw = self.plan.entries.index_rewrite
-        if rw is not None:
-            uris = dict(self.index_files)
-            gone = set(self.plan.entries.index_files_deleted)
-            for start in rw.files():
-                if start in gone:
-                    continue
-                old = None if start in rw.fresh_files or start not in uris else Location(uris[start]).read_bytes()
-                out[f"{self.dirs.name}/index/{segment_name(start)}"] = rw.render(start, old)
+        uris = dict(self.index_files)
+        for start in self._rewritten_index_files():
+            old = None if start in rw.fresh_files or start not in uris else Location(uris[start]).read_bytes()
+            out[f"{self.dirs.name}/index/{segment_name(start)}"] = rw.render(start, old)
         return out
 
     def dledger_deleted(self) -> list[str]:
@@ -187,7 +197,7 @@ class DLedgerRecoveryPlan(QueueChanges):
         """True when recovery changes any file of the store."""
         rewritten, created, deleted = self.cq_changes()
         return bool(self.abnormal or rewritten or created or deleted or self.index_changes or self.checkpoint_changes
-                    or self.dledger_renders() or self.dledger_deleted())
+                    or self.dledger_rewritten() or self.dledger_deleted())
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output), in the plain plan's shape plus "dledger"."""
@@ -246,7 +256,7 @@ class DLedgerRecoveryPlan(QueueChanges):
                         "checkpoint_committed_index_before": _committed_before(self.dledger_raw.get("checkpoint")),
                         "entries_past_checkpoint_committed_index": _past(e.last_index,
                                                                          self.dledger_raw.get("checkpoint")),
-                        "files_rewritten": sorted(self.dledger_renders()), "files_deleted": self.dledger_deleted(),
+                        "files_rewritten": self.dledger_rewritten(), "files_deleted": self.dledger_deleted(),
                         "records_scanned_from_resume_point": self.scan.message_records, "notes": self.plan.notes},
             "markers": {"abort": "removed" if self.abnormal else "absent", "abort.bak": "unchanged"},
             "warnings": self.warnings,
