@@ -113,7 +113,7 @@ def gather(store: Path):
              for p in sorted((store / "index").iterdir())]
     kept, deleted = R.index_files_after_load(infos, cp, (store / "abort").exists())
     facts = D.DLedgerFacts(
-        abort_present=(store / "abort").exists(), settings=settings, checkpoint=cp, data_starts=tuple(data),
+        abort_present=(store / "abort").exists(), settings=settings, checkpoint=cp, log_starts=tuple(data),
         entries=entries, committed_index=entries.last_index, committed_end=entries.write_end, one_member=True,
         self_id="n0", currterm_raw=(store / HOME / "currterm").read_bytes(),
         queues=R.QueueFacts(loads, tails, size, read_cq), tail_from=reput,
@@ -508,3 +508,22 @@ def test_a_damaged_index_unit_is_rewritten_where_dledger_checks_it(spark, tmp_pa
         assert_matches_recovered(out)
     else:
         assert d["index"]["rewritten_from_index"] is None and got == damaged
+
+
+def test_the_upgraded_mixed_store_keeps_its_plain_segments(spark, tmp_path):
+    """dledger-upgrade-11 (plain segments below dividedCommitlogOffset, DLedger data above), shut down cleanly:
+    the restart changes nothing but currterm.bak (the election persists the term again); the plain segments are
+    copied untouched; a second run plans nothing."""
+    case = "dledger-upgrade-11"
+    store = restored_copy(case, tmp_path / "store")
+    out = tmp_path / "out"
+    conf = str(GOLDEN / case / "broker.conf")
+    assert run_recover("--store", str(store), "--broker-config", conf, "--out", str(out), "--json") == 0
+    before, after = tree(store), tree(out)
+    assert {k for k in before if k.startswith("commitlog/")} and \
+        {k: v for k, v in after.items() if k != f"{HOME}/currterm.bak"} == before
+    assert (out / HOME / "currterm.bak").read_bytes() == (store / HOME / "currterm").read_bytes()
+    plan = tmp_path / "plan.json"
+    assert run_recover("--store", str(out), "--broker-config", conf, "--dry-run", "--json", "--report",
+                       str(plan)) == 0
+    assert json.loads(plan.read_text())["changes"] is False

@@ -401,11 +401,12 @@ def committed_position(entries: EntryRecovery, reading: str, checkpoint_committe
 # the whole sequence
 
 
-def dledger_reput_from(loads_max_phy: dict, truncated_max_phy: dict, data_min: int, write_end: int) -> int:
+def dledger_reput_from(loads_max_phy: dict, truncated_max_phy: dict, log_min: int, write_end: int) -> int:
     """Where start() resumes dispatch: the largest maxPhysicOffset over the consume queues after the cut at the
-    write end (`truncated_max_phy` holds the cut queues' new values), not below the first data file."""
+    write end (`truncated_max_phy` holds the cut queues' new values), not below the log's first offset
+    (DLedgerCommitLog.getMinOffset: the first plain segment of an upgraded store, else the first data file)."""
     maxes = {**loads_max_phy, **truncated_max_phy}
-    return post_start_reput_from(4, maxes.values(), data_min, write_end)
+    return post_start_reput_from(4, maxes.values(), log_min, write_end)
 
 
 def queues_after_cut(queues: QueueFacts, write_end: int) -> dict:
@@ -431,7 +432,7 @@ class DLedgerFacts:
     abort_present: bool
     settings: BrokerSettings
     checkpoint: Checkpoint
-    data_starts: tuple[int, ...]
+    log_starts: tuple[int, ...]  # the log's files (plain segments of an upgraded store, then DLedger data files)
     entries: EntryRecovery
     committed_index: int  # the last entry the broker dispatches (the committed-position reading)
     committed_end: int  # its end: the dispatch stops there
@@ -465,7 +466,7 @@ def _recovery_facts(f: DLedgerFacts) -> RecoveryFacts:
     """The plain sequence's facts: recoverNormally semantics (nothing dispatched during load), P = the DLedger
     write end, 4.x start()'s dispatch from the queues' end (the plain rules' post-start re-dispatch)."""
     return RecoveryFacts(generation=4, abnormal=False, settings=f.settings, checkpoint=f.checkpoint,
-                         segment_starts=f.data_starts or (0,), start_offset=f.tail_from,
+                         segment_starts=f.log_starts or (0,), start_offset=f.tail_from,
                          truncate_at=f.entries.write_end, last_valid_record=f.entries.last_entry_pos,
                          last_dispatched_record=f.last_dispatched_record, dispatched_end=f.committed_end,
                          queues=f.queues, index=f.index, last_cq_record_ts=f.last_cq_record_ts)

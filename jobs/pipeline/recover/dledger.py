@@ -32,7 +32,7 @@ from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files
 from .plan import IndexPlan, QueueChanges, StoreMarkers
 from .stage import new_index_names
 from .write import RecoveryOutput, plan_output
-from ..scan.stage import scan_store
+from ..scan.stage import list_segments, scan_store
 from ..scan.result import ScanResult
 from ..runtime.tasks import run_tasks
 
@@ -148,7 +148,7 @@ class DLedgerRecoveryPlan(QueueChanges):
     reading: fmt.CommittedReading
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    segments: list = field(default_factory=list)
+    segments: list = field(default_factory=list)  # plain segments of an upgraded store: never changed, copied
     segments_deleted: list = field(default_factory=list)
 
     @property
@@ -309,6 +309,10 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     if isinstance(walked, Exception):
         raise walked
     entries: drules.EntryRecovery = walked
+    if not data:
+        raise rules.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
+                                  f"recovers the plain commit log and closes it with a BLANK (the upgrade); recover "
+                                  f"does not implement that step")
     timings["dledger_walk_s"] = time.monotonic() - t0
     cp_committed = _committed_before(raw["checkpoint"])
     reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, dledger_reading)
@@ -333,9 +337,11 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         return Location(queue_dirs[key].file_uri(start)).read_bytes()
 
     bare = rules.QueueFacts(loads, {}, cq_size, read_cq)
-    data_min = data[0][0] if data else 0
+    # DLedgerCommitLog.getMinOffset: the plain segments' first offset in the upgraded mixed layout, else DLedger's
+    log = list_segments(store, settings)
+    log_min = min([s.start for s in log] or [0])
     reput_from = drules.dledger_reput_from({k: ld.max_phy for k, ld in loads.items()},
-                                           drules.queues_after_cut(bare, entries.write_end), data_min,
+                                           drules.queues_after_cut(bare, entries.write_end), log_min,
                                            entries.write_end)
     # the records start() dispatches: the scan from the data file holding the resume point, dispatch limited to
     # the committed position (the read path's decoder: entries, RocketMQ's record checks, consume-queue rows, keys)
@@ -375,7 +381,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
 
     facts = drules.DLedgerFacts(
         abort_present=markers.abort is not None, settings=settings, checkpoint=markers.checkpoint,
-        data_starts=tuple(s for s, _ in data), entries=entries, committed_index=committed_index,
+        log_starts=tuple(sorted({log_min} | {s for s, _ in data})), entries=entries, committed_index=committed_index,
         committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id, currterm_raw=raw["currterm"],
         queues=rules.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
         last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts,
@@ -395,7 +401,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     return DLedgerRecoveryPlan(store, settings, gen, markers, markers.abort is not None, dirs, data, index_files, raw,
                                plan, queue_dirs, loads, q.states, q.truncate_queues, q.max_phy_before, q.reput_from,
                                index, plan.checkpoint, plan.checkpoint_why, scan, full_index, reading, warnings,
-                               timings)
+                               timings, [x for x in log if not x.header])
 
 
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
@@ -414,7 +420,7 @@ def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
 def dledger_output(plan: DLedgerRecoveryPlan, with_copies: bool) -> RecoveryOutput:
     """recovery_write's output for the plan, plus the DLedger member's directory (rendered, deleted, copied)."""
     out = plan_output(plan, with_copies, handled=(plan.dirs.name,))
-    out.dirs = ("consumequeue", "index")
+    out.dirs = ("commitlog", "consumequeue", "index") if plan.segments else ("consumequeue", "index")
     renders = plan.dledger_renders()
     out.render_bytes.update(renders)
     deleted = plan.dledger_deleted()
