@@ -527,3 +527,13 @@ def test_the_upgraded_mixed_store_keeps_its_plain_segments(spark, tmp_path):
     assert run_recover("--store", str(out), "--broker-config", conf, "--dry-run", "--json", "--report",
                        str(plan)) == 0
     assert json.loads(plan.read_text())["changes"] is False
+
+
+def test_an_entry_with_an_empty_body_passes_dledgers_checks():
+    """DLedger checks size > 44 (DLedgerEntry.HEADER_SIZE), so an entry of 48 bytes (bodySize 0) passes its walk."""
+    data, idx = log(2, 6)
+    e = entry(12, 1024 + 6 * 108, body=0)
+    data[1024][6 * 108:6 * 108 + len(e)] = e
+    idx += fmt.index_unit(fmt.read_entry_header(e, 0))
+    r = walk(data, idx)
+    assert r.last_index == 12 and r.write_end == 1024 + 6 * 108 + 48 and r.stop.reason == D.STOP_SIZE0

@@ -28,7 +28,7 @@ from typing import Callable
 from ..checkpoint import Checkpoint
 from ..confirm_offset import RecoveredConfirm
 from ..dledger import (BLANK_MAGIC, ENTRY_HEADER_SIZE, ENTRY_MAGIC, INDEX_FILE_SIZE, INDEX_UNIT_SIZE,
-                       READING_SURVIVING, EntryHeader, index_unit, read_entry_header)
+                       READING_SURVIVING, RECOVERY_MIN_SIZE_EXCLUSIVE, EntryHeader, index_unit, read_entry_header)
 from ..errors import RecoveryError
 from ..segment_names import segment_name as file_offset
 from ..settings import BrokerSettings
@@ -188,8 +188,8 @@ def _precheck(f: _File, idx: _Index) -> str | None:
     h = read_entry_header(raw, 0)
     if h.magic == BLANK_MAGIC or h.magic < ENTRY_MAGIC:
         return f"unknown magic {h.magic}"
-    if h.size <= ENTRY_HEADER_SIZE:
-        return f"size {h.size} should be > {ENTRY_HEADER_SIZE}"
+    if h.size <= RECOVERY_MIN_SIZE_EXCLUSIVE:
+        return f"size {h.size} should be > {RECOVERY_MIN_SIZE_EXCLUSIVE}"
     if h.pos != f.start:
         return f"pos {h.pos} != {f.start}"
     if h.body_size + ENTRY_HEADER_SIZE != h.size:
@@ -212,8 +212,8 @@ def _entry_problem(h: EntryHeader, absolute: int, rel: int, file_size: int, last
         return f"index {h.index} does not follow {last_index}"
     if h.term < last_term:
         return f"term {h.term} < the previous entry's term {last_term}"
-    if h.size <= ENTRY_HEADER_SIZE:
-        return f"size {h.size} should be > {ENTRY_HEADER_SIZE}"
+    if h.size <= RECOVERY_MIN_SIZE_EXCLUSIVE:
+        return f"size {h.size} should be > {RECOVERY_MIN_SIZE_EXCLUSIVE}"
     return None
 
 
