@@ -97,8 +97,9 @@ def discover_dledger(s: BrokerSettings, listing: StoreListing) -> BrokerSettings
     member id taken from the name); several are refused, named (which member's data is meant is unknown)."""
     homes = sorted(listing.dledger_data)
     if len(homes) > 1:
-        raise UnsupportedStoreError(f"several DLedger members' data in one store ({', '.join(h + 'data/' for h in homes)}):"
-                                    f" pass the broker config (--broker-config) whose dLegerSelfId names the one to read")
+        found = ", ".join(h + "data/" for h in homes)
+        raise UnsupportedStoreError(f"several DLedger members' data in one store ({found}): pass the broker config "
+                                    f"(--broker-config) whose dLegerSelfId names the one to read")
     if not homes:
         return s
     return replace(s, enable_dleger_commit_log=True, d_leger_self_id=homes[0].rstrip("/")[len(DLEDGER_PREFIX):])

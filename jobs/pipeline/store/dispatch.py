@@ -64,8 +64,8 @@ def dledger_reading(store: Location, settings: BrokerSettings, flag: str | None)
     if reading.reading == dledger.READING_SURVIVING:
         return DledgerReading(reading, DispatchLimit(None, f"DLedger: {reading.reason}"))
     if committed is None:
-        raise SettingsError(f"--dledger-reading {dledger.READING_CHECKPOINT}: {dledger_home(store, settings).uri} has no "
-                            f"checkpoint with a committedIndex to stop at")
+        raise SettingsError(f"--dledger-reading {dledger.READING_CHECKPOINT}: {dledger_home(store, settings).uri} "
+                            f"has no checkpoint with a committedIndex to stop at")
     if committed < 0:
         return DledgerReading(reading, DispatchLimit(0, f"DLedger: {reading.reason}; committedIndex {committed}: "
                                                         f"nothing is committed"))
@@ -88,7 +88,8 @@ def dispatch_report(job: str, limit: DispatchLimit, scan: ScanResult) -> dict:
     stop = scan.dispatch_stop()
     out = {**limit.to_dict(), **stop.to_dict()}
     if limit.offset is not None:
-        print(f"reput {job}: note: dispatch stopped at {'the committed position' if limit.reason.startswith('DLedger') else 'the confirm offset'} {limit.offset}: "
+        what = "the DLedger committed position" if limit.reason.startswith("DLedger") else "the confirm offset"
+        print(f"reput {job}: note: dispatch stopped at {what} {limit.offset}: "
               f"{stop.held_back} valid records from commit-log offset {stop.first_held_back} on are not "
               f"dispatched ({limit.reason})", file=sys.stderr)
     return out

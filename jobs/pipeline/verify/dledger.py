@@ -41,8 +41,9 @@ def check_files(home: Location, rel_dir: str, scan: ScanResult, found: Findings)
             if info.type.name != "File" or start is None:
                 continue
             if info.size != dledger.INDEX_FILE_SIZE:
-                found.add(art, "wrong_size", f"{rel_dir}/{info.base_name}", byte_offset=min(info.size, dledger.INDEX_FILE_SIZE),
-                          expected=dledger.INDEX_FILE_SIZE, found=info.size)
+                found.add(art, "wrong_size", f"{rel_dir}/{info.base_name}",
+                          byte_offset=min(info.size, dledger.INDEX_FILE_SIZE), expected=dledger.INDEX_FILE_SIZE,
+                          found=info.size)
                 continue
             files[start] = index_dir.child(info.base_name).uri
     entries = scan.entry_range()
