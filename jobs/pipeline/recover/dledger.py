@@ -304,15 +304,15 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     index_files = _files(dirs.index(store), fmt.INDEX_FILE_SIZE, "DLedger index file")
     raw = {name: _read_opt(dirs.home(store).child(name)) for name in ("checkpoint", "checkpoint.bak", "currterm",
                                                                       "currterm.bak")}
+    if not data:
+        raise rules.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
+                                  f"recovers the plain commit log and closes it with a BLANK (the upgrade); recover "
+                                  f"does not implement that step")
     walked = run_tasks(sc, [WalkTask(tuple(data), tuple(index_files), size)], _walk, "DLedger recovery",
                        quiet=quiet)[0]
     if isinstance(walked, Exception):
         raise walked
     entries: drules.EntryRecovery = walked
-    if not data:
-        raise rules.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
-                                  f"recovers the plain commit log and closes it with a BLANK (the upgrade); recover "
-                                  f"does not implement that step")
     timings["dledger_walk_s"] = time.monotonic() - t0
     cp_committed = _committed_before(raw["checkpoint"])
     reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, dledger_reading)
@@ -324,7 +324,10 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         uri = index_uris.get(f * fmt.INDEX_FILE_SIZE)
         if uri is None:
             raise rules.RecoveryError(f"the DLedger index has no unit for committedIndex {entry_index}")
-        return fmt.committed_end(bytes(Location(uri).read_range(at, fmt.INDEX_UNIT_SIZE)))
+        try:
+            return fmt.committed_end(bytes(Location(uri).read_range(at, fmt.INDEX_UNIT_SIZE)))
+        except ValueError as exc:
+            raise StoreFormatError(uri, at, f"the unit of committedIndex {entry_index}: {exc}") from None
 
     committed_index, committed_end = drules.committed_position(entries, reading.reading, cp_committed, unit_end)
 
