@@ -28,6 +28,7 @@ from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
+from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recover.write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
@@ -95,7 +96,8 @@ def _run(args) -> int:
     if args.resume or args.rollback:
         refuse_if_running(store, args.force, forceable=False)
         path = inplace.local_store(store.uri)
-        result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
+        with _store_lock(path):
+            result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
         if args.json:
             print_json(result)
         else:
@@ -120,7 +122,13 @@ def _run(args) -> int:
         return _dry_run(args, store, settings, kw)
     if args.out:
         return _to_out(args, store, location(args.out), settings, kw, tz)
-    return _in_place(args, store, settings, kw, tz)
+    with _store_lock(inplace.local_store(store.uri)):
+        return _in_place(args, store, settings, kw, tz)
+
+
+def _store_lock(path: Path) -> RunLock:
+    """One in-place run (or --resume / --rollback) per store at a time."""
+    return RunLock(path / IN_PLACE_LOCK, "recover", f"the store {path} (--in-place)")
 
 
 def _planner(args):

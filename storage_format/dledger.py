@@ -149,9 +149,15 @@ class CommittedReading:
     def reason(self) -> str:
         if self.explicit:
             return f"--dledger-reading {self.reading}"
+        if self.reading == READING_SURVIVING and self.peers == 0:
+            return ("dLegerPeers not set (no broker config?): read as a one-member group, every entry that survives "
+                    f"is dispatched; for a group of several pass --dledger-reading {READING_CHECKPOINT}")
+        if self.reading == READING_SURVIVING and self.peers > 1:
+            return (f"{self.peers}-member group, but the DLedger checkpoint has no committedIndex to stop at: every "
+                    f"entry that survives is dispatched")
         if self.reading == READING_SURVIVING:
-            return (f"one-member group (dLegerPeers names {max(self.peers, 1)} member): the leader commits every "
-                    f"entry it holds, so every entry that survives is dispatched")
+            return ("one-member group (dLegerPeers names 1 member): the leader commits every entry it holds, so "
+                    "every entry that survives is dispatched")
         return (f"{self.peers}-member group: only entries a quorum holds are committed; the last one known is "
                 f"committedIndex in the DLedger checkpoint (a lower bound, saved every 3 s)")
 

@@ -29,7 +29,9 @@ def test_committed_reading_rule():
     three = committed_reading("n0-a:1;n1-b:2;n2-c:3", 1503)
     assert three.reading == READING_CHECKPOINT and "3-member" in three.reason
     assert committed_reading("n0-a:1;n1-b:2", None).reading == READING_SURVIVING
-    assert committed_reading(None, 7).reading == READING_SURVIVING
+    assert "no committedIndex" in committed_reading("n0-a:1;n1-b:2", None).reason
+    unset = committed_reading(None, 7)
+    assert unset.reading == READING_SURVIVING and "dLegerPeers not set" in unset.reason
     flagged = committed_reading("n0-a:1", 5, READING_CHECKPOINT)
     assert flagged.explicit and flagged.reading == READING_CHECKPOINT and flagged.to_dict()["chosen_by"] == "flag"
     with pytest.raises(ValueError):
@@ -142,3 +144,41 @@ def test_dump_of_a_consume_queue_points_into_dledger_data(capsys):
 def test_expected_scan_counts_both_parts_of_an_upgraded_store():
     scan = expected_scan("dledger-upgrade-11")
     assert scan["message_records"] == 1783 + 1763 and scan["blank_end_of_file_records"] == 3 + 3
+
+
+def test_store_path_dledger_commit_log_is_honoured(spark, tmp_path, capsys):
+    """storePathDLedgerCommitLog puts the data files elsewhere (the member's index and checkpoint stay in
+    dledger-<id>/ under the store root): every job reads them there; the rebuild is the broker's."""
+    import shutil
+
+    from jobs.rebuild import main as rebuild_main
+
+    case = "dledger-clean-small-11"
+    store = restored_copy(case, tmp_path / "store")
+    data = tmp_path / "elsewhere" / "data"
+    shutil.move(str(store / "dledger-n0" / "data"), data)
+    conf = tmp_path / "broker.conf"
+    conf.write_text((store / "broker.conf").read_text() + f"storePathDLedgerCommitLog={data}\n")
+    out = tmp_path / "out"
+    assert rebuild_main(["--store", str(store), "--broker-config", str(conf), "--out", str(out), "--json"]) == 0
+    want = {k: v["sha256"] for k, v in manifest(case)["files"].items() if k.startswith("consumequeue/")}
+    assert consume_queue_hashes(out) == want
+    assert report(out)["dledger"]["data_dir"] == str(data)
+    capsys.readouterr()
+
+
+def test_plain_segment_past_the_dledger_data_start_is_refused(tmp_path):
+    """In the mixed layout a plain segment at or above the first DLedger data file (dividedCommitlogOffset)
+    would never be read by the broker: refused, named, rather than silently left out."""
+    from storage_format.errors import StoreFormatError
+    from storage_format.log_sources import LogFile, divided_offset, plan_log
+
+    plain = [LogFile(f"{s:020d}", 100, f"/s/commitlog/{s:020d}") for s in (0, 100, 200)]
+    data = [LogFile(f"{s:020d}", 100, f"/s/dledger-n0/data/{s:020d}") for s in (300, 400)]
+    segs = plan_log(plain, data, 100)
+    assert [(s.start, s.header) for s in segs] == [(0, 0), (100, 0), (200, 0), (300, 48), (400, 48)]
+    assert divided_offset(segs) == 300 and divided_offset(segs[3:]) is None
+    with pytest.raises(StoreFormatError, match="dividedCommitlogOffset 200"):
+        plan_log(plain, data[:0] + [LogFile(f"{200:020d}", 100, "/s/dledger-n0/data/x")], 100)
+    with pytest.raises(StoreFormatError, match="DLedger data file is 99 bytes"):
+        plan_log([], [LogFile(f"{0:020d}", 99, "/s/d")], 100)
