@@ -25,6 +25,7 @@ from storage_format.properties import TAGS
 from storage_format.settings import load_settings
 
 from .conftest import GOLDEN, manifest, restored_copy
+from .hostile import DLEDGER_BUILDERS
 
 CASE, RECOVERED = "dledger-unclean-11", "dledger-unclean-11-recovered"
 HOME = "dledger-n0"
@@ -537,3 +538,32 @@ def test_an_entry_with_an_empty_body_passes_dledgers_checks():
     idx += fmt.index_unit(fmt.read_entry_header(e, 0))
     r = walk(data, idx)
     assert r.last_index == 12 and r.write_end == 1024 + 6 * 108 + 48 and r.stop.reason == D.STOP_SIZE0
+
+
+# ---------------------------------------------------------------------------------------------
+# the hostile DLedger corpus (tests/hostile.py) through recover
+
+
+@pytest.mark.parametrize("builder", DLEDGER_BUILDERS, ids=lambda b: b.__name__)
+def test_hostile_dledger_store_through_recover(builder, golden, spark, tmp_path, capsys):
+    """Each damaged DLedger store of the corpus: a data file of the wrong size is refused (one line naming it);
+    the rest lie where DLedger's recovery does not look (a middle data file, its index units) or pass its checks
+    (a torn record behind an intact entry header, a blank's length): the plan changes nothing there and the dry
+    run's audit names the damage by file and byte offset. Never a traceback, the store unchanged."""
+    d = builder(golden, tmp_path / "store")
+    before = tree(d.store)
+    code, err = run_cli(capsys, "--store", str(d.store), "--broker-config", str(d.broker_config), "--dry-run",
+                        "--json", "--report", str(tmp_path / "plan.json"))
+    assert "Traceback" not in err and tree(d.store) == before
+    where = f"{d.file} at byte offset {d.offset}"
+    if d.expect["rebuild"] == "error" and d.expect["inspect"] == "error":  # the unreadable data file
+        errors = [line for line in err.splitlines() if line.startswith("reput recover: error: ")]
+        assert code == 2 and len(errors) == 1 and str(d.file) in errors[0], err
+        return
+    assert code == 0, err
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    cq = plan["consumequeue"]
+    assert not (cq["to_rewrite"] or cq["to_create"] or cq["to_delete"] or cq["to_cut"])
+    assert not plan["dledger"]["data_files_to_delete"] and plan["dledger"]["index"]["rewritten_from_index"] is None
+    if d.expect["verify"] == "reported" and d.expect["rebuild"] == "error":  # damage in the entry chain
+        assert any(where in w for w in plan["warnings"]), (where, plan["warnings"])

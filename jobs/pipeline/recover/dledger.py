@@ -290,7 +290,6 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                           dledger_reading: str | None = None) -> DLedgerRecoveryPlan:
     """Read a DLedger-mode store, run DLedger's recovery walk, gather the facts and apply the broker's
     DLedger-mode recovery and restart; writes nothing."""
-    del audit  # the DLedger walk reads every entry the broker's recovery reads
     if generation == 5:
         raise rules.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
                                   "(DLedger 0.3.1.2) only")
@@ -401,10 +400,35 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     if full_index:
         warnings.append("--full-index: every committed record is indexed again (the broker would leave the records "
                         "between the last kept index file and the resume point unindexed)")
+    if audit:
+        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))
     return DLedgerRecoveryPlan(store, settings, gen, markers, markers.abort is not None, dirs, data, index_files, raw,
                                plan, queue_dirs, loads, q.states, q.truncate_queues, q.max_phy_before, q.reput_from,
                                index, plan.checkpoint, plan.checkpoint_why, scan, full_index, reading, warnings,
                                timings, [x for x in log if not x.header])
+
+
+def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_size: int, quiet: bool,
+           entries: drules.EntryRecovery) -> list[str]:
+    """--dry-run: damage the broker's DLedger-mode recovery does not look at, in the whole log: an entry or record
+    before the walk's first data file (DLedger never reads it again), or a record DLedger keeps (it checks no CRC
+    and no record) that RocketMQ's own checks reject; and a record whose storeTimestamp is no date."""
+    audit = scan_store(sc, store, settings, split_size=split_size, work=work.child("audit"), with_cq=False,
+                       with_keys=False, label="audit", quiet=quiet, generation=4)
+    found = []
+    end = audit.end
+    if end is not None and end.is_invalid and end.offset < entries.write_end:
+        if end.offset < entries.walk_from:
+            found.append(f"the DLedger log is damaged before the data file the broker's recovery walks from "
+                         f"({segment_name(entries.walk_from)}): {end.describe()}; DLedger's recovery does not read it "
+                         f"again, but a dispatch or rebuild from the start of the log would stop there")
+        else:
+            found.append(f"DLedger's recovery keeps an entry whose record RocketMQ's checks reject: {end.describe()}; "
+                         f"it lies below the write end, so only a dispatch or rebuild that reaches it would stop there")
+    undated = audit.undated_problem()
+    if undated:
+        found.append(undated)
+    return found
 
 
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
