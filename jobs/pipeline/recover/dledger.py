@@ -119,10 +119,10 @@ def _walk(task: WalkTask) -> drules.EntryRecovery | Exception:
 # the plan
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DLedgerRecoveryPlan(QueueChanges):
     """What `jobs.recover` does to a DLedger-mode store, with the facts behind it; `to_dict` is the dry run.
-    Shaped like RecoveryPlan where recovery_write reads it (no commit log: `segments` is empty)."""
+    Shaped like RecoveryPlan where recover/write.py reads it (`segments`: only an upgraded store's plain ones)."""
 
     store: Location
     settings: BrokerSettings
@@ -402,10 +402,13 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                         "between the last kept index file and the resume point unindexed)")
     if audit:
         warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))
-    return DLedgerRecoveryPlan(store, settings, gen, markers, markers.abort is not None, dirs, data, index_files, raw,
-                               plan, queue_dirs, loads, q.states, q.truncate_queues, q.max_phy_before, q.reput_from,
-                               index, plan.checkpoint, plan.checkpoint_why, scan, full_index, reading, warnings,
-                               timings, [x for x in log if not x.header])
+    return DLedgerRecoveryPlan(
+        store=store, settings=settings, generation=gen, markers=markers, abnormal=markers.abort is not None,
+        dirs=dirs, data=data, index_files=index_files, dledger_raw=raw, plan=plan, queue_dirs=queue_dirs,
+        loads=loads, states=q.states, truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before,
+        reput_from=q.reput_from, index=index, checkpoint_after=plan.checkpoint, checkpoint_why=plan.checkpoint_why,
+        scan=scan, full_index=full_index, reading=reading, warnings=warnings, timings=timings,
+        segments=[x for x in log if not x.header])
 
 
 def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_size: int, quiet: bool,
