@@ -567,3 +567,29 @@ def test_hostile_dledger_store_through_recover(builder, golden, spark, tmp_path,
     assert not plan["dledger"]["data_files_to_delete"] and plan["dledger"]["index"]["rewritten_from_index"] is None
     if d.expect["verify"] == "reported" and d.expect["rebuild"] == "error":  # damage in the entry chain
         assert any(where in w for w in plan["warnings"]), (where, plan["warnings"])
+
+
+def test_in_place_killed_then_resumed(tmp_path):
+    """The real CLI in place on a DLedger store, killed mid-switch: --resume finishes it (the store equals the
+    broker's recovery), --rollback then restores the crashed input byte for byte."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    store = restored_copy(CASE, tmp_path / "store")
+    before = tree(store)
+    backup = tmp_path / "backup"
+    cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", CONF, "--in-place",
+           "--backup-dir", str(backup), "--master", "local[1]", "--json"]
+    killed = subprocess.run(cmd, cwd=repo, env=dict(os.environ, REPUT_CRASH_AT="op-2"), capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    done = subprocess.run(cmd[:5] + ["--resume"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert_matches_recovered(store)
+    back = subprocess.run(cmd[:5] + ["--rollback", "--backup-dir", str(backup)], cwd=repo, capture_output=True,
+                          text=True, timeout=120)
+    assert back.returncode == 0, back.stderr
+    assert tree(store) == before
