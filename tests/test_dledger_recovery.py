@@ -47,10 +47,10 @@ def readers(store: Path):
             fh.seek(pos)
             return fh.read(n)
 
-    def unit(start: int, pos: int) -> bytes:
+    def unit(start: int, pos: int, n: int = fmt.INDEX_UNIT_SIZE) -> bytes:
         with open(index_dir / f"{start:020d}", "rb") as fh:
             fh.seek(pos)
-            return fh.read(fmt.INDEX_UNIT_SIZE).ljust(fmt.INDEX_UNIT_SIZE, b"\0")
+            return fh.read(n)
     return data, read, index, unit
 
 
@@ -211,7 +211,7 @@ def log(files: int, per_file: int, size: int = 1024, body: int = 60) -> tuple[di
 def walk(data: dict[int, bytearray], idx: bytearray, size: int = 1024) -> D.EntryRecovery:
     index = bytes(idx).ljust(4096, b"\0")
     return D.walk_entries(sorted(data), size, lambda s, pos, n: bytes(data[s][pos:pos + n]),
-                          [0] if idx is not None else [], lambda s, pos: index[pos:pos + 32])
+                          [0] if idx is not None else [], lambda s, pos, n: index[pos:pos + n])
 
 
 def test_walk_stops_at_a_torn_entry_and_deletes_later_files():
@@ -251,7 +251,7 @@ def test_walk_rewrites_the_index_from_the_first_disagreeing_unit():
 
 def test_walk_rebuilds_a_missing_index():
     data, _ = log(3, 6)
-    e = D.walk_entries(sorted(data), 1024, lambda s, pos, n: bytes(data[s][pos:pos + n]), [], lambda s, pos: b"")
+    e = D.walk_entries(sorted(data), 1024, lambda s, pos, n: bytes(data[s][pos:pos + n]), [], lambda s, pos, n: b"")
     rw = e.index_rewrite
     # the pre-check fails everywhere (no unit): the walk starts at the first file, index 0, and writes every unit
     assert e.walk_from == 0 and rw.from_index == 0 and not rw.rebuilt and rw.fresh_files == (0,)
@@ -462,7 +462,7 @@ def test_committed_position_readings(crash):
     e = D.walk_entries(data, FILE, read, index, unit)
 
     def unit_end(i: int) -> int:
-        return fmt.committed_end(unit(0, i * fmt.INDEX_UNIT_SIZE))
+        return fmt.committed_end(unit(0, i * fmt.INDEX_UNIT_SIZE).ljust(fmt.INDEX_UNIT_SIZE, b"\0"))
     assert D.committed_position(e, fmt.READING_SURVIVING, 1503, unit_end) == (3595, e.write_end)
     m = manifest(CASE)["dledger_scan"]
     assert D.committed_position(e, fmt.READING_CHECKPOINT, 1503, unit_end) == (1503, m["checkpoint_committedPos"])

@@ -155,17 +155,18 @@ class _File:
 
 
 class _Index:
-    """The DLedger index files as the walk sees them: the unit at an entry index, or None beyond the files."""
+    """The DLedger index files as the walk sees them: the unit at an entry index, or None beyond the files
+    (read a window at a time: the walk asks for consecutive units)."""
 
-    def __init__(self, starts: tuple[int, ...], read_unit: Callable[[int, int], bytes]) -> None:
-        self.starts, self.read_unit = starts, read_unit
+    def __init__(self, starts: tuple[int, ...], read: ReadRange) -> None:
+        self.files = {s: _File(read, s, INDEX_FILE_SIZE) for s in starts}
 
     def unit(self, entry_index: int) -> tuple | None:
         at = entry_index * INDEX_UNIT_SIZE
-        f = next((s for s in self.starts if s <= at < s + INDEX_FILE_SIZE), None)
+        f = next((s for s in self.files if s <= at < s + INDEX_FILE_SIZE), None)
         if f is None or entry_index < 0:
             return None
-        return struct.unpack(">iqiqq", self.read_unit(f, at - f))
+        return struct.unpack(">iqiqq", self.files[f].get(at - f, INDEX_UNIT_SIZE).ljust(INDEX_UNIT_SIZE, b"\0"))
 
 
 def _unit_problem(h: EntryHeader, unit: tuple | None, pos: int) -> str | None:
@@ -226,13 +227,13 @@ def check_contiguous(starts: list[int], size: int, what: str) -> None:
 
 
 def walk_entries(data_starts: list[int], file_size: int, read: ReadRange, index_starts: list[int],
-                 read_unit: Callable[[int, int], bytes]) -> EntryRecovery:
-    """DLedgerMmapFileStore.recover over data files of `file_size` bytes (`read` their bytes) and index files
-    (`read_unit(file start, position)` -> 32 bytes): the walk, the write end, the index rewrite and cut."""
+                 read_index: ReadRange) -> EntryRecovery:
+    """DLedgerMmapFileStore.recover over data files of `file_size` bytes and index files (`read` / `read_index`:
+    (file start, position, length) -> bytes): the walk, the write end, the index rewrite and cut."""
     data_starts, index_starts = sorted(data_starts), sorted(index_starts)
     check_contiguous(data_starts, file_size, "DLedger data files")
     check_contiguous(index_starts, INDEX_FILE_SIZE, "DLedger index files")
-    idx = _Index(tuple(index_starts), read_unit)
+    idx = _Index(tuple(index_starts), read_index)
     if not data_starts:
         return EntryRecovery(walk_from=0, precheck=(), write_end=0, entries_walked=0, first_walked_index=-1,
                              last_index=-1, last_term=-1, last_entry_pos=None, last_entry_size=0, begin_index=-1,

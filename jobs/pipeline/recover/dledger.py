@@ -110,7 +110,7 @@ def _walk(task: WalkTask) -> drules.EntryRecovery | Exception:
     try:
         return drules.walk_entries(list(data), task.file_size,
                                    lambda s, pos, n: bytes(Location(data[s]).read_range(pos, n)),
-                                   list(index), lambda s, pos: bytes(Location(index[s]).read_range(pos, 32)))
+                                   list(index), lambda s, pos, n: bytes(Location(index[s]).read_range(pos, n)))
     except (rules.RecoveryError, StoreFormatError) as err:
         return err
 
