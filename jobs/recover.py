@@ -26,6 +26,8 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
+from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recover.write import plan_output, write_output  # noqa: E402
@@ -50,6 +52,7 @@ def _args(argv: list[str] | None):
                    help="restore STORE from --backup-dir (during or after an --in-place run; no Spark)")
     p.add_argument("--full-index", action="store_true",
                    help="rebuild the whole index from the valid commit log instead of resuming it")
+    add_dledger_flag(p)
     p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
@@ -101,10 +104,7 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
-    if settings.enable_dleger_commit_log:  # the DLedger read path does not make a DLedger recovery
-        raise JobError(f"{args.store}: a DLedger-mode store (dledger-{settings.d_leger_self_id}/): its recovery "
-                       f"(DLedger's entry checks, no re-dispatch during load) is not implemented yet (issue 20); "
-                       f"reput does not apply a plain recovery to it")
+    args.dledger = settings.enable_dleger_commit_log  # DLedger mode: the broker's DLedger-mode recovery
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
         warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")
@@ -114,6 +114,10 @@ def _run(args) -> int:
         check_outside(store, location(args.work_dir), "--work-dir", may_contain=True)
     kw = dict(split_size=args.split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
               quiet=progress_quiet(args))
+    if args.dledger:
+        kw["dledger_reading"] = args.dledger_reading
+    elif args.dledger_reading:
+        raise JobError(f"--dledger-reading {args.dledger_reading}: {args.store} is not a DLedger-mode store")
     if args.dry_run:
         return _dry_run(args, store, settings, kw)
     if args.out:
@@ -125,6 +129,13 @@ def _run(args) -> int:
 def _store_lock(path: Path) -> RunLock:
     """One in-place run (or --resume / --rollback) per store at a time."""
     return RunLock(path / IN_PLACE_LOCK, "recover", f"the store {path} (--in-place)")
+
+
+def _planner(args):
+    """(plan function, output function) for the store's mode."""
+    if args.dledger:
+        return plan_dledger_recovery, dledger_output
+    return plan_recovery, plan_output
 
 
 def _write_plan(args, summary: dict) -> None:
@@ -151,7 +162,7 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(sc, store, settings, work, audit=True, **kw)
+        plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()
@@ -187,8 +198,9 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     started = time.monotonic()
     with staging:
         work = _own_work(args, staging.work)
-        plan = plan_recovery(sc, store, settings, work, **kw)
-        output = plan_output(plan, with_copies=True)
+        planner, outputs = _planner(args)
+        plan = planner(sc, store, settings, work, **kw)
+        output = outputs(plan, with_copies=True)
         t0 = time.monotonic()
         names = write_output(sc, plan, output, staging.dir, args.json, tz)
         plan.timings["write_s"] = time.monotonic() - t0
@@ -227,14 +239,15 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
-        plan = plan_recovery(sc, Location(str(path)), settings, work, **kw)
+        planner, outputs = _planner(args)
+        plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
             return EXIT_OK
         staging = inplace.prepare_staging(path)
-        output = plan_output(plan, with_copies=False)
+        output = outputs(plan, with_copies=False)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
     finally:
         work.delete_tree()
