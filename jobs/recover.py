@@ -26,6 +26,8 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
+from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
@@ -55,6 +57,7 @@ def _args(argv: list[str] | None):
                         "--in-place or --dry-run")
     p.add_argument("--full-index", action="store_true",
                    help="rebuild the whole index from the valid commit log instead of resuming it")
+    add_dledger_flag(p)
     p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
@@ -108,11 +111,11 @@ def _run(args) -> int:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
-    if settings.enable_dleger_commit_log:  # the DLedger read path does not make a DLedger recovery
-        raise JobError(f"{args.store}: a DLedger-mode store (dledger-{settings.d_leger_self_id}/): its recovery "
-                       f"(DLedger's entry checks, no re-dispatch during load) is not implemented yet (issue 20); "
-                       f"reput does not apply a plain recovery to it")
+    args.dledger = settings.enable_dleger_commit_log  # DLedger mode: the broker's DLedger-mode recovery
     if args.repair_timer:
+        if args.dledger:
+            raise JobError(f"--repair-timer: {args.store} is a DLedger-mode store; the timer store check and repair "
+                           f"are implemented for plain commit logs only")
         recovery_timer.precheck(store, settings)
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
@@ -123,6 +126,10 @@ def _run(args) -> int:
         check_outside(store, location(args.work_dir), "--work-dir", may_contain=True)
     kw = dict(split_size=args.split_size, generation=args.rocketmq_version, full_index=args.full_index, tz=tz,
               quiet=progress_quiet(args))
+    if args.dledger:
+        kw["dledger_reading"] = args.dledger_reading
+    elif args.dledger_reading:
+        raise JobError(f"--dledger-reading {args.dledger_reading}: {args.store} is not a DLedger-mode store")
     if args.dry_run:
         return _dry_run(args, store, settings, kw)
     if args.out:
@@ -136,12 +143,37 @@ def _store_lock(path: Path) -> RunLock:
     return RunLock(path / IN_PLACE_LOCK, "recover", f"the store {path} (--in-place)")
 
 
-def plan_recovery(sc, store: Location, settings, work: Location, *, repair_timer: bool = False, **kw) -> RecoveryPlan:
-    """The recovery plan, with the 5.x timer store's check (warnings on stderr) and --repair-timer's plan."""
-    plan = _plan_recovery(sc, store, settings, work, **kw)
-    outcome = recovery_timer.attach(plan, repair_timer)
-    for w in outcome.warnings if outcome is not None else ():
-        warn("recover", w)
+def _planner(args):
+    """(plan function, output function) for the store's mode; both also run the 5.x timer store's check
+    (warnings on stderr) and --repair-timer's plan and files."""
+    if args.dledger:
+        return _dledger_plan, dledger_output
+    repair = args.repair_timer
+
+    def plan(sc, store: Location, settings, work: Location, **kw) -> RecoveryPlan:
+        """The plain recovery's plan with the timer check attached."""
+        p = _plan_recovery(sc, store, settings, work, **kw)
+        outcome = recovery_timer.attach(p, repair)
+        for w in outcome.warnings if outcome is not None else ():
+            warn("recover", w)
+        return p
+
+    def output(p: RecoveryPlan, with_copies: bool):
+        """The plain recovery's output with the repaired timer files in place of their copies."""
+        out = plan_output(p, with_copies=with_copies)
+        recovery_timer.apply_to_output(p, out)
+        return out
+    return plan, output
+
+
+def _dledger_plan(sc, store: Location, settings, work: Location, **kw):
+    """DLedger mode: its recovery's plan; timer files, if any, are copied unchecked, and the plan says so."""
+    plan = plan_dledger_recovery(sc, store, settings, work, **kw)
+    if recovery_timer.read_timer_files(store).present:
+        note = ("the 5.x timer store (timerlog/, timerwheel, config/timercheck) is copied unchecked: the timer "
+                "check and --repair-timer cover plain commit logs only")
+        plan.warnings.append(f"timer: {note}")
+        warn("recover", f"timer: {note}")
     return plan
 
 
@@ -169,7 +201,7 @@ def _dry_run(args, store: Location, settings, kw) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     try:
-        plan = plan_recovery(sc, store, settings, work, audit=True, repair_timer=args.repair_timer, **kw)
+        plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
     finally:
         work.delete_tree()
@@ -205,9 +237,9 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     started = time.monotonic()
     with staging:
         work = _own_work(args, staging.work)
-        plan = plan_recovery(sc, store, settings, work, repair_timer=args.repair_timer, **kw)
-        output = plan_output(plan, with_copies=True)
-        recovery_timer.apply_to_output(plan, output)
+        planner, outputs = _planner(args)
+        plan = planner(sc, store, settings, work, **kw)
+        output = outputs(plan, with_copies=True)
         t0 = time.monotonic()
         names = write_output(sc, plan, output, staging.dir, args.json, tz)
         plan.timings["write_s"] = time.monotonic() - t0
@@ -246,15 +278,15 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     sc = job_context(args, "recover")
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
-        plan = plan_recovery(sc, Location(str(path)), settings, work, repair_timer=args.repair_timer, **kw)
+        planner, outputs = _planner(args)
+        plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
             return EXIT_OK
         staging = inplace.prepare_staging(path)
-        output = plan_output(plan, with_copies=False)
-        recovery_timer.apply_to_output(plan, output)
+        output = outputs(plan, with_copies=False)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
     finally:
         work.delete_tree()

@@ -39,7 +39,9 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   `recovery.start` (start segment, truncation point), `recovery.queues` (consume-queue load, re-dispatch,
   truncation), `recovery.index` (index resume), `recovery.reput` (4.x post-start re-dispatch),
   `recovery.checkpoint_after` (the checkpoint left behind), `recovery.plan` (the whole sequence, pure),
-  `recovery.timer` (the 5.x timer store after a cut: warnings, the --repair-timer plan)
+  `recovery.dledger` (DLedger mode: DLedger's recovery walk and index rewrite, the cut at the write end, the
+  restart's dispatch, the DLedger checkpoint and currterm), `recovery.timer` (the 5.x timer store after a cut:
+  warnings, the --repair-timer plan)
 - `timer`: the 5.x timer message store's files: `timer.log` (timer-log units, filler, the broker's recovery
   scan), `timer.wheel` (the wheel's slots), `timer.check` (`config/timercheck`), `timer.metrics`
   (whether `config/timermetrics` loads)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ENTRY_HEADER_SIZE = 48  # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
+RECOVERY_MIN_SIZE_EXCLUSIVE = 44  # DLedgerEntry.HEADER_SIZE (without bodySize): recovery checks size > 44
 ENTRY_MAGIC = 1  # DLedgerEntry.MAGIC in 0.3.1.2
 BLANK_MAGIC = -1  # a DLedger blank: int -1, int bytes-left (these 8 counted), zeros
 BLANK_HEADER_SIZE = 8  # an entry goes in a file only if its size + 8 <= the bytes left

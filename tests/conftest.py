@@ -26,10 +26,7 @@ def golden_cases(prefixes: tuple[str, ...] = ("",), exclude: tuple[str, ...] = (
 
 # Golden cases today's code does not yet handle, with the issue that fixes each (xfail strict: a fix
 # that makes one pass turns the suite red until its entry is removed here).
-_DLEDGER_RECOVERY = "issue 20: DLedger-mode recovery (recover refuses DLedger stores today)"
-KNOWN_FAILING: dict[str, str] = {
-    "dledger-unclean-11": _DLEDGER_RECOVERY,
-}
+KNOWN_FAILING: dict[str, str] = {}
 
 
 def case_params(cases: list[str], passing: frozenset[str] = frozenset()) -> list:

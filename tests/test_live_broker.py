@@ -55,8 +55,9 @@ def test_lock_is_seen_without_taking_it(locked, tmp_path):
     assert not broker_lock(Location(str(free))).running  # an unlocked lock file (a stopped broker)
 
 
-def test_recover_refuses_a_running_broker_in_every_mode(no_spark, locked, tmp_path, capsys):
-    store = locked("unclean-11")
+@pytest.mark.parametrize("case", ["unclean-11", "dledger-unclean-11"])
+def test_recover_refuses_a_running_broker_in_every_mode(no_spark, locked, tmp_path, capsys, case):
+    store = locked(case)
     conf = ["--broker-config", str(store / "broker.conf")]
     for mode in (["--dry-run"], ["--out", str(tmp_path / "out")], ["--in-place", "--backup-dir", str(tmp_path / "b")],
                  ["--in-place", "--backup-dir", str(tmp_path / "b"), "--force"], ["--resume"],

@@ -9,6 +9,8 @@ Rules as in DefaultMessageStore.load/recover/start of 4.9.8 and 5.3.3, checked a
 - `reput`: where 4.x start() re-dispatches from (5.x: nothing)
 - `checkpoint_after`: the checkpoint left after recovery, a start and a clean shutdown
 - `plan`: the whole sequence as one pure function, `plan_sequence(RecoveryFacts) -> SequencePlan`
+- `dledger`: DLedger mode (4.9.8 + DLedger 0.3.1.2): DLedger's recovery walk, then the plain pieces above with
+  nothing dispatched during load, `plan_dledger(DLedgerFacts) -> DLedgerPlan` (imported as a module)
 
 The names below are the package's interface (`from storage_format import recovery as rules`).
 """

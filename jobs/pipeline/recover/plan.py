@@ -53,8 +53,50 @@ class IndexPlan:
     full_rebuild_work: Location | None = None
 
 
+class QueueChanges:
+    """Consume-queue views shared by the plain and the DLedger-mode plan (needs `states` and `loads`)."""
+
+    states: dict[tuple[str, int], rules.QueueState]
+    loads: dict[tuple[str, int], rules.QueueLoad]
+    max_phy_before: int
+    truncate_queues: bool
+
+    def cq_rel(self, key: tuple[str, int], start: int) -> str:
+        """Store-relative path of a consume-queue file."""
+        return f"consumequeue/{key[0]}/{key[1]}/{file_name(start)}"
+
+    def cq_changes(self) -> tuple[list[str], list[str], list[str]]:
+        """(files rewritten, files created, files deleted) as store-relative paths."""
+        rewritten, created, deleted = [], [], []
+        for key, st in sorted(self.states.items()):
+            for f in st.changed_files():
+                (created if f in st.created else rewritten).append(self.cq_rel(key, f))
+            deleted += [self.cq_rel(key, f) for f in st.deleted_files()]
+        for key, ld in sorted(self.loads.items()):
+            if key not in self.states:
+                deleted += [self.cq_rel(key, f) for f in ld.removed_at_load]
+        return rewritten, created, deleted
+
+    def _consumequeue_dict(self) -> dict:
+        """The plan's "consumequeue" part: files rewritten, created, deleted and cut, queues re-dispatched."""
+        rewritten, created, deleted = self.cq_changes()
+        return {
+            "queues": len(self.loads),
+            "max_phy_offset_before": self.max_phy_before,
+            "truncate_dirty_logic_files": self.truncate_queues,
+            "to_rewrite": rewritten, "to_create": created, "to_delete": deleted,
+            "to_cut": [{"file": self.cq_rel(k, s.cut["file"]), "units_kept": s.cut["units_kept"],
+                        "first_unit_left_behind_phy_offset": s.cut["first_unit_left_behind"]}
+                       for k, s in sorted(self.states.items()) if s.cut],
+            "cut_note": "a cut moves the queue's write position before the first unit at or past the "
+                        "truncation point; the bytes after it stay on disk, as the broker leaves them",
+            "queues_redispatched": sorted(f"{k[0]}/{k[1]}" for k, s in self.states.items() if s.written),
+            "warnings": [w for s in self.states.values() for w in s.warnings],
+        }
+
+
 @dataclass
-class RecoveryPlan:
+class RecoveryPlan(QueueChanges):
     """Everything `jobs.recover` decided, with the facts behind it; `to_dict` is the dry-run output."""
 
     store: Location
@@ -83,22 +125,6 @@ class RecoveryPlan:
     timer: object = None  # recover.timer.TimerOutcome: the 5.x timer store's check (and --repair-timer)
 
     # ---- derived views ---------------------------------------------------------------------------
-    def cq_rel(self, key: tuple[str, int], start: int) -> str:
-        """Store-relative path of a consume-queue file."""
-        return f"consumequeue/{key[0]}/{key[1]}/{file_name(start)}"
-
-    def cq_changes(self) -> tuple[list[str], list[str], list[str]]:
-        """(files rewritten, files created, files deleted) as store-relative paths."""
-        rewritten, created, deleted = [], [], []
-        for key, st in sorted(self.states.items()):
-            for f in st.changed_files():
-                (created if f in st.created else rewritten).append(self.cq_rel(key, f))
-            deleted += [self.cq_rel(key, f) for f in st.deleted_files()]
-        for key, ld in sorted(self.loads.items()):
-            if key not in self.states:
-                deleted += [self.cq_rel(key, f) for f in ld.removed_at_load]
-        return rewritten, created, deleted
-
     @property
     def checkpoint_changes(self) -> bool:
         """True when the checkpoint file must be (re)written."""
@@ -142,23 +168,6 @@ class RecoveryPlan:
             "boundary_records_indexed_again": r.boundary_reindexed,
         })
         return out
-
-    def _consumequeue_dict(self) -> dict:
-        """The plan's "consumequeue" part: files rewritten, created, deleted and cut, queues re-dispatched."""
-        rewritten, created, deleted = self.cq_changes()
-        return {
-            "queues": len(self.loads),
-            "max_phy_offset_before": self.max_phy_before,
-            "truncate_dirty_logic_files": self.truncate_queues,
-            "to_rewrite": rewritten, "to_create": created, "to_delete": deleted,
-            "to_cut": [{"file": self.cq_rel(k, s.cut["file"]), "units_kept": s.cut["units_kept"],
-                        "first_unit_left_behind_phy_offset": s.cut["first_unit_left_behind"]}
-                       for k, s in sorted(self.states.items()) if s.cut],
-            "cut_note": "a cut moves the queue's write position before the first unit at or past the "
-                        "truncation point; the bytes after it stay on disk, as the broker leaves them",
-            "queues_redispatched": sorted(f"{k[0]}/{k[1]}" for k, s in self.states.items() if s.written),
-            "warnings": [w for s in self.states.values() for w in s.warnings],
-        }
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output)."""

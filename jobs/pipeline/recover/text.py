@@ -46,7 +46,8 @@ def _changes(s: dict) -> str:
     """One line of counts: what the recovery does to which files."""
     cq, idx = s["consumequeue"], s["index"]
     removed = idx.get("deleted_newer_than_checkpoint", idx.get("deleted", []))
-    parts = [f"{_count(len(s['commitlog']['to_delete']), 'commit-log segment')} removed",
+    logs = "DLedger data file" if s.get("mode") == "dledger" else "commit-log segment"
+    parts = [f"{_count(len(s['commitlog']['to_delete']), logs)} removed",
              f"consume-queue files: {len(cq['to_cut'])} cut, {len(cq['to_rewrite'])} rewritten, "
              f"{len(cq['to_create'])} created, {len(cq['to_delete'])} removed",
              f"index files: {len(removed)} removed, {len(idx.get('to_create', []))} created"
@@ -93,6 +94,35 @@ def _commitlog(s: dict) -> list[str]:
     else:
         lines.append(f"    no segment removed ({cl['segments']} segments kept)")
     return lines
+
+
+def _dledger(s: dict) -> list[str]:
+    """DLedger mode: DLedger's own recovery walk, the write end, the committed position, the member's files."""
+    d, idx = s["dledger"], s["dledger"]["index"]
+    stop = d["stop"]
+    peers = f"{d['peers']} member{'' if d['peers'] == 1 else 's'} in dLegerPeers" if d["peers"] else "no dLegerPeers"
+    lines = [f"DLedger log ({d['member']}, {peers})",
+             f"    walk     from data file {d['walk_from_data_file']}: {s['start_segment']['reason']}",
+             f"    checked  {d['entries_walked']} entries (index {d['first_walked_index']}..{d['last_index']}; "
+             f"DLedger checks magic, pos, size, index and term, no CRC)",
+             f"    valid up to offset {d['write_end']} = data file {stop['data_file']} + byte "
+             f"{stop['position_in_file']}: {stop['reason']}",
+             f"             {stop['detail']}"]
+    before = d.get("checkpoint_committed_index_before")
+    lines.append(f"    committed index {d['committed_index']}, dispatch up to offset {d['committed_position']}: "
+                 f"{d['reading']['reason']}")
+    if before is not None:
+        lines.append(f"             (the DLedger checkpoint said committedIndex {before}: "
+                     f"{d['entries_past_checkpoint_committed_index']} entries lie past it)")
+    lines += _listed("remove", [f"{d['member']}/data/{n}" for n in d["data_files_to_delete"]],
+                     " (data file past the write end)")
+    if idx["rewritten_from_index"] is not None:
+        lines.append(f"    index    rewritten from entry {idx['rewritten_from_index']} "
+                     f"({idx['rewritten_units']} units): {idx['rewrite_reason']}")
+    lines.append(f"    index    cut at byte {idx['cut_at']} (after the last entry)")
+    lines += _listed("remove", [f"{d['member']}/index/{n}" for n in idx["files_to_delete"]])
+    lines += _listed("rewrite", d["files_rewritten"])
+    return lines + [f"    note: {n}" for n in d["notes"]]
 
 
 def _consume_queues(s: dict) -> list[str]:
@@ -185,7 +215,8 @@ def _tail(s: dict) -> list[str]:
 
 def plan_lines(summary: dict, broker: str | None = None, title: str = "recovery plan (dry run, nothing written)") -> list[str]:
     """The whole plan (or what a run did) in short sections; the JSON form has every detail."""
-    return (_head(summary, title, broker) + _checkpoint(summary) + _commitlog(summary) + _consume_queues(summary)
+    log = _dledger(summary) if summary.get("mode") == "dledger" else _commitlog(summary)
+    return (_head(summary, title, broker) + _checkpoint(summary) + log + _consume_queues(summary)
             + _index(summary) + _timer(summary) + _tail(summary) + ["(the full plan as JSON: --json, or --plan FILE)"])
 
 

@@ -38,6 +38,7 @@ class RecoveryOutput:
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
     copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
+    dirs: tuple[str, ...] = ("commitlog", "consumequeue", "index")  # made in OUT even when empty
 
     @property
     def rendered(self) -> list[str]:
@@ -45,8 +46,9 @@ class RecoveryOutput:
         return [r for r, *_ in self.render_cq] + list(self.render_bytes)
 
 
-def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
-    """What to write and delete for this plan; `with_copies` also lists every unchanged file (OUT mode)."""
+def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] = ()) -> RecoveryOutput:
+    """What to write and delete for this plan; `with_copies` also lists every unchanged file (OUT mode).
+    `handled`: further root entries the caller renders and copies itself (the DLedger member directory)."""
     out = RecoveryOutput()
     # commit log: segments past P go; the rest is never modified
     gone = set(plan.segments_deleted)
@@ -57,7 +59,7 @@ def plan_output(plan: RecoveryPlan, with_copies: bool) -> RecoveryOutput:
     _index_output(plan, out, with_copies)
     _marker_output(plan, out, with_copies)
     if with_copies:
-        out.copies += _other_root_files(plan.store)
+        out.copies += _other_root_files(plan.store, handled)
     return out
 
 
@@ -124,13 +126,13 @@ def _marker_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -
             out.render_bytes[ABORT_BAK] = plan.markers.abort_bak
 
 
-def _other_root_files(store: Location) -> list[tuple[str, str, int]]:
+def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
     """Everything else in the store root (config/, compaction/, timer files, ...) is copied verbatim."""
     prefix = store.path.rstrip("/") + "/"
     out = []
     for info in store.list():
         name = info.base_name
-        if name in HANDLED_ROOT or name.startswith(OWN_PREFIXES):
+        if name in HANDLED_ROOT or name in handled or name.startswith(OWN_PREFIXES):
             continue
         loc = store.child(name)
         if info.type.name == "Directory":
@@ -188,7 +190,7 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     """Write every rendered file (and, for OUT, every copy) under `dest`; returns the index file names
     a --full-index rebuild created."""
     dest.makedirs()
-    for d in ("commitlog", "consumequeue", "index"):
+    for d in out.dirs:
         if out.copies:
             dest.child(d).makedirs()
     if out.render_cq:
