@@ -445,3 +445,22 @@ def test_assess_reads_a_store_and_refuses_what_it_cannot_repair(tmp_path):
     with pytest.raises(RecoveryError, match="timerlog/notes.txt is not a timer-log file"):
         assess(location(str(tmp_path)), settings_from_mapping(conf).settings, facts, repair=True)
     assert assess(location(str(tmp_path / "none")), settings_from_mapping(conf).settings, facts, repair=False) is None
+
+
+def test_dledger_mode_copies_timer_files_unchecked_and_refuses_the_repair(spark, golden, tmp_path):
+    """The timer check covers plain commit logs: a DLedger-mode store's timer files are copied, said so."""
+    from jobs.pipeline.runtime.failure import JobError
+    from tests.conftest import restored_copy
+
+    store = restored_copy("dledger-unclean-11", tmp_path / "store")
+    written(3, 400, [0], set()).save(store, 0, 3)
+    conf = tmp_path / "broker.conf"
+    conf.write_text((GOLDEN / "dledger-unclean-11" / "broker.conf").read_text() + "\nmappedFileSizeTimerLog=400\n")
+    plan_file = tmp_path / "plan.json"
+    assert recover("--store", str(store), "--broker-config", str(conf), "--dry-run", "--json", "--plan",
+                   str(plan_file)) == 0
+    assert [w for w in json.loads(plan_file.read_text())["warnings"] if w.startswith("timer:")] == [
+        "timer: the 5.x timer store (timerlog/, timerwheel, config/timercheck) is copied unchecked: the timer check "
+        "and --repair-timer cover plain commit logs only"]
+    with pytest.raises(JobError, match="--repair-timer: .* is a DLedger-mode store"):
+        recover("--store", str(store), "--broker-config", str(conf), "--dry-run", "--repair-timer")
