@@ -21,7 +21,7 @@ import time  # noqa: E402
 from jobs.pipeline.build.stage import name_index_files, pending_name  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import ListTask, list_file  # noqa: E402
-from jobs.pipeline.convert.segments import write_segment  # noqa: E402
+from jobs.pipeline.convert.segments import MAP_DIR, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
@@ -42,7 +42,6 @@ from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-convert-report.json"
-MAP_DIR = "reput-msgid-map"  # Parquet: old_physical_offset, new_physical_offset, old/new_offset_msg_id
 HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 

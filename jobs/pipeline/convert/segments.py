@@ -20,6 +20,7 @@ from storage_format.segment_names import segment_name
 from ..io.fs import Location
 from .records import hop
 
+MAP_DIR = "reput-msgid-map"  # in OUT: the old -> new offset msgId map, one Parquet file per segment
 MAP_COLUMNS = ("old_physical_offset", "new_physical_offset", "old_offset_msg_id", "new_offset_msg_id")
 
 
