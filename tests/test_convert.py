@@ -327,3 +327,14 @@ def test_refused_while_a_broker_holds_the_lock(no_spark, tmp_path, capsys):
         proc.kill()
         proc.wait()
     assert code == 2 and "is locked by process" in err[-1] and not (tmp_path / "o").exists()
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**62), max_size=50), st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16),
+       st.integers(-2**31, 2**31 - 1))
+def test_one_host_msg_ids_equal_the_general_encoder(offsets, host, port):
+    from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
+
+    offs = np.array(offsets, np.int64)
+    fast = offset_msg_ids_one_host(host + struct.pack(">i", port), offs)
+    assert fast.to_pylist() == encode_offset_msg_ids([host] * len(offs), [port] * len(offs), offs).to_pylist()

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, blank_record
 from storage_format.kernels.layout_kernel import copy_records, rewrite_prepared
-from storage_format.msg_id import encode_offset_msg_ids
+from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import segment_name
@@ -55,14 +55,25 @@ def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
 
 
 def write_segment(task: SegmentTask) -> SegmentWritten:
-    """Write the segment file and its map part (runs in a Spark task)."""
+    """Write the segment file and its map part (runs in a Spark task). The bytes stream out chunk by chunk
+    (one read chunk of the source and its copy in memory at a time)."""
+    state = {"pos": task.start, "rewritten": 0}
+    maps: list[pa.Table] = []
+    name = segment_name(task.start)
+    Location(task.out_dir).child(name).write_with_zero_tail(_pieces(task, state, maps), task.segment_size)
+    table = pa.concat_tables(maps) if maps else pa.table({c: pa.array([], t) for c, t in zip(
+        MAP_COLUMNS, (pa.int64(), pa.int64(), pa.string(), pa.string()))})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    Location(task.map_dir).child(f"part-{name}.parquet").write_bytes(sink.getvalue())
+    return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"])
+
+
+def _pieces(task: SegmentTask, state: dict, maps: list):
+    """The segment's bytes in order: the records copied chunk by chunk, then the BLANK (if the log goes on)."""
     keys = np.asarray(task.prepared_keys, np.int64)
     values = np.asarray(task.prepared_values, np.int64)
-    pieces: list[bytes] = []
-    maps: list[pa.Table] = []
-    pos = task.start
     left = task.count
-    rewritten = 0
     i = _source_of(task.sources, task.first_old)
     start_in_file = task.first_old - task.sources[i].start - task.sources[i].header
     while left > 0:
@@ -72,54 +83,48 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
                                                     want=left):
             if not len(offs):
                 continue
+            pos = state["pos"]
             new = pos + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
             total = int(new[-1] + sizes[-1] - pos)
             dst = np.empty(total, np.uint8)
             copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
             if len(keys):
-                rewritten += rewrite_prepared(dst, pos, new, keys, values)
+                state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
             maps.append(_map_part(dst, pos, offs, new))
-            pieces.append(dst.tobytes())
-            pos += total
+            state["pos"] = pos + total
             left -= len(offs)
+            yield memoryview(dst)
         i += 1
         start_in_file = 0
         if left and i >= len(task.sources):
             raise ValueError(f"segment {segment_name(task.start)}: {left} records not found in the data files")
     if task.blank_at is not None:
-        if task.blank_at != pos:
-            raise ValueError(f"segment {segment_name(task.start)}: BLANK planned at {task.blank_at}, records end at {pos}")
-        pieces.append(blank_record(pos, task.segment_size))
-    name = segment_name(task.start)
-    Location(task.out_dir).child(name).write_with_zero_tail(pieces, task.segment_size)
-    table = pa.concat_tables(maps) if maps else pa.table({c: pa.array([], t) for c, t in zip(
-        MAP_COLUMNS, (pa.int64(), pa.int64(), pa.string(), pa.string()))})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    Location(task.map_dir).child(f"part-{name}.parquet").write_bytes(sink.getvalue().to_pybytes())
-    return SegmentWritten(name, task.count, pos - task.start, rewritten)
+        if task.blank_at != state["pos"]:
+            raise ValueError(f"segment {segment_name(task.start)}: BLANK planned at {task.blank_at}, records end at "
+                             f"{state['pos']}")
+        yield blank_record(state["pos"], task.segment_size)
 
 
 def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray) -> pa.Table:
-    """old/new offsets and offset msgIds (store host + port + offset) of the records copied into `dst`."""
+    """old/new offsets and offset msgIds (store host + port + offset) of the records copied into `dst`: one
+    prefix for the whole chunk when one host stored every record (a broker's store), else per record."""
     at = (new - dst_base).astype(np.int64)
     flag = np.frombuffer(np.ascontiguousarray(dst[(at + AT_SYS_FLAG)[:, None] + np.arange(4)]).tobytes(), ">i4")
-    born = np.where(flag & FLAG_BORNHOST_V6, 20, 8)
-    host_at = at + AT_BORN_HOST + born + 8
+    host_at = at + AT_BORN_HOST + np.where(flag & FLAG_BORNHOST_V6, 20, 8) + 8
     v6 = (flag & FLAG_STOREHOST_V6) != 0
-    width = np.where(v6, 16, 4)
-    hosts = np.zeros((len(at), 16), np.uint8)
-    for w in (4, 16):
-        rows = np.flatnonzero(width == w)
-        if len(rows):
-            hosts[rows, :w] = dst[host_at[rows, None] + np.arange(w)]
-    port_at = host_at + width
+    if not v6.any() or v6.all():
+        width = 20 if v6[0] else 8
+        hosts = dst[host_at[:, None] + np.arange(width)]
+        if (hosts == hosts[0]).all():
+            prefix = hosts[0].tobytes()
+            return pa.table({"old_physical_offset": pa.array(old, pa.int64()),
+                             "new_physical_offset": pa.array(new, pa.int64()),
+                             "old_offset_msg_id": offset_msg_ids_one_host(prefix, old),
+                             "new_offset_msg_id": offset_msg_ids_one_host(prefix, new)})
+    widths = np.where(v6, 16, 4)
+    host_arr = pa.array([dst[h:h + w].tobytes() for h, w in zip(host_at.tolist(), widths.tolist())], pa.binary())
+    port_at = host_at + widths
     ports = np.frombuffer(np.ascontiguousarray(dst[port_at[:, None] + np.arange(4)]).tobytes(), ">i4").astype(np.int64)
-    if v6.any():
-        host_arr = pa.array([bytes(hosts[r, :width[r]]) for r in range(len(at))], pa.binary())
-    else:
-        host_arr = hosts[:, :4]
     return pa.table({"old_physical_offset": pa.array(old, pa.int64()), "new_physical_offset": pa.array(new, pa.int64()),
                      "old_offset_msg_id": encode_offset_msg_ids(host_arr, ports, old),
                      "new_offset_msg_id": encode_offset_msg_ids(host_arr, ports, new)})
-
