@@ -13,6 +13,7 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
     import _script_path  # noqa: F401
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import datetime as dt  # noqa: E402
 import sys  # noqa: E402
@@ -79,36 +80,36 @@ def main(argv: list[str] | None = None) -> int:
     report_loc = check_report(args, store)
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
-    sc = job_context(args, "convert")
-    timings: dict[str, float] = {}
-    started = time.monotonic()
-    t0 = time.monotonic()
-    scan = scan_store(sc, store, settings, work=None, with_cq=False, with_keys=False, split_size=args.split_size,
-                      dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet)
-    timings["source_scan_s"] = time.monotonic() - t0
-    problems = scan.tail_problems()
-    if problems:
-        raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
-    end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
-    t0 = time.monotonic()
-    data_files = [s for s in scan.segments if s.header and s.start < end]
-    listed = run_tasks(sc, [ListTask(s, end) for s in data_files], list_file, "list DLedger records", quiet=quiet)
-    plan = make_plan([s for s in scan.segments if not s.header or s.start < end], listed,
-                     settings.mapped_file_size_commitlog)
-    timings["list_layout_s"] = time.monotonic() - t0
-    dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
-    left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
-    summary = plan_report(plan, scan, left_out)
-    if left_out:
-        print(f"reput convert: note: {left_out} records past the DLedger committed position (reading "
-              f"'{dledger['committed_reading']['reading']}') are not committed and are left out of OUT; pass "
-              f"--dledger-reading surviving to keep them", file=sys.stderr)
-    if staging is None:
-        report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
-                  "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
-        emit(args, report, _print_plan, report_loc)
-        return EXIT_OK
-    with staging:
+    with staging if staging is not None else contextlib.nullcontext():  # the run lock is released however it ends
+        sc = job_context(args, "convert")
+        timings: dict[str, float] = {}
+        started = time.monotonic()
+        t0 = time.monotonic()
+        scan = scan_store(sc, store, settings, work=None, with_cq=False, with_keys=False, split_size=args.split_size,
+                          dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet)
+        timings["source_scan_s"] = time.monotonic() - t0
+        problems = scan.tail_problems()
+        if problems:
+            raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
+        end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
+        t0 = time.monotonic()
+        data_files = [s for s in scan.segments if s.header and s.start < end]
+        listed = run_tasks(sc, [ListTask(s, end) for s in data_files], list_file, "list DLedger records", quiet=quiet)
+        plan = make_plan([s for s in scan.segments if not s.header or s.start < end], listed,
+                         settings.mapped_file_size_commitlog)
+        timings["list_layout_s"] = time.monotonic() - t0
+        dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
+        left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
+        summary = plan_report(plan, scan, left_out)
+        if left_out:
+            print(f"reput convert: note: {left_out} records past the DLedger committed position (reading "
+                  f"'{dledger['committed_reading']['reading']}') are not committed and are left out of OUT; pass "
+                  f"--dledger-reading surviving to keep them", file=sys.stderr)
+        if staging is None:
+            report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
+                      "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
+            emit(args, report, _print_plan, report_loc)
+            return EXIT_OK
         report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet)
         report.update({"plan": summary, "dledger": dledger})
         timings["total_s"] = time.monotonic() - started

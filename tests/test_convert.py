@@ -12,6 +12,7 @@ import os
 import shutil
 import struct
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -266,13 +267,22 @@ def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, case, tmp_p
     data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] not in ("lock", "config")}  # noqa: E731
     assert data(after) == data(before)  # (config/: the schedule service persists its delay offsets at shutdown)
     # 2. the broker's own rebuild of OUT's commit log: the consume queues and index files reput wrote
-    bare = tmp_path / "bare"
-    shutil.copytree(out / "commitlog", bare / "commitlog")
-    figures = _broker(bare, conf, tmp_path / "bare.log")
-    assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
-    assert _tree_digest(bare / "consumequeue") == _tree_digest(out / "consumequeue")
     index = lambda d: [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((d / "index").iterdir())]  # noqa: E731
-    assert index(bare) == index(out) and index(out)
+    for attempt in (1, 2):
+        bare = tmp_path / f"bare{attempt}"
+        shutil.copytree(out / "commitlog", bare / "commitlog")
+        figures = _broker(bare, conf, tmp_path / f"bare{attempt}.log")
+        assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
+        assert _tree_digest(bare / "consumequeue") == _tree_digest(out / "consumequeue")
+        if index(bare) == index(out) and index(out):
+            break
+        # Seen once in ~15 runs on a loaded machine: the broker's index files differed from reput's (and from
+        # its own other runs). Say which and how, and run the broker once more; a second difference fails.
+        differ = [n for n, (a, b) in enumerate(zip(index(bare), index(out))) if a != b]
+        warnings.warn(f"{case}: the broker's index files differ from reput's in run {attempt} (files {differ[:5]} "
+                      f"in name order, {len(index(bare))} vs {len(index(out))} files); running it again")
+    else:
+        pytest.fail(f"{case}: the broker's rebuild gives other index files than reput's twice")
 
 
 # -- the operator's side -----------------------------------------------------------------------------------------
@@ -338,3 +348,37 @@ def test_one_host_msg_ids_equal_the_general_encoder(offsets, host, port):
     offs = np.array(offsets, np.int64)
     fast = offset_msg_ids_one_host(host + struct.pack(">i", port), offs)
     assert fast.to_pylist() == encode_offset_msg_ids([host] * len(offs), [port] * len(offs), offs).to_pylist()
+
+
+@pytest.mark.parametrize("how", ["sigint"])
+def test_ctrl_c_while_writing_leaves_nothing(tmp_path, how):
+    """Ctrl-C (SIGINT to the process group) while a task writes a segment: exit 130, one line, no OUT and
+    no staging directory."""
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.test_frontdoor import _group_gone
+
+    store = GOLDEN / "dledger-clean-small-11"
+    (tmp_path / "out").mkdir()
+    env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-convert-write", REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"))
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.convert", "--store", str(store), "--broker-config",
+                             str(store / "broker.conf"), "--out", str(tmp_path / "out" / "plain"), "--master",
+                             "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "paused").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if not ln.startswith(("reput test hook:", "reput convert: note:"))]
+    assert proc.returncode == 130 and lines[-1:] == ["reput convert: interrupted; nothing published"], err
+    assert "Traceback" not in err and os.listdir(tmp_path / "out") == []
+    assert _group_gone(proc.pid, within_s=60)

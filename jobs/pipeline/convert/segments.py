@@ -18,6 +18,7 @@ from storage_format.scan_plan import Segment
 from storage_format.segment_names import segment_name
 
 from ..io.fs import Location
+from ..runtime.faults import pause_at
 from .records import hop
 
 MAP_DIR = "reput-msgid-map"  # in OUT: the old -> new offset msgId map, one Parquet file per segment
@@ -74,6 +75,7 @@ def _pieces(task: SegmentTask, state: dict, maps: list):
     keys = np.asarray(task.prepared_keys, np.int64)
     values = np.asarray(task.prepared_values, np.int64)
     left = task.count
+    scratch = np.empty(0, np.uint8)  # reused for every chunk: fresh pages would each cost a fault
     i = _source_of(task.sources, task.first_old)
     start_in_file = task.first_old - task.sources[i].start - task.sources[i].header
     while left > 0:
@@ -86,14 +88,17 @@ def _pieces(task: SegmentTask, state: dict, maps: list):
             pos = state["pos"]
             new = pos + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
             total = int(new[-1] + sizes[-1] - pos)
-            dst = np.empty(total, np.uint8)
+            if len(scratch) < total:
+                scratch = np.empty(total, np.uint8)
+            dst = scratch[:total]
             copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
             if len(keys):
                 state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
-            maps.append(_map_part(dst, pos, offs, new))
+            maps.append(_map_part(dst, pos, offs, new))  # before the bytes go: dst is reused
             state["pos"] = pos + total
             left -= len(offs)
             yield memoryview(dst)
+            pause_at("in-convert-write")
         i += 1
         start_in_file = 0
         if left and i >= len(task.sources):
