@@ -382,3 +382,39 @@ def test_ctrl_c_while_writing_leaves_nothing(tmp_path, how):
     assert proc.returncode == 130 and lines[-1:] == ["reput convert: interrupted; nothing published"], err
     assert "Traceback" not in err and os.listdir(tmp_path / "out") == []
     assert _group_gone(proc.pid, within_s=60)
+
+
+def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
+    """A group of three: only entries up to committedIndex are committed; convert leaves the rest out, says so
+    and counts them; `--dledger-reading surviving` keeps them."""
+    from jobs.convert import main as convert_main
+    from storegen.encoder import write_dledger_store
+    from storegen.sample import SEGMENT_SIZE, broker_conf_text, build_sample
+
+    store = tmp_path / "store"
+    written = write_dledger_store(store, build_sample(600, seed=5).puts(), SEGMENT_SIZE, committed_index=400)
+    conf = store / "broker.conf"
+    conf.write_text(broker_conf_text() + "enableDLegerCommitLog=true\ndLegerSelfId=n0\n"
+                                         "dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.2:40911;n2-127.0.0.3:40911\n")
+    before = _tree_digest(store)
+    runs = {}
+    for reading in (None, "surviving"):
+        out = tmp_path / f"out-{reading}"
+        capsys.readouterr()
+        argv = ["--store", str(store), "--broker-config", str(conf), "--out", str(out), "--json", "--quiet"]
+        assert convert_main(argv + (["--dledger-reading", reading] if reading else [])) == 0
+        captured = capsys.readouterr()
+        runs[reading] = (json.loads(captured.out), captured.err, out)
+    assert _tree_digest(store) == before
+    report, err, out = runs[None]
+    past = written.last_index - 400
+    assert past > 0 and report["plan"]["records_past_committed_position_left_out"] == past
+    assert report["message_records"] == 401 and "left out of OUT" in err
+    assert report["dledger"]["entries_past_committed_index"] == past
+    full, _, full_out = runs["surviving"]
+    assert full["message_records"] == written.last_index + 1
+    assert full["plan"]["records_past_committed_position_left_out"] == 0
+    # the committed part is the same bytes either way
+    cut = (out / "commitlog").iterdir()
+    for seg in sorted(cut)[:-1]:
+        assert seg.read_bytes() == (full_out / "commitlog" / seg.name).read_bytes()
