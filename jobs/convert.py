@@ -27,7 +27,8 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
-from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
+                                       check_store, emit,
                                        json_bytes, parser, progress_quiet, run_process, settings_from,
                                        time_zone)
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
@@ -170,7 +171,8 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                                                                                      for c in copies])
     return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
             "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
-            "plain_segments_copied": [c[1].rsplit("/", 1)[1] for c in copies], "message_records": rescan.message_records,
+            "plain_segments_copied": [c[1].rsplit("/", 1)[1] for c in copies],
+            "message_records": rescan.message_records,
             "max_physical_offset": rescan.max_physical_offset, "prepared_offsets_rewritten": rewritten,
             "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
             "msgid_map": MAP_DIR}

@@ -53,7 +53,8 @@ def test_the_roll_rule_by_hand():
 @given(st.lists(st.integers(1, 500), max_size=300), st.integers(509, 2000), st.integers(0, 3))
 def test_layout_kernel_equals_the_reference(sizes, segment_size, first):
     sizes = np.array(sizes, np.int64)
-    a, b = layout(sizes, segment_size, first * segment_size), layout_reference(sizes, segment_size, first * segment_size)
+    start = first * segment_size
+    a, b = layout(sizes, segment_size, start), layout_reference(sizes, segment_size, start)
     assert a.offsets.tolist() == b.offsets.tolist() and a.blanks.tolist() == b.blanks.tolist() and a.end == b.end
     # every record fits its segment with the end marker's 8 bytes to spare
     seg = (a.offsets - a.start) // segment_size
@@ -232,7 +233,8 @@ def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
 def _java_missing() -> str | None:
     if shutil.which("java") is None:
         return "no java on PATH (the broker proof runs RocketMQ 4.9.8's own store code)"
-    if not (ORACLE_BUILD / "classpath.txt").is_file() or not (ORACLE_BUILD / "classes" / "RebuildTimer.class").is_file():
+    if not (ORACLE_BUILD / "classpath.txt").is_file() or \
+            not (ORACLE_BUILD / "classes" / "RebuildTimer.class").is_file():
         return (f"no oracle build at {ORACLE_BUILD} (set REPUT_ORACLE_BUILD; ../shared/oracle/README.md builds it "
                 f"with RebuildTimer)")
     return None
@@ -267,7 +269,8 @@ def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, case, tmp_p
     data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] not in ("lock", "config")}  # noqa: E731
     assert data(after) == data(before)  # (config/: the schedule service persists its delay offsets at shutdown)
     # 2. the broker's own rebuild of OUT's commit log: the consume queues and index files reput wrote
-    index = lambda d: [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((d / "index").iterdir())]  # noqa: E731
+    index = lambda d: [hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+                       for p in sorted((d / "index").iterdir())]
     for attempt in (1, 2):
         bare = tmp_path / f"bare{attempt}"
         shutil.copytree(out / "commitlog", bare / "commitlog")
@@ -276,8 +279,11 @@ def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, case, tmp_p
         assert _tree_digest(bare / "consumequeue") == _tree_digest(out / "consumequeue")
         if index(bare) == index(out) and index(out):
             break
-        # Seen once in ~15 runs on a loaded machine: the broker's index files differed from reput's (and from
-        # its own other runs). Say which and how, and run the broker once more; a second difference fails.
+        # Seen twice in ~25 runs inside the test suite (never in 18 standalone runs): the broker's index files
+        # differed from reput's and from its own other runs. Likely cause, not yet confirmed: the broker names an
+        # index file by its wall clock in ms, and with these stores' maxIndexNum=256 a file fills in about a
+        # millisecond, so two files can get one name (the second maps the first's file). Say which, run the
+        # broker once more; a second difference fails.
         differ = [n for n, (a, b) in enumerate(zip(index(bare), index(out))) if a != b]
         warnings.warn(f"{case}: the broker's index files differ from reput's in run {attempt} (files {differ[:5]} "
                       f"in name order, {len(index(bare))} vs {len(index(out))} files); running it again")
@@ -340,8 +346,8 @@ def test_refused_while_a_broker_holds_the_lock(no_spark, tmp_path, capsys):
 
 
 @hsettings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 2**62), max_size=50), st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16),
-       st.integers(-2**31, 2**31 - 1))
+@given(st.lists(st.integers(0, 2**62), max_size=50),
+       st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16), st.integers(-2**31, 2**31 - 1))
 def test_one_host_msg_ids_equal_the_general_encoder(offsets, host, port):
     from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
 

@@ -40,8 +40,8 @@ class FileRecords:
 
 def hop(loc: Location, base: int, file_size: int, start: int, limit: int, header: int,
         want: int | None = None):
-    """Yield (offsets, sizes, trans, preps, chunk, chunk's absolute offset) chunk by chunk walking entries from byte `start` of the file
-    (absolute offset base + start) until the data ends, `limit` or `want` records."""
+    """Yield (offsets, sizes, trans, preps, chunk, chunk's absolute offset) chunk by chunk walking entries from
+    byte `start` of the file (absolute offset base + start) until the data ends, `limit` or `want` records."""
     at = start
     got = 0
     while at < file_size and (want is None or got < want):
