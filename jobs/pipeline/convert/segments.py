@@ -22,7 +22,8 @@ from ..runtime.faults import pause_at
 from .records import hop
 
 MAP_DIR = "reput-msgid-map"  # in OUT: the old -> new offset msgId map, one Parquet file per segment
-MAP_COLUMNS = ("old_physical_offset", "new_physical_offset", "old_offset_msg_id", "new_offset_msg_id")
+MAP_SCHEMA = pa.schema([("old_physical_offset", pa.int64()), ("new_physical_offset", pa.int64()),
+                        ("old_offset_msg_id", pa.string()), ("new_offset_msg_id", pa.string())])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,20 +58,16 @@ def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
 
 def write_segment(task: SegmentTask) -> SegmentWritten:
     """Write the segment file and its map part (runs in a Spark task). The bytes stream out chunk by chunk
-    (one read chunk of the source and its copy in memory at a time)."""
+    (one read chunk of the source and its copy in memory at a time), the map part row group by row group."""
     state = {"pos": task.start, "rewritten": 0}
-    maps: list[pa.Table] = []
     name = segment_name(task.start)
-    Location(task.out_dir).child(name).write_with_zero_tail(_pieces(task, state, maps), task.segment_size)
-    table = pa.concat_tables(maps) if maps else pa.table({c: pa.array([], t) for c, t in zip(
-        MAP_COLUMNS, (pa.int64(), pa.int64(), pa.string(), pa.string()))})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    Location(task.map_dir).child(f"part-{name}.parquet").write_bytes(sink.getvalue())
+    part = Location(task.map_dir).child(f"part-{name}.parquet")
+    with part.fs.open_output_stream(part.path) as sink, pq.ParquetWriter(sink, MAP_SCHEMA) as maps:
+        Location(task.out_dir).child(name).write_with_zero_tail(_pieces(task, state, maps), task.segment_size)
     return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"])
 
 
-def _pieces(task: SegmentTask, state: dict, maps: list):
+def _pieces(task: SegmentTask, state: dict, maps: pq.ParquetWriter):
     """The segment's bytes in order: the records copied chunk by chunk, then the BLANK (if the log goes on)."""
     keys = np.asarray(task.prepared_keys, np.int64)
     values = np.asarray(task.prepared_values, np.int64)
@@ -94,7 +91,7 @@ def _pieces(task: SegmentTask, state: dict, maps: list):
             copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
             if len(keys):
                 state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
-            maps.append(_map_part(dst, pos, offs, new))  # before the bytes go: dst is reused
+            maps.write_table(_map_part(dst, pos, offs, new))  # before the bytes go: dst is reused
             state["pos"] = pos + total
             left -= len(offs)
             yield memoryview(dst)
