@@ -28,6 +28,7 @@ demo: venv
 	rm -rf $(DEMO)
 	$(PY) -m storage_format.kernels.warm
 	$(PY) -m storegen.sample $(DEMO)/store
+	$(PY) -m storegen.sample --dledger $(DEMO)/dledger-store
 	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
 	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt
 	mkdir -p $(DEMO)/checked && ln -s ../store/commitlog ../rebuilt/consumequeue ../rebuilt/index $(DEMO)/checked/

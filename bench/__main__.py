@@ -29,7 +29,7 @@ from .cpu import CpuWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
-STAGES = ("startup", "read", "decode", "rebuild", "verify")
+STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert")  # convert: DLedger stores only
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -192,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append(_best("jobs.verify", store, args.repeat,
                                  lambda: stages.verify(store, out, args.root, args.split_size, args.master, records,
                                                        data_bytes)))
+        if "convert" in wanted and args.dledger:
+            results.append(_best("jobs.convert", store, args.repeat,
+                                 lambda: stages.convert(store, args.root / "converted", args.split_size, args.master,
+                                                        data_bytes)))
+        elif "convert" in wanted and args.stages != ",".join(STAGES):
+            print("bench: note: stage convert runs on a DLedger store only (--dledger); skipped", file=sys.stderr)
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
                                             args.split_size, args.master, args.scale_settle)

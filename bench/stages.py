@@ -181,6 +181,21 @@ def rebuild(store: Path, out: Path, split_size: int, master: str, data_bytes: in
                        peak, detail=detail)
 
 
+def convert(store: Path, out: Path, split_size: int, master: str, data_bytes: int) -> StageResult:
+    """`jobs.convert` (a DLedger store as a plain store: new commit log, consume queues, index) into `out`,
+    timed from main() to its return."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+            "--split-size", str(split_size), "--master", master, "--json"]
+    code, stdout, seconds, peak = _timed_job("convert", argv)
+    report = json.loads(stdout)
+    detail = {"exit_code": code, "job_timings_s": report.get("timings"), "plan": report.get("plan"),
+              "segments_written": len(report.get("segments_written") or [])}
+    shutil.rmtree(out, ignore_errors=True)
+    return StageResult("jobs.convert (DLedger -> plain: commit log + CQ + index)", seconds,
+                       report.get("message_records"), data_bytes, peak, detail=detail)
+
+
 def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
            data_bytes: int) -> StageResult:
     """`jobs.verify` over a store made of the bench commit log and the rebuilt consume queues/index

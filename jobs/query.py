@@ -26,6 +26,8 @@ from jobs.pipeline.dump.messages import (Message, RecordReader, host_text, messa
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from jobs.pipeline.convert.segments import MAP_DIR as CONVERT_MAP_DIR  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
 from storage_format.multi_dispatch import is_lmq  # noqa: E402
 from storage_format.record import TRAN_ROLLBACK  # noqa: E402
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"store": store.uri, "query": {}, "index_files": None, "lookups": [], "hash_collisions": [],
                     "unreadable": [], "warnings": [], "messages": []}
     if args.msg_id is not None:
-        offsets, why = query_msg_id(args.msg_id, reader, result)
+        offsets, why = query_msg_id(args.msg_id, reader, result, store)
         if why is not None:
             offsets = msg_id_fallback(args, store, settings, reader, offsets, why, result)
     else:
@@ -177,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK if result["messages"] else EXIT_FINDINGS
 
 
-def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> tuple[list[int], str | None]:
+def query_msg_id(msg_id: str, reader: RecordReader, result: dict,
+                 store: Location | None = None) -> tuple[list[int], str | None]:
     """The record an offset message id names, and why the id must also be tried as a unique key (None
     when the record is there and was stored by the id's host): mqadmin queryMsgById falls back to the
     unique-key query whenever the id does not decode or viewing it fails."""
@@ -190,6 +193,16 @@ def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> tuple[list[
             raise JobError(str(exc)) from None
         return [], f"{text} is not an offset message id ({exc})"
     result["query"].update({"store_host": mid.host, "store_port": mid.port, "physical_offset": mid.physical_offset})
+    mapped = None if store is None else converted_offset(store, text)
+    if mapped is not None:
+        result["query"]["converted"] = mapped
+        direct, _ = reader.read(mid.physical_offset)
+        if direct is not None and bytes(direct.store_host) == mid.host_bytes and direct.store_port == mid.port:
+            result["warnings"].append(f"{text} is an id from before convert, now {mapped['new_offset_msg_id']} (offset "
+                                      f"{mapped['new_physical_offset']}); as an id of the converted store it would "
+                                      f"name the record at offset {mid.physical_offset}, also shown")
+            return [mapped["new_physical_offset"], mid.physical_offset], None
+        return [mapped["new_physical_offset"]], None
     msg, why = reader.read(mid.physical_offset)
     if msg is None:
         result["unreadable"].append({"physical_offset": mid.physical_offset, "reason": why})
@@ -199,6 +212,19 @@ def query_msg_id(msg_id: str, reader: RecordReader, result: dict) -> tuple[list[
                                   f"the id's {mid.host}:{mid.port} (an id of another broker, or not an offset id)")
         return [mid.physical_offset], "the record at the id's offset was stored by another host"
     return [mid.physical_offset], None
+
+
+def converted_offset(store: Location, msg_id: str) -> dict | None:
+    """An id from before `convert` in the converted store's msgId map (CONVERT_MAP_DIR): its old and new
+    offsets and new id, or None (no map, or not an old id)."""
+    folder = store.child(CONVERT_MAP_DIR)
+    if not folder.is_dir():
+        return None
+    table = pq.read_table(folder.path, filesystem=folder.fs, filters=[("old_offset_msg_id", "=", msg_id.upper())])
+    if not table.num_rows:
+        return None
+    row = table.slice(0, 1).to_pylist()[0]
+    return {k: row[k] for k in ("old_physical_offset", "new_physical_offset", "new_offset_msg_id")}
 
 
 def msg_id_fallback(args: argparse.Namespace, store: Location, settings: BrokerSettings, reader: RecordReader,
@@ -229,6 +255,10 @@ def print_human(r: dict, show_body: bool) -> None:
         if "store_host" in q:
             print(f"offset message id {q['msg_id']}: store host {q['store_host']}:{q['store_port']}, "
                   f"physical offset {q['physical_offset']}")
+        if q.get("converted"):
+            c = q["converted"]
+            print(f"an id from before convert: now {c['new_offset_msg_id']} at physical offset "
+                  f"{c['new_physical_offset']} (the store's {CONVERT_MAP_DIR}/)")
         if q.get("fallback"):
             print(f"then as a unique key in {len(q['topics_searched'])} topics via the index "
                   f"(max {q['max_num']} offsets per topic, like mqadmin queryMsgById)")

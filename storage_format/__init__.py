@@ -27,6 +27,10 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `checkpoint`: the `checkpoint` file
 - `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog), the
   pos rule for a split's first entry, and the committed-position reading (which entries count as dispatched)
+- `commitlog_layout`: where records land in a plain commit log (`CommitLog`'s placement: a record that does not
+  fit with the 8-byte end marker starts the next segment, a BLANK record ends the one before) as a pure function of
+  their sizes, and the record fields convert rewrites (PHYSICALOFFSET, preparedTransactionOffset); the compiled form
+  with convert's DLedger entry walk and record copy is `kernels.layout_kernel`
 - `log_sources`: where a store's records sit (plain segments, DLedger data files, the upgraded mixed layout) as
   one list of segments the split planner and decoders read
 - `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores

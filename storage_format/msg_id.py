@@ -410,3 +410,18 @@ def decode_uniq_keys(
         pa.array(born, mask=~born_ok),
     ]
     return pa.StructArray.from_arrays(children, fields=list(UNIQ_KEY_TYPE), mask=pa.array(~usable))
+
+
+def offset_msg_ids_one_host(host_and_port: bytes, offsets: np.ndarray) -> pa.StringArray:
+    """`encode_offset_msg_ids` for records of one store host: the id's fixed prefix (address + port bytes, 8 or
+    20) once, then each offset's 16 hex digits, built straight into the Arrow buffers (convert's msgId map)."""
+    prefix = _hex_matrix(np.frombuffer(host_and_port, np.uint8)[None, :])[0]
+    offsets = np.asarray(offsets, np.int64)
+    raw = offsets.astype(">i8").view(np.uint8).reshape(-1, 8)
+    width = len(prefix) + 16
+    out = np.empty((len(offsets), width), np.uint8)
+    out[:, :len(prefix)] = prefix
+    out[:, len(prefix)::2] = _HEX_DIGITS[raw >> 4]
+    out[:, len(prefix) + 1::2] = _HEX_DIGITS[raw & 15]
+    ends = np.arange(0, width * len(offsets) + 1, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(offsets), pa.py_buffer(ends), pa.py_buffer(out))

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from storage_format.commitlog import segment_name
+from storage_format.commitlog_layout import BLANK as _BLANK, END_MARKER, rolls
 from storage_format.record import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
@@ -29,7 +30,7 @@ from storage_format.record import (
     Message,
 )
 
-BLANK_MIN_LENGTH = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH: a segment always keeps room for a BLANK header
+BLANK_MIN_LENGTH = END_MARKER  # CommitLog.END_FILE_MIN_BLANK_LENGTH (the placement rule's one home: commitlog_layout)
 TOPIC_V2_THRESHOLD = 127  # 5.x writes MESSAGE_VERSION_V2 when topic.length() > Byte.MAX_VALUE
 MAX_PROPERTIES_LENGTH = 0x7FFF  # stored as a signed short
 LOCK_FILE_CONTENT = b"lock"
@@ -45,7 +46,6 @@ _HEADS: dict[tuple[bool, bool], struct.Struct] = {
     for b6 in (False, True)
     for s6 in (False, True)
 }
-_BLANK = struct.Struct(">iI")
 # DLedger (OpenMessaging DLedger 0.3.1.2, FORMAT.md "DLedger commit log"), written here from the format, not from
 # storage_format.dledger: entry magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize; then the body.
 DLEDGER_HEADER = struct.Struct(">iiqqqiiii")
@@ -249,7 +249,7 @@ class SegmentWriter:
             raise ValueError("SegmentWriter is closed")
         m = _measure(msg)
         size = m[0] + self._header
-        if size + BLANK_MIN_LENGTH > self.segment_size - self._pos:
+        if rolls(size, self.segment_size - self._pos):
             self._roll(size)
         return self._place(msg, m)
 
@@ -265,7 +265,7 @@ class SegmentWriter:
             return [self.append(msg) for msg in msgs]
         measured = [_measure(msg) for msg in msgs]
         total = sum(m[0] for m in measured)
-        if total + BLANK_MIN_LENGTH > self.segment_size - self._pos:
+        if rolls(total, self.segment_size - self._pos):
             self._roll(total)
         return [self._place(msg, m) for msg, m in zip(msgs, measured)]
 

@@ -27,7 +27,7 @@ from storage_format.record import (FLAG_COMPRESSED, FLAG_MULTI_TAGS, PROP_NAME_V
                                    TRAN_COMMIT, TRAN_MASK, TRAN_PREPARED, TRAN_ROLLBACK, Message)
 from storage_format.settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
-from .encoder import SegmentWriter, WriteSummary, host_sys_flag, write_store
+from .encoder import SegmentWriter, WriteSummary, host_sys_flag, write_dledger_store, write_store
 
 DEFAULT_MESSAGES = 3000
 DEFAULT_SEED = 11
@@ -495,17 +495,27 @@ def broker_conf_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_sample_store(out_dir: str | Path, n: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED) -> dict:
-    """Write OUT/broker.conf, OUT/commitlog/ and OUT/lock; returns a summary dict."""
+DLEDGER_CONF = {"enableDLegerCommitLog": "true", "dLegerGroup": "broker-a", "dLegerPeers": "n0-127.0.0.1:40911",
+                 "dLegerSelfId": "n0"}  # a one-member DLedger group, as the golden dledger-* cases
+
+
+def write_sample_store(out_dir: str | Path, n: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED,
+                       dledger: bool = False) -> dict:
+    """Write OUT/broker.conf, OUT/commitlog/ and OUT/lock; returns a summary dict. With `dledger`, the same
+    records as a DLedger-mode store (OUT/dledger-n0/, one entry per message; broker.conf names the group)."""
     out = Path(out_dir)
-    commitlog = out / "commitlog"
+    commitlog = out / ("dledger-n0" if dledger else "commitlog")
     if commitlog.exists() and any(commitlog.iterdir()):
         raise FileExistsError(f"{commitlog} already holds files; choose an empty directory")
     sample = build_sample(n, seed)
     messages = sample.messages
     out.mkdir(parents=True, exist_ok=True)
-    (out / "broker.conf").write_text(broker_conf_text(), encoding="utf-8")
-    written: WriteSummary = write_store(out, sample.puts(), SEGMENT_SIZE)
+    conf = broker_conf_text() + ("".join(f"{k}={v}\n" for k, v in DLEDGER_CONF.items()) if dledger else "")
+    (out / "broker.conf").write_text(conf, encoding="utf-8")
+    if dledger:
+        written: WriteSummary = write_dledger_store(out, sample.puts(), SEGMENT_SIZE).dledger
+    else:
+        written = write_store(out, sample.puts(), SEGMENT_SIZE)
     topics = Counter(m.topic for m in messages)
     return {
         "out_dir": str(out),
@@ -527,9 +537,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", metavar="OUT_DIR")
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="number of records")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--dledger", action="store_true", help="write a DLedger-mode store (enableDLegerCommitLog)")
     args = parser.parse_args(argv)
     try:
-        s = write_sample_store(args.out_dir, n=args.messages, seed=args.seed)
+        s = write_sample_store(args.out_dir, n=args.messages, seed=args.seed, dledger=args.dledger)
     except (FileExistsError, ValueError) as exc:
         print(f"sample_store: {exc}", file=sys.stderr)
         return 2

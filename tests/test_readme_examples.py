@@ -1,6 +1,6 @@
 """README.md's examples run as written: every `.venv/bin/reput JOB ...` line of its bash blocks that names the
-demo store is run, through the job's main(), on the directories `make demo` leaves (demo/store, demo/rebuilt
-and demo/checked, made here the way the Makefile makes them); their `/tmp/...` outputs go to a temporary
+demo store is run, through the job's main(), on the directories `make demo` leaves (demo/store, demo/rebuilt,
+demo/dledger-store and demo/checked, made here the way the Makefile makes them); their `/tmp/...` outputs go to a temporary
 directory. Every job has such an example, and each one exits 0."""
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def demo(spark, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("readme")
     demo = root / "demo"
     write_sample_store(demo / "store")
+    write_sample_store(demo / "dledger-store", dledger=True)
     assert rebuild_main(["--store", str(demo / "store"), "--broker-config", str(demo / "store" / "broker.conf"),
                          "--out", str(demo / "rebuilt"), "--quiet", "--json"]) == 0
     (demo / "checked").mkdir()

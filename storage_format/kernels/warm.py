@@ -13,7 +13,7 @@ def warm() -> dict[str, int]:
     (0 everywhere when all came from the cache)."""
     import numpy as np
 
-    from . import index_chain, row_groups, split_kernel
+    from . import index_chain, layout_kernel, row_groups, split_kernel
     from ..index_file import SLOT_DTYPE
     from .split_decode import decode_fast
 
@@ -25,7 +25,16 @@ def warm() -> dict[str, int]:
         column.flags.writeable = False
     index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
     index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
+    sizes, offsets = np.ones(1, np.int64), np.zeros(1, np.int64)
+    layout_kernel.place(sizes, 16, 0, offsets, np.zeros(2, np.int64))
+    buf = np.frombuffer(bytes(64), np.uint8)  # read-only, as a read chunk is
+    layout_kernel.hop_entries(buf, 0, 0, 64, 48, np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int8),
+                              np.zeros(1, np.int64))
+    layout_kernel.copy_records(buf, 0, offsets, sizes, offsets, np.zeros(64, np.uint8), 0)
+    layout_kernel.rewrite_prepared(np.zeros(64, np.uint8), 0, offsets, offsets, offsets)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
+               "place": layout_kernel.place, "hop_entries": layout_kernel.hop_entries,
+               "copy_records": layout_kernel.copy_records, "rewrite_prepared": layout_kernel.rewrite_prepared,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 

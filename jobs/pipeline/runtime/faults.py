@@ -4,7 +4,8 @@
   by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
   after-decode, in-build-task (inside a Spark task), after-build, before-publish-rename, between-renames
   (an --overwrite publish: old OUT moved aside, new one not yet in place), before-old-delete; on object
-  storage (no rename), before-commit: the tree is written, the run report is not.
+  storage (no rename), before-commit: the tree is written, the run report is not. Of a convert:
+  in-convert-write (inside a segment-write task, its segment half written), after-write.
 - `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after
   it wrote its work files, so Spark must retry it (needs spark.task.maxFailures > 1, e.g. master
   `local[2,2]`).
@@ -16,7 +17,7 @@ import sys
 import time
 
 PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
-                "before-old-delete", "before-commit")
+                "before-old-delete", "before-commit", "in-convert-write", "after-write")
 
 
 def pause_at(point: str) -> None:

@@ -10,7 +10,7 @@ from jobs import __version__
 from . import interrupt
 from .cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process
 
-JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump")
+JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump", "convert")
 USAGE = f"""usage: reput JOB [options]   (reput JOB --help: the job's options)
 
 jobs:
@@ -21,6 +21,7 @@ jobs:
   query     find messages by key, unique key or message id
   catalog   append record metadata to a Delta table
   dump      print one consume queue, commit-log records or one index file
+  convert   a DLedger store as a plain store (to leave DLedger for controller mode)
 
 {EXIT_STATUS_TEXT}
 reput {__version__}"""

@@ -1,0 +1,256 @@
+"""`python -m jobs.convert --store STORE --out OUT`: a DLedger store as a plain store (DLedger -> controller mode).
+
+Writes OUT/commitlog/ (every record of the DLedger data files in the same order, placed as the broker's
+CommitLog places them; the plain segments of an upgraded store copied unchanged), consume queues and index
+files for the new offsets (reput's rebuild over OUT's commit log), `checkpoint`, `config/` copied, no `abort`,
+the old -> new offset msgId map as Parquet (OUT/reput-msgid-map/) and OUT/reput-convert-report.json. Each
+record changes only in PHYSICALOFFSET and, in COMMIT/ROLLBACK records, the prepared offset of its half record.
+The store is only read; OUT is built in a staging directory and published as rebuild publishes.
+"""
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
+    import _script_path  # noqa: F401
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import datetime as dt  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from jobs.pipeline.build.stage import name_index_files, pending_name  # noqa: E402
+from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
+from jobs.pipeline.convert.records import ListTask, list_file  # noqa: E402
+from jobs.pipeline.convert.segments import MAP_DIR, write_segment  # noqa: E402
+from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
+from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
+                                       check_store, emit,
+                                       json_bytes, parser, progress_quiet, run_process, settings_from,
+                                       time_zone)
+from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
+from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.store.dispatch import read_checkpoint, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds  # noqa: E402
+from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes  # noqa: E402
+from storage_format.markers import CHECKPOINT  # noqa: E402
+from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
+from storage_format.settings import BrokerSettings  # noqa: E402
+
+REPORT_NAME = "reput-convert-report.json"
+HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = parser("convert", "Convert a DLedger store (enableDLegerCommitLog) into a plain store with its own commit "
+                          "log, consume queues and index files, for a broker in master-slave or controller mode.")
+    p.add_argument("--out", required=True, help="the new store directory (must not exist unless --overwrite)")
+    p.add_argument("--dry-run", action="store_true", help="only print the plan (records, segments, bytes, ids "
+                                                          "that change, transactions and schedule messages); "
+                                                          "write nothing")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
+    add_generation_flag(p)
+    add_dledger_flag(p)
+    return p.parse_args(argv)
+
+
+def plain_settings(settings: BrokerSettings) -> BrokerSettings:
+    """The settings of the converted store: DLedger off, commit log at OUT/commitlog."""
+    return dataclasses.replace(settings, enable_dleger_commit_log=False, store_path_commit_log=None,
+                               store_path_dledger_commit_log=None, read_only_commit_log_store_paths=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check, scan the source, list its records, lay them out; then write, rebuild over OUT, check, publish."""
+    args = _args(argv)
+    quiet = progress_quiet(args)
+    store, settings = check_store(args, settings_from(args))
+    if not settings.enable_dleger_commit_log:
+        raise JobError(f"{args.store} is not a DLedger store (enableDLegerCommitLog is off and no dledger-*/data/ "
+                       f"directory): nothing to convert")
+    out = location(args.out)
+    refuse_if_running(store, force=False, forceable=False)
+    check_outside(store, out, "--out")
+    report_loc = check_report(args, store)
+    limit = store_dispatch_limit(store, settings, args.dledger_reading)
+    staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
+    with staging if staging is not None else contextlib.nullcontext():  # the run lock is released however it ends
+        sc = job_context(args, "convert")
+        timings: dict[str, float] = {}
+        started = time.monotonic()
+        t0 = time.monotonic()
+        scan = scan_store(sc, store, settings, work=None, with_cq=False, with_keys=False, split_size=args.split_size,
+                          dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet)
+        timings["source_scan_s"] = time.monotonic() - t0
+        problems = scan.tail_problems()
+        if problems:
+            raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
+        end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
+        t0 = time.monotonic()
+        data_files = [s for s in scan.segments if s.header and s.start < end]
+        listed = run_tasks(sc, [ListTask(s, end) for s in data_files], list_file, "list DLedger records", quiet=quiet)
+        plan = make_plan([s for s in scan.segments if not s.header or s.start < end], listed,
+                         settings.mapped_file_size_commitlog)
+        timings["list_layout_s"] = time.monotonic() - t0
+        dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
+        left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
+        summary = plan_report(plan, scan, left_out)
+        if left_out:
+            print(f"reput convert: note: {left_out} records past the DLedger committed position (reading "
+                  f"'{dledger['committed_reading']['reading']}') are not committed and are left out of OUT; pass "
+                  f"--dledger-reading surviving to keep them", file=sys.stderr)
+        if staging is None:
+            report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
+                      "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
+            emit(args, report, _print_plan, report_loc)
+            return EXIT_OK
+        report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet)
+        report.update({"plan": summary, "dledger": dledger})
+        timings["total_s"] = time.monotonic() - started
+        report["timings"] = {k: round(v, 3) for k, v in timings.items()}
+        staging.publish(json_bytes(report))
+    emit(args, report, _print_human, report_loc)
+    return EXIT_OK
+
+
+def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
+    """The plan's figures plus what moves: schedule messages and the transaction topics' records."""
+    per_queue = scan.records_per_queue()
+    count = lambda topic: sum(per_queue.get(topic, {}).values())  # noqa: E731
+    return {**plan.to_dict(), "schedule_messages_moved": count(SCHEDULE_TOPIC),
+            "half_messages_moved": count(HALF_TOPIC), "op_half_messages_moved": count(OP_TOPIC),
+            "pending_transactions_at_most": max(0, count(HALF_TOPIC) - count(OP_TOPIC)),
+            "records_past_committed_position_left_out": left_out}
+
+
+def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
+           timings: dict, quiet: bool) -> dict:
+    """Everything written into the staging directory, checked; returns the report's body."""
+    t0 = time.monotonic()
+    log_dir, map_dir = staging.dir.child("commitlog"), staging.dir.child(MAP_DIR)
+    log_dir.makedirs()
+    map_dir.makedirs()
+    tasks = plan.segment_tasks(log_dir.uri, map_dir.uri)
+    copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
+    written = run_tasks(sc, tasks, write_segment, "write commit-log segments", quiet=quiet)
+    run_tasks(sc, copies, _copy_file, "copy plain segments", quiet=quiet)
+    _copy_tree(store.child("config"), staging.dir.child("config"))
+    rewritten = sum(w.prepared_rewritten for w in written)
+    timings["write_s"] = time.monotonic() - t0
+    pause_at("after-write")
+    t0 = time.monotonic()
+    plain = plain_settings(settings)
+    rescan = scan_store(sc, staging.dir, plain, work=staging.work, with_cq=True, with_keys=plain.message_index_enable,
+                        split_size=args.split_size, generation=args.rocketmq_version, quiet=quiet)
+    expect_end = plan.layout.end if plan.records else scan.max_physical_offset
+    if rescan.tail_problems() or rescan.max_physical_offset != expect_end \
+            or rescan.message_records != plan.records + _plain_records(scan):
+        raise JobError(f"the written commit log does not read back as planned (end {rescan.max_physical_offset}, "
+                       f"expected {expect_end}; records {rescan.message_records}); nothing published")
+    args.only, args.topics = None, None
+    cq_tasks = _plan_cq_tasks(rescan, plain, staging, None, 2 * sc.defaultParallelism)
+    index_tasks = _plan_index_tasks(args, rescan, plain, store, staging) if plain.message_index_enable else []
+    cq_files, firsts, _ = _run_builds(sc, index_tasks + cq_tasks, quiet)
+    index_names: list[str] = []
+    if plain.message_index_enable:
+        index_dir = staging.dir.child("index")
+        names = name_index_files(rescan, firsts, time_zone("--index-name-tz", args.index_name_tz))
+        for no, name in sorted(names.items()):
+            index_dir.child(pending_name(no)).move_to(index_dir.child(name))
+        index_names = [names[no] for no in sorted(names)]
+    timings["rebuild_s"] = time.monotonic() - t0
+    cp_source = _write_checkpoint(store, staging.dir, rescan)
+    _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + [c[1].rsplit("/", 1)[1]
+                                                                                     for c in copies])
+    return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
+            "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
+            "plain_segments_copied": [c[1].rsplit("/", 1)[1] for c in copies],
+            "message_records": rescan.message_records,
+            "max_physical_offset": rescan.max_physical_offset, "prepared_offsets_rewritten": rewritten,
+            "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
+            "msgid_map": MAP_DIR}
+
+
+def _plain_records(scan: ScanResult) -> int:
+    return sum(s.records for s in scan.accepted if s.first_entry_index is None)
+
+
+def _copy_file(item: tuple[str, str, int]) -> int:
+    """Copy a plain segment unchanged (a Spark task), in 64 MiB pieces."""
+    src, dst, size = item
+    loc = Location(src)
+    step = 64 << 20
+    Location(dst).write_with_zero_tail((loc.read_range(at, min(step, size - at)) for at in range(0, size, step)), size)
+    return size
+
+
+def _copy_tree(src: Location, dst: Location) -> None:
+    """config/ (topics, subscription groups, consumer and delay offsets: keyed by queue offsets) copied."""
+    if not src.is_dir():
+        return
+    prefix = src.path.rstrip("/") + "/"
+    for info in src.walk_files():
+        dst.child(*info.path[len(prefix):].split("/")).write_bytes(Location(src.uri.rstrip("/") + "/" +
+                                                                            info.path[len(prefix):]).read_bytes())
+
+
+def _write_checkpoint(store: Location, out: Location, rescan: ScanResult) -> str:
+    """The source's checkpoint (store timestamps only in 4.x: they do not change), or one made from the last
+    record's storeTimestamp when the source has none; 5.x offsets are set to the new log's end."""
+    cp = read_checkpoint(store)
+    if cp is None:
+        ts = max((s.last_store_ts for s in rescan.accepted if s.last_store_ts is not None), default=0)
+        out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts), 4))
+        return "made from the last record's storeTimestamp (the source has no checkpoint)"
+    base = store.child(CHECKPOINT).read_bytes()[:CHECKPOINT_SIZE]
+    if cp.has_v5_fields:
+        end = rescan.max_physical_offset
+        cp = dataclasses.replace(cp, master_flushed_offset=end, confirm_phy_offset=end)
+        out.child(CHECKPOINT).write_bytes(checkpoint_bytes(cp, 5, base))
+        return "copied; masterFlushedOffset and confirmPhyOffset set to the new log's end"
+    out.child(CHECKPOINT).write_bytes(checkpoint_bytes(cp, 4, base))
+    return "copied (store timestamps)"
+
+
+def _check_out(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str],
+               segments: list[str]) -> None:
+    """Consume queues and index files as rebuild checks them, every segment at its size, no abort."""
+    prefix = staging.path.rstrip("/") + "/"
+    found = {i.path[len(prefix):]: i.size for i in staging.walk_files()
+             if i.path[len(prefix):].split("/")[0] in ("commitlog", "consumequeue", "index", "abort")}
+    expect = {f"commitlog/{n}": settings.mapped_file_size_commitlog for n in segments}
+    expect.update({f"consumequeue/{rel}": settings.consume_queue_file_size for rel in cq_files})
+    expect.update({f"index/{n}": settings.index_file_size for n in index_names})
+    if found != expect:
+        differ = sorted(k for k in set(found) | set(expect) if found.get(k) != expect.get(k))[:5]
+        raise JobError(f"staged output failed its check ({differ}); nothing published")
+
+
+def _print_plan(r: dict) -> None:
+    p = r["plan"]
+    print(f"convert plan for {r['store']} -> {r['out']}: {p['dledger_records']} DLedger records into "
+          f"{p['new_segments']} new segments ({p['new_log_bytes']} bytes from offset {p['new_log_start']}), "
+          f"{p['plain_segments_kept']} plain segments kept")
+    print(f"offset msgIds that change: {p['offset_msg_ids_changed']}; COMMIT/ROLLBACK prepared offsets rewritten: "
+          f"{p['transaction_ends_rewritten']}; schedule messages moved: {p['schedule_messages_moved']}; half "
+          f"messages moved: {p['half_messages_moved']} (pending transactions at most "
+          f"{p['pending_transactions_at_most']}); records past the committed position left out: "
+          f"{p['records_past_committed_position_left_out']}")
+
+
+def _print_human(r: dict) -> None:
+    print(f"converted {r['message_records']} records into {r['out']}: {len(r['segments_written'])} segments "
+          f"written, {len(r['plain_segments_copied'])} plain segments copied, {r['consumequeue_files']} "
+          f"consume-queue files, {len(r['index_files'])} index files in {r['timings']['total_s']:.1f}s")
+    print(f"old offset msgIds map to new ones in {r['out']}/{MAP_DIR}/ (query --msg-id accepts old ids)")
+
+
+if __name__ == "__main__":
+    run_process("convert", main)

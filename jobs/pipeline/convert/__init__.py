@@ -1,0 +1,1 @@
+"""convert's stages: list the DLedger records, lay out the plain commit log, write its segments."""

@@ -1,0 +1,98 @@
+"""The driver's side of convert: from the listed records (numeric arrays) to the new layout, the segment
+tasks and the plan a dry run prints. Per record the driver holds 20 bytes (old offset, size, new offset):
+4 M records take ~80 MB, 50 M ~1 GB; the layout pass itself is one compiled loop (commitlog_layout.layout)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from storage_format.commitlog_layout import Layout, layout
+from storage_format.scan_plan import Segment
+
+from .records import FileRecords
+from .segments import SegmentTask
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertPlan:
+    """What convert will do: the DLedger records and their new layout, the transaction ends whose prepared
+    offset moves (`prepared_keys` -> `prepared_values`, sorted), and those pointing outside the converted log."""
+
+    data_files: tuple[Segment, ...]
+    plain_segments: tuple[Segment, ...]
+    old: np.ndarray
+    sizes: np.ndarray
+    layout: Layout
+    end_offsets: np.ndarray
+    end_prepared: np.ndarray
+    prepared_keys: np.ndarray
+    prepared_values: np.ndarray
+    unmapped_prepared: int
+    prepared_records: int
+
+    @property
+    def records(self) -> int:
+        return len(self.old)
+
+    @property
+    def ids_changed(self) -> int:
+        return int(np.count_nonzero(self.layout.offsets != self.old))
+
+    def segment_tasks(self, out_dir: str, map_dir: str) -> list[SegmentTask]:
+        """One task per new segment holding records (in offset order)."""
+        lay, size = self.layout, self.layout.segment_size
+        seg_of = (lay.offsets - lay.start) // size
+        blank_seg = {int((b - lay.start) // size): int(b) for b in lay.blanks.tolist()}
+        tasks = []
+        bounds = np.searchsorted(seg_of, np.arange(seg_of[-1] + 2 if len(seg_of) else 0))
+        for k in range(len(bounds) - 1):
+            i0, i1 = int(bounds[k]), int(bounds[k + 1])
+            if i0 == i1:
+                continue
+            lo, hi = int(self.old[i0]), int(self.old[i1 - 1])
+            sel = (self.end_offsets >= lo) & (self.end_offsets <= hi)
+            wanted = np.unique(self.end_prepared[sel])
+            j = np.flatnonzero(np.isin(self.prepared_keys, wanted))
+            tasks.append(SegmentTask(start=lay.start + k * size, segment_size=size, first_old=lo, count=i1 - i0,
+                                     blank_at=blank_seg.get(k), sources=self.data_files,
+                                     prepared_keys=tuple(self.prepared_keys[j].tolist()),
+                                     prepared_values=tuple(self.prepared_values[j].tolist()),
+                                     out_dir=out_dir, map_dir=map_dir))
+        return tasks
+
+    def to_dict(self) -> dict:
+        lay = self.layout
+        return {"dledger_records": self.records, "new_segments": len(lay.segment_starts),
+                "new_log_start": lay.start, "new_log_end": lay.end,
+                "new_log_bytes": lay.end - lay.start, "blanks": len(lay.blanks),
+                "plain_segments_kept": len(self.plain_segments),
+                "offset_msg_ids_changed": self.ids_changed,
+                "transaction_ends_rewritten": int(len(self.end_offsets)) - self.unmapped_prepared,
+                "transaction_ends_pointing_outside": self.unmapped_prepared,
+                "prepared_records_moved": self.prepared_records}
+
+
+def make_plan(segments: list[Segment], listed: list[FileRecords], segment_size: int) -> ConvertPlan:
+    """The layout of the DLedger part from the data files' listed records (offset order)."""
+    data = tuple(s for s in segments if s.header)
+    plain = tuple(s for s in segments if not s.header)
+    old = np.concatenate([f.offsets for f in listed]) if listed else np.zeros(0, np.int64)
+    sizes = np.concatenate([f.sizes for f in listed]).astype(np.int64) if listed else np.zeros(0, np.int64)
+    start = data[0].start if data else 0
+    lay = layout(sizes, segment_size, start)
+    end_offsets = np.concatenate([f.end_offsets for f in listed]) if listed else np.zeros(0, np.int64)
+    end_prepared = np.concatenate([f.end_prepared for f in listed]) if listed else np.zeros(0, np.int64)
+    targets = np.unique(end_prepared)
+    at = np.searchsorted(old, targets)
+    found = (at < len(old)) & (old[np.minimum(at, max(len(old) - 1, 0))] == targets) if len(old) else \
+        np.zeros(len(targets), bool)
+    keys = targets[found]
+    values = lay.offsets[at[found]]
+    moved = keys != values
+    below = targets[~found] < start  # half records in the plain part keep their offsets
+    unmapped = int(np.isin(end_prepared, targets[~found][~below]).sum())
+    return ConvertPlan(data_files=data, plain_segments=plain, old=old, sizes=sizes, layout=lay,
+                       end_offsets=end_offsets, end_prepared=end_prepared, prepared_keys=keys[moved],
+                       prepared_values=values[moved], unmapped_prepared=unmapped,
+                       prepared_records=sum(f.prepared for f in listed))

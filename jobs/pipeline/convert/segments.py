@@ -1,0 +1,132 @@
+"""Writing one segment of the new commit log (a Spark task): its records hopped from the DLedger data files
+by offset range, copied to their new offsets with PHYSICALOFFSET (and COMMIT/ROLLBACK prepared offsets)
+rewritten, the BLANK at the end when the next record did not fit, zeros to the segment size; and the
+segment's part of the old -> new msgId map (Parquet)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, blank_record
+from storage_format.kernels.layout_kernel import copy_records, rewrite_prepared
+from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
+from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
+from storage_format.scan_plan import Segment
+from storage_format.segment_names import segment_name
+
+from ..io.fs import Location
+from ..runtime.faults import pause_at
+from .records import hop
+
+MAP_DIR = "reput-msgid-map"  # in OUT: the old -> new offset msgId map, one Parquet file per segment
+MAP_SCHEMA = pa.schema([("old_physical_offset", pa.int64()), ("new_physical_offset", pa.int64()),
+                        ("old_offset_msg_id", pa.string()), ("new_offset_msg_id", pa.string())])
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentTask:
+    """One new segment: its start, where its first record starts (the segment's start), the first record's old
+    offset and how many records it holds, the BLANK's offset (None: the log ends in it), the data files
+    to read, the prepared-offset map for its COMMIT/ROLLBACK records, and where to write."""
+
+    start: int
+    segment_size: int
+    first_old: int
+    count: int
+    blank_at: int | None
+    sources: tuple[Segment, ...]
+    prepared_keys: tuple[int, ...] = field(default=())
+    prepared_values: tuple[int, ...] = field(default=())
+    out_dir: str
+    map_dir: str
+
+
+@dataclass(frozen=True)
+class SegmentWritten:
+    name: str
+    records: int
+    bytes: int
+    prepared_rewritten: int
+
+
+def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
+    return next(i for i, s in enumerate(sources) if s.start <= offset < s.start + s.size)
+
+
+def write_segment(task: SegmentTask) -> SegmentWritten:
+    """Write the segment file and its map part (runs in a Spark task). The bytes stream out chunk by chunk
+    (one read chunk of the source and its copy in memory at a time), the map part row group by row group."""
+    state = {"pos": task.start, "rewritten": 0}
+    name = segment_name(task.start)
+    part = Location(task.map_dir).child(f"part-{name}.parquet")
+    with part.fs.open_output_stream(part.path) as sink, pq.ParquetWriter(sink, MAP_SCHEMA) as maps:
+        Location(task.out_dir).child(name).write_with_zero_tail(_pieces(task, state, maps), task.segment_size)
+    return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"])
+
+
+def _pieces(task: SegmentTask, state: dict, maps: pq.ParquetWriter):
+    """The segment's bytes in order: the records copied chunk by chunk, then the BLANK (if the log goes on)."""
+    keys = np.asarray(task.prepared_keys, np.int64)
+    values = np.asarray(task.prepared_values, np.int64)
+    left = task.count
+    scratch = np.empty(0, np.uint8)  # reused for every chunk: fresh pages would each cost a fault
+    i = _source_of(task.sources, task.first_old)
+    start_in_file = task.first_old - task.sources[i].start - task.sources[i].header
+    while left > 0:
+        src = task.sources[i]
+        loc = Location(src.path)
+        for offs, sizes, _, _, buf, buf_base in hop(loc, src.start, src.size, start_in_file, 2**62, src.header,
+                                                    want=left):
+            if not len(offs):
+                continue
+            pos = state["pos"]
+            new = pos + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
+            total = int(new[-1] + sizes[-1] - pos)
+            if len(scratch) < total:
+                scratch = np.empty(total, np.uint8)
+            dst = scratch[:total]
+            copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
+            if len(keys):
+                state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
+            maps.write_table(_map_part(dst, pos, offs, new))  # before the bytes go: dst is reused
+            state["pos"] = pos + total
+            left -= len(offs)
+            yield memoryview(dst)
+            pause_at("in-convert-write")
+        i += 1
+        start_in_file = 0
+        if left and i >= len(task.sources):
+            raise ValueError(f"segment {segment_name(task.start)}: {left} records not found in the data files")
+    if task.blank_at is not None:
+        if task.blank_at != state["pos"]:
+            raise ValueError(f"segment {segment_name(task.start)}: BLANK planned at {task.blank_at}, records end at "
+                             f"{state['pos']}")
+        yield blank_record(state["pos"], task.segment_size)
+
+
+def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray) -> pa.Table:
+    """old/new offsets and offset msgIds (store host + port + offset) of the records copied into `dst`: one
+    prefix for the whole chunk when one host stored every record (a broker's store), else per record."""
+    at = (new - dst_base).astype(np.int64)
+    flag = np.frombuffer(np.ascontiguousarray(dst[(at + AT_SYS_FLAG)[:, None] + np.arange(4)]).tobytes(), ">i4")
+    host_at = at + AT_BORN_HOST + np.where(flag & FLAG_BORNHOST_V6, 20, 8) + 8
+    v6 = (flag & FLAG_STOREHOST_V6) != 0
+    if not v6.any() or v6.all():
+        width = 20 if v6[0] else 8
+        hosts = dst[host_at[:, None] + np.arange(width)]
+        if (hosts == hosts[0]).all():
+            prefix = hosts[0].tobytes()
+            return pa.table({"old_physical_offset": pa.array(old, pa.int64()),
+                             "new_physical_offset": pa.array(new, pa.int64()),
+                             "old_offset_msg_id": offset_msg_ids_one_host(prefix, old),
+                             "new_offset_msg_id": offset_msg_ids_one_host(prefix, new)})
+    widths = np.where(v6, 16, 4)
+    host_arr = pa.array([dst[h:h + w].tobytes() for h, w in zip(host_at.tolist(), widths.tolist())], pa.binary())
+    port_at = host_at + widths
+    ports = np.frombuffer(np.ascontiguousarray(dst[port_at[:, None] + np.arange(4)]).tobytes(), ">i4").astype(np.int64)
+    return pa.table({"old_physical_offset": pa.array(old, pa.int64()), "new_physical_offset": pa.array(new, pa.int64()),
+                     "old_offset_msg_id": encode_offset_msg_ids(host_arr, ports, old),
+                     "new_offset_msg_id": encode_offset_msg_ids(host_arr, ports, new)})

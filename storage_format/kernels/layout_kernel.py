@@ -1,0 +1,117 @@
+"""convert's compiled passes (numba): the plain commit-log layout of a run of record sizes, the hop over
+DLedger entries that lists records (offset, size, transaction type, prepared offset), and the copy of records
+to their new offsets with PHYSICALOFFSET rewritten. References: commitlog_layout.layout_reference /
+rewrite_reference and dledger.hop_entries_reference, tested equal."""
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import njit
+
+END_MARKER = 8  # commitlog_layout.END_MARKER (this module imports nothing else of the package)
+
+
+@njit()
+def place(sizes: np.ndarray, segment_size: int, start: int, offsets: np.ndarray, blanks: np.ndarray):
+    """Each record's absolute offset under the roll rule (size + 8 > bytes left: BLANK, next segment);
+    returns (BLANKs written into `blanks`, write end)."""
+    seg = start
+    pos = 0
+    nb = 0
+    for i in range(sizes.shape[0]):
+        size = sizes[i]
+        if size + END_MARKER > segment_size - pos:
+            blanks[nb] = seg + pos
+            nb += 1
+            seg += segment_size
+            pos = 0
+        offsets[i] = seg + pos
+        pos += size
+    return nb, seg + pos
+
+
+@njit()
+def _i32(a, p):
+    v = (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16) | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@njit()
+def _i64(a, p):
+    hi = (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16) | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
+    lo = (np.int64(a[p + 4]) << 24) | (np.int64(a[p + 5]) << 16) | (np.int64(a[p + 6]) << 8) | np.int64(a[p + 7])
+    return (hi << 32) | lo
+
+
+@njit()
+def _put64(a, p, v):
+    for k in range(8):
+        a[p + k] = (v >> (56 - 8 * k)) & 0xFF
+
+
+@njit()
+def _prepared_at(flag):
+    born = 20 if flag & 0x10 else 8
+    store = 20 if flag & 0x20 else 8
+    return 48 + born + 8 + store + 4
+
+
+@njit()
+def hop_entries(buf: np.ndarray, base: int, start: int, limit: int, header: int,
+                offs: np.ndarray, sizes: np.ndarray, trans: np.ndarray, preps: np.ndarray):
+    """Walk entries (a `header`-byte DLedger entry header, then the record) from buf[start] while a whole
+    entry lies in buf and its record ends at or below the absolute `limit`; per record its absolute offset,
+    size, sysFlag transaction bits and (COMMIT/ROLLBACK) preparedTransactionOffset. Returns (records, where the
+    walk stopped (relative), 1 when it met the data's end (blank, zeros, limit) else 0: more bytes needed)."""
+    n = 0
+    p = start
+    while True:
+        if p + header + 8 > buf.shape[0]:
+            return n, p, 0
+        magic = _i32(buf, p)
+        if magic != 1:
+            return n, p, 1  # a DLedger blank (-1) or zeros: the file's data ends here
+        size = _i32(buf, p + 4)
+        if p + size > buf.shape[0]:
+            return n, p, 0
+        rec = p + header
+        rsize = size - header
+        if base + rec + rsize > limit:
+            return n, p, 1
+        flag = _i32(buf, rec + 36)
+        offs[n] = base + rec
+        sizes[n] = rsize
+        trans[n] = flag & 0xC
+        preps[n] = _i64(buf, rec + _prepared_at(flag)) if (flag & 0xC) >= 8 else -1
+        n += 1
+        p += size
+
+
+@njit()
+def copy_records(src: np.ndarray, src_base: int, old: np.ndarray, sizes: np.ndarray, new: np.ndarray,
+                 dst: np.ndarray, dst_base: int) -> None:
+    """Copy each record to its new offset in `dst` and set its PHYSICALOFFSET to that offset."""
+    for i in range(old.shape[0]):
+        a = old[i] - src_base
+        b = new[i] - dst_base
+        s = sizes[i]
+        dst[b:b + s] = src[a:a + s]
+        _put64(dst, b + 28, new[i])
+
+
+@njit()
+def rewrite_prepared(dst: np.ndarray, dst_base: int, new: np.ndarray, keys: np.ndarray, values: np.ndarray) -> int:
+    """In COMMIT/ROLLBACK records at `new` offsets in `dst`, preparedTransactionOffset old -> new through the
+    sorted `keys` -> `values`; an offset not in keys is left. Returns how many were rewritten."""
+    done = 0
+    for i in range(new.shape[0]):
+        b = new[i] - dst_base
+        flag = _i32(dst, b + 36)
+        if (flag & 0xC) >= 8:
+            at = b + _prepared_at(flag)
+            old = _i64(dst, at)
+            j = np.searchsorted(keys, old)
+            if j < keys.shape[0] and keys[j] == old:
+                _put64(dst, at, values[j])
+                done += 1
+    return done

@@ -1,0 +1,426 @@
+"""convert (issue 21): a DLedger store as a plain store. The layout rule and the compiled passes against their
+references; the golden DLedger stores converted: the source untouched, every record the same bytes but for
+PHYSICALOFFSET and the prepared offset, every (topic, queue, offset) the same message, consume queues and index
+files equal to reput's own rebuild of OUT; and RocketMQ 4.9.8's plain store itself (the oracle build, found
+through REPUT_ORACLE_BUILD) opening OUT with a normal recovery that truncates nothing and rebuilding the same
+consume queues and index files byte for byte."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from storage_format import dledger
+from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, blank_record, is_transaction_end, layout,
+                                             layout_reference, prepared_offset_at, rewrite_reference, rolls)
+from storage_format.kernels.layout_kernel import copy_records, hop_entries, rewrite_prepared
+from tests.conftest import GOLDEN
+from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
+
+CASES = ("dledger-clean-small-11", "dledger-upgrade-11", "dledger-rebuild-headless-11")
+ORACLE_BUILD = Path(os.environ.get("REPUT_ORACLE_BUILD", "/work/oracle/build-plain"))
+JAVA_OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+              "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
+              "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED"]
+
+
+# -- the layout rule ---------------------------------------------------------------------------------------------
+
+def test_the_roll_rule_by_hand():
+    """A record goes in when size + 8 fits the bytes left; otherwise a BLANK of the bytes left ends the segment."""
+    assert not rolls(42, 50) and rolls(43, 50)
+    lay = layout_reference(np.array([50, 42, 43, 30]), 100, 0)
+    assert lay.offsets.tolist() == [0, 50, 100, 143] and lay.blanks.tolist() == [92] and lay.end == 173
+    lay = layout_reference(np.array([50, 43, 30]), 100, 200)
+    assert lay.offsets.tolist() == [200, 300, 343] and lay.blanks.tolist() == [250] and lay.end == 373
+    assert lay.segment_starts == [200, 300]
+    assert blank_record(250, 100) == struct.pack(">iI", 50, 0xCBD43194)
+    with pytest.raises(ValueError, match="never fits"):
+        layout_reference(np.array([93]), 100)
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 500), max_size=300), st.integers(509, 2000), st.integers(0, 3))
+def test_layout_kernel_equals_the_reference(sizes, segment_size, first):
+    sizes = np.array(sizes, np.int64)
+    start = first * segment_size
+    a, b = layout(sizes, segment_size, start), layout_reference(sizes, segment_size, start)
+    assert a.offsets.tolist() == b.offsets.tolist() and a.blanks.tolist() == b.blanks.tolist() and a.end == b.end
+    # every record fits its segment with the end marker's 8 bytes to spare
+    seg = (a.offsets - a.start) // segment_size
+    assert np.all((a.offsets - a.start) % segment_size + sizes + 8 <= segment_size)
+    assert np.all(np.diff(seg) >= 0)
+
+
+def test_storegen_places_records_by_the_same_rule(tmp_path):
+    """storegen's SegmentWriter and commitlog_layout.layout put the same records at the same offsets."""
+    from storegen.encoder import SegmentWriter, record_size
+    from storegen.sample import build_sample_messages
+
+    msgs = build_sample_messages(300, seed=3)
+    with SegmentWriter(tmp_path / "commitlog", 8192) as w:
+        offsets = [w.append(m) for m in msgs]
+    lay = layout(np.array([record_size(m) for m in msgs]), 8192, 0)
+    assert lay.offsets.tolist() == offsets
+
+
+# -- the compiled passes against their references, on golden DLedger data ---------------------------------------
+
+def _data_files(case: str) -> list[Path]:
+    return sorted((GOLDEN / case / "dledger-n0" / "data").iterdir())
+
+
+def test_hop_kernel_equals_the_reference(golden):
+    for path in _data_files("dledger-clean-small-11")[:3]:
+        base = int(path.name)
+        buf = path.read_bytes()
+        for cut in (len(buf), len(buf) // 2 + 7):  # a chunk ending mid-entry: both stop before it, asking for more
+            arr = np.frombuffer(buf[:cut], np.uint8)
+            n = cut // 68 + 1
+            out = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8), np.empty(n, np.int64)
+            got, stop, ended = hop_entries(arr, base, 0, 2**62, 48, *out)
+            ref = dledger.hop_entries_reference(buf[:cut], base, 0, 2**62)
+            assert (stop, ended) == ref[4:] and got == len(ref[0]) and got > 0
+            for a, b in zip(out, ref[:4]):
+                assert a[:got].tolist() == b.tolist()
+            assert ended == (cut == len(buf))
+
+
+def test_copy_kernel_equals_the_reference(golden):
+    path = _data_files("dledger-clean-small-11")[0]
+    base = int(path.name)
+    buf = path.read_bytes()
+    offs, sizes, trans, preps, _, _ = dledger.hop_entries_reference(buf, base, 0, 2**62)
+    new = 1000 + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
+    ends = preps[trans >= 8]
+    prepared = {int(p): int(p) + 12345 for p in ends[::2]}  # half of them mapped, the rest left as they are
+    ref = bytearray(int(new[-1] + sizes[-1] - 1000))
+    done_ref = rewrite_reference(buf, base, offs, sizes, new, ref, 1000, prepared)
+    got = np.empty(len(ref), np.uint8)
+    copy_records(np.frombuffer(buf, np.uint8), base, offs, sizes.astype(np.int64), new, got, 1000)
+    keys = np.array(sorted(prepared), np.int64)
+    done = rewrite_prepared(got, 1000, new, keys, np.array([prepared[k] for k in keys.tolist()], np.int64))
+    assert got.tobytes() == bytes(ref) and done == done_ref and done > 0
+
+
+# -- the golden DLedger stores converted -------------------------------------------------------------------------
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def converted(spark, tmp_path_factory):
+    """Each case converted once (source hashed before and after), with reput's rebuild of the source and of OUT."""
+    from jobs.convert import main as convert_main
+    from jobs.rebuild import main as rebuild_main
+
+    root = tmp_path_factory.mktemp("convert")
+    out = {}
+    for case in CASES:
+        src = GOLDEN / case
+        before = _tree_digest(src)
+        dest = root / case
+        assert convert_main(["--store", str(src), "--broker-config", str(src / "broker.conf"), "--out", str(dest),
+                             "--quiet", "--json"]) == 0
+        assert _tree_digest(src) == before, f"{case}: the source changed"
+        conf = root / f"{case}.conf"
+        conf.write_text("".join(line for line in (src / "broker.conf").read_text().splitlines(True)
+                                if "dleger" not in line.lower()))
+        assert rebuild_main(["--store", str(src), "--broker-config", str(src / "broker.conf"),
+                             "--out", str(root / f"{case}-src-rebuild"), "--quiet", "--json"]) == 0
+        assert rebuild_main(["--store", str(dest), "--broker-config", str(conf),
+                             "--out", str(root / f"{case}-out-rebuild"), "--quiet", "--json"]) == 0
+        out[case] = (dest, conf, root)
+    return out
+
+
+def _log_bytes(store: Path) -> dict[int, bytes]:
+    """Every commit-log file of a store (plain segments and DLedger data files) by start offset."""
+    files = {}
+    for d in (store / "commitlog", store / "dledger-n0" / "data"):
+        if d.is_dir():
+            files.update({int(p.name): p.read_bytes() for p in d.iterdir()})
+    return files
+
+
+def _at(files: dict[int, bytes], offset: int, size: int) -> bytes:
+    start = max(s for s in files if s <= offset)
+    return files[start][offset - start:offset - start + size]
+
+
+def _offset_map(out: Path) -> dict[int, int]:
+    t = pq.read_table(out / "reput-msgid-map").to_pydict()
+    return dict(zip(t["old_physical_offset"], t["new_physical_offset"]))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_records_change_only_in_their_offsets(converted, case):
+    out, _, _ = converted[case]
+    src, dst = _log_bytes(GOLDEN / case), _log_bytes(out)
+    moved = _offset_map(out)
+    report = json.loads((out / "reput-convert-report.json").read_text())
+    assert len(moved) == report["plan"]["dledger_records"] == report["plan"]["offset_msg_ids_changed"] > 0
+    rewritten = 0
+    for old, new in moved.items():
+        size = struct.unpack(">i", _at(src, old, 4))[0]
+        a, b = bytearray(_at(src, old, size)), bytearray(_at(dst, new, size))
+        assert struct.unpack_from(">q", b, AT_PHYSICAL_OFFSET)[0] == new
+        b[AT_PHYSICAL_OFFSET:AT_PHYSICAL_OFFSET + 8] = a[AT_PHYSICAL_OFFSET:AT_PHYSICAL_OFFSET + 8]
+        flag = struct.unpack_from(">i", a, AT_SYS_FLAG)[0]
+        if is_transaction_end(flag):
+            at = prepared_offset_at(flag)
+            half = struct.unpack_from(">q", a, at)[0]
+            assert struct.unpack_from(">q", b, at)[0] == moved.get(half, half)
+            rewritten += moved.get(half, half) != half
+            b[at:at + 8] = a[at:at + 8]
+        assert a == b, (case, old, new)
+    assert rewritten == report["prepared_offsets_rewritten"]
+    for name in report["plain_segments_copied"]:  # the plain part of an upgraded store stays where it is
+        assert (out / "commitlog" / name).read_bytes() == (GOLDEN / case / "commitlog" / name).read_bytes()
+    assert not (out / "abort").exists() and (out / "checkpoint").is_file()
+    assert _tree_digest(out / "config") == _tree_digest(GOLDEN / case / "config")
+
+
+def _cq_entries(root: Path) -> dict[str, list[tuple[int, int, int]]]:
+    out = {}
+    for p in sorted((root / "consumequeue").rglob("*")):
+        if p.is_file():
+            raw = p.read_bytes()
+            out[p.relative_to(root / "consumequeue").as_posix()] = [
+                e for e in struct.iter_unpack(">qiq", raw) if e != (0, 0, 0)]
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_queue_offset_serves_the_same_message(converted, case):
+    """(topic, queue, offset) -> the same size, tagsCode and record (but for its offsets) before and after."""
+    out, _, root = converted[case]
+    before, after = _cq_entries(root / f"{case}-src-rebuild"), _cq_entries(out)
+    assert before.keys() == after.keys() and sum(map(len, after.values())) > 0
+    moved = _offset_map(out)
+    src, dst = _log_bytes(GOLDEN / case), _log_bytes(out)
+    for rel, entries in before.items():
+        assert len(entries) == len(after[rel])
+        for (phy, size, tags), (phy2, size2, tags2) in zip(entries, after[rel]):
+            if size == 2**31 - 1:  # a filler before a queue's first entry (fillPreBlank): the same in both
+                assert (phy, tags) == (phy2, tags2) == (0, 0) and size2 == size
+                continue
+            assert (moved.get(phy, phy), size, tags) == (phy2, size2, tags2)
+            a, b = _at(src, phy, size), _at(dst, phy2, size)
+            assert a[:AT_PHYSICAL_OFFSET] == b[:AT_PHYSICAL_OFFSET] and a[-40:] == b[-40:]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
+    out, _, root = converted[case]
+    rebuilt = root / f"{case}-out-rebuild"
+    for part in ("consumequeue", "index"):
+        assert _tree_digest(out / part) == _tree_digest(rebuilt / part), part
+
+
+def _java_missing() -> str | None:
+    if shutil.which("java") is None:
+        return "no java on PATH (the broker proof runs RocketMQ 4.9.8's own store code)"
+    if not (ORACLE_BUILD / "classpath.txt").is_file() or \
+            not (ORACLE_BUILD / "classes" / "RebuildTimer.class").is_file():
+        return (f"no oracle build at {ORACLE_BUILD} (set REPUT_ORACLE_BUILD; ../shared/oracle/README.md builds it "
+                f"with RebuildTimer)")
+    return None
+
+
+def _broker(root: Path, conf: Path, log: Path) -> dict:
+    """RebuildTimer (RocketMQ 4.9.8's DefaultMessageStore: load = recovery, start = dispatch) on a store."""
+    entries = (ORACLE_BUILD / "classpath.txt").read_text().strip().split(":")
+    cp = ":".join(e if os.path.isabs(e) else str(ORACLE_BUILD.parent / e) for e in entries)
+    done = subprocess.run(["java", "-Xms256m", "-Xmx256m", *JAVA_OPENS, "-Duser.timezone=UTC",
+                           "-Drocketmq.client.logUseSlf4j=true", "-cp", cp, "RebuildTimer", str(root), str(conf)],
+                          capture_output=True, text=True, env=dict(os.environ, ROCKETMQ_LOG=str(log)), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{")))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, case, tmp_path):
+    why = _java_missing()
+    if why:
+        pytest.skip(why)
+    out, conf, _ = converted[case]
+    end = json.loads((out / "reput-convert-report.json").read_text())["max_physical_offset"]
+    # 1. OUT as a broker finds it: a normal recovery (no abort) that truncates nothing and changes nothing
+    whole = tmp_path / "whole"
+    shutil.copytree(out, whole, ignore=shutil.ignore_patterns("reput-*"))
+    before = _tree_digest(whole)
+    figures = _broker(whole, conf, tmp_path / "whole.log")
+    assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
+    assert "last shutdown normally" in (tmp_path / "whole.log").read_text()
+    after = _tree_digest(whole)
+    data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] not in ("lock", "config")}  # noqa: E731
+    assert data(after) == data(before)  # (config/: the schedule service persists its delay offsets at shutdown)
+    # 2. the broker's own rebuild of OUT's commit log: the consume queues and index files reput wrote
+    index = lambda d: [hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+                       for p in sorted((d / "index").iterdir())]
+    for attempt in (1, 2):
+        bare = tmp_path / f"bare{attempt}"
+        shutil.copytree(out / "commitlog", bare / "commitlog")
+        figures = _broker(bare, conf, tmp_path / f"bare{attempt}.log")
+        assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
+        assert _tree_digest(bare / "consumequeue") == _tree_digest(out / "consumequeue")
+        if index(bare) == index(out) and index(out):
+            break
+        # Seen twice in ~25 runs inside the test suite (never in 18 standalone runs): the broker's index files
+        # differed from reput's and from its own other runs. Likely cause, not yet confirmed: the broker names an
+        # index file by its wall clock in ms, and with these stores' maxIndexNum=256 a file fills in about a
+        # millisecond, so two files can get one name (the second maps the first's file). Say which, run the
+        # broker once more; a second difference fails.
+        differ = [n for n, (a, b) in enumerate(zip(index(bare), index(out))) if a != b]
+        warnings.warn(f"{case}: the broker's index files differ from reput's in run {attempt} (files {differ[:5]} "
+                      f"in name order, {len(index(bare))} vs {len(index(out))} files); running it again")
+    else:
+        pytest.fail(f"{case}: the broker's rebuild gives other index files than reput's twice")
+
+
+# -- the operator's side -----------------------------------------------------------------------------------------
+
+def test_old_ids_are_found_through_the_map(converted, capsys):
+    from jobs.query import main as query_main
+
+    out, conf, _ = converted["dledger-upgrade-11"]
+    row = pq.read_table(out / "reput-msgid-map").slice(5, 1).to_pylist()[0]
+    capsys.readouterr()
+    query_main(["--store", str(out), "--broker-config", str(conf), "--msg-id", row["old_offset_msg_id"], "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert r["query"]["converted"]["new_physical_offset"] == row["new_physical_offset"]
+    assert r["messages"][0]["physical_offset"] == row["new_physical_offset"]
+    assert r["messages"][0]["offset_msg_id"] == row["new_offset_msg_id"]
+
+
+def test_dry_run_writes_nothing(spark, tmp_path, capsys):
+    from jobs.convert import main as convert_main
+
+    case = GOLDEN / "dledger-upgrade-11"
+    capsys.readouterr()
+    assert convert_main(["--store", str(case), "--broker-config", str(case / "broker.conf"), "--out",
+                         str(tmp_path / "out"), "--dry-run", "--json", "--quiet"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+    assert plan["dledger_records"] > 0 and plan["plain_segments_kept"] == 3 and plan["schedule_messages_moved"] > 0
+    assert plan["offset_msg_ids_changed"] == plan["dledger_records"]
+
+
+def test_refusals(no_spark, tmp_path, capsys):
+    plain = GOLDEN / "clean-small-11"
+    code, err = run_job("convert", ["--store", str(plain), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "is not a DLedger store" in err[-1]
+    case = GOLDEN / "dledger-clean-small-11"
+    code, err = run_job("convert", ["--store", str(case), "--out", str(case / "inside")], capsys)
+    assert code == 2 and "must be outside the store" in err[-1]
+    assert not (case / "inside").exists() and not (tmp_path / "o").exists()
+
+
+def test_refused_while_a_broker_holds_the_lock(no_spark, tmp_path, capsys):
+    from tests.test_live_broker import HOLD_LOCK
+    import sys
+
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "dledger-clean-small-11", store)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        code, err = run_job("convert", ["--store", str(store), "--out", str(tmp_path / "o")], capsys)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code == 2 and "is locked by process" in err[-1] and not (tmp_path / "o").exists()
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**62), max_size=50),
+       st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16), st.integers(-2**31, 2**31 - 1))
+def test_one_host_msg_ids_equal_the_general_encoder(offsets, host, port):
+    from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
+
+    offs = np.array(offsets, np.int64)
+    fast = offset_msg_ids_one_host(host + struct.pack(">i", port), offs)
+    assert fast.to_pylist() == encode_offset_msg_ids([host] * len(offs), [port] * len(offs), offs).to_pylist()
+
+
+@pytest.mark.parametrize("how", ["sigint"])
+def test_ctrl_c_while_writing_leaves_nothing(tmp_path, how):
+    """Ctrl-C (SIGINT to the process group) while a task writes a segment: exit 130, one line, no OUT and
+    no staging directory."""
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.test_frontdoor import _group_gone
+
+    store = GOLDEN / "dledger-clean-small-11"
+    (tmp_path / "out").mkdir()
+    env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-convert-write", REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"))
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.convert", "--store", str(store), "--broker-config",
+                             str(store / "broker.conf"), "--out", str(tmp_path / "out" / "plain"), "--master",
+                             "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "paused").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if not ln.startswith(("reput test hook:", "reput convert: note:"))]
+    assert proc.returncode == 130 and lines[-1:] == ["reput convert: interrupted; nothing published"], err
+    assert "Traceback" not in err and os.listdir(tmp_path / "out") == []
+    assert _group_gone(proc.pid, within_s=60)
+
+
+def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
+    """A group of three: only entries up to committedIndex are committed; convert leaves the rest out, says so
+    and counts them; `--dledger-reading surviving` keeps them."""
+    from jobs.convert import main as convert_main
+    from storegen.encoder import write_dledger_store
+    from storegen.sample import SEGMENT_SIZE, broker_conf_text, build_sample
+
+    store = tmp_path / "store"
+    written = write_dledger_store(store, build_sample(600, seed=5).puts(), SEGMENT_SIZE, committed_index=400)
+    conf = store / "broker.conf"
+    conf.write_text(broker_conf_text() + "enableDLegerCommitLog=true\ndLegerSelfId=n0\n"
+                                         "dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.2:40911;n2-127.0.0.3:40911\n")
+    before = _tree_digest(store)
+    runs = {}
+    for reading in (None, "surviving"):
+        out = tmp_path / f"out-{reading}"
+        capsys.readouterr()
+        argv = ["--store", str(store), "--broker-config", str(conf), "--out", str(out), "--json", "--quiet"]
+        assert convert_main(argv + (["--dledger-reading", reading] if reading else [])) == 0
+        captured = capsys.readouterr()
+        runs[reading] = (json.loads(captured.out), captured.err, out)
+    assert _tree_digest(store) == before
+    report, err, out = runs[None]
+    past = written.last_index - 400
+    assert past > 0 and report["plan"]["records_past_committed_position_left_out"] == past
+    assert report["message_records"] == 401 and "left out of OUT" in err
+    assert report["dledger"]["entries_past_committed_index"] == past
+    full, _, full_out = runs["surviving"]
+    assert full["message_records"] == written.last_index + 1
+    assert full["plan"]["records_past_committed_position_left_out"] == 0
+    # the committed part is the same bytes either way
+    cut = (out / "commitlog").iterdir()
+    for seg in sorted(cut)[:-1]:
+        assert seg.read_bytes() == (full_out / "commitlog" / seg.name).read_bytes()
