@@ -29,7 +29,9 @@ from jobs.pipeline.store.generation import store_generation  # noqa: E402
 from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan.stage import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402

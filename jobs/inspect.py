@@ -7,7 +7,8 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
 from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, check_report, check_store, emit, parser,  # noqa: E402
                                progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 
 

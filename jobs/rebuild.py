@@ -27,7 +27,8 @@ from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from pyspark import SparkContext  # noqa: E402

@@ -27,7 +27,8 @@ from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_fl
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402

@@ -1,18 +1,24 @@
-"""The code base's map stays true: storage_format/__init__.py names every module of the package."""
+"""The code base's maps stay true: storage_format/__init__.py and jobs/pipeline/__init__.py name every module
+of their package, README's How it works names every storage_format module, docs/pipeline-map.md every
+jobs/pipeline module."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import jobs.pipeline
 import storage_format
 
 PACKAGE = Path(storage_format.__file__).parent
+PIPELINE = Path(jobs.pipeline.__file__).parent
+REPO = PACKAGE.parent
 
 
-def module_names(skip: tuple[str, ...] = ("__init__",)) -> set[str]:
+def module_names(skip: tuple[str, ...] = ("__init__",), package: Path = PACKAGE) -> set[str]:
     """Modules of the package, a subpackage's as `sub.module` (its `__init__` as `sub`)."""
     out = set()
-    for p in PACKAGE.rglob("*.py"):
-        parts = p.relative_to(PACKAGE).with_suffix("").parts
+    for p in package.rglob("*.py"):
+        parts = p.relative_to(package).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if parts and parts[-1] not in skip:
@@ -28,8 +34,53 @@ def test_package_docstring_names_every_module():
 
 def test_readme_names_where_every_rule_lives():
     """README's "How it works" table names every storage_format module."""
-    readme = (PACKAGE.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## How it works"):readme.index("### Changes from the starting architecture")]
     modules = module_names(("__init__", "errors", "ragged"))
     missing = sorted(m for m in modules if f"`{m}`" not in section)
     assert not missing, f"README's How it works does not say where these modules' rules live: {missing}"
+
+
+def named_modules(text: str) -> set[str]:
+    """Names written as `name` or `sub.name` in a text."""
+    return set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)?)`", text))
+
+
+def test_pipeline_docstring_names_every_module_and_no_other():
+    modules = module_names(package=PIPELINE)
+    assert {m for m in modules if "." not in m} >= {"runtime", "io", "store", "scan", "build", "verify", "recover",
+                                                   "catalog", "dump"}
+    named = named_modules(jobs.pipeline.__doc__)
+    assert modules <= named, f"not described in jobs/pipeline/__init__.py: {sorted(modules - named)}"
+    stale = {m for m in named if m.split(".")[0] in {m.split(".")[0] for m in modules}} - modules
+    assert not stale, f"jobs/pipeline/__init__.py names modules that do not exist: {sorted(stale)}"
+
+
+def test_pipeline_map_table_names_every_module_and_no_other():
+    """docs/pipeline-map.md: one table row per module, and every subpackage in the first column."""
+    modules = module_names(package=PIPELINE)
+    rows = [line.split("|")[1:-1] for line in (REPO / "docs" / "pipeline-map.md").read_text().splitlines()
+            if line.startswith("| ") and "`" in line]
+    in_rows = {cells[1].strip().strip("`") for cells in rows}
+    packages = {cells[0].strip().strip("`") for cells in rows} - {""}
+    assert in_rows == {m for m in modules if "." in m}, (sorted(in_rows ^ {m for m in modules if "." in m}))
+    assert packages == {m for m in modules if "." not in m}
+
+
+def test_no_loose_modules_in_the_pipeline():
+    """jobs/pipeline holds subpackages only: a new module goes where it serves."""
+    loose = sorted(p.name for p in PIPELINE.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules directly in jobs/pipeline (put them in a subpackage and in the map): {loose}"
+
+
+def test_only_the_project_packages_are_installed():
+    """setuptools installs reput's own packages only: no top-level `bench` (or tests, notebooks) in
+    site-packages; `python -m bench` runs from the repository root."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    installed = {name.split(".")[0] for name in find_packages(str(REPO), include=find["include"],
+                                                              exclude=find.get("exclude", ()))}
+    assert installed == {"storage_format", "jobs", "udfs", "storegen"}, installed

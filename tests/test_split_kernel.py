@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.stage import SplitTask, decode_split, list_segments
+from jobs.pipeline.scan.result import SplitTask
+from jobs.pipeline.scan.stage import decode_split
+from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits

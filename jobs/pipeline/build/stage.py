@@ -22,7 +22,7 @@ from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 from ..io.workdir import WorkColumn, cq_columns, key_columns, read_cq
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000

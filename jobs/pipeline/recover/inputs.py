@@ -21,7 +21,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 from ..io.workdir import read_cq, read_keys
 from ..runtime.tasks import run_tasks
 

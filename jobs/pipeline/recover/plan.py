@@ -14,7 +14,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from .inputs import QueueDir
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 
 LOOKED_AT_SHOWN = 8  # start-segment candidates listed in the plan (newest first)
 

@@ -26,7 +26,9 @@ from ..build.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, segment_heads, tail_keys)
 from .plan import IndexPlan, RecoveryPlan, StoreMarkers
-from ..scan.stage import ScanResult, list_segments, scan_store
+from ..scan.result import ScanResult
+from ..scan.stage import scan_store
+from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
 __all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "detect"]

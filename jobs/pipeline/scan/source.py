@@ -27,11 +27,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from storage_format.commitlog import RecordColumns
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY
-from storage_format.scan_plan import Split, plan_splits
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, Split, plan_splits
 from storage_format.settings import BrokerSettings, load_settings
 
 from ..io.fs import location
-from .stage import DEFAULT_SPLIT_SIZE, SplitTask, decode_split_columns, list_segments, pack_splits
+from ..store.segments import list_segments
+from .result import SplitTask
+from .stage import decode_split_columns, pack_splits
 
 SCHEMA = (
     "segment STRING, physical_offset BIGINT, total_size INT, magic_version INT, body_crc INT, "

@@ -13,54 +13,31 @@ import numpy as np
 import pyarrow as pa
 from pyspark import SparkContext
 
-from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
-                                      parse_segment_name)
+from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
-from storage_format.errors import ScanError, SettingsError, StoreFormatError
+from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
                                            rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
-from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment,  # noqa: F401 (DEFAULT_SPLIT_SIZE re-exported)
-                                      plan_splits, stitch)
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 from storage_format.recovery import KeyBatch
 from storage_format.kernels.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
-from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
+from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime.faults import fail_once
 from ..store.generation import store_generation
 from ..io.fs import Location
 from .result import ScanResult, SplitSummary, SplitTask
-from ..io.store_gate import commitlog_dir
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
+from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
-
-
-def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
-    """Commit-log segments in offset order; a segment of the wrong size is an error (the broker
-    refuses to load it too)."""
-    commitlog = commitlog_dir(store, settings)
-    if not commitlog.is_dir():
-        where = "storePathCommitLog" if commitlog_path(settings) else "the store"
-        raise ScanError(f"{commitlog.uri}: no commitlog directory (from {where})")
-    segments = []
-    for info in commitlog.list():
-        start = parse_segment_name(info.base_name)
-        if start is None or info.type.name != "File":
-            continue
-        if info.size != settings.mapped_file_size_commitlog:
-            expected = settings.mapped_file_size_commitlog
-            raise StoreFormatError(commitlog.child(info.base_name).uri, min(info.size, expected),
-                                   f"segment is {info.size} bytes, expected {expected} (mappedFileSizeCommitLog; "
-                                   f"the broker refuses to load it); pass the broker's config with --broker-config")
-        segments.append(Segment(start, info.size, commitlog.child(info.base_name).uri))
-    return sorted(segments, key=lambda s: s.start)
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:

@@ -9,7 +9,7 @@ from storage_format.markers import CHECKPOINT
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 
 
 def read_checkpoint(store: Location) -> Checkpoint | None:
