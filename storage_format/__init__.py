@@ -15,6 +15,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   `kernels.split_decode` (the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference
   decodes), `kernels.index_chain` (index slot chains as sequential loops; index_file's vectorised form is the
   reference)
+- `split_rows`: what decoding a split hands on, whichever decoder ran (`CqRows`, `QueueStats`; kernel-free)
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
@@ -22,7 +23,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `ragged`: ragged byte slices of one buffer as Arrow arrays
 - `consume_queue`: consume-queue entries, tagsCode, where an entry lands in its queue, file layout
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
-- `index_keys`: the index keys of dispatched records in the broker's order
+- `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
 - `checkpoint`: the `checkpoint` file
 - `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog)

@@ -240,7 +240,7 @@ def test_many_small_lmq_queues_share_few_consume_queue_tasks():
     from jobs.pipeline.build.stage import plan_cq
     from jobs.pipeline.io.fs import location
     from storage_format.settings import BrokerSettings
-    from storage_format.kernels.split_decode import QueueStats
+    from storage_format.split_rows import QueueStats
     queues = {(f"%LMQ%q{i:06d}", 0): QueueStats(0, 1, i, i % 5, i % 5) for i in range(100_000)}
     scan = SimpleNamespace(accepted=[SimpleNamespace(index=0, queues=queues, unordered=set())])
     tasks = plan_cq(scan, BrokerSettings(), location("/nonexistent/work"), location("/nonexistent/out"),

@@ -14,12 +14,12 @@ import numpy as np
 from . import split_kernel as k
 from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
                         find_first_record, parse_segment_name)
-from ..consume_queue import CqColumns
 from ..multi_dispatch import INNER_MULTI_DISPATCH
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
-from ..recovery import KeyBatch
+from ..index_keys import KeyBatch
+from ..split_rows import CqRows, QueueStats
 from .row_groups import group_rows
 from ..store_layout import INNER_BATCH_FLAG
 
@@ -34,23 +34,6 @@ _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """One (topic, queueId) of a split: its records, its consume-queue rows (where they start in the
-    split's consume-queue table), and the smallest and largest queue offset among those rows."""
-
-    records: int
-    cq_rows: int = 0
-    first_row: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-
-
-@dataclass(frozen=True)
-class CqRows(CqColumns):
-    """A split's consume-queue rows, grouped by queue in (topic, queueId) order, commit-log order inside."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ The names below are the package's interface (`from storage_format import recover
 from __future__ import annotations
 
 from ..errors import RecoveryError
+from ..index_keys import KeyBatch
 from .checkpoint_after import checkpoint_after
-from .index import (DispatchPass, IndexFileInfo, IndexResume, IndexTarget, KeyBatch, index_files_after_load,
+from .index import (DispatchPass, IndexFileInfo, IndexResume, IndexTarget, index_files_after_load,
                     resume_index)
 from .queues import (QueueEntries, QueueLoad, QueueState, dropped_at_load, load_queue, render_queue_file,
                      render_units)

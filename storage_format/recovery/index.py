@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..checkpoint import Checkpoint
 from ..index_file import IndexHeader, IndexState
+from ..index_keys import KeyBatch
 
 
 @dataclass(frozen=True)
@@ -32,31 +31,6 @@ def index_files_after_load(files: list[IndexFileInfo], cp: Checkpoint, abnormal:
     kept = [f for f in ordered if f.header.end_timestamp <= cp.index_msg_timestamp]
     deleted = [f for f in ordered if f.header.end_timestamp > cp.index_msg_timestamp]
     return kept, deleted
-
-
-@dataclass(frozen=True)
-class KeyBatch:
-    """Index keys in dispatch order (key hash, record offset, store time)."""
-
-    key_hash: np.ndarray
-    phy: np.ndarray
-    store_ts: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.key_hash)
-
-    def take(self, sel: np.ndarray | slice) -> "KeyBatch":
-        """The rows selected by a mask or slice."""
-        return KeyBatch(self.key_hash[sel], self.phy[sel], self.store_ts[sel])
-
-    @staticmethod
-    def concat(batches: list["KeyBatch"]) -> "KeyBatch":
-        """Batches joined in order."""
-        if not batches:
-            z = np.zeros(0, np.int64)
-            return KeyBatch(z.astype(np.int32), z, z)
-        return KeyBatch(np.concatenate([b.key_hash for b in batches]), np.concatenate([b.phy for b in batches]),
-                        np.concatenate([b.store_ts for b in batches]))
 
 
 @dataclass(frozen=True)

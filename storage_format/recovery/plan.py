@@ -17,7 +17,8 @@ from ..confirm_offset import RecoveredConfirm, confirm_after_abnormal, confirm_a
 from ..errors import RecoveryError
 from ..settings import BrokerSettings
 from .checkpoint_after import checkpoint_after
-from .index import DispatchPass, IndexFileInfo, IndexResume, KeyBatch, resume_index
+from ..index_keys import KeyBatch
+from .index import DispatchPass, IndexFileInfo, IndexResume, resume_index
 from .queues import QueueEntries, QueueLoad, QueueState
 from .reput import post_start_reput_from
 from .start import segments_to_delete

@@ -10,7 +10,7 @@ from storage_format.errors import StoreFormatError
 from storage_format.multi_dispatch import MultiDispatchRules, is_lmq
 from storage_format.scan_plan import END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched
 from storage_format.settings import BrokerSettings
-from storage_format.kernels.split_decode import QueueStats
+from storage_format.split_rows import QueueStats
 
 from ..io.fs import Location
 

@@ -23,8 +23,9 @@ from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
 from storage_format.settings import BrokerSettings
-from storage_format.recovery import KeyBatch
-from storage_format.kernels.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
+from storage_format.index_keys import KeyBatch
+from storage_format.kernels.split_decode import FastSplit, decode_fast, record_after_clean_end
+from storage_format.split_rows import CqRows, QueueStats
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
