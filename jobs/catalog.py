@@ -96,8 +96,9 @@ def plan_tasks(result: ScanResult, settings: BrokerSettings, since: int | None, 
         if since is not None and (s.last_record_end or 0) <= since:
             continue
         sp = result.splits[s.index]
-        tasks.append(CatalogTask(sp, settings, s.first_offset, s.records, since, table, store_id, run_id,
-                                 include_body, lmq))
+        tasks.append(CatalogTask(split=sp, settings=settings, first_offset=s.first_offset, records=s.records,
+                                 since=since, table=table, store_id=store_id, run_id=run_id,
+                                 include_body=include_body, lmq=lmq))
     return tasks
 
 

@@ -84,3 +84,33 @@ def test_only_the_project_packages_are_installed():
     installed = {name.split(".")[0] for name in find_packages(str(REPO), include=find["include"],
                                                               exclude=find.get("exclude", ()))}
     assert installed == {"storage_format", "jobs", "udfs", "storegen"}, installed
+
+
+WIDE = 6  # a record with more fields than this is built with keywords only
+
+
+def wide_positional_records(root: Path = REPO) -> list[str]:
+    """Dataclasses of jobs/, storage_format/ and udfs/ with more than WIDE fields that are not kw_only."""
+    import ast
+
+    found = []
+    for package in ("jobs", "storage_format", "udfs"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                decorators = [d for d in node.decorator_list
+                              if "dataclass" in ast.dump(d.func if isinstance(d, ast.Call) else d)]
+                fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and "ClassVar" not in ast.dump(s)]
+                kw_only = any(k.arg == "kw_only" and getattr(k.value, "value", False)
+                              for d in decorators if isinstance(d, ast.Call) for k in d.keywords)
+                if decorators and len(fields) > WIDE and not kw_only:
+                    found.append(f"{path.relative_to(root)}: {node.name} ({len(fields)} fields)")
+    return found
+
+
+def test_wide_records_are_built_with_keywords():
+    """RecoveryPlan once took 23 positional arguments, many of one type: a reordered field would have
+    mis-assigned silently. (On the tree before, this lists 13 records, RecoveryPlan, ValidatedLog and SplitTask
+    among them.)"""
+    assert wide_positional_records() == []

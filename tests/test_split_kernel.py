@@ -47,7 +47,7 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
-            task = SplitTask(sp, settings, work=location(str(work)), kernel=kernel)
+            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel)
             got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
         assert got[True][0] == got[False][0], f"summary of split {sp.index} ({sp.segment.path} {sp.start})"
         for what, k_table, r_table in zip(("cq", "keys"), got[True][1:], got[False][1:]):

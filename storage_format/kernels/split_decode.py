@@ -36,7 +36,7 @@ _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FastSplit:
     """What the kernel found in a split (see the module doc); positions are buffer positions."""
 
@@ -92,9 +92,11 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                   file_offset=end_at - (base_offset if seg_start is None else seg_start))
     table, unordered, cq = _group(arr, queues, rows)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
-    return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
-                     int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
-                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()))
+    return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
+                     first_position=first if records or not find_start else None,
+                     last_position=int(stats[k.S_LAST_POS]) if records else None,
+                     last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, unordered=unordered, cq=cq,
+                     keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()))
 
 
 def _group(arr: np.ndarray, qs: np.ndarray,

@@ -62,7 +62,7 @@ class FullIndexRebuild:
 IndexFacts = Union[IndexOff, IndexResumeFacts, FullIndexRebuild]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecoveryFacts:
     """Everything the recovery sequence decides on, gathered from the store and the validating scan."""
 
@@ -92,7 +92,7 @@ class QueuePlan:
     post_start_from: int | None  # 4.x: start of the post-start re-dispatch [reput_from, P), None if none
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SequencePlan:
     """What the broker's recovery sequence does to the store, with the reasons for the checkpoint."""
 
@@ -193,5 +193,6 @@ def plan_sequence(facts: RecoveryFacts) -> SequencePlan:
     resume, rolled = plan_index(facts, queues)
     confirm = recovered_confirm(facts)
     cp, why = checkpoint_after(facts.checkpoint, facts.generation, last_cq_ts, rolled, confirm)
-    return SequencePlan(segments_to_delete(list(facts.segment_starts), facts.truncate_at), queues, resume, rolled,
-                        confirm, cp, why)
+    return SequencePlan(segments_deleted=segments_to_delete(list(facts.segment_starts), facts.truncate_at),
+                        queues=queues, index_resume=resume, rolled_full_end_ts=rolled,
+                        confirm=confirm, checkpoint=cp, checkpoint_why=why)

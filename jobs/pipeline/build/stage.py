@@ -41,7 +41,7 @@ class QueueSlice:
     hi: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QueueFiles:
     """A run of consecutive files of one queue [first_file, last_file] (logical start offsets)."""
 
@@ -82,13 +82,15 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         if is_lmq(topic) and not _in_step(sources, (topic, qid) in unordered):
             # offsets used up without an entry (5.x): one run places the whole queue as the broker does
-            runs.append(QueueFiles(topic, qid, first * file_size, last * file_size, lo, tuple(sources), placed=True))
+            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size, last_file=last * file_size,
+                                   queue_first_offset=lo, sources=tuple(sources), placed=True))
             continue
         if hi - lo + 1 > sum(src.rows for src in sources):
             raise queue_gap_error(scan, work, topic, qid, sources)
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
-            runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
+            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
+                                   queue_first_offset=lo, sources=tuple(sources)))
     weights = [_run_weight(r, units, file_size) for r in runs]
     per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
     tasks, current, size = [], [], 0

@@ -40,7 +40,7 @@ class StoreMarkers:
         return cls(opt(ABORT), opt(ABORT_BAK), raw, cp)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IndexPlan:
     """Index files after recovery: kept, deleted, appended to, created (with their keys)."""
 
@@ -53,7 +53,7 @@ class IndexPlan:
     full_rebuild_work: Location | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RecoveryPlan:
     """Everything `jobs.recover` decided, with the facts behind it; `to_dict` is the dry-run output."""
 

@@ -54,7 +54,7 @@ def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, 
     return [format_name(ms + i, tz) for i in range(count)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ValidatedLog:
     """The commit log after the validating scan: where recovery starts, the scan, and where it ends."""
 
@@ -111,7 +111,9 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                       dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
     acc = scan.accepted
     truncation = rules.truncation_point(scan.end, acc[-1].end if acc else None)
-    return ValidatedLog(store, settings, g, abnormal, segments, start, limit, scan, work, truncation, split_size, quiet)
+    return ValidatedLog(store=store, settings=settings, generation=g, abnormal=abnormal, segments=segments,
+                        start=start, limit=limit, scan=scan, work=work, truncation=truncation, split_size=split_size,
+                        quiet=quiet)
 
 
 def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], rules.QueueFacts]:
@@ -131,14 +133,15 @@ def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tup
     kept, deleted = rules.index_files_after_load([i for i, _ in index_files], cp, log.abnormal)
     uris = {i.name: u for i, u in index_files}
     if not settings.message_index_enable:
-        return IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
+        return IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]), rules.IndexOff()
     if full_index:
         full = _full_index_scan(sc, log)
-        return (IndexPlan([], kept + deleted, uris, None, [], full.scan, full.work),
+        return (IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
+                          full_rebuild_scan=full.scan, full_rebuild_work=full.work),
                 rules.FullIndexRebuild(full.rolled_full_end_ts))
     keys = tail_keys(log.scan, log.work, kept[-1].header.end_phy_offset if kept else 0)
-    return IndexPlan(kept, deleted, uris, None, []), rules.IndexResumeFacts(kept[-1] if kept else None, keys,
-                                                                            settings.max_index_num)
+    return (IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]),
+            rules.IndexResumeFacts(kept[-1] if kept else None, keys, settings.max_index_num))
 
 
 def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
@@ -175,10 +178,13 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
         index.new_names = new_index_names(index.kept, len(seq.index_resume.new_files), tz)
     timings["index_plan_s"] = time.monotonic() - t0
     q = seq.queues
-    return RecoveryPlan(store, settings, gen, markers, log.abnormal, log.segments, log.start, log.scan, work,
-                        log.truncation, seq.segments_deleted, queue_dirs, queues.loads, q.states, q.truncate_queues,
-                        q.max_phy_before, q.reput_from, index, seq.checkpoint, seq.checkpoint_why,
-                        _warnings(sc, log, markers, audit), timings, log.dispatch_dict())
+    return RecoveryPlan(store=store, settings=settings, generation=gen, markers=markers, abnormal=log.abnormal,
+                        segments=log.segments, start=log.start, scan=log.scan, work=work, truncation=log.truncation,
+                        segments_deleted=seq.segments_deleted, queue_dirs=queue_dirs, loads=queues.loads,
+                        states=q.states, truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before,
+                        reput_from=q.reput_from, index=index, checkpoint_after=seq.checkpoint,
+                        checkpoint_why=seq.checkpoint_why, warnings=_warnings(sc, log, markers, audit),
+                        timings=timings, dispatch=log.dispatch_dict())
 
 
 def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:

@@ -15,7 +15,7 @@ from storage_format.split_rows import QueueStats
 from ..io.fs import Location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitTask:
     """What one decode task needs: its split, where to start, and what to write."""
 
@@ -31,7 +31,7 @@ class SplitTask:
     kernel: bool = True  # try the compiled one-pass decoder first (storage_format.kernels.split_decode)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SplitSummary:
     """A decode task's result: small, sent to the driver."""
 

@@ -124,13 +124,14 @@ class CommitlogReader(DataSourceReader):
 
     def partitions(self) -> list[SplitPartition]:
         segments = list_segments(location(self.store), self.settings)
-        tasks = [SplitTask(sp, self.settings) for sp in plan_splits(segments, self.split_size)]
+        tasks = [SplitTask(split=sp, settings=self.settings) for sp in plan_splits(segments, self.split_size)]
         return [SplitPartition(tuple(t.split for t in group), self.settings, self.include_body)
                 for group in pack_splits(tasks, self.split_size, self.min_partitions)]
 
     def read(self, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
         for split in partition.splits:
-            cols = decode_split_columns(SplitTask(split, partition.settings, with_cq=False, with_keys=False))
+            cols = decode_split_columns(SplitTask(split=split, settings=partition.settings, with_cq=False,
+                                                  with_keys=False))
             if len(cols):
                 yield record_batch(cols, split.segment.path.rsplit("/", 1)[-1], partition.include_body)
 

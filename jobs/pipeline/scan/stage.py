@@ -101,7 +101,8 @@ def decode_split(task: SplitTask) -> SplitSummary:
         return summary
     except StoreFormatError as err:
         sp = task.split
-        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+        return SplitSummary(index=sp.index, first_offset=None,
+                            end=ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
 
 
 def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
@@ -135,7 +136,8 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     """SplitSummary from a FastSplit (the same fields _summarise fills from the reference's columns)."""
     sp = task.split
     first = None if fast.first_position is None else base + fast.first_position
-    summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
+    summary = SplitSummary(index=sp.index, first_offset=first, end=fast.end, records=fast.records, blanks=fast.blanks,
+                           bytes_read=bytes_read)
     if not fast.records:
         return summary
     summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
@@ -163,7 +165,8 @@ def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyBatch) -> N
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     sp, cols = task.split, chunk.columns
     first = None if chunk.first_position is None else chunk.columns.base_offset + chunk.first_position
-    summary = SplitSummary(sp.index, first, chunk.end, chunk.count, chunk.blank_count, bytes_read)
+    summary = SplitSummary(index=sp.index, first_offset=first, end=chunk.end, records=chunk.count,
+                           blanks=chunk.blank_count, bytes_read=bytes_read)
     if not chunk.count:
         return summary
     ts = cols.store_timestamp
@@ -282,7 +285,8 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                     generation is not None or guess.generation >= 5) if guess else None
     kernel = os.environ.get(KERNEL_ENV, "1") != "0"
-    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
+    base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
+                      with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would
