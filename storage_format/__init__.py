@@ -35,8 +35,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `broker_keys`: every key a 4.9.8 or 5.3.3 broker reads from its config file
 - `recovery`: the broker's start-up recovery as pure planning, one module per concern:
   `recovery.start` (start segment, truncation point), `recovery.queues` (consume-queue load, re-dispatch,
-  truncation), `recovery.index` (index resume), `recovery.reput` (4.x post-start re-dispatch),
-  `recovery.checkpoint_after` (the checkpoint left behind), `recovery.plan` (the whole sequence, pure)
+  truncation), `recovery.index` (index resume), `recovery.post_start` (4.x post-start re-dispatch),
+  `recovery.checkpoint_after` (the checkpoint left behind), `recovery.sequence` (the whole sequence, pure)
 - `store_layout`: broker features and store layouts reput does not implement, refused by name
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps
 - `errors`: the exception family (every error names the file and byte offset)

@@ -103,9 +103,9 @@ def _group(arr: np.ndarray, qs: np.ndarray,
            rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
     """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
     step by 1, and the rows grouped by queue."""
-    q_ts, q_tl, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (qs[:, c] for c in (k.Q_TS, k.Q_TL, k.Q_QID, k.Q_REC, k.Q_CQ,
-                                                                              k.Q_LO, k.Q_HI, k.Q_UNORD))
-    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_ts.tolist(), q_tl.tolist())]
+    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (
+        qs[:, c] for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI, k.Q_UNORD))
+    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_topic_at.tolist(), q_topic_len.tolist())]
     qids = q_qid.tolist()
     order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
     rank = np.empty(len(order), np.int64)

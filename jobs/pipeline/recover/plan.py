@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage_format import recovery as rules
+from storage_format import recovery
 from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
@@ -44,10 +44,10 @@ class StoreMarkers:
 class IndexPlan:
     """Index files after recovery: kept, deleted, appended to, created (with their keys)."""
 
-    kept: list[rules.IndexFileInfo]
-    deleted: list[rules.IndexFileInfo]
+    kept: list[recovery.IndexFileInfo]
+    deleted: list[recovery.IndexFileInfo]
     uris: dict[str, str]
-    resume: rules.IndexResume | None  # None with --full-index
+    resume: recovery.IndexResume | None  # None with --full-index
     new_names: list[str]
     full_rebuild_scan: ScanResult | None = None
     full_rebuild_work: Location | None = None
@@ -63,14 +63,14 @@ class RecoveryPlan:
     markers: StoreMarkers
     abnormal: bool
     segments: list[Segment]
-    start: rules.StartChoice
+    start: recovery.StartChoice
     scan: ScanResult
     work: Location
-    truncation: rules.Truncation
+    truncation: recovery.Truncation
     segments_deleted: list[int]
     queue_dirs: dict[tuple[str, int], QueueDir]
-    loads: dict[tuple[str, int], rules.QueueLoad]
-    states: dict[tuple[str, int], rules.QueueState]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
+    states: dict[tuple[str, int], recovery.QueueState]
     truncate_queues: bool
     max_phy_before: int
     reput_from: int

@@ -20,7 +20,7 @@ from .checkpoint_after import checkpoint_after
 from ..index_keys import KeyBatch
 from .index import DispatchPass, IndexFileInfo, IndexResume, resume_index
 from .queues import QueueEntries, QueueLoad, QueueState
-from .reput import post_start_reput_from
+from .post_start import post_start_reput_from
 from .start import segments_to_delete
 
 QueueKey = tuple[str, int]  # (topic, queueId)
