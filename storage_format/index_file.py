@@ -164,6 +164,17 @@ def empty_file_index_count(generation: int) -> int:
     return 0 if generation < 5 else 1
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """`a` as a read-only array (a view when it is writable): the index kernels are compiled and warmed for
+    the read-only columns the work files give; a writable array (recovery's selected tail keys) would make
+    numba compile a second signature in every worker."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
                       empty_count: int) -> tuple[IndexHeader, np.ndarray, int]:
     """First pass over a fresh file's entries: its header, its slot table (the newest position per
@@ -175,7 +186,7 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        newest_by_hash(key_hash, slots, newest, n + 1)
+        newest_by_hash(read_only(key_hash), slots, newest, n + 1)
         if n == 0:
             first = (int(store_ts[0]), int(phy[0]))
         last_entry = (int(store_ts[-1]), int(phy[-1]))
@@ -231,8 +242,8 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
     for key_hash, phy, store_ts in chunks():
         if len(key_hash):
             # the first put sees the inherited begin timestamp, later ones the file's first entry's
-            yield entry_bytes(key_hash, phy, store_ts, slots, current, done + 1, header.begin_timestamp, begin_ts,
-                              INT_MAX).data
+            yield entry_bytes(read_only(key_hash), read_only(phy), read_only(store_ts), slots, current, done + 1,
+                              header.begin_timestamp, begin_ts, INT_MAX).data
             done += len(key_hash)
     tail = (max_entries - 1 - n) * ENTRY_SIZE if zero_tail else 0
     block = bytes(min(ZERO_BLOCK, tail))
