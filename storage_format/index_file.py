@@ -108,6 +108,12 @@ class IndexLayout:
         """Byte offset of the entry at a position."""
         return self.entries_at + position * ENTRY_SIZE
 
+    def used_positions(self, header: "IndexHeader") -> int:
+        """Entry positions in use by the header's indexCount (position 0 included, never used), as the
+        broker reads it (IndexHeader.load: a count <= 0 is 1) and capped at the file's maxIndexNum: the
+        positions a chain walk or an entry listing may visit."""
+        return min(max(header.index_count, 1), self.max_entries)
+
     def whole_entries(self, nbytes: int) -> int:
         """How many entry positions the first `nbytes` of a file hold whole."""
         return max(0, (nbytes - self.entries_at) // ENTRY_SIZE)

@@ -17,7 +17,8 @@ live in storage_format/, Spark column functions in udfs/.
   `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
   (is a broker running on this store?)
 - `store`: what a store says about itself before any scan
-  `store.segments` (the commit log's segments, as the broker loads them), `store.generation` (4.x or 5.x),
+  `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
+  abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
   `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable)
 - `scan`: stages 1-2 of every Spark job
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the

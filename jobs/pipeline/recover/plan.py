@@ -5,39 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from storage_format import recovery
-from storage_format.checkpoint import Checkpoint, parse_checkpoint
+from storage_format.checkpoint import Checkpoint
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
-from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, GenerationGuess
+from storage_format.markers import GenerationGuess
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..store.markers import StoreMarkers
 from .inputs import QueueDir
 from ..scan.result import ScanResult
 
 LOOKED_AT_SHOWN = 8  # start-segment candidates listed in the plan (newest first)
-
-
-@dataclass
-class StoreMarkers:
-    """The store root's marker files as found."""
-
-    abort: bytes | None
-    abort_bak: bytes | None
-    checkpoint_raw: bytes | None
-    checkpoint: Checkpoint
-
-    @classmethod
-    def read(cls, store: Location) -> "StoreMarkers":
-        """abort, abort.bak and checkpoint of a store root (a missing checkpoint reads as zeros)."""
-        def opt(name: str) -> bytes | None:
-            """A root file's bytes, or None when absent."""
-            loc = store.child(name)
-            return loc.read_bytes() if loc.exists() else None
-        raw = opt(CHECKPOINT)
-        cp = parse_checkpoint(raw, store.child(CHECKPOINT).uri) if raw is not None else Checkpoint()
-        return cls(opt(ABORT), opt(ABORT_BAK), raw, cp)
 
 
 @dataclass(kw_only=True)
@@ -101,7 +81,7 @@ class RecoveryPlan:
     @property
     def checkpoint_changes(self) -> bool:
         """True when the checkpoint file must be (re)written."""
-        return self.markers.checkpoint_raw is None or self.markers.checkpoint != self.checkpoint_after
+        return self.markers.checkpoint_raw is None or self.markers.checkpoint_or_zeros != self.checkpoint_after
 
     @property
     def index_changes(self) -> bool:
@@ -120,7 +100,7 @@ class RecoveryPlan:
 
     def _index_dict(self) -> dict:
         """The plan's "index" part: files deleted, appended to and created, or the full rebuild."""
-        idx, cp0 = self.index, self.markers.checkpoint
+        idx, cp0 = self.index, self.markers.checkpoint_or_zeros
         out: dict = {"files_before": len(idx.kept) + len(idx.deleted),
                      "checkpoint_index_msg_timestamp": cp0.index_msg_timestamp}
         if idx.resume is None:
@@ -161,7 +141,7 @@ class RecoveryPlan:
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output)."""
-        cp0, cp1 = self.markers.checkpoint, self.checkpoint_after
+        cp0, cp1 = self.markers.checkpoint_or_zeros, self.checkpoint_after
         t = self.truncation
         holding = next((s for s in self.segments if s.start <= t.offset < s.start + s.size), None)
         return {

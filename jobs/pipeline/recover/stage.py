@@ -16,7 +16,6 @@ from storage_format import recovery
 from storage_format.checkpoint import Checkpoint
 from storage_format.commitlog import segment_name
 from storage_format.index_file import first_ms_named_after, format_name
-from storage_format.markers import GenerationGuess, detect_generation
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -25,21 +24,14 @@ from ..io.store_gate import commitlog_dir
 from ..build.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, segment_heads, tail_keys)
-from .plan import IndexPlan, RecoveryPlan, StoreMarkers
+from ..store.markers import StoreMarkers
+from .plan import IndexPlan, RecoveryPlan
 from ..scan.result import ScanResult
 from ..scan.stage import scan_store
 from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
-__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "detect"]
-
-
-def detect(markers: StoreMarkers, override: int | None) -> GenerationGuess:
-    """The generation given on the command line, or detected from the marker files."""
-    if override is not None:
-        return GenerationGuess(override, [f"given on the command line ({override}.x)"])
-    checkpoint = markers.checkpoint if markers.checkpoint_raw is not None else None
-    return detect_generation(markers.abort, markers.abort_bak is not None, checkpoint)
+__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names"]
 
 
 def new_index_names(kept: list[recovery.IndexFileInfo], count: int, tz: dt.tzinfo,
@@ -105,9 +97,9 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
     if not segments:
         raise recovery.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the "
                                      f"broker would delete every consume queue); nothing to recover")
-    start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
+    start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint_or_zeros,
                                           settings, g, abnormal)
-    limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
+    limit = confirm_offset.recovery_limit(settings, markers.checkpoint_or_zeros) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
                       dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
@@ -155,14 +147,15 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
-    gen = detect(markers, generation)
+    markers.checkpoint_or_zeros  # a damaged checkpoint stops recovery here, before any work
+    gen = markers.generation(generation)
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     queue_dirs, queues = gather_queues(sc, log)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index)
+    index, index_facts = gather_index(sc, log, markers.checkpoint_or_zeros, full_index)
 
     def last_cq_ts(from_offset: int) -> int | None:
         """Store time of the last scanned NOT/COMMIT record at or after an offset."""
@@ -170,7 +163,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
         return record_store_timestamp(log.segments, last) if last is not None else None
 
     seq = recovery.plan_sequence(recovery.RecoveryFacts(
-        generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint,
+        generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint_or_zeros,
         segment_starts=tuple(s.start for s in log.segments), start_offset=log.start.offset,
         truncate_at=log.truncation.offset, last_valid_record=log.last_valid,
         last_dispatched_record=log.last_dispatched, dispatched_end=log.dispatched_end, queues=queues,

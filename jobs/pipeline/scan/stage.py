@@ -30,7 +30,7 @@ from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime.faults import fail_once
-from ..store.generation import store_generation
+from ..store.markers import store_generation
 from ..io.fs import Location
 from .result import ScanResult, SplitSummary, SplitTask
 from ..runtime.tasks import run_tasks

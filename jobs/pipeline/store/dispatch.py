@@ -3,19 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit, reput_limit, stored_confirm_applies
-from storage_format.markers import CHECKPOINT
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..scan.result import ScanResult
-
-
-def read_checkpoint(store: Location) -> Checkpoint | None:
-    """The store's checkpoint, or None when it has none."""
-    loc = store.child(CHECKPOINT)
-    return parse_checkpoint(loc.read_bytes(), loc.uri) if loc.exists() else None
+from .markers import StoreMarkers
 
 
 def store_dispatch_limit(store: Location, settings: BrokerSettings) -> DispatchLimit:
@@ -23,7 +16,7 @@ def store_dispatch_limit(store: Location, settings: BrokerSettings) -> DispatchL
     The checkpoint is read only when its confirm offset applies: a rebuild needs nothing else from it."""
     if stored_confirm_applies(settings) is None:
         return NO_LIMIT
-    return reput_limit(settings, read_checkpoint(store))
+    return reput_limit(settings, StoreMarkers.read(store).checkpoint)
 
 
 def dispatch_report(job: str, limit: DispatchLimit, scan: ScanResult) -> dict:
