@@ -163,6 +163,37 @@ def _by_slot(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return order, s_sorted, same, last
 
 
+def keys_per_file(max_index_num: int) -> int:
+    """Keys one index file holds: maxIndexNum entry positions, position 0 never used."""
+    return max_index_num - 1
+
+
+def is_write_full(index_count: int, max_index_num: int) -> bool:
+    """IndexFile.isWriteFull: the file's indexCount (1 + its keys) has reached maxIndexNum."""
+    return index_count >= max_index_num
+
+
+def rolls(index_count: int, max_index_num: int, record_after_last_key: bool) -> bool:
+    """The index roll, the one rule: when the last file is full and a record is dispatched after its last
+    key, the broker opens the next, empty, file (IndexService.getAndCreateLastIndexFile finds it full)."""
+    return is_write_full(index_count, max_index_num) and record_after_last_key
+
+
+def index_file_count(total_keys: int, max_index_num: int, record_after_last_key: bool) -> int:
+    """How many files a fresh index fills with `total_keys` keys in dispatch order: files of
+    keys_per_file keys, plus the empty file of a roll after the last one (no key at all: that one file)."""
+    per = keys_per_file(max_index_num)
+    full, rest = divmod(total_keys, per)
+    if rest:
+        return full + 1
+    return full + (1 if record_after_last_key else 0)  # the last file (if any) is full: a roll opens one more
+
+
+def last_key_of_file(file_no: int, max_index_num: int) -> int:
+    """The global number (from 0, in dispatch order) of the last key of a full file of a fresh index."""
+    return (file_no + 1) * keys_per_file(max_index_num) - 1
+
+
 def empty_file_index_count(generation: int) -> int:
     """indexCount on disk of an index file that got no key: 4.9.x never writes it (the count lives in memory
     until a put, and IndexService.shutdown() is empty), so it stays 0; 5.x flushes every file's header at
@@ -197,7 +228,7 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
             first = (int(store_ts[0]), int(phy[0]))
         last_entry = (int(store_ts[-1]), int(phy[-1]))
         n += k
-    if n > max_entries - 1:
+    if n > keys_per_file(max_entries):
         raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
     if not n:
         ts, phy_end = max(inherited.end_timestamp, 0), max(inherited.end_phy_offset, 0)
@@ -251,7 +282,7 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
             yield entry_bytes(read_only(key_hash), read_only(phy), read_only(store_ts), slots, current, done + 1,
                               header.begin_timestamp, begin_ts, INT_MAX).data
             done += len(key_hash)
-    tail = (max_entries - 1 - n) * ENTRY_SIZE if zero_tail else 0
+    tail = (keys_per_file(max_entries) - n) * ENTRY_SIZE if zero_tail else 0
     block = bytes(min(ZERO_BLOCK, tail))
     while tail > 0:
         yield block if tail >= len(block) else block[:tail]

@@ -16,7 +16,8 @@ import pyarrow as pa
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import IndexLayout, IndexState, index_file_chunks, names_for
+from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, keys_per_file,
+                                        names_for)
 from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
@@ -280,18 +281,16 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
     """Number keys globally (prefix sum over accepted splits) and cut them into files of
     maxIndexNum - 1 keys; add the empty file the broker opens when a full file is followed by
     more records. Small files are grouped so a task holds about TARGET_INDEX_ENTRIES_PER_TASK keys."""
-    per = settings.max_index_num - 1
+    per = keys_per_file(settings.max_index_num)
     acc = [s for s in scan.accepted if s.records]
     if not acc:
         return []
     counts = np.array([s.keys for s in acc], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
     total = int(starts[-1])
-    n_files = -(-total // per)
     last_key_record = max((s.last_key[1] for s in acc if s.last_key), default=None)
-    last_record = acc[-1].last_record_offset
-    if total % per == 0 and (last_key_record is None or last_record > last_key_record):
-        n_files += 1  # a record after a full file makes the broker open a new, empty file
+    record_after_last_key = last_key_record is None or acc[-1].last_record_offset > last_key_record
+    n_files = index_file_count(total, settings.max_index_num, record_after_last_key)
 
     def slices(lo: int, hi: int) -> tuple[KeySlice, ...]:
         out_slices = []

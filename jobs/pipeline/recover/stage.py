@@ -15,7 +15,7 @@ from storage_format import confirm_offset
 from storage_format import recovery
 from storage_format.checkpoint import Checkpoint
 from storage_format.commitlog import segment_name
-from storage_format.index_file import first_ms_named_after, format_name
+from storage_format.index_file import first_ms_named_after, format_name, last_key_of_file
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -247,7 +247,7 @@ def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
     n_files = sum(len(t.files) for t in plan_index(full_scan, settings, full_work, full_work))
     rolled: tuple[int, ...] = ()
     if n_files >= 2:
-        ts = _key_store_ts(full_scan, full_work, (n_files - 1) * (settings.max_index_num - 1) - 1)
+        ts = _key_store_ts(full_scan, full_work, last_key_of_file(n_files - 2, settings.max_index_num))
         if ts is not None:
             rolled = (ts,)
     return FullIndexScan(full_scan, full_work, rolled)
