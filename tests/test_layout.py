@@ -114,3 +114,30 @@ def test_wide_records_are_built_with_keywords():
     mis-assigned silently. (On the tree before, this lists 13 records, RecoveryPlan, ValidatedLog and SplitTask
     among them.)"""
     assert wide_positional_records() == []
+
+
+def test_every_kernel_has_a_reference_and_a_test_in_the_kernels_table():
+    """storage_format/kernels/__init__.py's table: every kernel warm() loads has a row; each row's kernel
+    and reference exist, and its test is a test function of that file."""
+    import ast
+    import importlib
+
+    import storage_format.kernels as kernels
+
+    rows = [[c.strip().strip("`") for c in line.split("|")[1:-1]] for line in kernels.__doc__.splitlines()
+            if line.startswith("| `")]
+    warm_source = (PACKAGE / "kernels" / "warm.py").read_text()
+    warmed = {f"{n.value.id}.{n.attr}" for n in ast.walk(ast.parse(warm_source))
+              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+              and n.value.id in ("split_kernel", "row_groups", "index_chain")}
+    assert warmed and warmed <= {r[0] for r in rows}, sorted(warmed - {r[0] for r in rows})
+
+    def resolve(dotted: str):
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    for kernel, reference, test in rows:
+        assert callable(resolve(f"storage_format.kernels.{kernel}")) and callable(resolve(reference)), kernel
+        path, _, func = test.partition("::")
+        tests = {n.name for n in ast.walk(ast.parse((REPO / path).read_text())) if isinstance(n, ast.FunctionDef)}
+        assert func in tests and func.startswith("test_"), test
