@@ -5,7 +5,8 @@ the same files, decode only, `jobs.rebuild` (consume queues + index) and `jobs.v
 exists). Writing the store is not timed (a store written from the same flags is reused); Spark session
 start-up is reported on its own row. Prints one table and writes every figure as JSON. Side-by-side
 comparisons, each interleaved in one run: start-up against Spark's defaults (bench.startup), the rate
-against store size (bench.scale, --scale-messages) and RocketMQ's own rebuild (bench.broker).
+against store size (bench.scale, --scale-messages) and RocketMQ's own rebuild (bench.broker; of a DLedger
+store, bench.dledger_broker).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from jobs.pipeline.runtime.cli import _size
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
-from . import broker, report, stages
+from . import broker, dledger_broker, report, stages
 from . import scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--lmq-queues", type=int, default=d.lmq_queues,
                    help=f"distinct %%LMQ%% queues they name (default {d.lmq_queues:,})")
     g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--dledger", action="store_true",
+                   help="a DLedger-mode store (dledger-n0/data/ entry files of --segment-size, one-member group)")
     g.add_argument("--regenerate", action="store_true", help="rewrite the store even if one matches the flags")
     r = p.add_argument_group("run")
     r.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -71,7 +74,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--broker-build", type=Path,
                    help="a RocketMQ 4.9.8 oracle build (../shared/oracle/build.sh OUT): also time the broker's own "
                         "rebuild and jobs.rebuild as whole processes, interleaved, and print the ratios")
-    r.add_argument("--pairs", type=int, default=3, help="interleaved broker/reput pairs (default 3)")
+    r.add_argument("--dledger-broker-build", type=Path,
+                   help="with --dledger: a DLedger oracle build (../shared/oracle/dledger/build.sh ... OUT): also time "
+                        "RocketMQ 4.9.8's DLedgerCommitLog rebuilding the store from its data files (the kit's "
+                        "reopen), jobs.rebuild of it and of the plain store with the same messages (written if "
+                        "missing), interleaved, and print the ratios")
+    r.add_argument("--pairs", type=int, default=3,
+                   help="interleaved broker/reput pairs (rounds of three with --dledger-broker-build; default 3)")
     r.add_argument("--scale-messages", type=int,
                    help="also rebuild a store of this many messages (same flags otherwise; written if missing) "
                         "interleaved with the bench store's rebuild, and print both rates and their ratio")
@@ -82,6 +91,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--startup-pairs", type=int, default=3,
                    help="interleaved start-up pairs, reput against Spark's defaults (stage startup; default 3)")
     args = p.parse_args(argv)
+    if args.dledger_broker_build and not args.dledger:
+        p.error("--dledger-broker-build needs --dledger (the broker's DLedger rebuild runs on the DLedger store)")
+    if args.broker_build and args.dledger:
+        p.error("--broker-build times RebuildTimer on a plain store's commitlog/; on the DLedger store use "
+                "--dledger-broker-build")
     unknown = set(args.stages.split(",")) - set(STAGES)
     if unknown:
         p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
@@ -95,13 +109,14 @@ def spec_from(args: argparse.Namespace) -> StoreSpec:
                      tags_share=args.tags_share, segment_size=args.segment_size,
                      consume_queue_file_size=args.cq_file_size, max_hash_slot_num=args.index_slots,
                      max_index_num=args.index_entries, seed=args.seed, lmq_share=args.lmq_share,
-                     lmq_queues=args.lmq_queues)
+                     lmq_queues=args.lmq_queues, dledger=args.dledger)
 
 
 def store_dir(root: Path, spec: StoreSpec) -> Path:
     """One directory per distinct store, so stores of several sizes can sit side by side."""
     lmq = f"-lmq{spec.lmq_share:g}x{spec.lmq_queues}" if spec.lmq_share > 0 else ""
-    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}"
+    kind = "-dledger" if spec.dledger else ""
+    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}{kind}"
 
 
 def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
@@ -186,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     side = None
     if args.broker_build:
         side = broker.side_by_side(args.broker_build, store, args.root, args.pairs, args.master, args.split_size)
+    dledger_side = None
+    if args.dledger_broker_build:
+        plain = ensure_store(args.root, dataclasses.replace(spec, dledger=False), args.regenerate)
+        dledger_side = dledger_broker.side_by_side(args.dledger_broker_build, store, plain, args.root, args.pairs,
+                                                   args.master, args.split_size)
     settings_line = (f"Spark {startup.detail['master']}, split size {args.split_size >> 20} MiB; "
                      f"peak worker RSS = highest VmHWM of one Python worker during the stage")
     print()
@@ -199,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     if side is not None:
         print()
         print(broker.table(side))
+    if dledger_side is not None:
+        print()
+        print(dledger_broker.table(dledger_side))
     json_out = args.json_out or args.root / "bench-result.json"
     config = {"master": args.master, "split_size": args.split_size, "stages": wanted, "store_dir": str(store),
               "repeat": args.repeat,
@@ -207,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = report.json_report(results, info, machine, config)
     if side is not None:
         figures["side_by_side"] = side.to_dict()
+    if dledger_side is not None:
+        figures["dledger_side_by_side"] = dledger_side.to_dict()
     if startup_runs is not None:
         figures["startup_side_by_side"] = startup_runs.to_dict()
     if scale_runs is not None:

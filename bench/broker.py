@@ -69,9 +69,26 @@ def _linked_store(store: Path, work: Path) -> Path:
     return work
 
 
+def kit_classpath(build: Path) -> str:
+    """An oracle build's classpath.txt with relative entries made absolute: build.sh writes them relative to
+    the directory it ran in (the build's parent, e.g. `build-plain/classes`), not to where the bench runs."""
+    try:
+        entries = (build / "classpath.txt").read_text().strip().split(":")
+    except OSError as e:
+        raise BrokerRunError(f"{build}: no oracle build here ({e.strerror}: classpath.txt)") from None
+    out = []
+    for entry in entries:
+        path = Path(entry)
+        if not path.is_absolute():
+            path = next((c for c in (build.parent / entry, build / entry, Path.cwd() / entry) if c.exists()),
+                        build.parent / entry)
+        out.append(str(path))
+    return ":".join(out)
+
+
 def run_broker(build: Path, store: Path, work: Path) -> dict:
     """One timed broker rebuild: RebuildTimer's JSON figures plus the process wall time."""
-    classpath = (build / "classpath.txt").read_text().strip()
+    classpath = kit_classpath(build)
     _linked_store(store, work)
     env = dict(os.environ, ROCKETMQ_LOG=str(work) + ".log")
     cmd = ["java", "-Xms1g", "-Xmx1g", *JAVA_OPENS, "-Duser.timezone=UTC", "-Drocketmq.client.logUseSlf4j=true",

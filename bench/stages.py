@@ -123,7 +123,8 @@ def warm_page_cache(store: Path) -> float:
     the store in the page cache, as after the store was written; returns the seconds it took."""
     t0 = time.monotonic()
     block = bytearray(READ_BLOCK)
-    for seg in sorted((store / "commitlog").iterdir()):
+    log_dirs = [d for d in (store / "commitlog", *sorted(store.glob("dledger-*/data"))) if d.is_dir()]
+    for seg in sorted(p for d in log_dirs for p in d.iterdir()):
         with open(seg, "rb", buffering=0) as f:
             while f.readinto(block):
                 pass
@@ -188,7 +189,8 @@ def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master:
     view = work_root / "verify-store"
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(parents=True)
-    for name, target in (("commitlog", store / "commitlog"), ("consumequeue", rebuilt / "consumequeue"),
+    members = [(d.name, d) for d in sorted(store.glob("dledger-*"))]  # a DLedger store's data, index, checkpoint
+    for name, target in (("commitlog", store / "commitlog"), *members, ("consumequeue", rebuilt / "consumequeue"),
                          ("index", rebuilt / "index")):
         if target.exists():
             (view / name).symlink_to(target)

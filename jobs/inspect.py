@@ -10,6 +10,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
 from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, check_report, check_store, emit, parser,  # noqa: E402
                                progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
@@ -47,6 +48,7 @@ def summary(result: ScanResult) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = parser("inspect", "Summarise a RocketMQ store's commit log (records, queues, where the data ends).")
     add_generation_flag(p)
+    add_dledger_flag(p)
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     warn_if_running("inspect", store)
@@ -54,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     sc = job_context(args, "inspect")
     result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
                         generation=args.rocketmq_version, quiet=progress_quiet(args))
-    emit(args, summary(result), _print_human, report_loc)
+    report = summary(result)
+    dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
+    if dledger is not None:
+        report["dledger"] = dledger
+    emit(args, report, _print_human, report_loc)
     return EXIT_OK
 
 
@@ -64,6 +70,13 @@ def _print_human(r: dict) -> None:
     print(f"max physical offset  {r['max_physical_offset']}")
     print(f"store timestamps     {r['first_store_timestamp']} .. {r['last_store_timestamp']}")
     print(f"scan ended: {r['scan_end_detail']}")
+    if "dledger" in r:
+        d = r["dledger"]
+        print(f"DLedger entries      {d['entries']} (index {d['first_entry_index']} .. {d['last_entry_index']}) in "
+              f"{d['data_files']} data files" + (f" after {d['plain_segments']} plain segments (dividedCommitlogOffset "
+                                                  f"{d['divided_commitlog_offset']})" if d['plain_segments'] else ""))
+        print(f"DLedger reading      {d['committed_reading']['reading']}; past committedIndex: "
+              f"{d['entries_past_committed_index']}")
     for topic, queues in r["records_per_topic_queue"].items():
         print(f"  {topic}: " + ", ".join(f"q{q}={n}" for q, n in queues.items()))
     lmq = [(f"{t}/{q}", n) for t, qs in r["lmq_entries_per_queue"].items() for q, n in qs.items()]

@@ -23,6 +23,7 @@ from jobs.pipeline.build.stage import build_files, name_index_files, pending_nam
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
@@ -70,6 +71,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="rebuild up to the first invalid record (as the broker dispatches) instead of refusing "
                         "a commit log that does not end cleanly")
     add_generation_flag(p)
+    add_dledger_flag(p)
     return p.parse_args(argv)
 
 
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     tz = time_zone("--index-name-tz", args.index_name_tz)
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
-    limit = store_dispatch_limit(store, settings)
+    limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     sc = job_context(args, "rebuild")
     timings: dict[str, float] = {}
@@ -124,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
+        dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
+        if dledger is not None:
+            report["dledger"] = dledger
         staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
     return EXIT_OK

@@ -30,6 +30,7 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery  # noqa: E402
 from jobs.pipeline.recover.write import plan_output, write_output  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
@@ -96,13 +97,18 @@ def _run(args) -> int:
     if args.resume or args.rollback:
         refuse_if_running(store, args.force, forceable=False)
         path = inplace.local_store(store.uri)
-        result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
+        with _store_lock(path):
+            result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
         if args.json:
             print_json(result)
         else:
             _print_lines((text.resume_lines if args.resume else text.rollback_lines)(result, str(path)))
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
+    if settings.enable_dleger_commit_log:  # the DLedger read path does not make a DLedger recovery
+        raise JobError(f"{args.store}: a DLedger-mode store (dledger-{settings.d_leger_self_id}/): its recovery "
+                       f"(DLedger's entry checks, no re-dispatch during load) is not implemented yet (issue 20); "
+                       f"reput does not apply a plain recovery to it")
     args.broker = refuse_if_running(store, args.force, forceable=not args.in_place)
     if args.broker.running:
         warn("recover", f"{args.broker.describe()} (--force): the plan describes a store that is still changing")
@@ -116,7 +122,13 @@ def _run(args) -> int:
         return _dry_run(args, store, settings, kw)
     if args.out:
         return _to_out(args, store, location(args.out), settings, kw, tz)
-    return _in_place(args, store, settings, kw, tz)
+    with _store_lock(inplace.local_store(store.uri)):
+        return _in_place(args, store, settings, kw, tz)
+
+
+def _store_lock(path: Path) -> RunLock:
+    """One in-place run (or --resume / --rollback) per store at a time."""
+    return RunLock(path / IN_PLACE_LOCK, "recover", f"the store {path} (--in-place)")
 
 
 def _write_plan(args, summary: dict) -> None:

@@ -44,8 +44,10 @@ from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.io.store_gate import commitlog_dir  # noqa: E402
+from jobs.pipeline.io.store_gate import commitlog_dir, dledger_home  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
@@ -105,7 +107,26 @@ def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Lo
             index_in_flight(index_dir, found)
         stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
         stats["index_files_checked"] = found.files_checked - before
+    if settings.enable_dleger_commit_log:
+        stats["dledger_index_units_checked"] = check_dledger_index(sc, store, settings, scan, found, quiet)
     return scan, found, stats
+
+
+def check_dledger_index(sc: SparkContext, store: Location, settings: BrokerSettings, scan: ScanResult,
+                        found: Findings, quiet: bool) -> int:
+    """dledger-<id>/index/ against the entries in the data files; returns the units compared."""
+    home = dledger_home(store, settings)
+    rel = f"{home.name}/index"
+    files = verify_dledger.check_files(home, rel, scan, found)
+    checks = verify_dledger.plan_unit_checks(scan, files, rel)
+    before = found.files_checked
+    for f in run_tasks(sc, checks, verify_dledger.check_units, "DLedger index", quiet=quiet):
+        found.merge(f)
+    checked, found.files_checked = found.files_checked - before, before
+    rng = scan.entry_range()
+    if rng is not None:
+        verify_dledger.unit_after_last(files, rel, rng[1], found)
+    return checked
 
 
 def index_in_flight(index_dir: Location, found: Findings) -> None:
@@ -128,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"detailed findings kept in the report (default {DEFAULT_MAX_FINDINGS}; counts are "
                         f"always complete; at most 20 per file and kind)")
     add_generation_flag(p)
+    add_dledger_flag(p)
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     report_loc = check_report(args, store)
@@ -135,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = work_location(store, args.work_dir)
-    limit = store_dispatch_limit(store, settings)
+    limit = store_dispatch_limit(store, settings, args.dledger_reading)
     sc = job_context(args, "verify")
     started = time.monotonic()
     try:
@@ -149,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     report = build_report(args, store, settings, scan, found, stats, with_cq, with_index,
                           time.monotonic() - started)
     report["dispatch"] = dispatch_report("verify", limit, scan)
+    dledger = dledger_section("verify", store, settings, args.dledger_reading, scan)
+    if dledger is not None:
+        report["dledger"] = dledger
+        report["dledger"]["reading_checked"] = dledger["committed_reading"]["reading"]
     emit(args, report, lambda r: print_summary(r, args.report), report_loc)
     return EXIT_FINDINGS if found.fails() else EXIT_OK
 
@@ -233,6 +259,11 @@ def print_summary(r: dict, report_path: str | None) -> None:
     print(f"commit log: {c['message_records']} records in {c['segments']} segments, valid up to offset "
           f"{c['max_physical_offset']}")
     print(f"scan ended: {c['scan_end_detail']}")
+    if "dledger" in r:
+        d = r["dledger"]
+        print(f"DLedger: {d['entries']} entries (index {d['first_entry_index']} .. {d['last_entry_index']}), "
+              f"{r.get('dledger_index_units_checked', 0)} DLedger index units compared; reading checked: "
+              f"{d['reading_checked']} ({d['committed_reading']['reason']})")
     if r["checked"]["consumequeue"]:
         print(f"consume queues: {r.get('consumequeue_files_checked', 0)} files compared")
     if r["checked"]["index"]:

@@ -26,7 +26,10 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
 - `checkpoint`: the `checkpoint` file
-- `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog)
+- `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog), the
+  pos rule for a split's first entry, and the committed-position reading (which entries count as dispatched)
+- `log_sources`: where a store's records sit (plain segments, DLedger data files, the upgraded mixed layout) as
+  one list of segments the split planner and decoders read
 - `markers`: `abort`, `abort.bak`, `lock` and telling 4.x stores from 5.x stores
 - `msg_id`: offset message ids and producers' unique keys
 - `month_time`: a unique key's born time from its month-relative offset (java.util.Calendar's month starts)

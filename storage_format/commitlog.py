@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from . import dledger
 from .record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC  # noqa: F401 (SCHEDULE_TOPIC re-exported)
 from .record_columns import HEAD_DTYPE, RecordColumns  # noqa: F401 (HEAD_DTYPE re-exported)
 from .segment_names import file_offset, parse_segment_name, segment_name  # noqa: F401 (re-exported)
@@ -19,6 +20,7 @@ from .segment_names import file_offset, parse_segment_name, segment_name  # noqa
 MIN_RECORD_SIZE = 91  # IPv4 hosts, empty body, topic and properties (v1)
 BLANK_HEADER = 8
 _HEAD = struct.Struct(">iI")
+_ENTRY_HEAD = struct.Struct(">Ii")  # DLedger entry magic (unsigned, as record magics are reported), size
 
 # Why a scan stopped. The first four come from the broker's own checks.
 END_BAD_MAGIC = "badmagic"
@@ -29,7 +31,9 @@ END_BAD_DELAY = "bad_delay_level"
 END_BLANK = "blank"  # normal end of a segment: reading goes on in the next one
 END_STOP = "stop"  # reached the end of the byte range asked for: the chain goes on
 END_FILE = "end_of_file"  # the chain ended exactly at the segment end (no blank)
-INVALID_ENDS = (END_BAD_MAGIC, END_SIZE_MISMATCH, END_CRC_MISMATCH, END_BAD_TOTAL_SIZE, END_BAD_DELAY)
+END_BAD_ENTRY = "bad_entry"  # a DLedger entry header DLedger's recovery rejects (size, pos, bodySize, blank length)
+INVALID_ENDS = (END_BAD_MAGIC, END_SIZE_MISMATCH, END_CRC_MISMATCH, END_BAD_TOTAL_SIZE, END_BAD_DELAY,
+                END_BAD_ENTRY)
 
 
 class NeedMoreBytes(Exception):
@@ -95,13 +99,23 @@ def find_first_record(buf: memoryview | bytes, base_offset: int, start: int, sto
     return None
 
 
+def find_first_start(buf: memoryview | bytes, base_offset: int, start: int, stop: int, header: int = 0) -> int | None:
+    """find_first_record for a plain segment (header 0), dledger.find_first_entry for a DLedger data file."""
+    if header:
+        return dledger.find_first_entry(buf, base_offset, start, stop, find_first_record)
+    return find_first_record(buf, base_offset, start, stop)
+
+
 def walk_chain(buf: memoryview | bytes, base_offset: int, start: int, stop: int,
-               segment_end: int) -> tuple[np.ndarray, int, ScanEnd]:
+               segment_end: int, header: int = 0) -> tuple[np.ndarray, int, ScanEnd]:
     """Follow totalSize from `start` while positions are < `stop`: (record positions, blanks, end).
 
     `segment_end` is where the segment ends in buffer coordinates; when it lies past the buffer,
     a record that runs off the buffer raises NeedMoreBytes instead of being called invalid.
+    With `header` (a DLedger data file) the walk goes entry by entry: walk_entries.
     """
+    if header:
+        return walk_entries(buf, base_offset, start, stop, segment_end)
     positions: list[int] = []
     append = positions.append
     unpack = _HEAD.unpack_from
@@ -144,6 +158,76 @@ def walk_chain(buf: memoryview | bytes, base_offset: int, start: int, stop: int,
     return np.asarray(positions, dtype=np.int64), blanks, end
 
 
+def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: int,
+                 segment_end: int) -> tuple[np.ndarray, int, ScanEnd]:
+    """walk_chain over a DLedger data file: (record positions = entry positions + 48, blanks, end). An entry
+    goes on the chain when its magic is 1 and its header and record agree (dledger.entry_problem); a DLedger
+    blank (int -1, bytes-left) ends the file; any other magic ends the walk (zeros: the end of the data).
+    Positions in the end are entry positions. As the broker's dispatch (DLedgerCommitLog.
+    checkMessageAndReturnSize) the record itself is then checked by the plain record rules."""
+    h = dledger.ENTRY_HEADER_SIZE
+    positions: list[int] = []
+    append = positions.append
+    unpack = _ENTRY_HEAD.unpack_from
+    buf_len = len(buf)
+    limit = min(buf_len, segment_end)
+    pos, blanks, prev = start, 0, None
+    end: ScanEnd
+    while True:
+        if pos >= stop:
+            end = ScanEnd(END_STOP, base_offset + pos)
+            if pos + 8 <= limit:
+                magic, _ = unpack(buf, pos)
+                if magic == dledger.BLANK_MAGIC & 0xFFFFFFFF:
+                    end, blanks = ScanEnd(END_BLANK, base_offset + pos), blanks + 1
+                elif magic != dledger.ENTRY_MAGIC:
+                    end = ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+            break
+        if pos == segment_end:
+            end = ScanEnd(END_FILE, base_offset + pos)
+            break
+        if pos + 8 > limit:
+            if limit < segment_end:
+                raise NeedMoreBytes(pos, pos + 8)
+            end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail="entry header runs past the data file's end")
+            break
+        magic, size = unpack(buf, pos)
+        if magic == dledger.BLANK_MAGIC & 0xFFFFFFFF:
+            if size != segment_end - pos:
+                end = ScanEnd(END_BAD_ENTRY, base_offset + pos,
+                              detail=f"DLedger blank says {size} bytes left, the data file has {segment_end - pos}")
+                break
+            blanks += 1
+            end = ScanEnd(END_BLANK, base_offset + pos)
+            break
+        if magic != dledger.ENTRY_MAGIC:
+            end = ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+            break
+        if pos + h + 8 > limit:
+            if limit < segment_end:
+                raise NeedMoreBytes(pos, pos + h + 8)
+            end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail="entry header runs past the data file's end")
+            break
+        record_size, record_magic = _HEAD.unpack_from(buf, pos + h)
+        why = dledger.entry_problem(buf, pos, base_offset, segment_end - pos, record_size)
+        if why is None and record_magic not in (MAGIC_V1, MAGIC_V2):
+            why = f"no commit-log record behind the entry header (magic 0x{record_magic:08X})"
+        if why is None and size < h + MIN_RECORD_SIZE:
+            why = f"entry size {size} is below the smallest record ({MIN_RECORD_SIZE}) + {h}"
+        index = dledger.entry_index_at(buf, pos + h)
+        if why is None and prev is not None and index != prev + 1:
+            why = f"entry index {index} follows entry index {prev} (a gap)"
+        prev = index
+        if why:
+            end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail=why)
+            break
+        if pos + size > buf_len:
+            raise NeedMoreBytes(pos, pos + size)
+        append(pos + h)
+        pos += size
+    return np.asarray(positions, dtype=np.int64), blanks, end
+
+
 def _end_after_stop(buf: memoryview | bytes, base_offset: int, pos: int, limit: int) -> ScanEnd:
     """The walk reached its stop: peek at the next header so a blank or the end of the data is
     reported here rather than making the next split search for a record that is not there."""
@@ -173,29 +257,31 @@ class DecodedChunk:
 
 def decode_buffer(buf: memoryview | bytes, base_offset: int, start: int = 0, stop: int | None = None, *,
                   segment_end: int | None = None, path: str = "<buffer>", check_crc: bool = False,
-                  find_start: bool = False) -> DecodedChunk:
+                  find_start: bool = False, header: int = 0) -> DecodedChunk:
     """Decode the records that start in buf[start:stop].
 
     `base_offset` is the commit-log offset of buf[0]; `segment_end` (default len(buf)) is where the
     segment ends in buffer coordinates. With `find_start`, the first record is searched by the
     physicalOffset rule (for splits that begin mid-segment). Records after the first invalid one are
     dropped and the end says where and why, like the broker's dispatch (CRC only with check_crc).
+    With `header` (a DLedger data file: dledger.ENTRY_HEADER_SIZE) positions walked are entry positions
+    (`first_position`, the end) while the columns hold the records behind them.
     """
     stop = len(buf) if stop is None else stop
     segment_end = len(buf) if segment_end is None else segment_end
     first = start
     if find_start:
-        found = find_first_record(buf, base_offset, start, stop)
+        found = find_first_start(buf, base_offset, start, stop, header)
         if found is None:
             return DecodedChunk(RecordColumns(buf, base_offset, np.zeros(0, np.int64), path), 0,
                                 ScanEnd(END_STOP, base_offset + stop), None, path)
         first = found
-    positions, blanks, end = walk_chain(buf, base_offset, first, stop, segment_end)
+    positions, blanks, end = walk_chain(buf, base_offset, first, stop, segment_end, header)
     cols = RecordColumns(buf, base_offset, positions, path)
     invalid = first_invalid_record(cols, check_crc)
     if invalid is not None:
         i, reason, why = invalid
-        end = ScanEnd(reason, base_offset + int(cols.pos[i]), detail=why)
+        end = ScanEnd(reason, base_offset + int(cols.pos[i]) - header, detail=why)
         blanks = 0
         cols = cols.take(i)
     seg_start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import dledger
 from .commitlog import MIN_RECORD_SIZE, RecordColumns, decode_buffer
 from .errors import StoreFormatError
 from .record import MAGIC_V1, MAGIC_V2, Message
@@ -34,6 +35,10 @@ def read_record(segment: Segment, read_range: ReadRange, offset: int) -> RecordR
         return RecordRead(None, reason="offset is at the very end of a segment")
     size, magic = int.from_bytes(head[:4], "big", signed=True), int.from_bytes(head[4:8], "big")
     if magic not in (MAGIC_V1, MAGIC_V2):
+        if segment.header and int.from_bytes(head[:4], "big", signed=True) == dledger.ENTRY_MAGIC:
+            return RecordRead(None, reason=f"a DLedger entry header starts here, not a record: the message "
+                                           f"behind it is at offset {offset + segment.header} (entry pos + "
+                                           f"{segment.header})")
         return RecordRead(None, reason=f"no record starts here (magic 0x{magic:08X})")
     if size < MIN_RECORD_SIZE or pos + size > segment.size:
         return RecordRead(None, reason=f"totalSize {size} does not fit the segment")

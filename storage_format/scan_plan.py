@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from .commitlog import END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
+from .commitlog import END_BAD_ENTRY, END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # bytes of commit log per decode task
 END_NO_NEXT_SEGMENT = "no_next_segment"
@@ -18,13 +18,24 @@ END_MISSING_SEGMENT = "missing_segment"
 END_ERROR = "error"  # the split could not be decoded (its summary carries the error)
 
 
+SEGMENT_PLAIN = "plain"  # records follow each other (commitlog/)
+SEGMENT_DLEDGER = "dledger"  # each record sits behind a DLedger entry header (dledger-<id>/data/)
+
+
 @dataclass(frozen=True)
 class Segment:
-    """One commit-log segment file: its start offset (from the name), size and path."""
+    """One commit-log segment file: its start offset (from the name), size and path. `header` is the bytes
+    in front of each record: 0 in a plain segment, the DLedger entry header in a DLedger data file (the
+    record at entry pos + header, the next entry at pos + entry size, a DLedger blank ends the file)."""
 
     start: int
     size: int
     path: str
+    header: int = 0
+
+    @property
+    def kind(self) -> str:
+        return SEGMENT_DLEDGER if self.header else SEGMENT_PLAIN
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class Split:
         return self.start == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitWalk:
     """What a split's walk found: the first record offset (None if none) and how the walk ended."""
 
@@ -58,6 +69,8 @@ class SplitWalk:
     end: ScanEnd
     records: int = 0
     blanks: int = 0
+    first_entry: int | None = None  # DLedger entry index of the first and last entry walked (None: plain)
+    last_entry: int | None = None
 
 
 @dataclass
@@ -97,6 +110,7 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
     if not splits:
         return out
     expect = splits[0].segment.start
+    last_entry = None  # the chain's last DLedger entry index: the next entry must be the one after it
     for sp in splits:
         walk = walks[sp.index]
         seg = sp.segment
@@ -125,6 +139,12 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
         if walk.first_offset != expect:
             out.redo[sp.index] = expect
             return out
+        if walk.first_entry is not None and last_entry is not None and walk.first_entry != last_entry + 1:
+            out.end = ScanEnd(END_BAD_ENTRY, expect, path=seg.path, file_offset=expect - seg.start,
+                              detail=f"entry index {walk.first_entry} follows entry index {last_entry} (a gap)")
+            continue
+        if walk.last_entry is not None:
+            last_entry = walk.last_entry
         out.accepted.append(sp.index)
         end = walk.end
         if end.reason == END_STOP:

@@ -42,8 +42,14 @@ class BrokerSettings:
     # false), told apart from an explicit false so a store written with them on is not silently read without.
     enable_multi_dispatch: bool | None = None
     enable_lmq: bool | None = None
-    # Features reput does not implement: store_layout.py refuses a store that uses one, by name.
+    # DLedger commit log (storage_format.dledger, log_sources): data in dledger-<dLegerSelfId>/data/, or in
+    # storePathDLedgerCommitLog; None = not in the config (4.9.8's MessageStoreConfig defaults are null).
     enable_dleger_commit_log: bool = False
+    d_leger_self_id: str | None = None
+    d_leger_peers: str | None = None
+    d_leger_group: str | None = None
+    store_path_dledger_commit_log: str | None = None
+    # Features reput does not implement: store_layout.py refuses a store that uses one, by name.
     store_type: str = "default"
     enable_consume_queue_ext: bool = False
     force_verify_prop_crc: bool = False
@@ -95,6 +101,10 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "enableMultiDispatch": ("enable_multi_dispatch", bool),
     "enableLmq": ("enable_lmq", bool),
     "enableDLegerCommitLog": ("enable_dleger_commit_log", bool),
+    "dLegerSelfId": ("d_leger_self_id", str),
+    "dLegerPeers": ("d_leger_peers", str),
+    "dLegerGroup": ("d_leger_group", str),
+    "storePathDLedgerCommitLog": ("store_path_dledger_commit_log", str),
     "storeType": ("store_type", str),
     "enableConsumeQueueExt": ("enable_consume_queue_ext", bool),
     "forceVerifyPropCRC": ("force_verify_prop_crc", bool),

@@ -3,7 +3,10 @@
 An operator may pass no broker config, so each feature is looked for both ways. The checks run before any
 work; each refusal is one line naming the setting or the directory found:
 
-* DLedger commit log (`enableDLegerCommitLog`; data in `dledger-<selfId>/data/`, `commitlog/` left empty);
+* a DLedger commit log only as reput reads it (storage_format.dledger, log_sources): one member's
+  `dledger-<selfId>/data/` (several without a config to choose: refused, named), a single
+  storePathDLedgerCommitLog (several, comma-separated: refused), and never `dledger-*/` beside a config
+  that turns DLedger off;
 * RocksDB consume queues (`storeType=defaultRocksDB`, 5.2+; `consumequeue/` holds CURRENT, MANIFEST-*, *.sst);
 * BatchConsumeQueue (`batchconsumequeue/`; records with the inner-batch sysFlag 0x80);
 * ConsumeQueueExt (`enableConsumeQueueExt`; `consumequeue_ext/`);
@@ -14,10 +17,11 @@ work; each refusal is one line naming the setting or the directory found:
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .dledger import DIR_PREFIX as DLEDGER_PREFIX
 from .errors import SettingsError
 from .settings import BrokerSettings
 
@@ -40,12 +44,19 @@ class StoreListing:
     root: frozenset[str]
     consumequeue_files: frozenset[str] = frozenset()
     non_empty_dirs: frozenset[str] = frozenset()
+    dledger_data: frozenset[str] = frozenset()  # dledger-<id>/ directories that hold a data/ directory
 
 
 def setting_refusal(s: BrokerSettings) -> str | None:
     """The first setting that selects a feature reput does not implement, as an operator message."""
     if s.enable_dleger_commit_log:
-        return f"enableDLegerCommitLog=true: the DLedger commit log (dledger-<selfId>/data/); {NOT_IMPLEMENTED}"
+        if not (s.d_leger_self_id or "").strip():
+            return ("enableDLegerCommitLog=true without dLegerSelfId: the broker cannot start a DLedger member "
+                    "(its data is in dledger-<dLegerSelfId>/data/); set dLegerSelfId in the broker config")
+        path = s.store_path_dledger_commit_log or ""
+        if MULTI_PATH_SPLITTER in path:
+            return (f"storePathDLedgerCommitLog={path}: several DLedger data paths (split on "
+                    f"'{MULTI_PATH_SPLITTER}'); {NOT_IMPLEMENTED}")
     if s.store_type.lower() == ROCKSDB_STORE_TYPE.lower():
         return f"storeType={s.store_type}: RocksDB consume queues; {NOT_IMPLEMENTED}"
     if s.enable_consume_queue_ext:
@@ -65,9 +76,11 @@ def setting_refusal(s: BrokerSettings) -> str | None:
 
 def layout_refusal(listing: StoreListing) -> str | None:
     """The first directory or file that shows a feature reput does not implement."""
-    dledger = sorted(n for n in listing.root if n.startswith("dledger-") and n.endswith("/"))
+    dledger = sorted(n for n in listing.root if n.startswith(DLEDGER_PREFIX) and n.endswith("/"))
     if dledger:
-        return (f"{dledger[0]} found: a DLedger commit log (enableDLegerCommitLog); {NOT_IMPLEMENTED}")
+        return (f"{dledger[0]} found: a DLedger commit log, but the broker config does not set "
+                f"enableDLegerCommitLog=true (the broker would read commitlog/ only); pass the config the broker "
+                f"runs with, or none to read {dledger[0]}data/")
     rocks = sorted(f for f in listing.consumequeue_files if any(fnmatch.fnmatchcase(f, p) for p in ROCKSDB_FILES))
     if rocks:
         return (f"consumequeue/{rocks[0]} found: RocksDB consume queues (storeType={ROCKSDB_STORE_TYPE}); "
@@ -79,8 +92,23 @@ def layout_refusal(listing: StoreListing) -> str | None:
     return None
 
 
+def discover_dledger(s: BrokerSettings, listing: StoreListing) -> BrokerSettings:
+    """Without a broker config: DLedger mode when the store holds one `dledger-<id>/data/` directory (its
+    member id taken from the name); several are refused, named (which member's data is meant is unknown)."""
+    homes = sorted(listing.dledger_data)
+    if len(homes) > 1:
+        found = ", ".join(h + "data/" for h in homes)
+        raise UnsupportedStoreError(f"several DLedger members' data in one store ({found}): pass the broker config "
+                                    f"(--broker-config) whose dLegerSelfId names the one to read")
+    if not homes:
+        return s
+    return replace(s, enable_dleger_commit_log=True, d_leger_self_id=homes[0].rstrip("/")[len(DLEDGER_PREFIX):])
+
+
 def check_store(s: BrokerSettings, listing: StoreListing) -> None:
     """Raise UnsupportedStoreError naming the first unsupported setting or layout found."""
+    if s.enable_dleger_commit_log:  # dledger-*/ is expected there
+        listing = replace(listing, root=frozenset(n for n in listing.root if not n.startswith(DLEDGER_PREFIX)))
     why = setting_refusal(s) or layout_refusal(listing)
     if why:
         raise UnsupportedStoreError(why)

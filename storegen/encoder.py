@@ -46,6 +46,13 @@ _HEADS: dict[tuple[bool, bool], struct.Struct] = {
     for s6 in (False, True)
 }
 _BLANK = struct.Struct(">iI")
+# DLedger (OpenMessaging DLedger 0.3.1.2, FORMAT.md "DLedger commit log"), written here from the format, not from
+# storage_format.dledger: entry magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize; then the body.
+DLEDGER_HEADER = struct.Struct(">iiqqqiiii")
+DLEDGER_ENTRY_MAGIC = 1
+DLEDGER_BLANK = struct.Struct(">ii")  # int -1, int bytes-left (these 8 counted), zeros to the file's end
+DLEDGER_INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term: 32 bytes at index x 32
+DLEDGER_INDEX_FILE_SIZE = 160 * 1024 * 1024
 _SHORT = struct.Struct(">h")
 _USHORT = struct.Struct(">H")
 _NO_QUEUE_OFFSET = (TRAN_PREPARED, TRAN_ROLLBACK)
@@ -200,8 +207,17 @@ class SegmentWriter:
         assign_queue_offsets: bool = True,
         queue_offsets: Mapping[tuple[str, int], int] | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        dledger_first_index: int | None = None,
+        dledger_term: int = 0,
     ) -> None:
-        """Open a writer whose first segment starts at `start_offset` (a multiple of `segment_size`)."""
+        """Open a writer whose first segment starts at `start_offset` (a multiple of `segment_size`).
+        With `dledger_first_index` it writes DLedger data files instead (DLedgerMmapFileStore.appendAsLeader):
+        each record behind a 48-byte entry header (entry indexes from that one, `dledger_term`), its
+        physicalOffset = entry pos + 48, an entry that does not fit with 8 bytes to spare leaving a DLedger
+        blank; a batch is one entry per message. `self.units` collects each entry's DLedger index unit."""
+        self.dledger_index = dledger_first_index
+        self.dledger_term = dledger_term
+        self.units = bytearray()
         if segment_size <= BLANK_MIN_LENGTH:
             raise ValueError(f"segment_size must exceed {BLANK_MIN_LENGTH} bytes, got {segment_size}")
         if start_offset < 0 or start_offset % segment_size:
@@ -232,15 +248,21 @@ class SegmentWriter:
         if self._closed:
             raise ValueError("SegmentWriter is closed")
         m = _measure(msg)
-        size = m[0]
+        size = m[0] + self._header
         if size + BLANK_MIN_LENGTH > self.segment_size - self._pos:
             self._roll(size)
         return self._place(msg, m)
+
+    @property
+    def _header(self) -> int:
+        return 0 if self.dledger_index is None else DLEDGER_HEADER.size
 
     def append_batch(self, msgs: Sequence[Message]) -> list[int]:
         """Append a batch that must sit whole in one segment (a BLANK ends the segment if it does not fit)."""
         if self._closed:
             raise ValueError("SegmentWriter is closed")
+        if self.dledger_index is not None:  # DLedgerCommitLog.putMessages: one entry per message
+            return [self.append(msg) for msg in msgs]
         measured = [_measure(msg) for msg in msgs]
         total = sum(m[0] for m in measured)
         if total + BLANK_MIN_LENGTH > self.segment_size - self._pos:
@@ -287,8 +309,9 @@ class SegmentWriter:
 
     def _place(self, msg: Message, m: _Measured) -> int:
         """Assign offsets and pack a record at the current position (known to fit the segment)."""
-        size = m[0]
-        phys = self._seg_base + self._pos
+        size = m[0] + self._header
+        entry_pos = self._seg_base + self._pos
+        phys = entry_pos + self._header
         if self.assign_queue_offsets:
             if (m[4] & TRAN_MASK) in _NO_QUEUE_OFFSET:
                 qoff = 0
@@ -307,10 +330,17 @@ class SegmentWriter:
                 rel = 0
                 if size > len(self._chunk):
                     self._chunk = bytearray(size)
-            _pack(self._chunk, rel, msg, m, phys, qoff)
+            if self._header:
+                DLEDGER_HEADER.pack_into(self._chunk, rel, DLEDGER_ENTRY_MAGIC, size, self.dledger_index,
+                                         self.dledger_term, entry_pos, 0, 0, 0, m[0])
+            _pack(self._chunk, rel + self._header, msg, m, phys, qoff)
+        if self._header:
+            self.units += (DLEDGER_INDEX_UNIT.pack(DLEDGER_ENTRY_MAGIC, entry_pos, size, self.dledger_index,
+                                                      self.dledger_term))
+            self.dledger_index += 1
         self._pos += size
         self.summary.records += 1
-        self.summary.max_physical_offset = phys + size
+        self.summary.max_physical_offset = entry_pos + size
         return phys
 
     def _roll(self, needed: int) -> None:
@@ -326,7 +356,10 @@ class SegmentWriter:
             if rel + BLANK_MIN_LENGTH > len(self._chunk):
                 self._flush_chunk()
                 rel = 0
-            _BLANK.pack_into(self._chunk, rel, remaining, MAGIC_BLANK)
+            if self._header:
+                DLEDGER_BLANK.pack_into(self._chunk, rel, -1, remaining)
+            else:
+                _BLANK.pack_into(self._chunk, rel, remaining, MAGIC_BLANK)
         self._pos += BLANK_MIN_LENGTH
         self.summary.blank_records += 1
         self._finish_segment()
@@ -390,3 +423,84 @@ def write_store(
     if write_lock:
         (root / "lock").write_bytes(LOCK_FILE_CONTENT)
     return summary
+
+
+def write_dledger_index(home: Path, units: bytes, first_index: int) -> None:
+    """`home/index/`: the units of entries first_index, first_index + 1, ... at entry index x 32, in files of
+    160 MiB named by their start offset (sparse: the zeros are not written)."""
+    (home / "index").mkdir(parents=True, exist_ok=True)
+    at = first_index * DLEDGER_INDEX_UNIT.size
+    file_start = at - at % DLEDGER_INDEX_FILE_SIZE
+    while True:
+        with open(home / "index" / segment_name(file_start), "wb") as f:
+            f.seek(at - file_start)
+            take = min(len(units), file_start + DLEDGER_INDEX_FILE_SIZE - at)
+            f.write(units[:take])
+            f.truncate(DLEDGER_INDEX_FILE_SIZE)
+        units, at, file_start = units[take:], at + take, file_start + DLEDGER_INDEX_FILE_SIZE
+        if not units:
+            return
+
+
+def write_dledger_checkpoint(home: Path, committed_index: int, end_index: int) -> None:
+    """`home/checkpoint` as DLedger stores it (java.util.Properties text)."""
+    (home / "checkpoint").write_text(f"#{home.name}\ncommittedIndex={committed_index}\nendIndex={end_index}\n")
+
+
+@dataclass
+class DledgerWriteSummary:
+    """What write_dledger_store wrote: the plain part (None without one) and the DLedger part."""
+
+    plain: WriteSummary | None
+    dledger: WriteSummary
+    divided_offset: int | None  # dividedCommitlogOffset: where DLedger data begins after plain segments
+    first_index: int
+    last_index: int
+
+
+def write_dledger_store(
+    store_dir: str | os.PathLike,
+    messages: Iterable[Message | Sequence[Message]],
+    segment_size: int,
+    *,
+    self_id: str = "n0",
+    plain_messages: Iterable[Message | Sequence[Message]] | None = None,
+    start_offset: int = 0,
+    first_index: int = 0,
+    assign_queue_offsets: bool = True,
+    write_index: bool = True,
+    committed_index: int | None = None,
+    write_lock: bool = True,
+) -> DledgerWriteSummary:
+    """A DLedger-mode store: `dledger-<self_id>/data/` entry files of `segment_size` bytes, the member's DLedger
+    index (units at entry index x 32, 160 MiB sparse files) and checkpoint (committedIndex: the last entry
+    unless given). With `plain_messages`, the upgraded mixed layout: those go to `commitlog/` first, the last
+    plain segment is closed with a plain BLANK at its write position, and DLedger data starts at the next
+    segment boundary (dividedCommitlogOffset) with queue offsets carried on, as 4.9.8 does on upgrade."""
+    root = Path(store_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    plain_summary, offsets = None, {}
+    if plain_messages is not None:
+        plain = SegmentWriter(root / "commitlog", segment_size, start_offset=start_offset,
+                              assign_queue_offsets=assign_queue_offsets)
+        for item in plain_messages:
+            plain.append(item) if isinstance(item, Message) else plain.append_batch(item)
+        if plain._pos:
+            plain._roll(0)  # the BLANK at the write position; the next segment boundary follows
+        plain._closed = True
+        plain_summary, offsets = plain.summary, plain.queue_offsets
+        start_offset = plain._seg_base
+    home = root / f"dledger-{self_id}"
+    writer = SegmentWriter(home / "data", segment_size, start_offset=start_offset,
+                           assign_queue_offsets=assign_queue_offsets, queue_offsets=offsets,
+                           dledger_first_index=first_index)
+    for item in messages:
+        writer.append(item) if isinstance(item, Message) else writer.append_batch(item)
+    summary = writer.close()
+    last = writer.dledger_index - 1
+    if write_index:
+        write_dledger_index(home, bytes(writer.units), first_index)
+    write_dledger_checkpoint(home, last if committed_index is None else committed_index, last)
+    if write_lock:
+        (root / "lock").write_bytes(LOCK_FILE_CONTENT)
+    return DledgerWriteSummary(plain_summary, summary, start_offset if plain_summary else None, first_index, last)

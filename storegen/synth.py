@@ -14,7 +14,7 @@ from pathlib import Path
 
 from storage_format.record import Message
 
-from .encoder import LOCK_FILE_CONTENT, SegmentWriter
+from .encoder import LOCK_FILE_CONTENT, SegmentWriter, write_dledger_checkpoint, write_dledger_index
 from .sample import EPOCH_MS, STORE_HOST_1, props
 
 SPEC_NAME = "bench-store.json"
@@ -41,6 +41,7 @@ class StoreSpec:
     seed: int = 7
     lmq_share: float = 0.0  # share of messages naming 1-3 %LMQ% queues (INNER_MULTI_DISPATCH), 4.x style
     lmq_queues: int = 100_000  # distinct %LMQ% queues they are drawn from
+    dledger: bool = False  # a DLedger-mode store: dledger-n0/data/ entry files (one-member group), not commitlog/
 
     def broker_conf(self) -> str:
         """The broker .properties text matching the store's sizes."""
@@ -49,12 +50,16 @@ class StoreSpec:
                 f"maxHashSlotNum={self.max_hash_slot_num}\n"
                 f"maxIndexNum={self.max_index_num}\n"
                 "messageIndexEnable=true\n"
-                + ("enableLmq=true\nenableMultiDispatch=true\n" if self.lmq_share > 0 else ""))
+                + ("enableLmq=true\nenableMultiDispatch=true\n" if self.lmq_share > 0 else "")
+                + (f"enableDLegerCommitLog=true\ndLegerGroup=bench\ndLegerPeers={DLEDGER_PEERS}\n"
+                   f"dLegerSelfId={DLEDGER_SELF_ID}\n" if self.dledger else ""))
 
     def to_dict(self) -> dict:
         """JSON form (the key mix as a list)."""
         d = asdict(self)
         d["key_mix"] = list(self.key_mix)
+        if not self.dledger:
+            del d["dledger"]  # plain stores keep the spec (and so the stores) written before the flag existed
         return d
 
 
@@ -101,6 +106,10 @@ def _lmq_properties(next_offset: dict[int, int], queues: list[int]) -> list[tupl
             ("INNER_MULTI_QUEUE_OFFSET", ",".join(map(str, offsets)))]
 
 
+DLEDGER_SELF_ID = "n0"
+DLEDGER_PEERS = "n0-127.0.0.1:40911"
+
+
 def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dict:
     """Write root/commitlog, root/broker.conf, root/lock and root/bench-store.json; returns a summary.
 
@@ -120,7 +129,8 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
     keys = 0
     pool_room = len(pool) - spec.body_max
     lmq_next: dict[int, int] = {}
-    with SegmentWriter(root / "commitlog", spec.segment_size) as writer:
+    target = root / f"dledger-{DLEDGER_SELF_ID}" / "data" if spec.dledger else root / "commitlog"
+    with SegmentWriter(target, spec.segment_size, dledger_first_index=0 if spec.dledger else None) as writer:
         for i in range(spec.messages):
             clock += i & 1  # ~2 messages per millisecond
             t = randrange(spec.topics * spec.queues)
@@ -149,6 +159,10 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
             if progress and i and i % 500_000 == 0:
                 print(f"[bench] store: {i:,} messages written, {time.monotonic() - started:.0f}s", flush=True)
     summary = writer.summary
+    if spec.dledger:
+        home = root / f"dledger-{DLEDGER_SELF_ID}"
+        write_dledger_index(home, bytes(writer.units), 0)
+        write_dledger_checkpoint(home, writer.dledger_index - 1, writer.dledger_index - 1)
     (root / "broker.conf").write_text(spec.broker_conf())
     (root / "lock").write_bytes(LOCK_FILE_CONTENT)
     info = {"spec": spec.to_dict(), "records": summary.records, "segments": len(summary.segments),

@@ -406,6 +406,130 @@ DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, t
 JOB_BUILDERS = [b for b in BUILDERS if b not in DECODE_ONLY]  # run through every job (Spark)
 
 
+# --- DLedger stores -----------------------------------------------------------------------------------
+# A copy of dledger-clean-small-11 (its DLedger index restored to the real length) with one entry, blank, data
+# file or index unit damaged. recover refuses DLedger stores until DLedger recovery lands (issue 20), so the
+# jobs here are the reading ones.
+
+DLEDGER_CASE = "dledger-clean-small-11"
+DLEDGER_JOBS = ("rebuild", "inspect", "verify")
+DLEDGER_INDEX_SIZE = 160 * 1024 * 1024  # the DLedger index file's real size (stored cut in the golden case)
+
+
+class DledgerVictim:
+    """A clean copy of the DLedger case and entry VICTIM_RECORD of data file VICTIM_SEGMENT (positions are
+    entry positions inside the file, read with the test's own struct, from FORMAT.md)."""
+
+    def __init__(self, golden: Path, dst: Path) -> None:
+        self.store = copy_store(golden / DLEDGER_CASE, dst)
+        for f in (self.store / "dledger-n0" / "index").iterdir():
+            os.truncate(f, DLEDGER_INDEX_SIZE)
+        self.data = sorted((self.store / "dledger-n0" / "data").iterdir())
+        self.file = self.data[VICTIM_SEGMENT]
+        buf = self.file.read_bytes()
+        self.entries, at = [], 0
+        while True:
+            magic, size = struct.unpack_from(">ii", buf, at)
+            if magic != 1:
+                self.blank = at
+                break
+            self.entries.append(at)
+            at += size
+        self.pos = self.entries[VICTIM_RECORD]
+        self.index = struct.unpack_from(">q", buf, self.pos + 8)[0]
+
+    def damage(self, name: str, offset: int, expect: dict[str, str], why: str, file: Path | None = None) -> Damage:
+        return Damage(name, self.store, self.store / "broker.conf", file or self.file, offset, expect, why)
+
+
+DLEDGER_CHAIN = {"rebuild": ERROR, "inspect": REPORTED, "verify": REPORTED}
+DLEDGER_UNREADABLE = {"rebuild": ERROR, "inspect": ERROR, "verify": ERROR}
+
+
+def dledger_bad_entry_magic(golden: Path, dst: Path) -> Damage:
+    """The victim entry's magic set to 7 (DLedger writes 1)."""
+    v = DledgerVictim(golden, dst)
+    _patch(v.file, v.pos, struct.pack(">i", 7))
+    return v.damage("dledger-bad-entry-magic", v.pos, DLEDGER_CHAIN, "entry magic is neither 1 nor a blank's -1")
+
+
+def dledger_bad_entry_size(golden: Path, dst: Path) -> Damage:
+    """The victim entry's size 4 bytes larger than 48 + its bodySize."""
+    v = DledgerVictim(golden, dst)
+    size = struct.unpack_from(">i", v.file.read_bytes(), v.pos + 4)[0]
+    _patch(v.file, v.pos + 4, struct.pack(">i", size + 4))
+    return v.damage("dledger-bad-entry-size", v.pos, DLEDGER_CHAIN, "entry size disagrees with its bodySize")
+
+
+def dledger_bad_entry_pos(golden: Path, dst: Path) -> Damage:
+    """The victim entry's pos field 4096 bytes off where it lies."""
+    v = DledgerVictim(golden, dst)
+    pos = struct.unpack_from(">q", v.file.read_bytes(), v.pos + 24)[0]
+    _patch(v.file, v.pos + 24, struct.pack(">q", pos + 4096))
+    return v.damage("dledger-bad-entry-pos", v.pos, DLEDGER_CHAIN, "entry pos field is not where the entry lies")
+
+
+def dledger_index_gap(golden: Path, dst: Path) -> Damage:
+    """The victim entry's index one too high: entry indexes skip one."""
+    v = DledgerVictim(golden, dst)
+    _patch(v.file, v.pos + 8, struct.pack(">q", v.index + 1))
+    return v.damage("dledger-index-gap", v.pos, DLEDGER_CHAIN, "an entry index is skipped")
+
+
+def dledger_index_gap_at_file_start(golden: Path, dst: Path) -> Damage:
+    """The first entry of the victim file one index too high: the gap lies between two data files (the walks
+    of two splits meet there)."""
+    v = DledgerVictim(golden, dst)
+    index = struct.unpack_from(">q", v.file.read_bytes(), 8)[0]
+    _patch(v.file, 8, struct.pack(">q", index + 1))
+    return v.damage("dledger-index-gap-at-file-start", 0, DLEDGER_CHAIN, "entry indexes skip one between files")
+
+
+def dledger_torn_entry(golden: Path, dst: Path) -> Damage:
+    """The last entry of the last data file torn: everything after its first 120 bytes is zeros."""
+    v = DledgerVictim(golden, dst)
+    last = v.data[-1]
+    buf = last.read_bytes()
+    at = 0
+    while True:
+        magic, size = struct.unpack_from(">ii", buf, at)
+        if struct.unpack_from(">i", buf, at + size)[0] != 1:
+            break
+        at += size
+    _patch(last, at + 120, bytes(size - 120))
+    return v.damage("dledger-torn-entry", at, DLEDGER_CHAIN, "the last entry is torn (its tail is zeros)", last)
+
+
+def dledger_blank_wrong_length(golden: Path, dst: Path) -> Damage:
+    """The victim file's DLedger blank says 8 bytes more are left than there are."""
+    v = DledgerVictim(golden, dst)
+    left = struct.unpack_from(">i", v.file.read_bytes(), v.blank + 4)[0]
+    _patch(v.file, v.blank + 4, struct.pack(">i", left + 8))
+    return v.damage("dledger-blank-wrong-length", v.blank, DLEDGER_CHAIN, "a DLedger blank with a wrong length")
+
+
+def dledger_data_file_wrong_size(golden: Path, dst: Path) -> Damage:
+    """A middle data file cut to 100000 bytes (DLedger refuses to load it)."""
+    v = DledgerVictim(golden, dst)
+    os.truncate(v.file, 100_000)
+    return v.damage("dledger-data-file-wrong-size", 100_000, DLEDGER_UNREADABLE, "data file of the wrong size")
+
+
+def dledger_index_disagrees(golden: Path, dst: Path) -> Damage:
+    """The victim entry's DLedger index unit names another pos: only verify reads the DLedger index."""
+    v = DledgerVictim(golden, dst)
+    index_file = v.store / "dledger-n0" / "index" / segment_name(0)
+    _patch(index_file, v.index * 32 + 4, struct.pack(">q", v.pos + 1))
+    return v.damage("dledger-index-disagrees", v.index * 32,
+                    {"rebuild": IGNORED, "inspect": IGNORED, "verify": REPORTED},
+                    "a DLedger index unit disagrees with its entry", index_file)
+
+
+DLEDGER_BUILDERS = [dledger_bad_entry_magic, dledger_bad_entry_size, dledger_bad_entry_pos, dledger_index_gap,
+                    dledger_index_gap_at_file_start, dledger_torn_entry, dledger_blank_wrong_length,
+                    dledger_data_file_wrong_size, dledger_index_disagrees]
+
+
 def build_all(golden: Path, root: Path) -> list[Damage]:
     """Every corpus case under root/<n>-<builder>/store."""
     out = []

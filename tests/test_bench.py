@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.memory import WORKER_MARKS, _is_python
 from bench.scale import ScaleRuns, ScaleStore, table
 
@@ -53,3 +55,162 @@ def test_progress_lines_give_the_run_count_and_an_eta_once_a_run_has_finished(ca
     assert capsys.readouterr().out.splitlines() == [
         "[bench] scale (4,000,000 messages): run 1/10, 0s so far",
         "[bench] side by side (broker): run 3/10, 30s so far, ETA 120s"]
+
+
+def _reopen_events(appended: int = 0) -> tuple[list[tuple[float, dict]], float, float]:
+    """The kit's `reopen` events as they arrive (times in epoch seconds), shaped like a real run's: JVM up 1.2 s
+    after launch, load 8.793 s, start() 0.453 s, leader after 0.7 s, caught up 8.4 s after start() was called,
+    the kit's quiet polls 1.5 s, shutdown() 1.3 s, exit 0.2 s."""
+    launched = 1_000.0
+    start_begin = launched + 1.2 + 8.793
+    size = 2_370_705_595
+    state = {"role": "LEADER", "ledgerBeginIndex": 0, "ledgerEndIndex": 3_999_999, "committedIndex": 3_999_999,
+             "writePos": size + appended}
+    events = [
+        (start_begin + 0.46, {"event": "store_open", "dledger": True, "load_ms": 8793, "start_ms": 453,
+                              "now": round((start_begin + 0.453) * 1e3),
+                              "dledger_after_load": {"role": "CANDIDATE", "committedIndex": -1, "writePos": size}}),
+        (start_begin + 0.71, {"event": "role_change", "term": 0, "role": "LEADER",
+                              "at": round((start_begin + 0.7) * 1e3)}),
+        (start_begin + 8.41, {"event": "changed_to_master", "at": round((start_begin + 8.4) * 1e3)}),
+        (start_begin + 8.43, {"event": "leader_ready", "at": round((start_begin + 8.42) * 1e3), "dledger": state}),
+        (start_begin + 9.9, {"event": "settled", "maxPhy": size + appended, "appended_bytes": size, "dledger": state}),
+        (start_begin + 11.2, {"event": "shutdown", "clean": True}),
+    ]
+    return events, launched, start_begin + 11.4
+
+
+def test_reopen_events_give_figures_timed_like_rebuild_timer() -> None:
+    """load = the kit's load_ms; dispatch from start() to changed_to_master; flush = shutdown() less its 1 s
+    sleep; the kit's quiet-poll window (settled - changed_to_master) is taken out of the whole process."""
+    from bench.dledger_broker import reopen_figures
+    events, launched, exited = _reopen_events()
+    f = reopen_figures(events, launched, exited)
+    assert f["jvm_start_s"] == 1.2 and f["load_s"] == 8.793 and f["dispatch_s"] == 8.4
+    assert f["leader_elected_s"] == 0.7 and f["settle_wait_s"] == 1.5 and f["shutdown_s"] == 1.3
+    assert f["flush_s"] == 0.3 and f["end_to_end_s"] == 17.493 and f["exit_s"] == 0.2
+    assert f["process_wall_raw_s"] == 21.393 and f["process_wall_s"] == 19.893
+    assert f["entries"] == 4_000_000 and f["max_phy_offset"] == 2_370_705_595
+
+
+def test_reopen_that_appended_or_never_settled_is_an_error_not_a_figure() -> None:
+    """A record appended during reopen (a due delay message delivered) would make the broker's output another
+    store's; a missing event or the kit's settle timeout leaves nothing to time: each is a named error."""
+    from bench.broker import BrokerRunError
+    from bench.dledger_broker import reopen_figures
+    events, launched, exited = _reopen_events(appended=412)
+    with pytest.raises(BrokerRunError, match="wrote 412 bytes"):
+        reopen_figures(events, launched, exited)
+    events, launched, exited = _reopen_events()
+    with pytest.raises(BrokerRunError, match="no 'changed_to_master' event"):
+        reopen_figures([e for e in events if e[1]["event"] != "changed_to_master"], launched, exited)
+    with pytest.raises(BrokerRunError, match="timed out"):
+        reopen_figures(events + [(exited, {"event": "settle_timeout"})], launched, exited)
+
+
+def test_only_the_kits_json_events_are_read_from_its_output() -> None:
+    from bench.dledger_broker import parse_event_line
+    assert parse_event_line(b'{"event":"shutdown","clean":true}\n') == {"event": "shutdown", "clean": True}
+    assert parse_event_line(b"SLF4J: Class path contains multiple bindings\n") is None
+    assert parse_event_line('{"truncated":') is None and parse_event_line('{"no_event": 1}') is None
+
+
+def test_dledger_side_by_side_table_gives_medians_both_ratios_and_what_was_compared() -> None:
+    """reput / broker on medians (whole process; after start-up against load + dispatch + flush), DLedger over
+    plain rebuild on medians and as the median of the per-round ratios."""
+    from bench.dledger_broker import DledgerSideBySide, table
+    broker_runs = [{"jvm_start_s": 0.5, "load_s": 8.0 + d, "dispatch_s": 8.0, "flush_s": 0.2, "end_to_end_s": 16.2 + d,
+                    "process_wall_s": 20.0 + d, "settle_wait_s": 1.5, "other_load_cores": 0.5} for d in (0, 2, 4)]
+    reput = [{"decode_s": 1.0, "build_s": 1.0, "total_s": t, "process_wall_s": t + 4.0, "other_load_cores": 0.1}
+             for t in (3.0, 2.0, 6.0)]
+    plain = [{"decode_s": 1.0, "build_s": 1.0, "total_s": t, "process_wall_s": t + 4.0, "other_load_cores": 1.0}
+             for t in (2.0, 2.0, 5.0)]
+    s = DledgerSideBySide(broker_runs, reput, plain, True, {"consume_queue_files": 64, "index_files": 1})
+    ratios = s.ratios()
+    assert ratios["reput_over_broker_whole_process"] == round(7.0 / 22.0, 3)
+    assert ratios["reput_after_start_up_over_broker_load_dispatch_flush"] == round(3.0 / 18.2, 3)
+    assert ratios["dledger_over_plain_after_start_up"] == 1.5
+    assert ratios["dledger_over_plain_after_start_up_median_of_pairs"] == 1.2  # 1.5, 1.0, 1.2
+    text = table(s)
+    assert "outputs byte-identical: 64 consume-queue files, 1 index file(s)" in text
+    assert "other load 0.10-1.00 cores" in text and "3 interleaved rounds" in text
+    assert "reput_over_broker_whole_process" in text and "0.32" in text
+    assert s.to_dict()["broker_median_s"]["settle_wait_s"] == 1.5
+
+
+def test_kit_classpath_resolves_entries_written_relative_to_the_builds_parent(tmp_path) -> None:
+    """build.sh writes `build-dledger/classes` relative to where it ran; the bench runs elsewhere."""
+    from bench.broker import kit_classpath
+    build = tmp_path / "build-dledger"
+    (build / "classes").mkdir(parents=True)
+    (build / "classpath.txt").write_text("build-dledger/classes:/usr/share/java/gson.jar\n")
+    assert kit_classpath(build) == f"{build / 'classes'}:/usr/share/java/gson.jar"
+
+
+def test_dledger_broker_comparison_needs_the_dledger_store(capsys) -> None:
+    from bench.__main__ import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--dledger-broker-build", "/x"])
+    assert e.value.code == 2 and "needs --dledger" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--dledger", "--broker-build", "/x"])
+    assert "use --dledger-broker-build" in capsys.readouterr().err
+    assert parse_args(["--dledger", "--dledger-broker-build", "/x"]).dledger_broker_build.name == "x"
+
+
+def test_the_brokers_work_store_holds_copies_of_the_data_files_only(tmp_path) -> None:
+    """No DLedger index, checkpoint or anything else goes along (the broker rebuilds them), and the files are
+    copies: the broker writing to its data files must not reach the bench store."""
+    from bench.broker import BrokerRunError
+    from bench.dledger_broker import data_only_copy
+    store = tmp_path / "store"
+    for rel, data in (("dledger-n0/data/00000000000000000000", b"\1" * 64), ("dledger-n0/index/00000000000000000000",
+                      b"\2" * 32), ("dledger-n0/checkpoint", b"committedIndex=3\n"), ("consumequeue/T/0/0", b"\3"),
+                      ("broker.conf", b"enableDLegerCommitLog=true\n")):
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_bytes(data)
+    work = data_only_copy(store, tmp_path / "work")
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == [
+        "dledger-n0/data/00000000000000000000"]
+    copy = work / "dledger-n0/data/00000000000000000000"
+    original = store / "dledger-n0/data/00000000000000000000"
+    assert copy.read_bytes() == b"\1" * 64 and copy.stat().st_ino != original.stat().st_ino
+    (store / "dledger-n1/data").mkdir(parents=True)
+    with pytest.raises(BrokerRunError, match="found 2"):
+        data_only_copy(store, tmp_path / "work")
+
+
+@pytest.mark.parametrize("broker_cq", [b"cq", b"cQ"])
+def test_dledger_rounds_alternate_and_the_first_rounds_outputs_are_compared(tmp_path, monkeypatch,
+                                                                             broker_cq: bytes) -> None:
+    """Round 1: reput DLedger, reput plain, broker; round 2 the reverse. The first round's consume queues and
+    index files (by content in name order: the broker names them by its clock) decide `identical`."""
+    import bench.dledger_broker as db
+    calls = []
+
+    def write(root: Path, index_name: str) -> None:
+        (root / "consumequeue/T/0").mkdir(parents=True, exist_ok=True)
+        (root / "consumequeue/T/0/00000000000000000000").write_bytes(broker_cq if "broker" in root.name else b"cq")
+        (root / "index").mkdir(exist_ok=True)
+        (root / "index" / index_name).write_bytes(b"ix")
+
+    def broker(build, store, work):
+        calls.append("broker")
+        write(work, "20261125230038399")
+        (work / "checkpoint").write_bytes(b"not compared")
+        return {"end_to_end_s": 10.0, "process_wall_s": 12.0}
+
+    def reput(store, out, master, split_size):
+        calls.append(store.name)
+        write(out, "20260101000000000")
+        return {"total_s": 2.0, "process_wall_s": 6.0}
+
+    monkeypatch.setattr(db, "run_dledger_broker", broker)
+    monkeypatch.setattr(db, "run_reput", reput)
+    monkeypatch.setattr(db, "warm_page_cache", lambda store: 0.0)
+    s = db.side_by_side(Path("b"), tmp_path / "dl", tmp_path / "plain", tmp_path, 2, "local[2]", 1 << 27)
+    assert calls == ["dl", "plain", "broker", "broker", "plain", "dl"]
+    assert s.identical is (broker_cq == b"cq")
+    assert s.compared["consume_queue_files"] == 1 and s.compared["index_files"] == 1
+    assert s.ratios()["reput_over_broker_whole_process"] == 0.5
+    assert not any((tmp_path / d).exists() for d in ("dledger-broker-store", "dledger-reput-out", "plain-reput-out"))

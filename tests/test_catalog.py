@@ -23,7 +23,7 @@ from jobs.pipeline.runtime.cli import JobError
 from jobs.pipeline.io.fs import location
 from storage_format.msg_id import decode_offset_msg_ids
 from storage_format.settings import load_settings
-from tests.conftest import GOLDEN, manifest
+from tests.conftest import GOLDEN, expected_scan, manifest
 
 SMALL = "clean-small-11"
 
@@ -55,7 +55,8 @@ def committed_files(dt: DeltaTable) -> set[str]:
     return {unquote(p) for p in pa.table(dt.get_add_actions()).column("path").to_pylist()}
 
 
-@pytest.mark.parametrize(("case", "split_size"), [(SMALL, "0"), ("v5-clean-small-11", "100000")])
+@pytest.mark.parametrize(("case", "split_size"), [(SMALL, "0"), ("v5-clean-small-11", "100000"),
+                                                  ("dledger-upgrade-11", "100000")])
 def test_catalog_matches_manifest_and_rerun_commits_nothing(case, split_size, spark, capsys, tmp_path):
     """Rows per topic/queue read back with deltalake equal the manifest (whole-segment tasks, and
     splits that start mid-segment); every offset message id decodes to its record's offset; a second
@@ -64,10 +65,10 @@ def test_catalog_matches_manifest_and_rerun_commits_nothing(case, split_size, sp
     m = manifest(case)
     first = run_catalog(capsys, store, table, "--split-size", split_size)
     assert first["committed"] and first["delta_version"] == 1  # version 0 created the empty table
-    assert first["to_offset"] == m["commitlog_scan"]["max_physical_offset"]
+    assert first["to_offset"] == expected_scan(case)["max_physical_offset"]
     dt = DeltaTable(str(table))
     rows = dt.to_pyarrow_table()
-    assert rows.num_rows == m["commitlog_scan"]["message_records"] == first["rows_appended"]
+    assert rows.num_rows == expected_scan(case)["message_records"] == first["rows_appended"]
     assert per_topic_queue(rows) == m["records_per_topic_queue"]
     assert rows.schema.names == catalog_schema(False).names
     assert dt.metadata().partition_columns == ["topic"]
@@ -76,7 +77,7 @@ def test_catalog_matches_manifest_and_rerun_commits_nothing(case, split_size, sp
     assert ids.field("physical_offset").equals(rows["physical_offset"].combine_chunks())
     assert pc.all(pc.equal(pc.add(rows["segment_position"], pc.cast(rows["segment"], pa.int64())),
                            rows["physical_offset"])).as_py()
-    assert dt.transaction_version(app_id(str(store))) == m["commitlog_scan"]["max_physical_offset"]
+    assert dt.transaction_version(app_id(str(store))) == expected_scan(case)["max_physical_offset"]
     assert data_files(table) == committed_files(dt)
 
     again = run_catalog(capsys, store, table, "--split-size", split_size)

@@ -1,4 +1,4 @@
-"""README "Reading the catalog from Spark": the block it shows, executed as written, reads exactly the
+"""docs/catalog.md "Reading the catalog from Spark": the block it shows, executed as written, reads exactly the
 Delta table's current version (or an older one) after a compaction, where a plain Parquet read of the
 table directory counts every record twice."""
 from __future__ import annotations
@@ -16,22 +16,22 @@ from tests.conftest import GOLDEN, REPO, manifest
 CASE = "v5-clean-small-11"  # has a topic longer than the partition directory name can hold
 
 
-def readme_block() -> str:
-    """The Python block of the README that defines read_catalog."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+def catalog_block() -> str:
+    """The Python block of docs/catalog.md that defines read_catalog."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "catalog.md").read_text(), flags=re.S)
     found = [b for b in blocks if "def read_catalog(" in b]
-    assert len(found) == 1, "the README shows read_catalog once"
+    assert len(found) == 1, "docs/catalog.md shows read_catalog once"
     return found[0]
 
 
-def test_readme_read_catalog_after_compaction(spark, tmp_path, capsys):
+def test_documented_read_catalog_after_compaction(spark, tmp_path, capsys):
     store, table = GOLDEN / CASE, tmp_path / "catalog"
     assert catalog_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--table", str(table),
                          "--json"]) == 0
     capsys.readouterr()
     DeltaTable(str(table)).optimize.compact()  # version 2: the same rows in fewer files, old files kept
     namespace: dict = {}
-    exec(readme_block(), namespace)  # noqa: S102 - the README's own code, as a user would paste it
+    exec(catalog_block(), namespace)  # noqa: S102 - the page's own code, as a user would paste it
     read_catalog = namespace["read_catalog"]
 
     df = read_catalog(spark, str(table))

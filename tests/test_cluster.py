@@ -1,5 +1,5 @@
 """A real Spark standalone cluster: a master and one worker on 127.0.0.1 started from the installed pyspark,
-and every Spark job submitted to it as the README's recipe says: `spark-submit --properties-file
+and every Spark job submitted to it as docs/cluster.md's recipe says: `spark-submit --properties-file
 conf/spark-defaults.conf` (the packed environment dist/reput-env.tar.gz shipped with --archives as the
 executors' Python, the code dist/reput.zip as --py-files). Each job's result is checked against the golden
 stores. Slow (one cluster for the module, a JVM per submit): runs only when selected, `pytest -m cluster`."""
@@ -125,7 +125,7 @@ def cluster(shipped, tmp_path_factory):
 
 
 def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    """The README's recipe: spark-submit from the repository with conf/spark-defaults.conf (which ships
+    """docs/cluster.md's recipe: spark-submit from the repository with conf/spark-defaults.conf (which ships
     dist/reput-env.tar.gz as ./env and dist/reput.zip); the driver runs this venv's Python (client mode)."""
     url, worker_dir = cluster
     before = set(worker_dir.glob("app-*"))

@@ -13,8 +13,9 @@ import pytest
 
 from jobs.pipeline.runtime.cli import run_main
 from storage_format.java_hash import java_hash_bytes
-from tests.hostile import (ACCEPTED, ERROR, IGNORED, JOB_BUILDERS, JOBS, REPORTED, SOURCE_CASE, Damage, bad_magic,
-                           copy_store, cq_entry, missing_segment, tree_digest, zeroed_header_last_segment)
+from tests.hostile import (ACCEPTED, DLEDGER_BUILDERS, DLEDGER_CASE, DLEDGER_JOBS, ERROR, IGNORED, JOB_BUILDERS, JOBS,
+                           REPORTED, SOURCE_CASE, Damage, bad_magic, copy_store, cq_entry, dledger_index_gap,
+                           dledger_index_gap_at_file_start, missing_segment, tree_digest, zeroed_header_last_segment)
 
 REPORT = "reput-report.json"
 pytestmark = pytest.mark.slow  # ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py
@@ -154,3 +155,62 @@ def test_chain_damage_found_with_mid_segment_splits(builder, golden, spark, tmp_
     assert code == 2 and len(errors) == 1
     assert f"{d.file} at byte offset {d.offset}" in errors[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def clean_dledger_rebuild(golden, spark, tmp_path_factory) -> Path:
+    """OUT of a rebuild of an undamaged copy of the DLedger source case."""
+    from jobs.rebuild import main as rebuild_main
+
+    root = tmp_path_factory.mktemp("clean-dledger")
+    store = copy_store(golden / DLEDGER_CASE, root / "store")
+    out = root / "out"
+    assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+                         "--json"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("job", DLEDGER_JOBS)
+@pytest.mark.parametrize("builder", DLEDGER_BUILDERS, ids=lambda b: b.__name__)
+def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuild, tmp_path, capfd, monkeypatch):
+    """Damaged DLedger entries, blanks, data files and DLedger index: a one-line error naming file and byte
+    offset where nothing can run, the damage reported by file and byte offset (verify: a finding), or the
+    damage ignored by a job that does not read it; never a traceback, the store unchanged."""
+    d = builder(golden, tmp_path / "store")
+    before = tree_digest(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
+    expect, where = d.expect[job], f"{d.file} at byte offset {d.offset}"
+    if expect == ERROR:
+        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
+        assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
+        assert not out.exists()
+        return
+    assert f"reput {job}: error" not in stderr
+    if job == "verify":
+        assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
+        if expect == REPORTED:
+            assert verify_names(json.loads(stdout), d.store, d.file, d.offset, where), where
+        return
+    assert code == 0, stderr[-2000:]
+    if job == "inspect":
+        problems = json.loads(stdout)["problems"]
+        assert any(where in p for p in problems) if expect == REPORTED else problems == [], (where, problems)
+        return
+    assert expect == IGNORED and out_digest(out) == out_digest(clean_dledger_rebuild)
+
+
+@pytest.mark.parametrize("builder", [dledger_index_gap, dledger_index_gap_at_file_start], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("kernel", ["1", "0"])
+def test_dledger_gap_found_with_mid_file_splits(builder, kernel, golden, spark, tmp_path, capfd, monkeypatch):
+    """With 64 KiB splits (each finds its first entry by the pos rule) an entry-index gap is found at the same
+    file and byte offset, inside one split's walk or where two splits' walks meet, kernel or reference."""
+    monkeypatch.setenv("REPUT_DECODE_KERNEL", kernel)
+    d = builder(golden, tmp_path / "store")
+    code, _, stderr = run_job("rebuild", job_argv("rebuild", d, tmp_path / "out", ("--split-size", "65536")), capfd)
+    errors = [line for line in stderr.splitlines() if line.startswith("reput rebuild: error: ")]
+    assert code == 2 and len(errors) == 1
+    assert f"{d.file} at byte offset {d.offset}" in errors[0] and "gap" in errors[0], errors

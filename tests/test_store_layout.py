@@ -21,8 +21,8 @@ BASE = "v5-clean-small-11"
 
 # (id, extra broker.conf lines, files to create in the store, the name the message must carry)
 REFUSALS = [
-    ("dledger-setting", "enableDLegerCommitLog=true\n", [], "enableDLegerCommitLog"),
-    ("dledger-layout", "", ["dledger-n0/data/00000000000000000000"], "dledger-n0/"),
+    ("dledger-multi-path", "enableDLegerCommitLog=true\ndLegerSelfId=n0\nstorePathDLedgerCommitLog=/a/data,/b/data\n",
+     [], "storePathDLedgerCommitLog"),
     ("rocksdb-setting", "storeType=defaultRocksDB\n", [], "storeType=defaultRocksDB"),
     ("rocksdb-layout", "", ["consumequeue/CURRENT", "consumequeue/MANIFEST-000005", "consumequeue/000009.sst"],
      "consumequeue/"),
@@ -83,6 +83,56 @@ def test_every_job_refuses_by_name(job, case, conf, files, name, tmp_path, capsy
     assert len(err) == 1 and name in err[0] and "does not implement" in err[0], err
     assert "Traceback" not in "".join(err)
     assert tree(store) == before and not list(tmp_path.glob("out*"))
+
+
+# DLedger stores reput reads only as the broker would: refused, named, where the config and the files disagree.
+DLEDGER_REFUSALS = [
+    ("dledger-no-self-id", "enableDLegerCommitLog=true\n", [], "dLegerSelfId"),
+    ("dledger-layout-config-off", "", ["dledger-n0/data/00000000000000000000"], "dledger-n0/"),
+]
+
+
+@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "catalog", "query", "dump"])
+@pytest.mark.parametrize("case,conf,files,name", DLEDGER_REFUSALS, ids=[r[0] for r in DLEDGER_REFUSALS])
+def test_every_job_refuses_a_dledger_mismatch_by_name(job, case, conf, files, name, tmp_path, capsys):
+    store = make_store(tmp_path, conf, files)
+    before = tree(store)
+    with pytest.raises(SystemExit) as exc:
+        run_main(job, job_main(job), job_argv(job, store, tmp_path))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2
+    assert len(err) == 1 and name in err[0] and "Traceback" not in err[0], err
+    assert tree(store) == before and not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.parametrize("job", ["rebuild", "verify", "inspect", "query", "dump"])
+def test_several_dledger_members_without_a_config_are_refused_naming_them(job, tmp_path, capsys):
+    """Without a broker config a single dledger-<id>/data/ is read; two are refused, both named."""
+    store = make_store(tmp_path, "", ["dledger-n0/data/00000000000000000000", "dledger-n1/data/00000000000000000000"])
+    before = tree(store)
+    argv = [a for a in job_argv(job, store, tmp_path)]
+    i = argv.index("--broker-config")
+    del argv[i:i + 2]
+    with pytest.raises(SystemExit) as exc:
+        run_main(job, job_main(job), argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2
+    assert len(err) == 1 and "dledger-n0/data/" in err[0] and "dledger-n1/data/" in err[0], err
+    assert tree(store) == before and not list(tmp_path.glob("out*"))
+
+
+def test_dledger_discovery_pure():
+    from storage_format.store_layout import discover_dledger
+
+    listing = StoreListing(frozenset({"dledger-n7/", "consumequeue/"}), dledger_data=frozenset({"dledger-n7/"}))
+    found = discover_dledger(BrokerSettings(), listing)
+    assert found.enable_dleger_commit_log and found.d_leger_self_id == "n7"
+    check_store(found, listing)  # dledger-n7/ is expected in DLedger mode
+    assert discover_dledger(BrokerSettings(), StoreListing(frozenset({"commitlog/"}))) == BrokerSettings()
+    with pytest.raises(UnsupportedStoreError, match="dledger-n7/"):
+        check_store(BrokerSettings(), listing)
+    with pytest.raises(UnsupportedStoreError, match="dLegerSelfId"):
+        check_store(BrokerSettings(enable_dleger_commit_log=True), StoreListing(frozenset()))
 
 
 def test_the_checks_pure():

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.pipeline.runtime.cli import run_main
 from jobs.verify import main as verify_main
-from tests.conftest import GOLDEN, REPO, case_params, golden_cases, manifest
+from tests.conftest import GOLDEN, REPO, case_params, expected_scan, golden_cases, manifest, restored_copy
 
 # Stores a recovery produced (`*-recovered`, or reopened: manifest `recovered_from`) index one record twice;
 # verify reports that (see test_reopened_store_differs_only_in_recreated_index_files).
@@ -53,14 +53,20 @@ def kinds(report: dict) -> dict[str, int]:
 def test_consistent_golden_stores_exit_0(case, spark, golden, tmp_path, capsys):
     """Clean, headless-rebuilt and crashed-but-untorn stores: every file is what the commit log implies.
     Nothing is written into the store, and the work directory is removed."""
-    code, report = run(GOLDEN / case, tmp_path)
+    dledger = case.startswith("dledger-")
+    store = restored_copy(case, tmp_path / "store") if dledger else GOLDEN / case
+    code, report = run(store, tmp_path)
     assert code == 0, report["findings"][:5]
     assert report["status"] == "consistent" and report["findings_total"] == 0
     m = manifest(case)
     files = m["files"]
     assert report["consumequeue_files_checked"] == sum(1 for f in files if f.startswith("consumequeue/"))
     assert report["index_files_checked"] == report["index_files_expected"] == len(m["index_files"])
-    assert report["commitlog"]["max_physical_offset"] == m["commitlog_scan"]["max_physical_offset"]
+    assert report["commitlog"]["max_physical_offset"] == expected_scan(case)["max_physical_offset"]
+    if dledger:  # every entry's DLedger index unit compared, under the reading a one-member group implies
+        assert report["dledger_index_units_checked"] == m["dledger_scan"]["entries"]
+        assert report["dledger"]["reading_checked"] == "surviving"
+        assert report["dledger"]["entries_past_committed_index"] == 0
     assert list((tmp_path / "work").iterdir()) == []
     assert "CONSISTENT: every checked file" in capsys.readouterr().out
 
@@ -253,19 +259,19 @@ def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_p
 
 def test_finding_kinds_are_one_registry():
     """Every kind the verify code reports is registered for its artifact, every registered kind is
-    reported somewhere, the README's table is the registry's, and an unregistered kind is refused."""
+    reported somewhere, docs/jobs.md's table is the registry's, and an unregistered kind is refused."""
     from jobs.pipeline.verify.findings import KINDS, Findings, detail_order, readme_table
 
     reported = set()
     for path in (REPO / "jobs").rglob("*.py"):
         text = path.read_text()
-        reported |= set(re.findall(r'\.add\("([a-z]+)", "([a-z_]+)"', text))
-        arts = re.findall(r'\bart = "([a-z]+)"', text)  # a compare function's artifact, one per module
+        reported |= set(re.findall(r'\.add\("([a-z_]+)", "([a-z_]+)"', text))
+        arts = re.findall(r'\bart = (?:ARTIFACT = )?"([a-z_]+)"', text)  # a compare function's artifact, one per module
         assert len(set(arts)) <= 1, path
         reported |= {(arts[0], k) for k in re.findall(r'\.add\(art, "([a-z_]+)"', text)}
     registered = {(a, k.name) for k in KINDS.values() for a in k.artifacts}
     assert reported == registered
-    assert readme_table() in (REPO / "README.md").read_text()
+    assert readme_table() in (REPO / "docs" / "jobs.md").read_text()
     found = Findings()
     with pytest.raises(ValueError, match="not registered"):
         found.add("index", "no_such_kind", "index/x")

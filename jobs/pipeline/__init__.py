@@ -15,11 +15,12 @@ live in storage_format/, Spark column functions in udfs/.
   `io.publish` (atomic publishing: staging directory, check, rename), `io.commit_marker` (publishing on object
   storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
   `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
-  (is a broker running on this store?)
+  (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
-  `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable)
+  `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable; DLedger's committed
+  position), `store.dledger_report` (the report's `dledger` section)
 - `scan`: stages 1-2 of every Spark job
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
@@ -28,7 +29,8 @@ live in storage_format/, Spark column functions in udfs/.
   `build.stage` (consume-queue files and index files from the work files)
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
-  points at), `verify.findings` (the one registry of finding kinds)
+  points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
+  the data files)
 - `recover`: jobs.recover
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files

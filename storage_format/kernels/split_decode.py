@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import split_kernel as k
+from .. import dledger
 from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
-                        find_first_record, parse_segment_name)
+                         find_first_start, parse_segment_name)
 from ..multi_dispatch import INNER_MULTI_DISPATCH
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
@@ -28,7 +29,7 @@ FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer",
                   k.FB_LAYOUT: "size mismatch", k.FB_MOVED: "moved record", k.FB_UNDATED: "undated record",
                   k.FB_TOPIC: "unsafe or malformed topic", k.FB_SCHEDULE: "bad DELAY",
                   k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
-                  k.FB_INNER_BATCH: "inner-batch record"}
+                  k.FB_INNER_BATCH: "inner-batch record", k.FB_BAD_ENTRY: "bad DLedger entry"}
 _END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
 _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
@@ -51,6 +52,8 @@ class FastSplit:
     unordered: tuple[tuple[str, int], ...]  # queues whose rows do not step by exactly 1
     cq: CqRows
     keys: KeyBatch
+    first_entry: int | None = None  # DLedger entry index of the first and last entry (None: plain)
+    last_entry: int | None = None
 
 
 def _rules(min_ts: int, max_ts: int) -> np.ndarray:
@@ -61,27 +64,31 @@ def _rules(min_ts: int, max_ts: int) -> np.ndarray:
                                                                                 TRAN_COMMIT)
     rules[[k.R_BORN_V6, k.R_STORE_V6, k.R_MIN_TS, k.R_MAX_TS]] = (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, min_ts, max_ts)
     rules[k.R_INNER_BATCH] = INNER_BATCH_FLAG
+    rules[[k.R_ENTRY_MAGIC, k.R_ENTRY_BLANK]] = (dledger.ENTRY_MAGIC, dledger.BLANK_MAGIC)
     return rules
 
 
 def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, *, path: str,
-                find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...]) -> FastSplit | str:
+                find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...],
+                header: int = 0) -> FastSplit | str:
     """Decode buf's records starting in [start, stop) with the kernel, or return why the reference
     must (a short reason). `dated` is the (min, max) storeTimestamp the fast path accepts;
-    `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages)."""
+    `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages); `header` the
+    DLedger entry header in front of each record (0: a plain segment). Positions walked (first_position,
+    the end) are entry positions; last_position is the last record's."""
     arr = np.frombuffer(buf, np.uint8)
     if arr.flags.writeable:  # one compiled signature: segment buffers are read-only
         arr = arr.view()
         arr.flags.writeable = False
     first = start
     if find_start:
-        found = find_first_record(buf, base_offset, start, stop)
+        found = find_first_start(buf, base_offset, start, stop, header)
         if found is None:
             return "no record start found"  # the reference's answer is cheap here
         first = found
     stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
-                                                np.asarray(delay_levels_ms, np.int64).reshape(-1))
+                                                np.asarray(delay_levels_ms, np.int64).reshape(-1), header)
     if stats[k.S_FALLBACK] != k.FB_NONE:
         return FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
     records = int(stats[k.S_RECORDS])
@@ -96,7 +103,9 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                      first_position=first if records or not find_start else None,
                      last_position=int(stats[k.S_LAST_POS]) if records else None,
                      last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, unordered=unordered, cq=cq,
-                     keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()))
+                     keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
+                     first_entry=int(stats[k.S_FIRST_ENTRY]) if header and records else None,
+                     last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None)
 
 
 def _group(arr: np.ndarray, qs: np.ndarray,
@@ -121,10 +130,12 @@ def _group(arr: np.ndarray, qs: np.ndarray,
     return table, unordered, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
 
 
-def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int) -> int | None:
-    """When a walk ended at a zero header inside [global_start, global_stop), the first record after it
-    there (the zero-filled tail of a healthy segment holds none; eight zeroed bytes mid-segment do)."""
+def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int,
+                           header: int = 0) -> int | None:
+    """When a walk ended at a zero header inside [global_start, global_stop), the first record (entry, in
+    a DLedger data file) after it there (the zero-filled tail of a healthy segment holds none; eight zeroed
+    bytes mid-segment do)."""
     if not end.is_clean or not global_start <= end.offset < global_stop:
         return None
-    found = find_first_record(buf, base_offset, end.offset - base_offset + 1, global_stop - base_offset)
+    found = find_first_start(buf, base_offset, end.offset - base_offset + 1, global_stop - base_offset, header)
     return None if found is None else base_offset + found

@@ -32,6 +32,7 @@ FB_SCHEDULE = 7  # a SCHEDULE_TOPIC_XXXX record whose DELAY is no int (the broke
 FB_NON_ASCII = 8  # a hashed property value (TAGS, KEYS, UNIQ_KEY) is not well-formed UTF-8
 FB_MULTI_DISPATCH = 9  # LMQ multi-dispatch property
 FB_INNER_BATCH = 10  # a BatchConsumeQueue record (refused by the reference)
+FB_BAD_ENTRY = 11  # a DLedger entry header the reference rejects (it says why)
 
 # Walk ends, mapped to commitlog's END_* names by the caller.
 KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
@@ -39,7 +40,8 @@ KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
 # Slots of the `stats` output.
 S_FALLBACK, S_FALLBACK_POS, S_RECORDS, S_CQ, S_KEYS, S_QUEUES, S_END, S_END_POS, S_END_MAGIC, S_BLANKS = range(10)
 S_FIRST_TS, S_LAST_TS, S_MIN_TS, S_MAX_TS, S_LAST_POS, S_LAST_SIZE = range(10, 16)
-N_STATS = 16
+S_FIRST_ENTRY, S_LAST_ENTRY = 16, 17  # DLedger entry index of the first and last entry walked
+N_STATS = 18
 
 # Wanted property names, by their index in the `names` argument.
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
@@ -96,8 +98,8 @@ def _rehashed(qs, nq, size):
 
 # Slots of the `rules` argument: the broker constants the kernel applies, passed in from their homes.
 R_MIN_SIZE, R_MAGIC_V1, R_MAGIC_V2, R_MAGIC_BLANK, R_TRAN_MASK, R_TRAN_ROLLBACK, R_TRAN_NOT, R_TRAN_COMMIT = range(8)
-R_BORN_V6, R_STORE_V6, R_MIN_TS, R_MAX_TS, R_INNER_BATCH = range(8, 13)
-N_RULES = 13
+R_BORN_V6, R_STORE_V6, R_MIN_TS, R_MAX_TS, R_INNER_BATCH, R_ENTRY_MAGIC, R_ENTRY_BLANK = range(8, 15)
+N_RULES = 15
 
 
 @njit(inline="always")
@@ -134,6 +136,53 @@ def _header(a, pos, stop, limit, segment_end, rules, stats):
         return -1
     if size < rules[R_MIN_SIZE] or pos + size > segment_end:
         stats[S_FALLBACK] = FB_BAD_TOTAL_SIZE
+        return -1
+    if pos + size > a.shape[0]:
+        stats[S_FALLBACK] = FB_NEED_BYTES
+        return -1
+    return size
+
+
+@njit(inline="always")
+def _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats):
+    """The DLedger entry rules at `pos` (commitlog.walk_entries): the entry's size, or -1 when the walk ends
+    here (its end, or a fallback reason, written into stats). An entry the reference would call bad (size,
+    pos field, bodySize, the record's totalSize and magic, a blank's length) is left to it, which says why."""
+    if pos >= stop:  # peek at the next header, as walk_entries does
+        stats[S_END] = KEND_STOP
+        if pos + 8 <= limit:
+            magic = i32(a, pos)
+            if magic == rules[R_ENTRY_BLANK]:
+                stats[S_END] = KEND_BLANK
+                stats[S_BLANKS] = 1
+            elif magic != rules[R_ENTRY_MAGIC]:
+                stats[S_END] = KEND_BAD_MAGIC
+                stats[S_END_MAGIC] = magic & 0xFFFFFFFF
+        return -1
+    if pos == segment_end:
+        stats[S_END] = KEND_FILE
+        return -1
+    if pos + header + 8 > limit:
+        stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_ENTRY
+        return -1
+    magic, size = i32(a, pos), i32(a, pos + 4)
+    if magic == rules[R_ENTRY_BLANK]:
+        if size != segment_end - pos:
+            stats[S_FALLBACK] = FB_BAD_ENTRY
+            return -1
+        stats[S_END] = KEND_BLANK
+        stats[S_BLANKS] = 1
+        return -1
+    if magic != rules[R_ENTRY_MAGIC]:
+        stats[S_END] = KEND_BAD_MAGIC
+        stats[S_END_MAGIC] = magic & 0xFFFFFFFF
+        return -1
+    body = i32(a, pos + header)
+    rmagic = i32(a, pos + header + 4) & 0xFFFFFFFF
+    if (size < header + rules[R_MIN_SIZE] or pos + size > segment_end or i64(a, pos + 24) != base_offset + pos
+            or i32(a, pos + header - 4) != size - header or body != size - header
+            or (rmagic != rules[R_MAGIC_V1] and rmagic != rules[R_MAGIC_V2])):
+        stats[S_FALLBACK] = FB_BAD_ENTRY
         return -1
     if pos + size > a.shape[0]:
         stats[S_FALLBACK] = FB_NEED_BYTES
@@ -241,9 +290,11 @@ W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
 
 
 @njit()
-def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms):
+def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header):
     """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
-    rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored."""
+    rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
+    the DLedger entry header in front of each record (0: a plain segment); the walk goes entry by entry and
+    decodes the record at entry pos + header, so everything it emits is as for a plain record."""
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
@@ -251,7 +302,8 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
     cur = np.zeros(8, np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
-    args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms)
+    args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
+            header)
     while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
         if cur[W_NCQ] == rows.shape[0]:
             rows = _grow_rows(rows, cur[W_NCQ] + 1)
@@ -268,7 +320,7 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
 
 
 @njit(_nrt=False)
-def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, stats, cur,
+def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, stats, cur,
           found_lo, found_hi, table, qs, rows, keys):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
@@ -279,17 +331,28 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         while ahead < min(pos + TOUCH_AHEAD, limit):  # each header's address hangs on the last one's load:
             touched += a[ahead]                          # load the lines ahead early, all in flight at once
             ahead += 64
-        size = _header(a, pos, stop, limit, segment_end, rules, stats)
-        if size < 0:
-            break
-        end = pos + size
-        fb, sys_flag, store_ts_at, topic_at, topic_len, ps = _layout(a, pos, end, rules)
-        phy, store_ts = i64(a, pos + 28), i64(a, store_ts_at)
-        if fb == FB_NONE and phy != base_offset + pos:
+        if header:
+            size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
+            if size < 0:
+                break
+            entry = i64(a, pos + 8)
+            if n > 0 and entry != stats[S_LAST_ENTRY] + 1:  # an index gap: the reference says where
+                stats[S_FALLBACK] = FB_BAD_ENTRY
+                break
+            rp, size = pos + header, size - header  # the record behind the entry header
+        else:
+            size = _header(a, pos, stop, limit, segment_end, rules, stats)
+            if size < 0:
+                break
+            rp = pos
+        end = rp + size
+        fb, sys_flag, store_ts_at, topic_at, topic_len, ps = _layout(a, rp, end, rules)
+        phy, store_ts = i64(a, rp + 28), i64(a, store_ts_at)
+        if fb == FB_NONE and phy != base_offset + rp:
             fb = FB_MOVED
         if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
             fb = FB_UNDATED
-        qid = i32(a, pos + 12)
+        qid = i32(a, rp + 12)
         th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
         if fb == FB_NONE:
             fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
@@ -311,14 +374,18 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             tags = signed32(tags_h)
             if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
                 tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-            _cq_row(rows, ncq, q, qs, i64(a, pos + 20), phy, size, tags)
+            _cq_row(rows, ncq, q, qs, i64(a, rp + 20), phy, size, tags)
             ncq += 1
         if tran != rules[R_TRAN_ROLLBACK]:
             nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
             if nk < 0:
                 stats[S_FALLBACK] = FB_NON_ASCII
                 break
-        _note_record(stats, n, pos, size, store_ts)
+        _note_record(stats, n, rp, size, store_ts)
+        if header:  # noted only once the record is taken: a walk stopped for room reads it again
+            if n == 0:
+                stats[S_FIRST_ENTRY] = i64(a, pos + 8)
+            stats[S_LAST_ENTRY] = i64(a, pos + 8)
         n += 1
         pos = end
     cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD] = pos, n, ncq, nk, nq, ahead

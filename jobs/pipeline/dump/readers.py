@@ -8,6 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
+from storage_format import dledger
 from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer
 from storage_format.consume_queue import (CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries,
                                           unsafe_topic_reason)
@@ -138,11 +139,38 @@ def record_row(msg: Message, size: int, seg: Segment) -> dict:
             "total_size": size, **message_dict(msg, False)}
 
 
+def entry_fields(buf, record_pos: int) -> dict:
+    """The DLedger entry header in front of the record at buf[record_pos] (dumped beside the record)."""
+    h = dledger.read_entry_header(buf, record_pos - dledger.ENTRY_HEADER_SIZE)
+    return {"magic": h.magic, "size": h.size, "index": h.index, "term": h.term, "pos": h.pos, "channel": h.channel,
+            "chainCrc": h.chain_crc, "bodyCrc": h.body_crc, "bodySize": h.body_size}
+
+
+def _entry_start(seg: Segment, offset: int) -> int | None:
+    """Where the walk starts in a DLedger data file: the entry whose record is at `offset` (a PHYSICALOFFSET,
+    entry pos + 48), or the entry at `offset` itself; None when neither is there."""
+    for at in (offset - dledger.ENTRY_HEADER_SIZE, offset):
+        if seg.start <= at and at + dledger.ENTRY_HEADER_SIZE <= seg.start + seg.size:
+            head = bytes(Location(seg.path).read_range(at - seg.start, dledger.ENTRY_HEADER_SIZE))
+            h = dledger.read_entry_header(head, 0)
+            if h.magic == dledger.ENTRY_MAGIC and h.pos == at:
+                return at
+    return None
+
+
 def dump_records(store: Location, settings: BrokerSettings, offset: int, count: int) -> Iterator[dict]:
     """Up to `count` records walked from `offset` as the broker's dispatch walks them (body CRC checked),
-    a BLANK record sending the walk to the next segment; the walk's end is the last row when it ends early."""
+    a BLANK record sending the walk to the next segment; the walk's end is the last row when it ends early.
+    In a DLedger data file the walk goes entry by entry and each record row carries its entry header."""
     segments = RecordReader(store, settings).segments
     pos, window = offset, WINDOW
+    seg = _segment_at(segments, pos)
+    if seg is not None and seg.header:
+        pos = _entry_start(seg, offset)
+        if pos is None:
+            yield {"kind": "end", "offset": offset, "reason": "no DLedger entry's record starts at this offset (a "
+                                                              "record's offset is its entry's pos + 48)"}
+            return
     while count > 0:
         seg = _segment_at(segments, pos)
         if seg is None:
@@ -151,13 +179,17 @@ def dump_records(store: Location, settings: BrokerSettings, offset: int, count: 
         rel = pos - seg.start
         buf = Location(seg.path).read_range(rel, min(window, seg.size - rel))
         try:
-            chunk = decode_buffer(buf, pos, 0, len(buf), segment_end=seg.size - rel, path=seg.path, check_crc=True)
+            chunk = decode_buffer(buf, pos, 0, len(buf), segment_end=seg.size - rel, path=seg.path, check_crc=True,
+                                  header=seg.header)
         except NeedMoreBytes as more:
             window = max(window * 2, more.needed_end)
             continue
         cols = chunk.columns.take(min(count, chunk.count))
-        for msg, size in zip(records_from_columns(cols), cols.total_size.tolist()):
-            yield record_row(msg, int(size), seg)
+        for msg, size, at in zip(records_from_columns(cols), cols.total_size.tolist(), cols.pos.tolist()):
+            row = record_row(msg, int(size), seg)
+            if seg.header:
+                row["dledger_entry"] = entry_fields(buf, int(at))
+            yield row
         count -= len(cols)
         end = chunk.end
         if count <= 0:
@@ -167,9 +199,10 @@ def dump_records(store: Location, settings: BrokerSettings, offset: int, count: 
         elif end.reason in (END_BLANK, END_FILE):
             if end.reason == END_BLANK:
                 at = end.offset - pos
-                yield {"kind": "blank", "offset": end.offset, "segment": seg.path.rsplit("/", 1)[-1],
-                       "byte": end.offset - seg.start,
-                       "total_size": int.from_bytes(bytes(buf[at:at + 4]), "big", signed=True)}
+                field = at + 4 if seg.header else at  # DLedger blank: int -1, int bytes-left
+                yield {"kind": "dledger_blank" if seg.header else "blank", "offset": end.offset,
+                       "segment": seg.path.rsplit("/", 1)[-1], "byte": end.offset - seg.start,
+                       "total_size": int.from_bytes(bytes(buf[field:field + 4]), "big", signed=True)}
             pos = seg.start + seg.size
         else:
             yield {"kind": "end", "offset": end.offset, "reason": end.reason, "detail": end.describe()}

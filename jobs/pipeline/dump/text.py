@@ -27,9 +27,15 @@ def entry_line(row: dict) -> list[str]:
 
 def record_lines(row: dict) -> list[str]:
     """A commit-log record: where it is, its sizes and CRC, then every header field and property."""
-    return [f"record at offset {row['physical_offset']} ({_where(row)}): totalSize {row['total_size']}, "
+    head = [f"record at offset {row['physical_offset']} ({_where(row)}): totalSize {row['total_size']}, "
             f"magic v{row['magic_version']}, bodyCRC {row['body_crc']}, preparedTransactionOffset "
-            f"{row['prepared_transaction_offset']}, flag {row['flag']}"] + message_lines(row)
+            f"{row['prepared_transaction_offset']}, flag {row['flag']}"]
+    e = row.get("dledger_entry")
+    if e is not None:
+        head.append(f"  DLedger entry at pos {e['pos']}: index {e['index']}  term {e['term']}  size {e['size']}  "
+                    f"bodySize {e['bodySize']}  magic {e['magic']}  channel {e['channel']}  chainCrc {e['chainCrc']}  "
+                    f"bodyCrc {e['bodyCrc']}")
+    return head + message_lines(row)
 
 
 def index_lines(row: dict) -> list[str]:
@@ -60,6 +66,9 @@ def other_line(row: dict) -> list[str]:
     """Filler units, blank records and the reason a listing ended early."""
     if row["kind"] == "filler":
         return [f"queueOffset {row['queue_offset']}  {_where(row)}  filler unit (before the queue's first entry)"]
+    if row["kind"] == "dledger_blank":
+        return [f"DLedger blank at offset {row['offset']} ({_where(row)}): {row['total_size']} bytes left, the rest "
+                f"of the data file is unused; the walk goes on in the next file"]
     if row["kind"] == "blank":
         return [f"blank record at offset {row['offset']} ({_where(row)}): totalSize {row['total_size']}, the rest "
                 f"of the segment is unused; the walk goes on in the next segment"]

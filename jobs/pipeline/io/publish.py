@@ -1,5 +1,8 @@
 """Atomic publishing: build everything in a staging directory beside OUT, check it, then rename.
 
+One run per OUT: a run holds OUT's lock (run_lock, beside OUT on a local filesystem) from its first look at OUT
+until it has published or failed; a second run refuses at once, naming the first. A run publishes only over an
+OUT it was told to replace (--overwrite): an OUT that appeared while it built is refused, nothing published.
 A run that fails or is killed leaves OUT untouched (absent, or the previous complete output) and at
 most a `.<name>.reput-staging-*` directory beside it, which the next run removes. An --overwrite run
 killed between its two renames leaves the previous output as `.<name>.reput-old-*` and no OUT: the next
@@ -10,13 +13,17 @@ instead: the tree is written in place and committed by the run report, written l
 """
 from __future__ import annotations
 
+import sys
 import uuid
+from pathlib import Path
 
 from ..runtime import interrupt
 from ..runtime.failure import JobError
 from .commit_marker import DirectOutput
 from ..runtime.faults import pause_at
 from .fs import Location
+from .paths import is_local, real_path
+from .run_lock import RunLock, beside
 
 STAGING_MARK = ".reput-staging-"
 OLD_MARK = ".reput-old-"
@@ -27,18 +34,23 @@ def output_for(out: Location, report: str, job: str, overwrite: bool = False) ->
     (`.publish(report_bytes)`): a staging directory renamed into place, or on object storage OUT itself,
     committed by the report. Refuses an existing OUT (unless `overwrite`) before any Spark work."""
     if out.renames_atomically():
-        return Staging(out, report, overwrite)
+        return Staging(out, report, job, overwrite)
     return DirectOutput(out, report, job, overwrite)
 
 
 class Staging:
     """A staging directory for OUT; `publish()` renames it into place."""
 
-    def __init__(self, out: Location, report: str, overwrite: bool = False) -> None:
-        _settle_interrupted_publish(out)
-        if out.exists() and not overwrite:
-            raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
-        self.out, self.report = out, report
+    def __init__(self, out: Location, report: str, job: str, overwrite: bool = False) -> None:
+        self.lock = _lock(out, job)
+        try:
+            _settle_interrupted_publish(out)
+            if out.exists() and not overwrite:
+                raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
+        except BaseException:
+            self.release()
+            raise
+        self.out, self.report, self.overwrite = out, report, overwrite
         token = uuid.uuid4().hex[:12]
         self.dir = out.parent.child(f".{out.name}{STAGING_MARK}{token}")
         self.work = self.dir.child("_work")
@@ -52,10 +64,18 @@ class Staging:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.dir.delete_tree()
-        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
-            interrupt.forget(self)
+        try:
+            if exc_type is not None:
+                self.dir.delete_tree()
+            if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+                interrupt.forget(self)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Let OUT's lock go (the run has published or failed)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def _remove_leftovers(self) -> None:
         """Staging directories of earlier killed runs for the same OUT are garbage."""
@@ -70,6 +90,9 @@ class Staging:
         self.work.delete_tree()
         self.dir.child(self.report).write_bytes(report)
         pause_at("before-publish-rename")
+        if self.out.exists() and not self.overwrite:
+            raise JobError(f"{self.out.uri} appeared while this run was building it (not written by reput, which "
+                           f"holds its lock); nothing published: remove it, or pass --overwrite to replace it")
         if self.out.exists():
             self.out.move_to(self._old)
             pause_at("between-renames")
@@ -78,6 +101,18 @@ class Staging:
             self._old.delete_tree()
         else:
             self.dir.move_to(self.out)
+
+
+def _lock(out: Location, job: str) -> RunLock | None:
+    """OUT's run lock, taken (local filesystems); elsewhere None, said on stderr."""
+    if not is_local(out):
+        print(f"reput {job}: note: {out.uri}: no run lock on this filesystem (flock is local only): a second run "
+              f"for the same --out at the same time is not detected", file=sys.stderr)
+        return None
+    path = Path(real_path(out))  # one lock whatever the spelling of OUT (relative, through a symlink)
+    lock = RunLock(beside(path), job, str(path))
+    lock.acquire()
+    return lock
 
 
 def _settle_interrupted_publish(out: Location) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from storage_format import dledger
 from storage_format.commitlog import parse_segment_name
 from storage_format.settings import BrokerSettings, infer_file_sizes
-from storage_format.store_layout import StoreListing, check_store, commitlog_path
+from storage_format.store_layout import StoreListing, check_store, commitlog_path, discover_dledger
 
 from .fs import Location, location
 
@@ -21,7 +22,9 @@ def list_store(store: Location) -> StoreListing:
     cq = store.child("consumequeue")
     cq_files = frozenset(i.base_name for i in cq.list() if i.type.name == "File") if "consumequeue/" in root else frozenset()
     non_empty = frozenset(f"{d}/" for d in LAYOUT_DIRS if f"{d}/" in root and store.child(d).list())
-    return StoreListing(root, cq_files, non_empty)
+    homes = frozenset(n for n in root if n.startswith(dledger.DIR_PREFIX) and n.endswith("/")
+                      and store.child(n.rstrip("/")).child(dledger.DATA_DIR).is_dir())
+    return StoreListing(root, cq_files, non_empty, homes)
 
 
 CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all are pre-allocated full size)
@@ -30,12 +33,20 @@ CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all 
 def store_settings(store: Location, settings: BrokerSettings, config_given: bool) -> BrokerSettings:
     """Every job's first step, before Spark starts: raise UnsupportedStoreError (exit 2) when the settings or
     the files show a feature reput does not implement; without a broker config, take the file sizes from
-    the files on disk (a note on stderr says so)."""
-    check_store(settings, list_store(store))
+    the files on disk (a note on stderr says so), and DLedger mode from a single dledger-<id>/data/."""
+    listing = list_store(store)
+    if not config_given:
+        found = discover_dledger(settings, listing)
+        if found is not settings:
+            print(f"reput: note: no broker config: DLedger mode (enableDLegerCommitLog=true, dLegerSelfId="
+                  f"{found.d_leger_self_id}) from {dledger.home_dir(found.d_leger_self_id)}/data/", file=sys.stderr)
+        settings = found
+    check_store(settings, listing)
     if config_given:
         return settings
-    settings, notes = infer_file_sizes(settings, _segment_sizes(commitlog_dir(store, settings)),
-                                       _cq_file_sizes(store.child("consumequeue")))
+    data = dledger_data_dir(store, settings)
+    sizes = _segment_sizes(commitlog_dir(store, settings)) + (_segment_sizes(data) if data is not None else [])
+    settings, notes = infer_file_sizes(settings, sizes, _cq_file_sizes(store.child("consumequeue")))
     for note in notes:
         print(f"reput: note: {note}", file=sys.stderr)
     return settings
@@ -64,6 +75,29 @@ def _cq_file_sizes(cq: Location) -> list[int]:
             if len(out) >= CQ_FILES_SAMPLED:
                 return out
     return out
+
+
+def dledger_home(store: Location, settings: BrokerSettings) -> Location | None:
+    """dledger-<dLegerSelfId>/ under the store root (DLedger's index and checkpoint), None in plain mode."""
+    if not settings.enable_dleger_commit_log:
+        return None
+    return store.child(dledger.home_dir(settings.d_leger_self_id or ""))
+
+
+def dledger_data_dir(store: Location, settings: BrokerSettings) -> Location | None:
+    """Where DLedger data files are (storePathDLedgerCommitLog, else dledger-<selfId>/data/); None in plain
+    mode."""
+    home = dledger_home(store, settings)
+    if home is None:
+        return None
+    path = (settings.store_path_dledger_commit_log or "").strip()
+    return location(path) if path else home.child(dledger.DATA_DIR)
+
+
+def log_dir(store: Location, settings: BrokerSettings) -> Location:
+    """The directory a job needs to find records in: DLedger data in DLedger mode, else the commit log."""
+    data = dledger_data_dir(store, settings)
+    return data if data is not None else commitlog_dir(store, settings)
 
 
 def commitlog_dir(store: Location, settings: BrokerSettings) -> Location:

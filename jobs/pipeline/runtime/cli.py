@@ -19,7 +19,7 @@ from .failure import DEBUG_ENV, Interrupted, JobError, debug, one_line  # noqa: 
 from ..io.commit_marker import refuse_unfinished
 from ..io.fs import Location, location
 from ..io.paths import check_outside
-from ..io.store_gate import commitlog_dir, store_settings
+from ..io.store_gate import log_dir, store_settings
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # verify: inconsistencies found; query: no message found
@@ -104,13 +104,18 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
     try:
         refuse_unfinished(store)  # a reput output on object storage whose run never committed it
         settings = store_settings(store, settings, args.broker_config is not None)  # refusals by name first
-        commitlog = commitlog_dir(store, settings)
+        commitlog = log_dir(store, settings)
         found = commitlog.is_dir()
     except OSError as exc:
         raise JobError(f"cannot read the store {args.store}: {exc}") from None
     if not found:
-        where = "no commitlog/ directory" if commitlog == store.child("commitlog") else \
-            f"no commit-log directory {commitlog.uri} (storePathCommitLog)"
+        if settings.enable_dleger_commit_log:
+            where = f"no DLedger data directory {commitlog.uri} (dLegerSelfId={settings.d_leger_self_id}" + \
+                (", storePathDLedgerCommitLog)" if settings.store_path_dledger_commit_log else ")")
+        elif commitlog == store.child("commitlog"):
+            where = "no commitlog/ directory"
+        else:
+            where = f"no commit-log directory {commitlog.uri} (storePathCommitLog)"
         raise JobError(f"no RocketMQ store at {args.store}: {where}")
     _check_listable(commitlog)
     return store, settings

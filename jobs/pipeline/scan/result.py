@@ -66,9 +66,13 @@ class SplitSummary:
     unordered: set[tuple[str, int]] = field(default_factory=set)
     # Offset of a record with both multi-dispatch properties while enableMultiDispatch is not configured.
     lmq_unconfigured: int | None = None
+    # DLedger data: the entry index of the split's first and last entry (None in a plain segment).
+    first_entry_index: int | None = None
+    last_entry_index: int | None = None
 
     def walk(self) -> SplitWalk:
-        return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks)
+        return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,
+                         blanks=self.blanks, first_entry=self.first_entry_index, last_entry=self.last_entry_index)
 
 
 @dataclass
@@ -97,6 +101,17 @@ class ScanResult:
         """End of the last valid record (where the broker would append next)."""
         ends = [s.last_record_end for s in self.accepted if s.last_record_end is not None]
         return max(ends) if ends else (self.segments[0].start if self.segments else 0)
+
+    def entry_range(self) -> tuple[int, int] | None:
+        """First and last DLedger entry index of the valid log (None: no DLedger entries)."""
+        firsts = [s.first_entry_index for s in self.accepted if s.first_entry_index is not None]
+        lasts = [s.last_entry_index for s in self.accepted if s.last_entry_index is not None]
+        return (min(firsts), max(lasts)) if firsts else None
+
+    @property
+    def dledger_entries(self) -> int:
+        """Valid DLedger entries (records in DLedger data files)."""
+        return sum(s.records for s in self.accepted if s.first_entry_index is not None)
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:
         """Records per topic and queueId (queues only multi-dispatch names have none)."""

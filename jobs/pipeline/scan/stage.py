@@ -15,6 +15,7 @@ from pyspark import SparkContext
 
 from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
+from storage_format.dledger import entry_index_at
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
@@ -64,15 +65,14 @@ def decode_chunk(task: SplitTask) -> tuple[DecodedChunk, int]:
         # which is what searching its zeros would find, without reading them.
         cols = RecordColumns(b"", sp.segment.start + sp.start, np.zeros(0, np.int64), sp.segment.path)
         return DecodedChunk(cols, 0, ScanEnd(END_STOP, sp.segment.start + sp.stop), None, sp.segment.path), 0
-    want_end = sp.stop + task.settings.max_message_size + 64
+    want_end = sp.stop + task.settings.max_message_size + 64 + sp.segment.header
     while True:
         buf, begin = _read_window(task, want_end)
         try:
             start = (sp.start if task.exact_start is None else task.exact_start) - begin
             chunk = decode_buffer(buf, sp.segment.start + begin, start, sp.stop - begin,
                                   segment_end=sp.segment.size - begin, path=sp.segment.path,
-                                  check_crc=task.check_crc,
-                                  find_start=find_start)
+                                  check_crc=task.check_crc, find_start=find_start, header=sp.segment.header)
             return chunk, len(buf)
         except NeedMoreBytes as more:
             if begin + more.needed_end <= want_end:
@@ -87,10 +87,10 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
-    The compiled kernel decodes it when it can; otherwise (CRC checks, a confirm offset, or whatever
-    split_decode leaves) the numpy reference."""
+    The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
+    DLedger committed position, or whatever split_decode leaves) the numpy reference."""
     try:
-        fast = _decode_fast(task) if task.kernel and not task.check_crc and task.dispatch_limit is None else None
+        fast = _decode_fast(task) if task.kernel and not task.check_crc else None
         if fast is not None:
             fail_once()
             return fast
@@ -109,7 +109,8 @@ def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
     """When the walk ended at a zero header inside the split, the first record after it in the split's
     bytes (the later splits of the segment search their own ranges)."""
     cols, sp = chunk.columns, task.split
-    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop)
+    return record_after_clean_end(cols.buf, cols.base_offset, chunk.end, sp.global_start, sp.global_stop,
+                                  sp.segment.header)
 
 
 def _decode_fast(task: SplitTask) -> SplitSummary | None:
@@ -119,16 +120,22 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
     find_start = task.exact_start is None and not sp.at_segment_start
     if in_hole(task):
         return None
-    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64)
+    buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64 + sp.segment.header)
     start = (sp.start if task.exact_start is None else task.exact_start) - begin
     base = sp.segment.start + begin
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
-                       delay_levels_ms=task.settings.delay_levels_ms)
+                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
     if isinstance(fast, str):
         return None
+    limit = task.dispatch_limit
+    if limit is not None and fast.records and base + fast.last_position + fast.last_size > limit:
+        return None  # the dispatch limit falls in this split: the reference takes its records one by one
     summary = _summarise_fast(task, fast, base, len(buf))
-    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop)
+    if limit is not None and fast.records:  # every record of the split ends at or below the limit
+        summary.last_dispatched_offset, summary.last_dispatched_end = summary.last_record_offset, summary.last_record_end
+    summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
+                                                      sp.segment.header)
     return summary
 
 
@@ -140,6 +147,7 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
                            bytes_read=bytes_read)
     if not fast.records:
         return summary
+    summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
     summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
     summary.last_record_offset = base + fast.last_position
     summary.last_record_end = summary.last_record_offset + fast.last_size
@@ -169,6 +177,9 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
                            blanks=chunk.blank_count, bytes_read=bytes_read)
     if not chunk.count:
         return summary
+    if sp.segment.header:
+        summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
+        summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
     ts = cols.store_timestamp
     summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
     summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 DETAILS_PER_KIND = 20  # detailed findings kept per file and kind (counts are always complete)
 
-ARTIFACTS = ("commitlog", "consumequeue", "index")
+ARTIFACTS = ("commitlog", "consumequeue", "index", "dledger_index")
 # Where in a file a kind of finding sits; report details of one file follow this order.
 SCOPES = ("file", "header", "slot", "entry", "stale", "chain", "lookup")
 SEVERITIES = {"error": "exit status 1"}  # severity -> what it does to verify's exit status
@@ -36,13 +36,14 @@ class FindingKind:
 
 
 CQ, IDX, BOTH = ("consumequeue",), ("index",), ("consumequeue", "index")
+ALL = BOTH + ("dledger_index",)  # dledger_index: dledger-<id>/index/, one 32-byte unit per DLedger entry
 KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("invalid_tail", ("commitlog",), "file",
                 "records follow the first invalid record; the broker's dispatch never reaches them"),
-    FindingKind("missing_file", BOTH, "file", "a file the commit log implies is not in the store"),
+    FindingKind("missing_file", ALL, "file", "a file the commit log implies is not in the store"),
     FindingKind("extra_file", BOTH, "file", "a file in the store that the commit log implies none for"),
-    FindingKind("wrong_size", BOTH, "file",
-                "the file is not mappedFileSizeConsumeQueue / the index file size long"),
+    FindingKind("wrong_size", ALL, "file",
+                "the file is not mappedFileSizeConsumeQueue / the index file size / 160 MiB (DLedger index) long"),
     FindingKind("out_of_order", IDX, "file",
                 "an index file whose name sorts elsewhere than its content (header offsets) belongs"),
     FindingKind("unexpected_file", BOTH, "file",
@@ -50,12 +51,13 @@ KINDS: dict[str, FindingKind] = {k.name: k for k in (
                 "is no offset or time, a directory where a file belongs"),
     FindingKind("header_differs", IDX, "header", "an index header field differs (expected vs found)"),
     FindingKind("slot_differs", IDX, "slot", "a hash slot holds another entry position"),
-    FindingKind("missing_entry", BOTH, "entry", "zeros where an entry belongs"),
-    FindingKind("entry_differs", BOTH, "entry",
+    FindingKind("missing_entry", ALL, "entry", "zeros where an entry belongs"),
+    FindingKind("entry_differs", ALL, "entry",
                 "an entry's fields differ: phyOffset / size / tagsCode, or keyHash / phyOffset / timeDiff / "
-                "prevIndex"),
-    FindingKind("extra_entry", BOTH, "entry", "an entry past the queue's logical end or the index count that "
-                                              "the broker would still read"),
+                "prevIndex, or a DLedger index unit's magic / pos / size / index / term"),
+    FindingKind("extra_entry", ALL, "entry", "an entry past the queue's logical end or the index count that "
+                                             "the broker would still read, or a DLedger index unit past the last "
+                                             "entry in the data files"),
     FindingKind("stale_bytes", BOTH, "stale", "non-zero bytes past where the broker stops reading"),
     FindingKind("broken_chain", IDX, "chain",
                 "a slot chain that points outside the used entries, loops, merges or holds a key of another slot"),

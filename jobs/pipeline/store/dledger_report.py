@@ -1,0 +1,65 @@
+"""The `dledger` section of a job's report on a DLedger store: the entries, where DLedger data begins
+(dividedCommitlogOffset), the checkpoint's committedIndex, how many entries lie past it, and the
+committed-position reading in effect (with a note on stderr when entries are left out by it)."""
+from __future__ import annotations
+
+import sys
+
+from storage_format.settings import BrokerSettings
+
+from .dispatch import dledger_reading, read_dledger_checkpoint
+from ..io.fs import Location
+from ..scan.result import ScanResult
+from ..io.store_gate import dledger_data_dir
+
+
+def add_dledger_flag(p) -> None:
+    """--dledger-reading: which entries count as dispatched on a DLedger store (storage_format.dledger)."""
+    from storage_format.dledger import READING_CHECKPOINT, READING_SURVIVING, READINGS
+
+    p.add_argument("--dledger-reading", choices=READINGS,
+                   help=f"DLedger stores: {READING_SURVIVING} = every valid entry is dispatched (what a one-member "
+                        f"group commits; the default when dLegerPeers names one member), {READING_CHECKPOINT} = only "
+                        f"entries up to committedIndex in dledger-<id>/checkpoint (what a quorum surely held; the "
+                        f"default for a group of several)")
+
+
+def entries_summary(scan: ScanResult) -> dict:
+    """The report's view of the DLedger log: entries, their index range, where DLedger data begins."""
+    rng = scan.entry_range()
+    data = [s for s in scan.segments if s.header]
+    plain = [s for s in scan.segments if not s.header]
+    return {"data_files": len(data), "plain_segments": len(plain),
+            "divided_commitlog_offset": data[0].start if data and plain else None,
+            "entries": scan.dledger_entries, "first_entry_index": None if rng is None else rng[0],
+            "last_entry_index": None if rng is None else rng[1]}
+
+
+def entries_past(committed_index: int | None, scan: ScanResult) -> int | None:
+    """Valid entries past the checkpoint's committedIndex (None without a checkpoint or entries)."""
+    rng = scan.entry_range()
+    if committed_index is None or rng is None:
+        return None
+    return max(0, rng[1] - max(committed_index, rng[0] - 1))
+
+
+
+def dledger_section(job: str, store: Location, settings: BrokerSettings, flag: str | None,
+                    scan: ScanResult) -> dict | None:
+    """The report section (None for a plain store); a note on stderr names the reading and, when entries
+    lie past committedIndex, how many."""
+    if not settings.enable_dleger_commit_log:
+        return None
+    cp = read_dledger_checkpoint(store, settings)
+    reading = dledger_reading(store, settings, flag)
+    committed = None if cp is None else cp.get("committedIndex")
+    past = entries_past(committed, scan)
+    out = {"data_dir": dledger_data_dir(store, settings).uri, **entries_summary(scan),
+           "checkpoint": cp, "entries_past_committed_index": past, "committed_reading": reading.reading.to_dict(),
+           "dispatch_limit": reading.limit.offset}
+    note = f"DLedger store, reading '{reading.reading.reading}' ({reading.reading.reason})"
+    if past:
+        note += (f"; {past} entries lie past committedIndex {committed} in the DLedger checkpoint"
+                 + (" and are dispatched" if reading.limit.offset is None else " and are not dispatched"))
+    print(f"reput {job}: note: {note}", file=sys.stderr)
+    return out
