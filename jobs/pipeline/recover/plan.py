@@ -81,7 +81,7 @@ class RecoveryPlan:
     @property
     def checkpoint_changes(self) -> bool:
         """True when the checkpoint file must be (re)written."""
-        return self.markers.checkpoint_raw is None or self.markers.checkpoint_or_zeros != self.checkpoint_after
+        return self.markers.checkpoint_raw is None or self.markers.checkpoint != self.checkpoint_after
 
     @property
     def index_changes(self) -> bool:
@@ -100,7 +100,7 @@ class RecoveryPlan:
 
     def _index_dict(self) -> dict:
         """The plan's "index" part: files deleted, appended to and created, or the full rebuild."""
-        idx, cp0 = self.index, self.markers.checkpoint_or_zeros
+        idx, cp0 = self.index, self.markers.checkpoint
         out: dict = {"files_before": len(idx.kept) + len(idx.deleted),
                      "checkpoint_index_msg_timestamp": cp0.index_msg_timestamp}
         if idx.resume is None:
@@ -141,7 +141,7 @@ class RecoveryPlan:
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output)."""
-        cp0, cp1 = self.markers.checkpoint_or_zeros, self.checkpoint_after
+        cp0, cp1 = self.markers.checkpoint, self.checkpoint_after
         t = self.truncation
         holding = next((s for s in self.segments if s.start <= t.offset < s.start + s.size), None)
         return {

@@ -97,9 +97,9 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
     if not segments:
         raise recovery.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the "
                                      f"broker would delete every consume queue); nothing to recover")
-    start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint_or_zeros,
+    start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
                                           settings, g, abnormal)
-    limit = confirm_offset.recovery_limit(settings, markers.checkpoint_or_zeros) if abnormal else confirm_offset.NO_LIMIT
+    limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
                       dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
@@ -147,7 +147,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
-    markers.checkpoint_or_zeros  # a damaged checkpoint stops recovery here, before any work
+    markers.checkpoint  # a damaged checkpoint stops recovery here, before any work
     gen = markers.generation(generation)
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     timings["validate_s"] = time.monotonic() - t0
@@ -155,7 +155,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     queue_dirs, queues = gather_queues(sc, log)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    index, index_facts = gather_index(sc, log, markers.checkpoint_or_zeros, full_index)
+    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index)
 
     def last_cq_ts(from_offset: int) -> int | None:
         """Store time of the last scanned NOT/COMMIT record at or after an offset."""
@@ -163,7 +163,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
         return record_store_timestamp(log.segments, last) if last is not None else None
 
     seq = recovery.plan_sequence(recovery.RecoveryFacts(
-        generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint_or_zeros,
+        generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint,
         segment_starts=tuple(s.start for s in log.segments), start_offset=log.start.offset,
         truncate_at=log.truncation.offset, last_valid_record=log.last_valid,
         last_dispatched_record=log.last_dispatched, dispatched_end=log.dispatched_end, queues=queues,

@@ -26,7 +26,7 @@ def store_dispatch_limit(store: Location, settings: BrokerSettings, dledger_flag
         return dledger_reading(store, settings, dledger_flag).limit
     if stored_confirm_applies(settings) is None:
         return NO_LIMIT
-    return reput_limit(settings, StoreMarkers.read(store).checkpoint)
+    return reput_limit(settings, StoreMarkers.read(store).found_checkpoint)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The store root's marker files, read in one place and one way: `abort`, `abort.bak` and `checkpoint`; the
 generation that wrote the store (the --rocketmq-version override, else detected from these files).
 
-Damage policy, the one for every job: a missing file is None (a missing checkpoint reads as all zeros where
-the broker's rules need one: `checkpoint_or_zeros`, as StoreCheckpoint creates it). A checkpoint that exists
-but cannot be parsed is an error naming the file and byte offset (StoreFormatError) wherever its values are
-used (`checkpoint`, `checkpoint_or_zeros`: the dispatch limit, recovery); it is only no evidence for the
-generation guess, which the other marker files may still settle."""
+Damage policy, the one for every job: a missing file is None, and a missing checkpoint reads as all zeros
+(`checkpoint`, as StoreCheckpoint creates it; `found_checkpoint` is None instead, for a rule that tells the
+two apart). A checkpoint that exists but cannot be parsed is an error naming the file and byte offset
+(StoreFormatError) wherever its values are used (the dispatch limit, recovery); it is only no evidence for
+the generation guess, which the other marker files may still settle."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,16 +47,16 @@ class StoreMarkers:
         return cls(abort=opt(ABORT), abort_bak=opt(ABORT_BAK), checkpoint_raw=raw, parsed=parsed, damage=damage)
 
     @property
-    def checkpoint(self) -> Checkpoint | None:
+    def found_checkpoint(self) -> Checkpoint | None:
         """The checkpoint (None when the store has none); a damaged one raises its StoreFormatError."""
         if self.damage is not None:
             raise self.damage
         return self.parsed
 
     @property
-    def checkpoint_or_zeros(self) -> Checkpoint:
+    def checkpoint(self) -> Checkpoint:
         """The checkpoint, all zeros when the store has none (the broker's rules); damage raises."""
-        cp = self.checkpoint
+        cp = self.found_checkpoint
         return cp if cp is not None else Checkpoint()
 
     def generation(self, given: int | None) -> GenerationGuess:
