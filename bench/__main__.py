@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from jobs.pipeline.runtime.cli import _size
-from jobs.pipeline.scan.stage import DEFAULT_SPLIT_SIZE
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, dledger_broker, report, stages

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.pipeline.io.fs import Location, location
-from jobs.pipeline.scan.stage import list_segments, scan_store
+from jobs.pipeline.scan.stage import scan_store
+from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.runtime.tasks import run_tasks
 from storage_format.scan_plan import Split, plan_splits
 from storage_format.settings import BrokerSettings

@@ -15,4 +15,4 @@ sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != _JOBS_
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-import jobs  # noqa: E402,F401  (from here on Ctrl-C during start-up is one line: see jobs/__init__.py)
+import jobs  # noqa: E402,F401

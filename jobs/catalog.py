@@ -12,6 +12,10 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
+    from jobs.pipeline.runtime.interrupt import guard_startup
+
+    guard_startup()
 
 import uuid  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -25,11 +29,13 @@ from jobs.pipeline.catalog.stage import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                parser, progress_quiet, run_process, settings_from, warn)
-from jobs.pipeline.store.generation import store_generation  # noqa: E402
+from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan.stage import DEFAULT_SPLIT_SIZE, ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
@@ -90,8 +96,9 @@ def plan_tasks(result: ScanResult, settings: BrokerSettings, since: int | None, 
         if since is not None and (s.last_record_end or 0) <= since:
             continue
         sp = result.splits[s.index]
-        tasks.append(CatalogTask(sp, settings, s.first_offset, s.records, since, table, store_id, run_id,
-                                 include_body, lmq))
+        tasks.append(CatalogTask(split=sp, settings=settings, first_offset=s.first_offset, records=s.records,
+                                 since=since, table=table, store_id=store_id, run_id=run_id,
+                                 include_body=include_body, lmq=lmq))
     return tasks
 
 

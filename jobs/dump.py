@@ -11,6 +11,10 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
+    from jobs.pipeline.runtime.interrupt import guard_startup
+
+    guard_startup()
 
 import json  # noqa: E402
 

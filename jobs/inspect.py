@@ -3,12 +3,17 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
+    from jobs.pipeline.runtime.interrupt import guard_startup
+
+    guard_startup()
 
 from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, check_report, check_store, emit, parser,  # noqa: E402
                                progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 
 

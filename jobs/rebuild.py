@@ -9,6 +9,10 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
+    from jobs.pipeline.runtime.interrupt import guard_startup
+
+    guard_startup()
 
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
@@ -21,14 +25,15 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
-from jobs.pipeline.store.generation import store_generation  # noqa: E402
+from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from pyspark import SparkContext  # noqa: E402

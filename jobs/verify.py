@@ -10,6 +10,10 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
+    from jobs.pipeline.runtime.interrupt import guard_startup
+
+    guard_startup()
 
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
@@ -27,7 +31,8 @@ from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_fl
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
@@ -37,7 +42,7 @@ from jobs.pipeline.verify.index import (check_index, expected_headers, orphan_in
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
-from jobs.pipeline.store.generation import store_generation  # noqa: E402
+from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.io.store_gate import commitlog_dir, dledger_home  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402

@@ -15,6 +15,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   `kernels.split_decode` (the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference
   decodes), `kernels.index_chain` (index slot chains as sequential loops; index_file's vectorised form is the
   reference)
+- `split_rows`: what decoding a split hands on, whichever decoder ran (`CqRows`, `QueueStats`; kernel-free)
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
@@ -22,7 +23,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `ragged`: ragged byte slices of one buffer as Arrow arrays
 - `consume_queue`: consume-queue entries, tagsCode, where an entry lands in its queue, file layout
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
-- `index_keys`: the index keys of dispatched records in the broker's order
+- `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
 - `checkpoint`: the `checkpoint` file
 - `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog), the
@@ -41,8 +42,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `broker_keys`: every key a 4.9.8 or 5.3.3 broker reads from its config file
 - `recovery`: the broker's start-up recovery as pure planning, one module per concern:
   `recovery.start` (start segment, truncation point), `recovery.queues` (consume-queue load, re-dispatch,
-  truncation), `recovery.index` (index resume), `recovery.reput` (4.x post-start re-dispatch),
-  `recovery.checkpoint_after` (the checkpoint left behind), `recovery.plan` (the whole sequence, pure),
+  truncation), `recovery.index` (index resume), `recovery.post_start` (4.x post-start re-dispatch),
+  `recovery.checkpoint_after` (the checkpoint left behind), `recovery.sequence` (the whole sequence, pure),
   `recovery.dledger` (DLedger mode: DLedger's recovery walk and index rewrite, the cut at the write end, the
   restart's dispatch, the DLedger checkpoint and currterm), `recovery.timer` (the 5.x timer store after a cut:
   warnings, the --repair-timer plan)

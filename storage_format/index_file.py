@@ -108,6 +108,12 @@ class IndexLayout:
         """Byte offset of the entry at a position."""
         return self.entries_at + position * ENTRY_SIZE
 
+    def used_positions(self, header: "IndexHeader") -> int:
+        """Entry positions in use by the header's indexCount (position 0 included, never used), as the
+        broker reads it (IndexHeader.load: a count <= 0 is 1) and capped at the file's maxIndexNum: the
+        positions a chain walk or an entry listing may visit."""
+        return min(max(header.index_count, 1), self.max_entries)
+
     def whole_entries(self, nbytes: int) -> int:
         """How many entry positions the first `nbytes` of a file hold whole."""
         return max(0, (nbytes - self.entries_at) // ENTRY_SIZE)
@@ -157,11 +163,53 @@ def _by_slot(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return order, s_sorted, same, last
 
 
+def keys_per_file(max_index_num: int) -> int:
+    """Keys one index file holds: maxIndexNum entry positions, position 0 never used."""
+    return max_index_num - 1
+
+
+def is_write_full(index_count: int, max_index_num: int) -> bool:
+    """IndexFile.isWriteFull: the file's indexCount (1 + its keys) has reached maxIndexNum."""
+    return index_count >= max_index_num
+
+
+def rolls(index_count: int, max_index_num: int, record_after_last_key: bool) -> bool:
+    """The index roll, the one rule: when the last file is full and a record is dispatched after its last
+    key, the broker opens the next, empty, file (IndexService.getAndCreateLastIndexFile finds it full)."""
+    return is_write_full(index_count, max_index_num) and record_after_last_key
+
+
+def index_file_count(total_keys: int, max_index_num: int, record_after_last_key: bool) -> int:
+    """How many files a fresh index fills with `total_keys` keys in dispatch order: files of
+    keys_per_file keys, plus the empty file of a roll after the last one (no key at all: that one file)."""
+    per = keys_per_file(max_index_num)
+    full, rest = divmod(total_keys, per)
+    if rest:
+        return full + 1
+    return full + (1 if record_after_last_key else 0)  # the last file (if any) is full: a roll opens one more
+
+
+def last_key_of_file(file_no: int, max_index_num: int) -> int:
+    """The global number (from 0, in dispatch order) of the last key of a full file of a fresh index."""
+    return (file_no + 1) * keys_per_file(max_index_num) - 1
+
+
 def empty_file_index_count(generation: int) -> int:
     """indexCount on disk of an index file that got no key: 4.9.x never writes it (the count lives in memory
     until a put, and IndexService.shutdown() is empty), so it stays 0; 5.x flushes every file's header at
     shutdown, writing the in-memory 1."""
     return 0 if generation < 5 else 1
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """`a` as a read-only array (a view when it is writable): the index kernels are compiled and warmed for
+    the read-only columns the work files give; a writable array (recovery's selected tail keys) would make
+    numba compile a second signature in every worker."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited: IndexState,
@@ -175,12 +223,12 @@ def _header_and_slots(chunks: KeyChunks, slots: int, max_entries: int, inherited
         k = len(key_hash)
         if not k:
             continue
-        newest_by_hash(key_hash, slots, newest, n + 1)
+        newest_by_hash(read_only(key_hash), slots, newest, n + 1)
         if n == 0:
             first = (int(store_ts[0]), int(phy[0]))
         last_entry = (int(store_ts[-1]), int(phy[-1]))
         n += k
-    if n > max_entries - 1:
+    if n > keys_per_file(max_entries):
         raise ValueError(f"{n} entries do not fit an index file of {max_entries} entries")
     if not n:
         ts, phy_end = max(inherited.end_timestamp, 0), max(inherited.end_phy_offset, 0)
@@ -231,10 +279,10 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
     for key_hash, phy, store_ts in chunks():
         if len(key_hash):
             # the first put sees the inherited begin timestamp, later ones the file's first entry's
-            yield entry_bytes(key_hash, phy, store_ts, slots, current, done + 1, header.begin_timestamp, begin_ts,
-                              INT_MAX).data
+            yield entry_bytes(read_only(key_hash), read_only(phy), read_only(store_ts), slots, current, done + 1,
+                              header.begin_timestamp, begin_ts, INT_MAX).data
             done += len(key_hash)
-    tail = (max_entries - 1 - n) * ENTRY_SIZE if zero_tail else 0
+    tail = (keys_per_file(max_entries) - n) * ENTRY_SIZE if zero_tail else 0
     block = bytes(min(ZERO_BLOCK, tail))
     while tail > 0:
         yield block if tail >= len(block) else block[:tail]

@@ -21,6 +21,31 @@ HASH_CHAR = ord("#")
 
 
 @dataclass(frozen=True)
+class KeyBatch:
+    """Index keys in dispatch order (key hash, record offset, store time)."""
+
+    key_hash: np.ndarray
+    phy: np.ndarray
+    store_ts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key_hash)
+
+    def take(self, sel: np.ndarray | slice) -> "KeyBatch":
+        """The rows selected by a mask or slice."""
+        return KeyBatch(self.key_hash[sel], self.phy[sel], self.store_ts[sel])
+
+    @staticmethod
+    def concat(batches: list["KeyBatch"]) -> "KeyBatch":
+        """Batches joined in order."""
+        if not batches:
+            z = np.zeros(0, np.int64)
+            return KeyBatch(z.astype(np.int32), z, z)
+        return KeyBatch(np.concatenate([b.key_hash for b in batches]), np.concatenate([b.phy for b in batches]),
+                        np.concatenate([b.store_ts for b in batches]))
+
+
+@dataclass(frozen=True)
 class IndexKeys:
     """Keys in dispatch order: record index, non-negative key hash, physical offset, store time."""
 

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from .java_hash import arrow_buffers
 from .month_time import born_time_ms
+from .ragged import plain_array
 
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _HEX_VALUE = np.full(256, 0xFF, dtype=np.uint8)  # hex character -> value, 0xFF when not a hex digit
@@ -174,11 +175,7 @@ def _string_array(arr: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.
     """One Arrow string/binary array from an Arrow array, chunked array, dictionary or Python sequence."""
     if not isinstance(arr, (pa.Array, pa.ChunkedArray)):
         arr = pa.array(arr, type=pa.string())
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], type=arr.type)
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    return arr
+    return plain_array(arr)
 
 
 def _valid_mask(arr: pa.Array) -> np.ndarray:

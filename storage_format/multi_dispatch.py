@@ -17,13 +17,13 @@ queue (the write position when offsets were used up without an entry) is `consum
 """
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .java_props import LONG_BITS, java_parse_integral
 from .record import SCHEDULE_TOPIC
 
 INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
@@ -36,7 +36,6 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 # Character.isWhitespace: Unicode space/line/paragraph separators except the no-break ones, plus these controls.
 JAVA_WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                    "\u2008\u2009\u200a\u2028\u2029\u205f\u3000")
-_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
 
 
 class MultiDispatchError(ValueError):
@@ -78,17 +77,6 @@ def is_lmq(name: str) -> bool:
     return name.startswith(LMQ_PREFIX)
 
 
-def java_parse_long(text: str) -> int:
-    """Long.parseLong: optional sign, then one or more Unicode decimal digits, in range; ValueError otherwise."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not all(unicodedata.decimal(c, None) is not None for c in body):
-        raise ValueError(text)
-    value = int("".join(str(unicodedata.decimal(c)) for c in body)) * (-1 if text[:1] == "-" else 1)
-    if not _LONG_MIN <= value <= _LONG_MAX:
-        raise ValueError(text)
-    return value
-
-
 def java_split(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """`split(",")` of every value as (owner row, items): Java drops trailing empty items (so "a,b," has two
     items and ",," none); a null value has no items."""
@@ -128,12 +116,12 @@ def _parse_offsets(items: pa.Array, owner: np.ndarray) -> np.ndarray:
         return pc.cast(pc.utf8_ltrim(items, characters="+"), pa.int64()).to_numpy()
     texts = items.to_pylist()
     for i, text in enumerate(texts):
-        try:
-            out[i] = int(text) if plain[i] else java_parse_long(text)
-        except ValueError:
+        value = int(text) if plain[i] else java_parse_integral(text, LONG_BITS)  # Long.parseLong
+        if value is None:
             raise MultiDispatchError(int(owner[i]), f"{INNER_MULTI_QUEUE_OFFSET} item {text!r} is not a long: the "
                                                     f"broker's dispatch fails on this record every time it "
-                                                    f"retries it and never gets past it") from None
+                                                    f"retries it and never gets past it")
+        out[i] = value
     return out
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from .java_hash import arrow_buffers, java_hash_ragged
-from .ragged import slices_to_binary
+from .ragged import plain_array, slices_to_binary
 
 NAME_VALUE_SEP = 0x01
 PROPERTY_SEP = 0x02
@@ -140,10 +140,7 @@ def locate_properties(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
 
 def _text_columns(arr: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, bool]:
     """(array, uint8 data, n + 1 offsets, valid mask, is text) of a string/binary column, nulls as empty."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], type=arr.type)
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+    arr = plain_array(arr)
     is_text = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type)
     valid = np.ones(len(arr), bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
     if arr.null_count:

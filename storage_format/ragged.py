@@ -1,9 +1,19 @@
-"""Ragged byte slices of one buffer as Arrow arrays, without a per-slice Python loop."""
+"""Ragged byte slices of one buffer as Arrow arrays, without a per-slice Python loop; one plain array from
+whatever Arrow form a column comes in."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+
+def plain_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One plain Arrow array: chunks combined (none: an empty array of the type), dictionaries decoded."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], type=arr.type)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    return arr
 
 
 def slices_to_binary(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray,

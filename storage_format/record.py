@@ -30,7 +30,7 @@ PROP_NAME_VALUE_SEP = "\x01"
 PROP_SEP = "\x02"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Message:
     """One stored message record, field for field (see ../shared/FORMAT.md).
 

@@ -60,7 +60,7 @@ class Split:
         return self.start == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitWalk:
     """What a split's walk found: the first record offset (None if none) and how the walk ended."""
 

@@ -19,7 +19,7 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BrokerSettings:
     """The store settings reput needs, with the broker's defaults (4.9.x and 5.x agree on these)."""
 

@@ -22,7 +22,7 @@ BORN_HOSTS = (bytes((10, 20, 30, 41)), bytes((10, 20, 30, 42)), bytes((10, 20, 3
 TAG_VALUES = ("TagA", "TagB", "TagC", "order-created", "order-paid", "order-shipped", "refund", "audit")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoreSpec:
     """Everything that determines a synthetic store's bytes."""
 

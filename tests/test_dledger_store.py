@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.stage import list_segments
+from jobs.pipeline.store.segments import list_segments
 from storage_format.commitlog import decode_buffer
 from storage_format.record import Message
 from storage_format.settings import BrokerSettings
@@ -172,7 +172,7 @@ def test_kernel_takes_the_splits_below_the_committed_position(tmp_path, monkeypa
         got = {}
         for kernel in (True, False):
             work = tmp_path / ("k" if kernel else "r")
-            task = SplitTask(sp, settings_, work=location(str(work)), kernel=kernel, dispatch_limit=limit)
+            task = SplitTask(split=sp, settings=settings_, work=location(str(work)), kernel=kernel, dispatch_limit=limit)
             got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
         assert got[True][0] == got[False][0], sp.index
         for k_table, r_table in zip(got[True][1:], got[False][1:]):

@@ -30,7 +30,7 @@ def decode(msgs: list[Message]):
 
 
 def with_delay(topic: str, delay: str) -> Message:
-    return Message(topic, b"x", store_timestamp=TS, properties=f"TAGS\x01t\x02DELAY\x01{delay}\x02")
+    return Message(topic=topic, body=b"x", store_timestamp=TS, properties=f"TAGS\x01t\x02DELAY\x01{delay}\x02")
 
 
 def test_non_integer_delay_on_another_topic_is_ignored_like_the_broker():
@@ -84,8 +84,8 @@ def test_rebuild_writes_the_trailing_empty_index_file_per_generation(spark, tmp_
     from jobs.rebuild import main as rebuild_main
 
     store = tmp_path / "store"
-    msgs = [Message("T", b"x", store_timestamp=TS + i, properties=f"KEYS\x01k{i}\x02") for i in range(3)]
-    msgs.append(Message("T", b"x", store_timestamp=TS + 9))
+    msgs = [Message(topic="T", body=b"x", store_timestamp=TS + i, properties=f"KEYS\x01k{i}\x02") for i in range(3)]
+    msgs.append(Message(topic="T", body=b"x", store_timestamp=TS + 9))
     write_store(store, msgs, 1 << 16)
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=65536\nmaxHashSlotNum=4\nmaxIndexNum=4\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from storage_format.index_file import IndexLayout, IndexState, append_to_index_file, build_index_file
@@ -129,3 +130,22 @@ def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunk
         reference = entry_bytes_numpy(key_hash, phy, ts, slots, current[1], position, begin, first_begin, int_max)
         assert compiled.tobytes() == reference.tobytes() and np.array_equal(current[0], current[1])
         position += len(chunk)
+
+
+@pytest.mark.parametrize("max_index_num", [2, 3, 5])
+def test_the_index_roll_is_one_rule_for_rebuild_and_recovery(max_index_num):
+    """index_file.index_file_count (the rebuild's plan) and recovery.resume_index from an empty index (the
+    broker's buildIndex replayed) open the same number of files for every key count, with and without a
+    record after the last key (the roll)."""
+    from storage_format.index_file import index_file_count
+    from storage_format.index_keys import KeyBatch
+    from storage_format.recovery import DispatchPass, resume_index
+
+    for total in range(0, 4 * max_index_num):
+        for after in (True, False):
+            phy = np.arange(100, 100 + total, dtype=np.int64)
+            keys = KeyBatch(np.ones(total, np.int32), phy, phy.copy())
+            last = int(phy[-1]) + (1 if after else 0) if total else 100
+            resume = resume_index(None, [DispatchPass("all", 100, last, keys)], max_index_num)
+            expected = index_file_count(total, max_index_num, after or total == 0)
+            assert len(resume.targets) == expected, (total, after)

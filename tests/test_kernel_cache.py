@@ -65,21 +65,14 @@ def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
 
 
 
-def test_a_rebuild_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
-    """A worker loads the kernels once (warm(), from the cache); an argument of another flavour (a
-    writable array where warm() passed a read-only one) would make numba compile a second signature in
-    every worker at its first task (a work-file change once did: +0.3 s per worker with a warm cache,
-    seconds on a fresh one). Decode and build a golden store in a process that ran warm() first."""
-    script = """
+PRELUDE = """
 import json, os, sys
 from storage_format.kernels import index_chain, row_groups, split_kernel, warm
 warm.warm()
-from jobs.pipeline.build.stage import build_files, plan_cq, plan_index
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.stage import scan_store
 from storage_format.settings import load_settings
 
-class InProcess:  # the little of a SparkContext that scan_store uses, running tasks in this process
+class InProcess:  # the little of a SparkContext that scan_store and run_tasks use, running tasks here
     defaultParallelism = 2
     def parallelize(self, items, n):
         return self
@@ -98,18 +91,48 @@ class Context(InProcess):
 store, root = location(sys.argv[1]), sys.argv[2]
 settings = load_settings(sys.argv[1] + "/broker.conf")
 work, out = location(root + "/work"), location(root + "/out")
+"""
+SIGNATURES = """
+kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
+           "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes}
+print(json.dumps({name: len(k.signatures) for name, k in kernels.items()}))
+"""
+ONE_EACH = {"decode_kernel": 1, "group_rows": 1, "newest_by_hash": 1, "entry_bytes": 1}
+
+
+def _signatures_after(job: str, case: str, tmp_path: Path) -> dict[str, int]:
+    from tests.conftest import GOLDEN
+    done = subprocess.run([sys.executable, "-c", PRELUDE + job + SIGNATURES, str(GOLDEN / case), str(tmp_path)],
+                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_rebuild_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
+    """A worker loads the kernels once (warm(), from the cache); an argument of another flavour (a
+    writable array where warm() passed a read-only one) would make numba compile a second signature in
+    every worker at its first task (a work-file change once did: +0.3 s per worker with a warm cache,
+    seconds on a fresh one). Decode and build a golden store in a process that ran warm() first."""
+    rebuild = """
+from jobs.pipeline.build.stage import build_files, plan_cq, plan_index
+from jobs.pipeline.scan.stage import scan_store
 scan = scan_store(Context(), store, settings, split_size=1 << 20, work=work, quiet=True)
 os.makedirs(root + "/out/index")
 for task in plan_index(scan, settings, work, out.child("index")) + plan_cq(scan, settings, work,
                                                                               out.child("consumequeue")):
     build_files(task)
-kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
-           "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes}
-print(json.dumps({name: len(k.signatures) for name, k in kernels.items()}))
 """
-    from tests.conftest import GOLDEN
-    done = subprocess.run([sys.executable, "-c", script, str(GOLDEN / "clean-medium-11"), str(tmp_path)],
-                          capture_output=True,
-                          text=True, check=True, cwd=Path(__file__).resolve().parents[1])
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"decode_kernel": 1, "group_rows": 1,
-                                                                "newest_by_hash": 1, "entry_bytes": 1}
+    assert _signatures_after(rebuild, "clean-medium-11", tmp_path) == ONE_EACH
+
+
+def test_a_recovery_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
+    """The same for recovery, which resumes the last index file with the tail's keys (gathered from the
+    work files, then selected: arrays of their own) and renders consume queues: a store recovered to a
+    directory in a process that ran warm() first."""
+    recover = """
+from jobs.pipeline.recover.stage import plan_recovery
+from jobs.pipeline.recover.write import plan_output, write_output
+plan = plan_recovery(Context(), store, settings, work, split_size=1 << 20, quiet=True)
+assert plan.index.resume is not None or plan.index.kept, "the case resumes an index file"
+write_output(Context(), plan, plan_output(plan, with_copies=False), out, quiet=True)
+"""
+    assert _signatures_after(recover, "unclean-11", tmp_path) == ONE_EACH

@@ -9,11 +9,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from storage_format.java_props import LONG_BITS, java_parse_integral
 from storage_format.commitlog import decode_buffer, parse_segment_name
 from storage_format.consume_queue import (build_queue_files, has_cq_entry, keep_first_of_each_offset, place_units,
                                           tags_codes)
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
-                                           MultiDispatchRules, first_empty_offset_slot, java_parse_long, java_split,
+                                           MultiDispatchRules, first_empty_offset_slot, java_split,
                                            lmq_entries, non_blank, rules_for)
 from storage_format.properties import TAGS
 from storage_format.settings import load_settings
@@ -109,13 +110,13 @@ def test_unparseable_offset_is_refused_naming_the_record():
 @pytest.mark.parametrize("text,value", [("5", 5), ("+5", 5), ("-5", -5), ("\u0663\u0664", 34), ("007", 7),
                                         ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63)])
 def test_java_parse_long_accepts(text, value):
-    assert java_parse_long(text) == value
+    """INNER_MULTI_QUEUE_OFFSET items are read with the one Long.parseLong (java_props.java_parse_integral)."""
+    assert java_parse_integral(text, LONG_BITS) == value
 
 
 @pytest.mark.parametrize("text", ["", "+", "-", " 5", "5 ", "5_0", "9223372036854775808", "0x5", "²"])
 def test_java_parse_long_rejects(text):
-    with pytest.raises(ValueError):
-        java_parse_long(text)
+    assert java_parse_integral(text, LONG_BITS) is None
 
 
 def test_blank_and_empty_slot():
@@ -240,7 +241,7 @@ def test_many_small_lmq_queues_share_few_consume_queue_tasks():
     from jobs.pipeline.build.stage import plan_cq
     from jobs.pipeline.io.fs import location
     from storage_format.settings import BrokerSettings
-    from storage_format.kernels.split_decode import QueueStats
+    from storage_format.split_rows import QueueStats
     queues = {(f"%LMQ%q{i:06d}", 0): QueueStats(0, 1, i, i % 5, i % 5) for i in range(100_000)}
     scan = SimpleNamespace(accepted=[SimpleNamespace(index=0, queues=queues, unordered=set())])
     tasks = plan_cq(scan, BrokerSettings(), location("/nonexistent/work"), location("/nonexistent/out"),

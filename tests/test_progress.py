@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import threading
 
 from jobs.pipeline.runtime.tasks import Progress, progress_line
 
@@ -18,29 +19,32 @@ def test_eta_before_the_first_task_and_none_when_done():
 
 
 class _Tracker:
-    """A status tracker whose one active stage has `done` completed tasks."""
+    """A status tracker whose one active stage has `done` completed tasks; `polled` is set once asked."""
 
-    def __init__(self, done: int) -> None:
-        self.done = done
+    def __init__(self, done: int, polled: threading.Event) -> None:
+        self.done, self.polled = done, polled
 
     def getActiveStageIds(self):
         return [0]
 
     def getStageInfo(self, _):
+        self.polled.set()
         return type("Info", (), {"numCompletedTasks": self.done})()
 
 
 class _Context:
-    def __init__(self, done: int) -> None:
-        self.statusTracker = lambda: _Tracker(done)
+    def __init__(self, done: int, polled: threading.Event) -> None:
+        self.statusTracker = lambda: _Tracker(done, polled)
 
 
 def test_progress_prints_running_lines_then_the_total():
-    """While running: the tracker's count with an ETA; at the end the total, without one."""
+    """While running: the tracker's count with an ETA; at the end the total, without one. The job ends
+    only after the progress thread has asked the tracker (no timing: the wait is for that event)."""
     out = io.StringIO()
-    with Progress(_Context(2), "decode", 5, 10_000_000, every=0.05, stream=out):
-        import time
-        time.sleep(0.2)
+    polled = threading.Event()
+    with Progress(_Context(2, polled), "decode", 5, 10_000_000, every=0.001, stream=out):
+        assert polled.wait(timeout=60), "the progress thread never asked for the task count"
     lines = out.getvalue().splitlines()
+    assert len(lines) >= 2
     assert lines[0].startswith("[reput] decode: 2/5 tasks, ") and ", ETA " in lines[0]
     assert lines[-1].startswith("[reput] decode: 5/5 tasks, ") and "~10 of 10 MB" in lines[-1] and "ETA" not in lines[-1]

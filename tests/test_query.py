@@ -144,11 +144,13 @@ def test_keys_find_exactly_the_index_offsets(case, golden, capsys):
 
 @pytest.mark.parametrize("case", SMALL)
 def test_uniq_keys_find_exactly_the_index_offsets(case, golden, capsys):
+    """For sampled unique keys: the candidates and the matches equal the model's, and are not empty (a
+    query and a model that both found nothing would agree too)."""
     for topic, uniq in sample_uniq(case, 12):
         code, got = run(capsys, case, "--topic", topic, "--uniq-key", uniq)
         cands, hits, _ = expected(case, topic, uniq, True)
-        assert got["lookups"][0]["candidates"] == cands
-        assert offsets(got) == hits and code == 0
+        assert got["lookups"][0]["candidates"] == cands, (topic, uniq)
+        assert offsets(got) == hits and hits and code == 0, (topic, uniq)
         assert all(m["properties"]["UNIQ_KEY"] == uniq for m in got["messages"])
 
 

@@ -26,7 +26,7 @@ def test_plan_splits_boundaries(split_size, expected):
 
 
 def walk(i, first, reason, offset, magic=None, records=1):
-    return SplitWalk(i, first, ScanEnd(reason, offset, magic), records)
+    return SplitWalk(split_index=i, first_offset=first, end=ScanEnd(reason, offset, magic), records=records)
 
 
 def test_chain_across_splits_and_segments():

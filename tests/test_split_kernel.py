@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.stage import SplitTask, decode_split, list_segments
+from jobs.pipeline.scan.result import SplitTask
+from jobs.pipeline.scan.stage import decode_split
+from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
@@ -36,8 +38,8 @@ def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | Non
 
 
 def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path) -> int:
-    """Decode every split both ways; assert equal summaries and work files; returns how many splits the
-    kernel decoded itself (did not leave to the reference)."""
+    """Decode every split both ways; assert equal summaries and work files; returns how many records the
+    kernel decoded itself (in splits it did not leave to the reference)."""
     segments = list_segments(location(str(store)), settings)
     taken = 0
     data: dict[str, bytes] = {}
@@ -45,7 +47,7 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
-            task = SplitTask(sp, settings, work=location(str(work)), kernel=kernel)
+            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel)
             got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
         assert got[True][0] == got[False][0], f"summary of split {sp.index} ({sp.segment.path} {sp.start})"
         for what, k_table, r_table in zip(("cq", "keys"), got[True][1:], got[False][1:]):
@@ -58,10 +60,11 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
 
 
 def _kernel_takes(sp, data: bytes) -> int:
+    """Records the kernel decodes in this split (0: it leaves the split to the reference)."""
     fast = decode_fast(data, sp.segment.start, sp.start, sp.stop, sp.segment.size, path=sp.segment.path,
                        find_start=not sp.at_segment_start, dated=(-62135596800000, 253402300799999),
                        delay_levels_ms=BrokerSettings().delay_levels_ms, header=sp.segment.header)
-    return 0 if isinstance(fast, str) else 1
+    return 0 if isinstance(fast, str) else fast.records
 
 
 @pytest.mark.parametrize("case", case_params(golden_cases(), passing=frozenset({"dledger-unclean-11"})))
@@ -71,7 +74,7 @@ def test_kernel_equals_reference_on_golden(case, tmp_path):
     sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case == "clean-small-11" else ())
     taken = sum(compare_store(GOLDEN / case, settings, size, tmp_path) for size in sizes)
     if "lmq" not in case:
-        assert taken > 0, "the kernel took no split of this store"
+        assert taken > 0, "the kernel decoded no record of this store"
 
 
 def test_golden_cases_found():
@@ -104,14 +107,9 @@ def messages(draw) -> Message:
                    magic_v2=draw(st.booleans()))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
-@given(msgs=st.lists(messages(), min_size=1, max_size=25), tail=st.sampled_from(["zeros", "blank", "garbage"]),
-       split_size=st.sampled_from([0, 600, 1500]), damage=st.integers(-1, 40))
-def test_kernel_equals_reference_on_generated(msgs, tail, split_size, damage, tmp_path_factory):
-    """Generated records (odd properties, all transaction types, IPv6 hosts, v2 magic, non-ASCII
-    and unsafe topics, damaged bytes, three kinds of segment tail): kernel and reference agree."""
-    seg_size = 1 << 13
+def generated_store(root: Path, msgs: list[Message], tail: str, damage: int, seg_size: int = 1 << 13) -> None:
+    """One segment of encoded records (one byte flipped when damage >= 0) and a tail of zeros, a blank or
+    garbage."""
     raw, offset = [], 0
     for m in msgs:
         rec = encode_record(m, offset)
@@ -127,11 +125,34 @@ def test_kernel_equals_reference_on_generated(msgs, tail, split_size, damage, tm
                   "garbage": b"\x00\x00\x00\x40\x12\x34\x56\x78"}[tail]
     data += tail_bytes
     data += bytes(seg_size - len(data))
-    root = tmp_path_factory.mktemp("store")
     (root / "commitlog").mkdir()
     (root / "commitlog" / f"{0:020d}").write_bytes(bytes(data))
-    settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
-    compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"))
+
+
+def test_kernel_equals_reference_on_generated(tmp_path_factory):
+    """Generated records (odd properties, all transaction types, IPv6 hosts, v2 magic, non-ASCII
+    and unsafe topics, damaged bytes, three kinds of segment tail): kernel and reference agree; and the
+    kernel did decode records itself in most stores (agreement because it left everything to the
+    reference would prove nothing)."""
+    decoded: list[int] = []
+    seg_size = 1 << 13
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(msgs=st.lists(messages(), min_size=1, max_size=25), tail=st.sampled_from(["zeros", "blank", "garbage"]),
+           split_size=st.sampled_from([0, 600, 1500]), damage=st.one_of(st.just(-1), st.integers(0, 40)))
+    def check(msgs, tail, split_size, damage):
+        root = tmp_path_factory.mktemp("store")
+        generated_store(root, msgs, tail, damage, seg_size)
+        settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
+        decoded.append(compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work")))
+
+    check()
+    assert len(decoded) >= 30
+    # Many generated stores hold something the kernel leaves to the reference (a damaged byte, in half of them;
+    # an unsafe topic, a DELAY that is no int): over the runs seen it decoded records in 17 to 30 of the 60
+    # stores (24 to 94 records); none at all is what this guards against.
+    assert sum(n > 0 for n in decoded) >= len(decoded) // 10 and sum(decoded) >= 10, \
+        f"the kernel decoded too few records itself: {decoded}"
 
 
 def test_kernel_leaves_what_it_does_not_take():
@@ -189,4 +210,4 @@ def test_kernel_grows_its_outputs(tmp_path):
     (tmp_path / "store" / "commitlog").mkdir(parents=True)
     (tmp_path / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(data) + bytes(seg_size - len(data)))
     settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
-    assert compare_store(tmp_path / "store", settings_, 0, tmp_path / "work") == 1
+    assert compare_store(tmp_path / "store", settings_, 0, tmp_path / "work") == 1500  # every record, by the kernel

@@ -152,7 +152,7 @@ def test_the_checks_pure():
 def test_inner_batch_record_is_refused_by_name(spark, tmp_path, capsys):
     """A record with the inner-batch sysFlag (BatchConsumeQueue) is named, not blamed on damage."""
     store = tmp_path / "store"
-    msgs = [Message("T", b"x", store_timestamp=1_700_000_000_000 + i, sys_flag=0x80 if i == 3 else 0)
+    msgs = [Message(topic="T", body=b"x", store_timestamp=1_700_000_000_000 + i, sys_flag=0x80 if i == 3 else 0)
             for i in range(6)]
     write_store(store, msgs, 1 << 16)
     conf = tmp_path / "broker.conf"

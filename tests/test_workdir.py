@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from jobs.pipeline.io.fs import location
 from jobs.pipeline.io.workdir import (cq_columns, cq_file, key_columns, keys_file, read_cq, read_keys, write_cq,
                                    write_keys)
-from storage_format.recovery import KeyBatch
-from storage_format.kernels.split_decode import CqRows
+from storage_format.index_keys import KeyBatch
+from storage_format.split_rows import CqRows
 
 I64 = st.integers(-2 ** 63, 2 ** 63 - 1)
 

@@ -9,14 +9,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage_format.ragged import plain_array
+
 
 def as_array(arr: pa.Array | pa.ChunkedArray, kind: pa.DataType | None = None) -> pa.Array:
     """One plain Arrow array: chunks combined, dictionaries decoded, an all-null (type null) array
     given type `kind`."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], type=arr.type)
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+    arr = plain_array(arr)
     if pa.types.is_null(arr.type) and kind is not None:
         arr = pa.nulls(len(arr), type=kind)
     return arr

@@ -1,1 +1,44 @@
-"""Spark plumbing shared by every job: filesystem, session, split decoding, build stages, publishing."""
+"""Everything the jobs share, grouped by what it serves (tests/test_layout.py checks that this map names every
+module; docs/pipeline-map.md is the same map as a table). Entry points stay in jobs/; bytes and broker rules
+live in storage_format/, Spark column functions in udfs/.
+
+- `runtime`: how a job runs, whatever it does
+  `runtime.cli` (common flags, exit codes, checks before Spark starts, `run_main`),
+  `runtime.frontdoor` (the `reput JOB` console command), `runtime.failure` (any failure as one line),
+  `runtime.interrupt` (Ctrl-C and SIGTERM: one line, exit 130, half-made output removed),
+  `runtime.faults` (fault-injection hooks for the crash-safety tests), `runtime.session` (the SparkSession:
+  embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
+  `runtime.tasks` (small work items as Spark tasks, with progress), `runtime.package` (the zip and env
+  spark-submit ships to a cluster)
+- `io`: where bytes come from and go
+  `io.fs` (one filesystem layer: local, hdfs://, s3://), `io.paths` (outputs lie outside the store),
+  `io.publish` (atomic publishing: staging directory, check, rename), `io.commit_marker` (publishing on object
+  storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
+  `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
+  (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT)
+- `store`: what a store says about itself before any scan
+  `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
+  abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
+  `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable; DLedger's committed
+  position), `store.dledger_report` (the report's `dledger` section)
+- `scan`: stages 1-2 of every Spark job
+  `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
+  scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
+  rows), `scan.source` (the `rocketmq-commitlog` Spark data source)
+- `build`: stages 3-4
+  `build.stage` (consume-queue files and index files from the work files)
+- `verify`: jobs.verify's comparisons
+  `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
+  points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
+  the data files)
+- `recover`: jobs.recover
+  `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
+  and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
+  recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: backup, journal,
+  resume, rollback), `recover.text` (the plan and results as console lines)
+- `catalog`: jobs.catalog
+  `catalog.stage` (one task per split writes the records' Parquet files)
+- `dump`: jobs.dump and jobs.query, random access with no Spark
+  `dump.readers` (consume-queue entries, records from an offset, an index file's header, slots and chains),
+  `dump.text` (their plain-text form), `dump.messages` (one record by its offset, as JSON and as lines)
+"""

@@ -1,1 +1,19 @@
-"""The compiled (numba) kernels, their decorator and cache, and warming them."""
+"""The compiled (numba) kernels, their decorator and cache, and warming them.
+
+`jit` (the decorator and numba's cache locator) imports nothing else of the package; `warm` runs every
+kernel once; shared types the kernels produce live outside this package (`split_rows`, `index_keys`), so the
+reference path and recovery never import a kernel module. Each kernel keeps a pure numpy (or Python)
+reference beside it, tested equal (tests/test_layout.py checks that this table names every kernel `warm`
+loads and that each reference and test exists):
+
+| kernel | reference | tested by |
+|---|---|---|
+| `split_kernel.decode_kernel` | `storage_format.commitlog.decode_buffer` | `tests/test_split_kernel.py::test_kernel_equals_reference_on_golden` |
+| `row_groups.group_rows` | `jobs.pipeline.scan.cq_rows.cq_table` | `tests/test_split_kernel.py::test_kernel_equals_reference_on_generated` |
+| `index_chain.newest_by_hash` | `storage_format.index_file.newest_positions_numpy` | `tests/test_index_file.py::test_compiled_entries_equal_numpy_reference` |
+| `index_chain.entry_bytes` | `storage_format.index_file.entry_bytes_numpy` | `tests/test_index_file.py::test_compiled_entries_equal_numpy_reference` |
+| `kernel_bytes.java_hash` | `storage_format.java_hash.java_hash` | `tests/test_split_kernel.py::test_kernel_hash_is_javas_string_hash` |
+
+The other helpers of `kernel_bytes` (byte reads, the property scan, topic checks) are inlined into
+decode_kernel and tested through it.
+"""

@@ -15,12 +15,12 @@ from . import split_kernel as k
 from .. import dledger
 from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
                          find_first_start, parse_segment_name)
-from ..consume_queue import CqColumns
 from ..multi_dispatch import INNER_MULTI_DISPATCH
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
-from ..recovery import KeyBatch
+from ..index_keys import KeyBatch
+from ..split_rows import CqRows, QueueStats
 from .row_groups import group_rows
 from ..store_layout import INNER_BATCH_FLAG
 
@@ -37,24 +37,7 @@ _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
 
 
-@dataclass(frozen=True)
-class QueueStats:
-    """One (topic, queueId) of a split: its records, its consume-queue rows (where they start in the
-    split's consume-queue table), and the smallest and largest queue offset among those rows."""
-
-    records: int
-    cq_rows: int = 0
-    first_row: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-
-
-@dataclass(frozen=True)
-class CqRows(CqColumns):
-    """A split's consume-queue rows, grouped by queue in (topic, queueId) order, commit-log order inside."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FastSplit:
     """What the kernel found in a split (see the module doc); positions are buffer positions."""
 
@@ -116,20 +99,22 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                   file_offset=end_at - (base_offset if seg_start is None else seg_start))
     table, unordered, cq = _group(arr, queues, rows)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
-    return FastSplit(records, int(stats[k.S_BLANKS]), end, first if records or not find_start else None,
-                     int(stats[k.S_LAST_POS]) if records else None, int(stats[k.S_LAST_SIZE]), ts, table, unordered, cq,
-                     KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
-                     int(stats[k.S_FIRST_ENTRY]) if header and records else None,
-                     int(stats[k.S_LAST_ENTRY]) if header and records else None)
+    return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
+                     first_position=first if records or not find_start else None,
+                     last_position=int(stats[k.S_LAST_POS]) if records else None,
+                     last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, unordered=unordered, cq=cq,
+                     keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
+                     first_entry=int(stats[k.S_FIRST_ENTRY]) if header and records else None,
+                     last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None)
 
 
 def _group(arr: np.ndarray, qs: np.ndarray,
            rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
     """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
     step by 1, and the rows grouped by queue."""
-    q_ts, q_tl, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (qs[:, c] for c in (k.Q_TS, k.Q_TL, k.Q_QID, k.Q_REC, k.Q_CQ,
-                                                                              k.Q_LO, k.Q_HI, k.Q_UNORD))
-    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_ts.tolist(), q_tl.tolist())]
+    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (
+        qs[:, c] for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI, k.Q_UNORD))
+    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_topic_at.tolist(), q_topic_len.tolist())]
     qids = q_qid.tolist()
     order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
     rank = np.empty(len(order), np.int64)

@@ -47,8 +47,9 @@ N_STATS = 18
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
 
 
-# Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order).
-Q_TS, Q_TL, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
+# Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order): where the
+# topic's bytes start in the buffer and their length (topic_at/topic_len; *_TS names are store timestamps).
+Q_TOPIC_AT, Q_TOPIC_LEN, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
 NQ_COLS = 10
 # Columns of the consume-queue rows `rows` and of the index keys `keys`.
 C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
@@ -69,14 +70,15 @@ def _slot_of(th, qid, mask):
 
 
 @njit(inline="always")
-def _find_queue(a, ts, tl, qid, th, table, qs):
+def _find_queue(a, topic_at, topic_len, qid, th, table, qs):
     """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
     holds queue index + 1 per slot): its index, or -1 - the free slot where a new queue goes."""
     mask = table.shape[0] - 1
     slot = _slot_of(th, qid, mask)
     while table[slot] != 0:
         q = table[slot] - 1
-        if qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TL] == tl and same_bytes(a, qs[q, Q_TS], ts, tl):
+        if (qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TOPIC_LEN] == topic_len
+                and same_bytes(a, qs[q, Q_TOPIC_AT], topic_at, topic_len)):
             return q
         slot = (slot + 1) & mask
     return -1 - slot
@@ -195,39 +197,39 @@ def _layout(a, pos, end, rules):
     sys_flag = i32(a, pos + 36)
     if sys_flag & rules[R_INNER_BATCH]:
         return FB_INNER_BATCH, 0, 0, 0, 0, 0
-    ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
-    body_len_at = ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
+    store_ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
+    body_len_at = store_ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
     if body_len_at + 4 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     body_len = i32(a, body_len_at)
-    tl_at = body_len_at + 4 + body_len
+    topic_len_at = body_len_at + 4 + body_len
     width = 2 if (i32(a, pos + 4) & 0xFFFFFFFF) == rules[R_MAGIC_V2] else 1
-    if body_len < 0 or tl_at + width > end:
+    if body_len < 0 or topic_len_at + width > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
-    tl = (np.int64(a[tl_at]) << 8 | a[tl_at + 1]) if width == 2 else np.int64(a[tl_at])
-    pl_at = tl_at + width + tl
+    topic_len = (np.int64(a[topic_len_at]) << 8 | a[topic_len_at + 1]) if width == 2 else np.int64(a[topic_len_at])
+    pl_at = topic_len_at + width + topic_len
     if pl_at + 2 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     pl = np.int64(a[pl_at]) << 8 | a[pl_at + 1]
     if pl >= 0x8000 or pl_at + 2 + pl != end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
-    return FB_NONE, sys_flag, ts_at, tl_at + width, tl, pl_at + 2
+    return FB_NONE, sys_flag, store_ts_at, topic_len_at + width, topic_len, pl_at + 2
 
 
 @njit(inline="always")
-def _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs):
+def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs):
     """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
     or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
     passed before). Fills found_lo/found_hi with the wanted properties."""
-    th, ok = java_hash(a, np.int64(0), ts, ts + tl)
-    q = _find_queue(a, ts, tl, qid, th, table, qs) if ok else np.int64(-1)
-    if not ok or (q < 0 and unsafe_topic(a, ts, tl)):
+    th, ok = java_hash(a, np.int64(0), topic_at, topic_at + topic_len)
+    q = _find_queue(a, topic_at, topic_len, qid, th, table, qs) if ok else np.int64(-1)
+    if not ok or (q < 0 and unsafe_topic(a, topic_at, topic_len)):
         return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     find_props(a, ps, end, names, name_off, found_lo, found_hi)
     if found_lo[P_MULTI] >= 0:
         return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     delay = np.int64(-1)
-    if found_lo[P_DELAY] >= 0 and tl == schedule.shape[0] and equals_array(a, ts, schedule):
+    if found_lo[P_DELAY] >= 0 and topic_len == schedule.shape[0] and equals_array(a, topic_at, schedule):
         delay, ok = parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
         if not ok:  # the broker rejects the record: the reference says so
             return FB_SCHEDULE, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
@@ -344,8 +346,8 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
                 break
             rp = pos
         end = rp + size
-        fb, sys_flag, ts_at, ts, tl, ps = _layout(a, rp, end, rules)
-        phy, store_ts = i64(a, rp + 28), i64(a, ts_at)
+        fb, sys_flag, store_ts_at, topic_at, topic_len, ps = _layout(a, rp, end, rules)
+        phy, store_ts = i64(a, rp + 28), i64(a, store_ts_at)
         if fb == FB_NONE and phy != base_offset + rp:
             fb = FB_MOVED
         if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
@@ -353,8 +355,8 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         qid = i32(a, rp + 12)
         th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
         if fb == FB_NONE:
-            fb, th, q, delay, tags_h = _checks(a, ts, tl, qid, ps, end, schedule, names, name_off, found_lo, found_hi,
-                                               table, qs)
+            fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
+                                               found_lo, found_hi, table, qs)
         if fb != FB_NONE:
             stats[S_FALLBACK] = fb
             break
@@ -364,7 +366,7 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             done = False
             break
         if q < 0:
-            _add_queue(-1 - q, ts, tl, qid, th, table, qs, nq)
+            _add_queue(-1 - q, topic_at, topic_len, qid, th, table, qs, nq)
             q, nq = nq, nq + 1
         qs[q, Q_REC] += 1
         tran = sys_flag & rules[R_TRAN_MASK]
@@ -392,11 +394,11 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
 
 
 @njit(inline="always")
-def _add_queue(slot, ts, tl, qid, th, table, qs, nq):
-    """Queue nq (topic at ts, queueId, topic hash) into a free slot of the table (both have room)."""
+def _add_queue(slot, topic_at, topic_len, qid, th, table, qs, nq):
+    """Queue nq (topic at topic_at, queueId, topic hash) into a free slot of the table (both have room)."""
     for c in range(NQ_COLS):
         qs[nq, c] = 0
-    qs[nq, Q_TS], qs[nq, Q_TL], qs[nq, Q_QID], qs[nq, Q_HASH] = ts, tl, qid, th
+    qs[nq, Q_TOPIC_AT], qs[nq, Q_TOPIC_LEN], qs[nq, Q_QID], qs[nq, Q_HASH] = topic_at, topic_len, qid, th
     table[slot] = nq + 1
 
 

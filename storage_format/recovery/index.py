@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..checkpoint import Checkpoint
-from ..index_file import IndexHeader, IndexState
+from ..index_file import IndexHeader, IndexState, is_write_full, rolls
+from ..index_keys import KeyBatch
 
 
 @dataclass(frozen=True)
@@ -32,31 +31,6 @@ def index_files_after_load(files: list[IndexFileInfo], cp: Checkpoint, abnormal:
     kept = [f for f in ordered if f.header.end_timestamp <= cp.index_msg_timestamp]
     deleted = [f for f in ordered if f.header.end_timestamp > cp.index_msg_timestamp]
     return kept, deleted
-
-
-@dataclass(frozen=True)
-class KeyBatch:
-    """Index keys in dispatch order (key hash, record offset, store time)."""
-
-    key_hash: np.ndarray
-    phy: np.ndarray
-    store_ts: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.key_hash)
-
-    def take(self, sel: np.ndarray | slice) -> "KeyBatch":
-        """The rows selected by a mask or slice."""
-        return KeyBatch(self.key_hash[sel], self.phy[sel], self.store_ts[sel])
-
-    @staticmethod
-    def concat(batches: list["KeyBatch"]) -> "KeyBatch":
-        """Batches joined in order."""
-        if not batches:
-            z = np.zeros(0, np.int64)
-            return KeyBatch(z.astype(np.int32), z, z)
-        return KeyBatch(np.concatenate([b.key_hash for b in batches]), np.concatenate([b.phy for b in batches]),
-                        np.concatenate([b.store_ts for b in batches]))
 
 
 @dataclass(frozen=True)
@@ -122,7 +96,7 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
     def roll() -> IndexTarget:
         """getAndCreateLastIndexFile: a new file inheriting the current end (flushing a full one)."""
         nonlocal cur
-        if cur is not None and cur.count >= max_entries:
+        if cur is not None and is_write_full(cur.count, max_entries):
             rolled.append(cur.end_ts)
         inherit = IndexState(cur.end_ts, cur.end_phy) if cur is not None else IndexState()
         new = IndexTarget(None, inherit, [], 1, max(inherit.end_timestamp, 0), max(inherit.end_phy_offset, 0))
@@ -133,7 +107,7 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
     for p in passes:
         if p.last_record_offset is None:
             continue
-        if cur is None or cur.count >= max_entries:
+        if cur is None or is_write_full(cur.count, max_entries):
             roll()
         skip_below = cur.end_phy
         keys = p.keys.take((p.keys.phy >= skip_below) & (p.keys.phy >= p.first_offset)) if len(p.keys) else p.keys
@@ -142,7 +116,7 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
                              "keys": int((keys.phy == skip_below).sum())})
         done = 0
         while done < len(keys):
-            if cur.count >= max_entries:
+            if is_write_full(cur.count, max_entries):
                 roll()
             n = min(max_entries - cur.count, len(keys) - done)
             part = keys.take(slice(done, done + n))
@@ -151,6 +125,6 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
             cur.end_ts, cur.end_phy = int(part.store_ts[-1]), int(part.phy[-1])
             done += n
         last_key_phy = int(keys.phy[-1]) if len(keys) else None
-        if cur.count >= max_entries and (last_key_phy is None or p.last_record_offset > last_key_phy):
+        if rolls(cur.count, max_entries, last_key_phy is None or p.last_record_offset > last_key_phy):
             roll()  # the next dispatched record finds the file full and opens a new one
     return IndexResume(targets, rolled, boundary)

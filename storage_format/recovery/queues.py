@@ -89,7 +89,7 @@ class QueueEntries(CqColumns):
         return QueueEntries(z, z, z.astype(np.int32), z)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class QueueState:
     """A queue while recovery dispatches into it: files, write offset, maxPhysicOffset, and the
     units written so far (logical offset -> unit) plus a pre-blank run of a first-created file."""
@@ -111,7 +111,8 @@ class QueueState:
     @classmethod
     def start(cls, load: QueueLoad, file_size: int) -> "QueueState":
         """The state right after load, before any dispatch."""
-        return cls(load, list(load.files), load.write_offset, load.max_phy, file_size)
+        return cls(load=load, files=list(load.files), write_offset=load.write_offset, max_phy=load.max_phy,
+                   file_size=file_size)
 
     @property
     def name(self) -> str:

@@ -16,13 +16,14 @@ import pyarrow as pa
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import IndexLayout, IndexState, index_file_chunks, names_for
+from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, keys_per_file,
+                                        names_for)
 from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 from ..io.workdir import WorkColumn, cq_columns, key_columns, read_cq
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
@@ -41,7 +42,7 @@ class QueueSlice:
     hi: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QueueFiles:
     """A run of consecutive files of one queue [first_file, last_file] (logical start offsets)."""
 
@@ -82,13 +83,15 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         if is_lmq(topic) and not _in_step(sources, (topic, qid) in unordered):
             # offsets used up without an entry (5.x): one run places the whole queue as the broker does
-            runs.append(QueueFiles(topic, qid, first * file_size, last * file_size, lo, tuple(sources), placed=True))
+            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size, last_file=last * file_size,
+                                   queue_first_offset=lo, sources=tuple(sources), placed=True))
             continue
         if hi - lo + 1 > sum(src.rows for src in sources):
             raise queue_gap_error(scan, work, topic, qid, sources)
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
-            runs.append(QueueFiles(topic, qid, f * file_size, last_file, lo, tuple(sources)))
+            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
+                                   queue_first_offset=lo, sources=tuple(sources)))
     weights = [_run_weight(r, units, file_size) for r in runs]
     per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
     tasks, current, size = [], [], 0
@@ -278,18 +281,16 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
     """Number keys globally (prefix sum over accepted splits) and cut them into files of
     maxIndexNum - 1 keys; add the empty file the broker opens when a full file is followed by
     more records. Small files are grouped so a task holds about TARGET_INDEX_ENTRIES_PER_TASK keys."""
-    per = settings.max_index_num - 1
+    per = keys_per_file(settings.max_index_num)
     acc = [s for s in scan.accepted if s.records]
     if not acc:
         return []
     counts = np.array([s.keys for s in acc], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
     total = int(starts[-1])
-    n_files = -(-total // per)
     last_key_record = max((s.last_key[1] for s in acc if s.last_key), default=None)
-    last_record = acc[-1].last_record_offset
-    if total % per == 0 and (last_key_record is None or last_record > last_key_record):
-        n_files += 1  # a record after a full file makes the broker open a new, empty file
+    record_after_last_key = last_key_record is None or acc[-1].last_record_offset > last_key_record
+    n_files = index_file_count(total, settings.max_index_num, record_after_last_key)
 
     def slices(lo: int, hi: int) -> tuple[KeySlice, ...]:
         out_slices = []

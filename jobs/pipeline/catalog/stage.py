@@ -101,7 +101,7 @@ def partition_dir(topic: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CatalogTask:
     """One split to catalogue: where its accepted walk starts, how many records it holds, where to write."""
 
@@ -221,7 +221,8 @@ def write_split(task: CatalogTask) -> CatalogTaskResult:
     sp = task.split
     out = CatalogTaskResult(sp.index)
     exact = task.first_offset - sp.segment.start
-    cols = decode_split_columns(SplitTask(sp, task.settings, exact_start=exact, with_cq=False, with_keys=False))
+    cols = decode_split_columns(SplitTask(split=sp, settings=task.settings, exact_start=exact, with_cq=False,
+                                          with_keys=False))
     if len(cols) != task.records:
         out.error = (f"split {sp.index} of {sp.segment.path}: decoded {len(cols)} records, the scan counted "
                      f"{task.records}")

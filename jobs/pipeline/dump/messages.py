@@ -16,7 +16,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from ..scan.stage import list_segments
+from ..store.segments import list_segments
 
 PREVIEW_CHARS = 120
 TRAN_NAMES = {TRAN_NOT: "NOT", TRAN_PREPARED: "PREPARED", TRAN_COMMIT: "COMMIT", TRAN_ROLLBACK: "ROLLBACK"}

@@ -234,7 +234,7 @@ def dump_index(store: Location, settings: BrokerSettings, name: str, first: int 
     h = IndexHeader.from_bytes(data[:HEADER_SIZE])
     layout = settings.index_layout
     slots, entries = layout.slot_table(data), layout.entries(data)
-    used = min(max(h.index_count, 1), layout.max_entries)
+    used = layout.used_positions(h)
     yield index_summary(rel, h, layout, slots, entries, used)
     pos = 1 if first is None else first
     for p in range(pos, min(pos + count, used)):

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage_format.recovery import KeyBatch
-from storage_format.kernels.split_decode import CqRows
+from storage_format.index_keys import KeyBatch
+from storage_format.split_rows import CqRows
 
 from .fs import Location
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from storage_format import recovery as rules
+from storage_format import recovery
 from storage_format.commitlog import parse_segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
@@ -21,7 +21,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 from ..io.workdir import read_cq, read_keys
 from ..runtime.tasks import run_tasks
 
@@ -69,7 +69,7 @@ def list_queues(store: Location) -> list[QueueDir]:
     return out
 
 
-def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[rules.IndexFileInfo, str]]:
+def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[recovery.IndexFileInfo, str]]:
     """Index files (name, header) with their URI; a file of the wrong size is an error, except a 0-byte
     one (zeros, as the broker maps it)."""
     root = store.child("index")
@@ -79,13 +79,13 @@ def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[ru
             continue
         loc = root.child(info.base_name)
         if info.size == 0:  # a crash leftover: IndexFile maps it at full size, zero-filled, and loads it
-            out.append((rules.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
+            out.append((recovery.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
             continue
         if info.size != settings.index_file_size:
             raise StoreFormatError(loc.uri, info.size, f"index file is {info.size} bytes, expected "
                                                        f"{settings.index_file_size} (maxHashSlotNum, maxIndexNum)")
         header = IndexHeader.from_bytes(bytes(loc.read_range(0, HEADER_SIZE)))
-        out.append((rules.IndexFileInfo(info.base_name, header), loc.uri))
+        out.append((recovery.IndexFileInfo(info.base_name, header), loc.uri))
     return out
 
 
@@ -101,20 +101,20 @@ class LoadTask:
     generation: int = 4
 
 
-def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
+def _load_queues(task: LoadTask) -> list[recovery.QueueLoad] | StoreFormatError:
     """ConsumeQueue.recover for a group of queues (runs in a Spark task); bad files are returned as errors."""
     out = []
     try:
         for q in task.queues:
-            dropped = rules.dropped_at_load(list(q.files), task.generation)
+            dropped = recovery.dropped_at_load(list(q.files), task.generation)
             files = [(start, size) for start, size in q.files if start not in dropped]
             for start, size in files:
                 if size != task.file_size:
                     raise StoreFormatError(q.file_uri(start), size, f"consume-queue file is {size} bytes, expected "
                                                                     f"{task.file_size} (mappedFileSizeConsumeQueue); "
                                                                     f"the broker refuses to load it")
-            ld = rules.load_queue(q.topic, q.queue_id, [s for s, _ in files],
-                                  lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
+            ld = recovery.load_queue(q.topic, q.queue_id, [s for s, _ in files],
+                                     lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
             out.append(replace(ld, removed_at_load=ld.removed_at_load + dropped) if dropped else ld)
     except StoreFormatError as err:
         return err
@@ -122,11 +122,11 @@ def _load_queues(task: LoadTask) -> list[rules.QueueLoad] | StoreFormatError:
 
 
 def load_queues(sc, queues: list[QueueDir], file_size: int, quiet: bool,
-                generation: int = 4) -> dict[tuple[str, int], rules.QueueLoad]:
+                generation: int = 4) -> dict[tuple[str, int], recovery.QueueLoad]:
     """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
     tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
              for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
-    out: dict[tuple[str, int], rules.QueueLoad] = {}
+    out: dict[tuple[str, int], recovery.QueueLoad] = {}
     for result in run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet):
         if isinstance(result, StoreFormatError):
             raise result
@@ -161,7 +161,7 @@ def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
 
 
 def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
-             quiet: bool) -> dict[tuple[str, int], rules.QueueEntries]:
+             quiet: bool) -> dict[tuple[str, int], recovery.QueueEntries]:
     """Per queue, in commit-log order, the scanned entries the broker would not skip."""
     tasks = []
     for s in scan.accepted:
@@ -173,7 +173,7 @@ def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int]
     for result in run_tasks(sc, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
         for key, arrays in result.items():
             parts.setdefault(key, []).append(arrays)
-    return {k: rules.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
+    return {k: recovery.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
 
 
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
@@ -190,7 +190,7 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
     return None
 
 
-def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> rules.KeyBatch:
+def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBatch:
     """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only)."""
     batches = []
     for s in reversed(scan.accepted):
@@ -203,20 +203,20 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> rules.KeyBatch
         t = read_keys(work, s.index)
         phy = t.column("phy").to_numpy()
         sel = phy >= from_phy
-        batches.append(rules.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
-                                      t.column("store_ts").to_numpy()[sel]))
-    return rules.KeyBatch.concat(batches[::-1])
+        batches.append(recovery.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
+                                         t.column("store_ts").to_numpy()[sel]))
+    return recovery.KeyBatch.concat(batches[::-1])
 
 
 def record_store_timestamp(segments: list[Segment], offset: int) -> int:
     """storeTimestamp of the record at a commit-log offset (one small read)."""
     seg = next(s for s in segments if s.start <= offset < s.start + s.size)
-    data = bytes(Location(seg.path).read_range(offset - seg.start, rules.SEGMENT_HEAD_BYTES))
-    return rules.read_segment_head(data, offset).store_timestamp
+    data = bytes(Location(seg.path).read_range(offset - seg.start, recovery.SEGMENT_HEAD_BYTES))
+    return recovery.read_segment_head(data, offset).store_timestamp
 
 
-def segment_heads(segments: list[Segment]) -> Iterator[rules.SegmentHead]:
+def segment_heads(segments: list[Segment]) -> Iterator[recovery.SegmentHead]:
     """First record headers of the segments, newest first, read lazily."""
     for seg in reversed(segments):
-        data = bytes(Location(seg.path).read_range(0, rules.SEGMENT_HEAD_BYTES))
-        yield rules.read_segment_head(data, seg.start)
+        data = bytes(Location(seg.path).read_range(0, recovery.SEGMENT_HEAD_BYTES))
+        yield recovery.read_segment_head(data, seg.start)

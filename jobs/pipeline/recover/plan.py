@@ -4,50 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage_format import recovery as rules
-from storage_format.checkpoint import Checkpoint, parse_checkpoint
+from storage_format import recovery
+from storage_format.checkpoint import Checkpoint
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
-from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, GenerationGuess
+from storage_format.markers import GenerationGuess
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..store.markers import StoreMarkers
 from .inputs import QueueDir
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 
 LOOKED_AT_SHOWN = 8  # start-segment candidates listed in the plan (newest first)
 
 
-@dataclass
-class StoreMarkers:
-    """The store root's marker files as found."""
-
-    abort: bytes | None
-    abort_bak: bytes | None
-    checkpoint_raw: bytes | None
-    checkpoint: Checkpoint
-
-    @classmethod
-    def read(cls, store: Location) -> "StoreMarkers":
-        """abort, abort.bak and checkpoint of a store root (a missing checkpoint reads as zeros)."""
-        def opt(name: str) -> bytes | None:
-            """A root file's bytes, or None when absent."""
-            loc = store.child(name)
-            return loc.read_bytes() if loc.exists() else None
-        raw = opt(CHECKPOINT)
-        cp = parse_checkpoint(raw, store.child(CHECKPOINT).uri) if raw is not None else Checkpoint()
-        return cls(opt(ABORT), opt(ABORT_BAK), raw, cp)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class IndexPlan:
     """Index files after recovery: kept, deleted, appended to, created (with their keys)."""
 
-    kept: list[rules.IndexFileInfo]
-    deleted: list[rules.IndexFileInfo]
+    kept: list[recovery.IndexFileInfo]
+    deleted: list[recovery.IndexFileInfo]
     uris: dict[str, str]
-    resume: rules.IndexResume | None  # None with --full-index
+    resume: recovery.IndexResume | None  # None with --full-index
     new_names: list[str]
     full_rebuild_scan: ScanResult | None = None
     full_rebuild_work: Location | None = None
@@ -95,7 +75,7 @@ class QueueChanges:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RecoveryPlan(QueueChanges):
     """Everything `jobs.recover` decided, with the facts behind it; `to_dict` is the dry-run output."""
 
@@ -105,14 +85,14 @@ class RecoveryPlan(QueueChanges):
     markers: StoreMarkers
     abnormal: bool
     segments: list[Segment]
-    start: rules.StartChoice
+    start: recovery.StartChoice
     scan: ScanResult
     work: Location
-    truncation: rules.Truncation
+    truncation: recovery.Truncation
     segments_deleted: list[int]
     queue_dirs: dict[tuple[str, int], QueueDir]
-    loads: dict[tuple[str, int], rules.QueueLoad]
-    states: dict[tuple[str, int], rules.QueueState]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
+    states: dict[tuple[str, int], recovery.QueueState]
     truncate_queues: bool
     max_phy_before: int
     reput_from: int

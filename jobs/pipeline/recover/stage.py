@@ -12,11 +12,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from storage_format import confirm_offset
-from storage_format import recovery as rules
+from storage_format import recovery
 from storage_format.checkpoint import Checkpoint
 from storage_format.commitlog import segment_name
-from storage_format.index_file import first_ms_named_after, format_name
-from storage_format.markers import GenerationGuess, detect_generation
+from storage_format.index_file import first_ms_named_after, format_name, last_key_of_file
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -25,22 +24,18 @@ from ..io.store_gate import commitlog_dir
 from ..build.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, segment_heads, tail_keys)
-from .plan import IndexPlan, RecoveryPlan, StoreMarkers
-from ..scan.stage import ScanResult, list_segments, scan_store
+from ..store.markers import StoreMarkers
+from .plan import IndexPlan, RecoveryPlan
+from ..scan.result import ScanResult
+from ..scan.stage import scan_store
+from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
-__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "detect"]
+__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names"]
 
 
-def detect(markers: StoreMarkers, override: int | None) -> GenerationGuess:
-    """The generation given on the command line, or detected from the marker files."""
-    if override is not None:
-        return GenerationGuess(override, [f"given on the command line ({override}.x)"])
-    checkpoint = markers.checkpoint if markers.checkpoint_raw is not None else None
-    return detect_generation(markers.abort, markers.abort_bak is not None, checkpoint)
-
-
-def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, now_ms: int | None = None) -> list[str]:
+def new_index_names(kept: list[recovery.IndexFileInfo], count: int, tz: dt.tzinfo,
+                    now_ms: int | None = None) -> list[str]:
     """Names for index files recovery creates: the wall clock, as the broker names them, but always
     after the last kept file so name order stays creation order."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -48,11 +43,12 @@ def new_index_names(kept: list[rules.IndexFileInfo], count: int, tz: dt.tzinfo, 
         try:
             ms = max(ms, first_ms_named_after(kept[-1].name, tz))
         except ValueError as exc:
-            raise rules.RecoveryError(f"index/{kept[-1].name}: {exc}; new index files cannot be named after it") from None
+            raise recovery.RecoveryError(f"index/{kept[-1].name}: {exc}; new index files cannot be named after "
+                                         f"it") from None
     return [format_name(ms + i, tz) for i in range(count)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ValidatedLog:
     """The commit log after the validating scan: where recovery starts, the scan, and where it ends."""
 
@@ -61,11 +57,11 @@ class ValidatedLog:
     generation: int
     abnormal: bool
     segments: list[Segment]
-    start: rules.StartChoice
+    start: recovery.StartChoice
     limit: confirm_offset.DispatchLimit
     scan: ScanResult
     work: Location
-    truncation: rules.Truncation
+    truncation: recovery.Truncation
     split_size: int
     quiet: bool
 
@@ -99,44 +95,47 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
     abnormal = markers.abort is not None
     segments = list_segments(store, settings)
     if not segments:
-        raise rules.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the broker "
-                                  f"would delete every consume queue); nothing to recover")
-    start = rules.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
-                                       settings, g, abnormal)
+        raise recovery.RecoveryError(f"{commitlog_dir(store, settings).uri}: the commit log has no segments (the "
+                                     f"broker would delete every consume queue); nothing to recover")
+    start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
+                                          settings, g, abnormal)
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
-    scan = scan_store(sc, store, rules.dispatch_settings(settings, g, abnormal), split_size=split_size,
+    scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
                       dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
     acc = scan.accepted
-    truncation = rules.truncation_point(scan.end, acc[-1].end if acc else None)
-    return ValidatedLog(store, settings, g, abnormal, segments, start, limit, scan, work, truncation, split_size, quiet)
+    truncation = recovery.truncation_point(scan.end, acc[-1].end if acc else None)
+    return ValidatedLog(store=store, settings=settings, generation=g, abnormal=abnormal, segments=segments,
+                        start=start, limit=limit, scan=scan, work=work, truncation=truncation, split_size=split_size,
+                        quiet=quiet)
 
 
-def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], rules.QueueFacts]:
+def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], recovery.QueueFacts]:
     """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader)."""
     queue_dirs = {q.key: q for q in list_queues(log.store)}
     size = log.settings.consume_queue_file_size
     loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
     tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
-    return queue_dirs, rules.QueueFacts(loads, tails, size,
-                                        lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
+    return queue_dirs, recovery.QueueFacts(loads, tails, size,
+                                           lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 
 
-def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, rules.IndexFacts]:
+def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, recovery.IndexFacts]:
     """The index files on disk, those kept at load, and the facts for the index mode (off, resume, full)."""
     settings = log.settings
     index_files = list_index_files(log.store, settings) if settings.message_index_enable else []
-    kept, deleted = rules.index_files_after_load([i for i, _ in index_files], cp, log.abnormal)
+    kept, deleted = recovery.index_files_after_load([i for i, _ in index_files], cp, log.abnormal)
     uris = {i.name: u for i, u in index_files}
     if not settings.message_index_enable:
-        return IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
+        return IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]), recovery.IndexOff()
     if full_index:
         full = _full_index_scan(sc, log)
-        return (IndexPlan([], kept + deleted, uris, None, [], full.scan, full.work),
-                rules.FullIndexRebuild(full.rolled_full_end_ts))
+        return (IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
+                          full_rebuild_scan=full.scan, full_rebuild_work=full.work),
+                recovery.FullIndexRebuild(full.rolled_full_end_ts))
     keys = tail_keys(log.scan, log.work, kept[-1].header.end_phy_offset if kept else 0)
-    return IndexPlan(kept, deleted, uris, None, []), rules.IndexResumeFacts(kept[-1] if kept else None, keys,
-                                                                            settings.max_index_num)
+    return (IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]),
+            recovery.IndexResumeFacts(kept[-1] if kept else None, keys, settings.max_index_num))
 
 
 def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
@@ -148,7 +147,8 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
-    gen = detect(markers, generation)
+    markers.checkpoint  # a damaged checkpoint stops recovery here, before any work
+    gen = markers.generation(generation)
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
@@ -162,21 +162,24 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
         last = last_cq_record_offset(log.scan, log.work, from_offset)
         return record_store_timestamp(log.segments, last) if last is not None else None
 
-    seq = rules.plan_sequence(rules.RecoveryFacts(
+    seq = recovery.plan_sequence(recovery.RecoveryFacts(
         generation=gen.generation, abnormal=log.abnormal, settings=settings, checkpoint=markers.checkpoint,
         segment_starts=tuple(s.start for s in log.segments), start_offset=log.start.offset,
         truncate_at=log.truncation.offset, last_valid_record=log.last_valid,
         last_dispatched_record=log.last_dispatched, dispatched_end=log.dispatched_end, queues=queues,
         index=index_facts, last_cq_record_ts=last_cq_ts))
     index.resume = seq.index_resume  # None with --full-index
-    if isinstance(index_facts, rules.IndexResumeFacts):
+    if isinstance(index_facts, recovery.IndexResumeFacts):
         index.new_names = new_index_names(index.kept, len(seq.index_resume.new_files), tz)
     timings["index_plan_s"] = time.monotonic() - t0
     q = seq.queues
-    return RecoveryPlan(store, settings, gen, markers, log.abnormal, log.segments, log.start, log.scan, work,
-                        log.truncation, seq.segments_deleted, queue_dirs, queues.loads, q.states, q.truncate_queues,
-                        q.max_phy_before, q.reput_from, index, seq.checkpoint, seq.checkpoint_why,
-                        _warnings(sc, log, markers, audit), timings, log.dispatch_dict())
+    return RecoveryPlan(store=store, settings=settings, generation=gen, markers=markers, abnormal=log.abnormal,
+                        segments=log.segments, start=log.start, scan=log.scan, work=work, truncation=log.truncation,
+                        segments_deleted=seq.segments_deleted, queue_dirs=queue_dirs, loads=queues.loads,
+                        states=q.states, truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before,
+                        reput_from=q.reput_from, index=index, checkpoint_after=seq.checkpoint,
+                        checkpoint_why=seq.checkpoint_why, warnings=_warnings(sc, log, markers, audit),
+                        timings=timings, dispatch=log.dispatch_dict())
 
 
 def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:
@@ -238,13 +241,13 @@ def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
                                check_crc=settings.check_crc_on_recover, work=full_work, with_cq=False,
                                with_keys=True, label="index keys", quiet=log.quiet)
     if full_scan.end.offset != p:
-        raise rules.RecoveryError(f"--full-index: the commit log before the start segment has an invalid record at "
-                                  f"offset {full_scan.end.offset} ({full_scan.end.reason}); the whole index cannot be "
-                                  f"rebuilt from a valid commit log")
+        raise recovery.RecoveryError(f"--full-index: the commit log before the start segment has an invalid record at "
+                                     f"offset {full_scan.end.offset} ({full_scan.end.reason}); the whole index cannot be "
+                                     f"rebuilt from a valid commit log")
     n_files = sum(len(t.files) for t in plan_index(full_scan, settings, full_work, full_work))
     rolled: tuple[int, ...] = ()
     if n_files >= 2:
-        ts = _key_store_ts(full_scan, full_work, (n_files - 1) * (settings.max_index_num - 1) - 1)
+        ts = _key_store_ts(full_scan, full_work, last_key_of_file(n_files - 2, settings.max_index_num))
         if ts is not None:
             rolled = (ts,)
     return FullIndexScan(full_scan, full_work, rolled)

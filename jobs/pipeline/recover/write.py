@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage_format import recovery as rules
+from storage_format import recovery
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
@@ -33,7 +33,7 @@ HANDLED_ROOT = {"commitlog", "consumequeue", "index", ABORT, ABORT_BAK, CHECKPOI
 class RecoveryOutput:
     """Store-relative paths recovery renders, deletes, and (for OUT) copies verbatim."""
 
-    render_cq: list[tuple[str, rules.QueueState, QueueDir | None, int]] = field(default_factory=list)
+    render_cq: list[tuple[str, recovery.QueueState, QueueDir | None, int]] = field(default_factory=list)
     render_bytes: dict[str, bytes] = field(default_factory=dict)
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
@@ -96,7 +96,7 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
             put = append_to_index_file(data, k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
                                        settings.max_index_num)
             if put != len(k):
-                raise rules.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
+                raise recovery.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
             out.render_bytes[f"index/{f.name}"] = bytes(data)
         elif f.empty_on_disk:
             out.render_bytes[f"index/{f.name}"] = bytes(settings.index_file_size)
@@ -171,7 +171,7 @@ def _copy(task: CopyTask) -> int:
 @dataclass(frozen=True)
 class CqRenderTask:
     """Consume-queue files one Spark task renders."""
-    items: tuple[tuple[str, rules.QueueState, str | None, int], ...]  # rel, state, queue dir URI, file start
+    items: tuple[tuple[str, recovery.QueueState, str | None, int], ...]  # rel, state, queue dir URI, file start
     dest: Location
 
 
@@ -181,7 +181,7 @@ def _render_cq(task: CqRenderTask) -> int:
         def read(s: int, qdir=qdir) -> bytes:
             """Crash-time bytes of one file of this queue."""
             return Location(f"{qdir}/{file_name(s)}").read_bytes()
-        task.dest.child(rel).write_bytes(rules.render_queue_file(st, start, read))
+        task.dest.child(rel).write_bytes(recovery.render_queue_file(st, start, read))
     return len(task.items)
 
 

@@ -5,7 +5,8 @@ is nothing to undo. Running (`install`; `arm` records the SparkContext once ther
 raises KeyboardInterrupt in the main thread, so `with` blocks (staging directories) unwind. Finishing
 (`finish`): further signals exit at once; Spark is stopped (its jobs cancelled, its tasks and Python
 workers ended), then the directories registered with `remove_on_interrupt` are deleted again.
-Light on purpose (stdlib only): jobs/__init__.py installs the start-up phase before pyspark is imported.
+Light on purpose (stdlib only): a job run as a program installs the start-up phase (`guard_startup`, at
+the top of jobs/<name>.py under `if __name__ == "__main__"`) before pyspark is imported.
 """
 from __future__ import annotations
 

@@ -80,8 +80,9 @@ def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = N
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
     level = log_level(level)
     builder = SparkSession.builder
-    for key, value in _settings(app, master, level, _dump_cds_to).items():
+    for key, value in spark_conf(app, master, level, _dump_cds_to).items():
         builder = builder.config(key, value)
+    prepare_local_launch(master)
     return _start(builder.getOrCreate, level, quiet)
 
 
@@ -89,22 +90,24 @@ def get_context(app: str, master: str | None = None, *, level: str | None = None
     """get_spark's SparkContext without the SparkSession (the active one when a session already runs)."""
     level = log_level(level)
     conf = SparkConf()
-    for key, value in _settings(app, master, level).items():
+    for key, value in spark_conf(app, master, level).items():
         conf.set(key, value)
+    prepare_local_launch(master)
     return _start(lambda: SparkContext.getOrCreate(conf), level, quiet)
 
 
-def _settings(app: str, master: str | None, level: str, dump_cds_to: Path | None = None) -> dict[str, str]:
+def embedded(master: str | None) -> bool:
+    """reput launches (or reuses) its own JVM: not under spark-submit, unless a master is given."""
+    return bool(master) or not under_spark_submit()
+
+
+def spark_conf(app: str, master: str | None, level: str, dump_cds_to: Path | None = None) -> dict[str, str]:
     """What reput sets on its session: the name; for an embedded session (or a given master) the rest.
-    Starts the warm worker daemon when a local JVM is about to be launched."""
-    settings = {"spark.app.name": f"reput-{app}"}
-    if not master and under_spark_submit():
-        return settings
-    # Workers must run the same interpreter (the venv) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings.update({
+    Pure: reads the environment, changes nothing (prepare_local_launch does)."""
+    conf = {"spark.app.name": f"reput-{app}"}
+    if not embedded(master):
+        return conf
+    conf.update({
         "spark.master": master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -119,9 +122,20 @@ def _settings(app: str, master: str | None, level: str, dump_cds_to: Path | None
         "spark.python.daemon.module": _daemon_module(),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     })
+    return conf
+
+
+def prepare_local_launch(master: str | None) -> None:
+    """The side effects of launching an embedded session: the workers' interpreter (the driver's: the venv)
+    and the local IP in the environment, and, when a local JVM is about to be launched, the warm worker
+    daemon started (it loads the pipeline on the other core while the JVM starts)."""
+    if not embedded(master):
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if _local(master) and _daemon_module() == WORKER_DAEMON and SparkContext._active_spark_context is None:
-        worker_daemon.start_warm()  # loads the pipeline on the other core while the JVM starts
-    return settings
+        worker_daemon.start_warm()
 
 
 def _start(create: Callable[[], T], level: str, quiet: bool) -> T:

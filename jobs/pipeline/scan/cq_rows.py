@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from storage_format.commitlog import RecordColumns
 from storage_format.consume_queue import unsafe_topic_reason
-from storage_format.kernels.split_decode import QueueStats
+from storage_format.split_rows import QueueStats
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LmqEntries,
                                            MultiDispatchError, MultiDispatchRules, lmq_entries)
 

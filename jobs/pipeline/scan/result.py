@@ -10,12 +10,12 @@ from storage_format.errors import StoreFormatError
 from storage_format.multi_dispatch import MultiDispatchRules, is_lmq
 from storage_format.scan_plan import END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched
 from storage_format.settings import BrokerSettings
-from storage_format.kernels.split_decode import QueueStats
+from storage_format.split_rows import QueueStats
 
 from ..io.fs import Location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitTask:
     """What one decode task needs: its split, where to start, and what to write."""
 
@@ -31,7 +31,7 @@ class SplitTask:
     kernel: bool = True  # try the compiled one-pass decoder first (storage_format.kernels.split_decode)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SplitSummary:
     """A decode task's result: small, sent to the driver."""
 
@@ -71,8 +71,8 @@ class SplitSummary:
     last_entry_index: int | None = None
 
     def walk(self) -> SplitWalk:
-        return SplitWalk(self.index, self.first_offset, self.end, self.records, self.blanks, self.first_entry_index,
-                         self.last_entry_index)
+        return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,
+                         blanks=self.blanks, first_entry=self.first_entry_index, last_entry=self.last_entry_index)
 
 
 @dataclass

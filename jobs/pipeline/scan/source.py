@@ -27,11 +27,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from storage_format.commitlog import RecordColumns
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY
-from storage_format.scan_plan import Split, plan_splits
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, Split, plan_splits
 from storage_format.settings import BrokerSettings, load_settings
 
 from ..io.fs import location
-from .stage import DEFAULT_SPLIT_SIZE, SplitTask, decode_split_columns, list_segments, pack_splits
+from ..store.segments import list_segments
+from .result import SplitTask
+from .stage import decode_split_columns, pack_splits
 
 SCHEMA = (
     "segment STRING, physical_offset BIGINT, total_size INT, magic_version INT, body_crc INT, "
@@ -122,13 +124,14 @@ class CommitlogReader(DataSourceReader):
 
     def partitions(self) -> list[SplitPartition]:
         segments = list_segments(location(self.store), self.settings)
-        tasks = [SplitTask(sp, self.settings) for sp in plan_splits(segments, self.split_size)]
+        tasks = [SplitTask(split=sp, settings=self.settings) for sp in plan_splits(segments, self.split_size)]
         return [SplitPartition(tuple(t.split for t in group), self.settings, self.include_body)
                 for group in pack_splits(tasks, self.split_size, self.min_partitions)]
 
     def read(self, partition: SplitPartition) -> Iterator[pa.RecordBatch]:
         for split in partition.splits:
-            cols = decode_split_columns(SplitTask(split, partition.settings, with_cq=False, with_keys=False))
+            cols = decode_split_columns(SplitTask(split=split, settings=partition.settings, with_cq=False,
+                                                  with_keys=False))
             if len(cols):
                 yield record_batch(cols, split.segment.path.rsplit("/", 1)[-1], partition.include_body)
 

@@ -13,55 +13,33 @@ import numpy as np
 import pyarrow as pa
 from pyspark import SparkContext
 
-from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
-                                      parse_segment_name)
+from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
 from storage_format.dledger import entry_index_at
-from storage_format.errors import ScanError, SettingsError, StoreFormatError
-from storage_format.log_sources import LogFile, plan_log
+from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
                                            rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
-from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment,  # noqa: F401 (DEFAULT_SPLIT_SIZE re-exported)
-                                      plan_splits, stitch)
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
 from storage_format.settings import BrokerSettings
-from storage_format.recovery import KeyBatch
-from storage_format.kernels.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
-from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
+from storage_format.index_keys import KeyBatch
+from storage_format.kernels.split_decode import FastSplit, decode_fast, record_after_clean_end
+from storage_format.split_rows import CqRows, QueueStats
+from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime.faults import fail_once
-from ..store.generation import store_generation
+from ..store.markers import store_generation
 from ..io.fs import Location
 from .result import ScanResult, SplitSummary, SplitTask
-from ..io.store_gate import commitlog_dir, dledger_data_dir
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
+from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
-
-
-def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
-    """The store's record sources in offset order (log_sources.plan_log): commit-log segments, DLedger data
-    files, or both; a file of the wrong size is an error (the broker refuses to load it too)."""
-    commitlog = commitlog_dir(store, settings)
-    data = dledger_data_dir(store, settings)
-    if data is not None and not data.is_dir():
-        raise ScanError(f"{data.uri}: no DLedger data directory (dLegerSelfId={settings.d_leger_self_id}"
-                        + (", storePathDLedgerCommitLog" if settings.store_path_dledger_commit_log else "") + ")")
-    if data is None and not commitlog.is_dir():
-        where = "storePathCommitLog" if commitlog_path(settings) else "the store"
-        raise ScanError(f"{commitlog.uri}: no commitlog directory (from {where})")
-    plain = _log_files(commitlog) if commitlog.is_dir() else []
-    return plan_log(plain, None if data is None else _log_files(data), settings.mapped_file_size_commitlog)
-
-
-def _log_files(loc: Location) -> list[LogFile]:
-    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri) for i in loc.list()
-            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
@@ -123,7 +101,8 @@ def decode_split(task: SplitTask) -> SplitSummary:
         return summary
     except StoreFormatError as err:
         sp = task.split
-        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+        return SplitSummary(index=sp.index, first_offset=None,
+                            end=ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
 
 
 def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
@@ -164,7 +143,8 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     """SplitSummary from a FastSplit (the same fields _summarise fills from the reference's columns)."""
     sp = task.split
     first = None if fast.first_position is None else base + fast.first_position
-    summary = SplitSummary(sp.index, first, fast.end, fast.records, fast.blanks, bytes_read)
+    summary = SplitSummary(index=sp.index, first_offset=first, end=fast.end, records=fast.records, blanks=fast.blanks,
+                           bytes_read=bytes_read)
     if not fast.records:
         return summary
     summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
@@ -193,7 +173,8 @@ def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyBatch) -> N
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     sp, cols = task.split, chunk.columns
     first = None if chunk.first_position is None else chunk.columns.base_offset + chunk.first_position
-    summary = SplitSummary(sp.index, first, chunk.end, chunk.count, chunk.blank_count, bytes_read)
+    summary = SplitSummary(index=sp.index, first_offset=first, end=chunk.end, records=chunk.count,
+                           blanks=chunk.blank_count, bytes_read=bytes_read)
     if not chunk.count:
         return summary
     if sp.segment.header:
@@ -315,7 +296,8 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                     generation is not None or guess.generation >= 5) if guess else None
     kernel = os.environ.get(KERNEL_ENV, "1") != "0"
-    base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
+    base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
+                      with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would

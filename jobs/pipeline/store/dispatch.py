@@ -6,23 +6,16 @@ import sys
 from dataclasses import dataclass
 
 from storage_format import dledger
-from storage_format.checkpoint import Checkpoint, parse_checkpoint
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit, reput_limit, stored_confirm_applies
 from storage_format.dledger import CommittedReading
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.segment_names import segment_name
-from storage_format.markers import CHECKPOINT
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..io.store_gate import dledger_home
-from ..scan.stage import ScanResult
-
-
-def read_checkpoint(store: Location) -> Checkpoint | None:
-    """The store's checkpoint, or None when it has none."""
-    loc = store.child(CHECKPOINT)
-    return parse_checkpoint(loc.read_bytes(), loc.uri) if loc.exists() else None
+from ..scan.result import ScanResult
+from .markers import StoreMarkers
 
 
 def store_dispatch_limit(store: Location, settings: BrokerSettings, dledger_flag: str | None = None) -> DispatchLimit:
@@ -33,7 +26,7 @@ def store_dispatch_limit(store: Location, settings: BrokerSettings, dledger_flag
         return dledger_reading(store, settings, dledger_flag).limit
     if stored_confirm_applies(settings) is None:
         return NO_LIMIT
-    return reput_limit(settings, read_checkpoint(store))
+    return reput_limit(settings, StoreMarkers.read(store).found_checkpoint)
 
 
 @dataclass(frozen=True)

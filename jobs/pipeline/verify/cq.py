@@ -12,7 +12,7 @@ from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_nam
 from ..build.stage import CqTask, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 from .pointer import PointerCheck
 
 CQ_FIELDS = (("phy", "phyOffset"), ("size", "size"), ("tags", "tagsCode"))

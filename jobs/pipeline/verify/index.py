@@ -223,7 +223,7 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, lay
     for key, _ in INDEX_FIELDS:
         differ |= e_ent[key] != d_ent[key]
     e_count = eh.index_count
-    d_count = min(max(dh.index_count, 1), max_entries)
+    d_count = layout.used_positions(dh)
     d_zero = (d_ent["hash"] == 0) & (d_ent["phy"] == 0) & (d_ent["diff"] == 0) & (d_ent["prev"] == 0)
     pos = np.arange(max_entries)
     stale = differ & (pos >= e_count) & ((pos >= d_count) | (pos == 0)) & ~d_zero

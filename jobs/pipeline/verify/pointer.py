@@ -19,7 +19,7 @@ from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
-from ..scan.stage import ScanResult
+from ..scan.result import ScanResult
 
 
 @dataclass(frozen=True)

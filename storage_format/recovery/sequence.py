@@ -17,9 +17,10 @@ from ..confirm_offset import RecoveredConfirm, confirm_after_abnormal, confirm_a
 from ..errors import RecoveryError
 from ..settings import BrokerSettings
 from .checkpoint_after import checkpoint_after
-from .index import DispatchPass, IndexFileInfo, IndexResume, KeyBatch, resume_index
+from ..index_keys import KeyBatch
+from .index import DispatchPass, IndexFileInfo, IndexResume, resume_index
 from .queues import QueueEntries, QueueLoad, QueueState
-from .reput import post_start_reput_from
+from .post_start import post_start_reput_from
 from .start import segments_to_delete
 
 QueueKey = tuple[str, int]  # (topic, queueId)
@@ -61,7 +62,7 @@ class FullIndexRebuild:
 IndexFacts = Union[IndexOff, IndexResumeFacts, FullIndexRebuild]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecoveryFacts:
     """Everything the recovery sequence decides on, gathered from the store and the validating scan."""
 
@@ -91,7 +92,7 @@ class QueuePlan:
     post_start_from: int | None  # 4.x: start of the post-start re-dispatch [reput_from, P), None if none
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SequencePlan:
     """What the broker's recovery sequence does to the store, with the reasons for the checkpoint."""
 
@@ -192,5 +193,6 @@ def plan_sequence(facts: RecoveryFacts) -> SequencePlan:
     resume, rolled = plan_index(facts, queues)
     confirm = recovered_confirm(facts)
     cp, why = checkpoint_after(facts.checkpoint, facts.generation, last_cq_ts, rolled, confirm)
-    return SequencePlan(segments_to_delete(list(facts.segment_starts), facts.truncate_at), queues, resume, rolled,
-                        confirm, cp, why)
+    return SequencePlan(segments_deleted=segments_to_delete(list(facts.segment_starts), facts.truncate_at),
+                        queues=queues, index_resume=resume, rolled_full_end_ts=rolled,
+                        confirm=confirm, checkpoint=cp, checkpoint_why=why)

@@ -1,0 +1,55 @@
+"""jobs.dump and jobs.query (without --scan) read with random access and no Spark: running them, in a fresh
+interpreter, imports neither pyspark nor py4j (the README calls them Spark-free; once `jobs.dump` pulled
+pyspark in through the scan stage). The control run shows the check sees pyspark when a job does load it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import GOLDEN, REPO
+
+CASE = "clean-small-11"
+SPARK_MODULES = ("pyspark", "py4j")
+
+RUN = """
+import contextlib, io, json, sys
+from jobs.{job} import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main({argv!r})
+print(json.dumps([code, sorted({{m.split('.')[0] for m in sys.modules}} & {spark!r})]))
+"""
+
+
+def loaded(job: str, *args: str) -> tuple[int, list[str]]:
+    """Run jobs.<job> in a fresh interpreter: its exit code and the Spark modules it loaded."""
+    argv = ["--store", str(GOLDEN / CASE), "--broker-config", str(GOLDEN / CASE / "broker.conf"), "--json", *args]
+    script = RUN.format(job=job, argv=argv, spark=set(SPARK_MODULES))
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    code, modules = json.loads(done.stdout.strip().splitlines()[-1])
+    return code, modules
+
+
+def test_dump_loads_no_spark(golden):
+    index_file = sorted((GOLDEN / CASE / "index").iterdir())[0].name
+    for args in (("--topic", "TopicTest", "--queue", "1", "--count", "3"), ("--offset", "0", "--count", "3"),
+                 ("--index-file", index_file, "--count", "2")):
+        assert loaded("dump", *args) == (0, []), args
+
+
+def test_query_without_scan_loads_no_spark(golden):
+    first = json.loads(subprocess.run(
+        [sys.executable, "-m", "jobs.dump", "--store", str(GOLDEN / CASE), "--broker-config",
+         str(GOLDEN / CASE / "broker.conf"), "--json", "--offset", "0", "--count", "1"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()[0])
+    key = first["properties"]["KEYS"].split()[0]
+    assert loaded("query", "--topic", first["topic"], "--key", key) == (0, [])
+    assert loaded("query", "--msg-id", first["offset_msg_id"]) == (0, [])
+
+
+def test_the_check_sees_spark_when_a_job_loads_it():
+    """The control: importing jobs.rebuild (a Spark job) does show pyspark in sys.modules."""
+    script = "import sys, jobs.rebuild; print('pyspark' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr
