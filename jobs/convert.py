@@ -35,7 +35,8 @@ from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
-from jobs.pipeline.store.dispatch import read_checkpoint, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes  # noqa: E402
@@ -204,7 +205,7 @@ def _copy_tree(src: Location, dst: Location) -> None:
 def _write_checkpoint(store: Location, out: Location, rescan: ScanResult) -> str:
     """The source's checkpoint (store timestamps only in 4.x: they do not change), or one made from the last
     record's storeTimestamp when the source has none; 5.x offsets are set to the new log's end."""
-    cp = read_checkpoint(store)
+    cp = StoreMarkers.read(store).found_checkpoint
     if cp is None:
         ts = max((s.last_store_ts for s in rescan.accepted if s.last_store_ts is not None), default=0)
         out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts), 4))

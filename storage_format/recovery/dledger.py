@@ -34,9 +34,9 @@ from ..segment_names import segment_name as file_offset
 from ..settings import BrokerSettings
 from .checkpoint_after import checkpoint_after
 from .index import IndexResume
-from .plan import IndexFacts, IndexResumeFacts, QueueFacts, QueuePlan, RecoveryFacts, plan_index, plan_queues
+from .sequence import IndexFacts, IndexResumeFacts, QueueFacts, QueuePlan, RecoveryFacts, plan_index, plan_queues
 from .queues import QueueState
-from .reput import post_start_reput_from
+from .post_start import post_start_reput_from
 
 ReadRange = Callable[[int, int, int], bytes]  # (file start, position in the file, length) -> bytes (short at the end)
 WINDOW = 8 << 20  # bytes read at a time while walking a data file

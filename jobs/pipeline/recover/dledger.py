@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from storage_format import dledger as fmt
-from storage_format import recovery as rules
+from storage_format import recovery
 from storage_format.checkpoint import Checkpoint
 from storage_format.errors import StoreFormatError
 from storage_format.markers import GenerationGuess
@@ -29,7 +29,8 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, tail_keys)
-from .plan import IndexPlan, QueueChanges, StoreMarkers
+from ..store.markers import StoreMarkers
+from .plan import IndexPlan, QueueChanges
 from .stage import new_index_names
 from .write import RecoveryOutput, plan_output
 from ..scan.stage import list_segments, scan_store
@@ -65,10 +66,10 @@ def dledger_dirs(settings: BrokerSettings) -> DLedgerDirs:
     data outside the store root (storePathDLedgerCommitLog) and LMQ dispatch are refused by name."""
     path = (settings.store_path_dledger_commit_log or "").strip()
     if path:
-        raise rules.RecoveryError(f"storePathDLedgerCommitLog={path}: DLedger data outside the store; recover does "
+        raise recovery.RecoveryError(f"storePathDLedgerCommitLog={path}: DLedger data outside the store; recover does "
                                   f"not implement it (OUT and the in-place switch cover the store root only)")
     if settings.enable_multi_dispatch:
-        raise rules.RecoveryError("enableMultiDispatch=true in DLedger mode: recover does not implement the LMQ "
+        raise recovery.RecoveryError("enableMultiDispatch=true in DLedger mode: recover does not implement the LMQ "
                                   "dispatch of a DLedger store")
     self_id = settings.d_leger_self_id or ""
     return DLedgerDirs(fmt.home_dir(self_id), self_id, fmt.peer_count(settings.d_leger_peers))
@@ -111,7 +112,7 @@ def _walk(task: WalkTask) -> drules.EntryRecovery | Exception:
         return drules.walk_entries(list(data), task.file_size,
                                    lambda s, pos, n: bytes(Location(data[s]).read_range(pos, n)),
                                    list(index), lambda s, pos, n: bytes(Location(index[s]).read_range(pos, n)))
-    except (rules.RecoveryError, StoreFormatError) as err:
+    except (recovery.RecoveryError, StoreFormatError) as err:
         return err
 
 
@@ -135,8 +136,8 @@ class DLedgerRecoveryPlan(QueueChanges):
     dledger_raw: dict[str, bytes | None]
     plan: drules.DLedgerPlan
     queue_dirs: dict[tuple[str, int], QueueDir]
-    loads: dict[tuple[str, int], rules.QueueLoad]
-    states: dict[tuple[str, int], rules.QueueState]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
+    states: dict[tuple[str, int], recovery.QueueState]
     truncate_queues: bool
     max_phy_before: int
     reput_from: int
@@ -291,7 +292,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     """Read a DLedger-mode store, run DLedger's recovery walk, gather the facts and apply the broker's
     DLedger-mode recovery and restart; writes nothing."""
     if generation == 5:
-        raise rules.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
+        raise recovery.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
                                   "(DLedger 0.3.1.2) only")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -304,7 +305,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     raw = {name: _read_opt(dirs.home(store).child(name)) for name in ("checkpoint", "checkpoint.bak", "currterm",
                                                                       "currterm.bak")}
     if not data:
-        raise rules.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
+        raise recovery.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
                                   f"recovers the plain commit log and closes it with a BLANK (the upgrade); recover "
                                   f"does not implement that step")
     walked = run_tasks(sc, [WalkTask(tuple(data), tuple(index_files), size)], _walk, "DLedger recovery",
@@ -322,7 +323,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         f, at = divmod(entry_index * fmt.INDEX_UNIT_SIZE, fmt.INDEX_FILE_SIZE)
         uri = index_uris.get(f * fmt.INDEX_FILE_SIZE)
         if uri is None:
-            raise rules.RecoveryError(f"the DLedger index has no unit for committedIndex {entry_index}")
+            raise recovery.RecoveryError(f"the DLedger index has no unit for committedIndex {entry_index}")
         try:
             return fmt.committed_end(bytes(Location(uri).read_range(at, fmt.INDEX_UNIT_SIZE)))
         except ValueError as exc:
@@ -338,7 +339,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     def read_cq(key, start):
         return Location(queue_dirs[key].file_uri(start)).read_bytes()
 
-    bare = rules.QueueFacts(loads, {}, cq_size, read_cq)
+    bare = recovery.QueueFacts(loads, {}, cq_size, read_cq)
     # DLedgerCommitLog.getMinOffset: the plain segments' first offset in the upgraded mixed layout, else DLedger's
     log = list_segments(store, settings)
     log_min = min([s.start for s in log] or [0])
@@ -351,7 +352,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     scan = scan_store(sc, store, settings, split_size=split_size, work=work, from_offset=reput_from,
                       dispatch_limit=limit, label="DLedger dispatch", quiet=quiet, generation=4)
     if scan.end.offset < min(committed_end, entries.write_end) and reput_from < committed_end:
-        raise rules.RecoveryError(f"the records the restarted broker dispatches, [{reput_from}, {committed_end}), "
+        raise recovery.RecoveryError(f"the records the restarted broker dispatches, [{reput_from}, {committed_end}), "
                                   f"stop at {scan.end.describe()}: DLedger's recovery accepted that entry, but "
                                   f"RocketMQ's dispatch cannot read its record (the broker logs '[BUG]' and skips "
                                   f"data); reput does not guess")
@@ -362,19 +363,19 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
 
     t0 = time.monotonic()
     infos = list_index_files(store, settings) if settings.message_index_enable else []
-    kept, deleted = rules.index_files_after_load([i for i, _ in infos], markers.checkpoint, markers.abort is not None)
+    kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint, markers.abort is not None)
     uris = {i.name: u for i, u in infos}
     if not settings.message_index_enable:
-        index, index_facts = IndexPlan(kept, deleted, uris, None, []), rules.IndexOff()
+        index, index_facts = IndexPlan(kept, deleted, uris, None, []), recovery.IndexOff()
     elif full_index:
         full_work = work.child("full-index")
         full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
                           dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=4)
         index = IndexPlan([], kept + deleted, uris, None, [], full, full_work)
-        index_facts = rules.FullIndexRebuild(_rolled(full, full_work, settings))
+        index_facts = recovery.FullIndexRebuild(_rolled(full, full_work, settings))
     else:
         index = IndexPlan(kept, deleted, uris, None, [])
-        index_facts = rules.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, reput_from),
+        index_facts = recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, reput_from),
                                              settings.max_index_num)
 
     def last_cq_ts(offset: int) -> int | None:
@@ -385,12 +386,12 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         abort_present=markers.abort is not None, settings=settings, checkpoint=markers.checkpoint,
         log_starts=tuple(sorted({log_min} | {s for s, _ in data})), entries=entries, committed_index=committed_index,
         committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id, currterm_raw=raw["currterm"],
-        queues=rules.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
+        queues=recovery.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
         last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts,
         index_deleted=tuple(i.name for i in deleted))
     plan = drules.plan_dledger(facts)
     index.resume = plan.index_resume
-    if isinstance(index_facts, rules.IndexResumeFacts):
+    if isinstance(index_facts, recovery.IndexResumeFacts):
         index.new_names = new_index_names(index.kept, len(plan.index_resume.new_files), tz)
     timings["index_plan_s"] = time.monotonic() - t0
     q = plan.queues
