@@ -300,6 +300,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
     sc = job_context(args, "recover")
+    started = time.monotonic()
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
         planner, outputs = _planner(args)
@@ -311,9 +312,12 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             return EXIT_OK
         staging = inplace.prepare_staging(path)
         output = outputs(plan, with_copies=False)
+        t0 = time.monotonic()
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
+        summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     finally:
         work.delete_tree()
+    t0 = time.monotonic()
     rendered = output.rendered + [f"index/{n}" for n in names]
     ops = inplace.build_ops(path, staging, rendered, output.deleted)
     if names:
@@ -325,6 +329,8 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
                               f"with --rollback --backup-dir {backup}") from None
         raise
+    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # hashes, fsyncs, backup, journal, renames
+    summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
     if manifest["backup"]["copied"]:
         warn("recover", f"--backup-dir {backup} is on another filesystem than the store: "
