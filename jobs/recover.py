@@ -30,12 +30,13 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.io.copy import link_refusal  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
-from jobs.pipeline.recover.write import plan_output, write_output  # noqa: E402
+from jobs.pipeline.recover.write import copy_notices, plan_output, write_output  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
@@ -66,6 +67,10 @@ def _args(argv: list[str] | None):
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--link-sealed-segments", action="store_true",
+                   help="with --out: hard-link the sealed commit-log segments (all kept but the last, which the "
+                        "broker never writes again) into OUT instead of copying them; OUT and STORE then share "
+                        "those files (same filesystem only; see docs/recovery.md)")
     p.add_argument("--force", action="store_true",
                    help="plan (--dry-run) or write --out even though a running broker holds the store's lock "
                         "(the result describes a store that is still changing; never for --in-place)")
@@ -85,6 +90,8 @@ def _args(argv: list[str] | None):
         p.error("choose --out OUT, --in-place --backup-dir DIR, or --dry-run")
     if args.in_place and not args.backup_dir:
         p.error("--in-place needs --backup-dir")
+    if args.link_sealed_segments and not args.out:
+        p.error("--link-sealed-segments goes with --out (--in-place copies nothing, --dry-run writes nothing)")
     if args.repair_timer and args.rocketmq_version == 4:
         p.error("--repair-timer: a 4.x store has no timer message store")
     return args
@@ -236,6 +243,8 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     """Write the recovered store to OUT through a staging directory renamed into place (on object storage:
     in place, committed by the report written last)."""
     check_outside(store, out, "--out")
+    if args.link_sealed_segments:
+        _check_link(args, store, out, settings)
     staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
     sc = job_context(args, "recover")
     started = time.monotonic()
@@ -245,10 +254,13 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
         plan = planner(sc, store, settings, work, **kw)
         output = outputs(plan, with_copies=True)
         t0 = time.monotonic()
-        names = write_output(sc, plan, output, staging.dir, args.json, tz)
+        names = write_output(sc, plan, output, staging.dir, args.json, tz, link_sealed=args.link_sealed_segments)
         plan.timings["write_s"] = time.monotonic() - t0
         _check_written(staging.dir, output, names)
+        for line in copy_notices(output.copied):
+            warn("recover", line)
         summary = plan.to_dict()
+        summary["copies"] = output.copied
         if names:
             summary["index"]["to_create"] = names
         summary["out"] = out.uri
@@ -258,6 +270,18 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     _write_plan(args, summary)
     _report(args, plan, summary, f"recovered store written to {out.uri}")
     return EXIT_OK
+
+
+def _check_link(args, store: Location, out: Location, settings) -> None:
+    """--link-sealed-segments: refused (before Spark starts) for a DLedger-mode store and where a hard link
+    cannot be made: OUT on another filesystem than the commit log, or either not local."""
+    if args.dledger:
+        raise JobError(f"--link-sealed-segments: {args.store} is a DLedger-mode store; hard links cover plain "
+                       f"commit-log segments only (its data files are copied)")
+    logs = location(commitlog_path(settings)) if commitlog_path(settings) else store.child("commitlog")
+    why = link_refusal(logs, out.parent)
+    if why:
+        raise JobError(f"--link-sealed-segments: {why}; recover without it (the segments are then copied)")
 
 
 def _check_written(root: Location, output, index_names: list[str]) -> None:
@@ -280,6 +304,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
     sc = job_context(args, "recover")
+    started = time.monotonic()
     work = _own_work(args, Location(str(path / ".reput-recover.work")))
     try:
         planner, outputs = _planner(args)
@@ -291,9 +316,12 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             return EXIT_OK
         staging = inplace.prepare_staging(path)
         output = outputs(plan, with_copies=False)
+        t0 = time.monotonic()
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
+        summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     finally:
         work.delete_tree()
+    t0 = time.monotonic()
     rendered = output.rendered + [f"index/{n}" for n in names]
     ops = inplace.build_ops(path, staging, rendered, output.deleted)
     if names:
@@ -305,7 +333,13 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
                               f"with --rollback --backup-dir {backup}") from None
         raise
-    summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"])}
+    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # hashes, fsyncs, backup, journal, renames
+    summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
+    summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
+    if manifest["backup"]["copied"]:
+        warn("recover", f"--backup-dir {backup} is on another filesystem than the store: "
+                        f"{manifest['backup']['copied']} files backed up by copying them (the slower path; on the "
+                        f"store's filesystem they are hard-linked)")
     _report(args, plan, summary, f"{path} recovered in place ({len(ops)} file operations; backup in {backup})")
     return EXIT_OK
 

@@ -24,7 +24,7 @@ from ..io.fs import Location
 from .messages import Message, RecordReader, iso_utc, message_dict
 from ..verify.index import chain_walk
 
-WINDOW = 4 << 20  # commit-log bytes read at a time when walking records
+WINDOW = 64 << 10  # commit-log bytes first read when walking records (grown only for a record that does not fit)
 CHAIN_DETAILS = 10  # broken-chain reasons listed for an index file
 
 
@@ -158,12 +158,27 @@ def _entry_start(seg: Segment, offset: int) -> int | None:
     return None
 
 
+def _decode_window(buf, pos: int, rel: int, seg: Segment):
+    """decode_buffer over the records that lie whole in `buf` (read at segment byte `rel`): a record running
+    off the window's end stops the walk there (END_STOP) instead of growing the window to the segment's end;
+    NeedMoreBytes only when not even the first record fits."""
+    args = dict(segment_end=seg.size - rel, path=seg.path, check_crc=True, header=seg.header)
+    try:
+        return decode_buffer(buf, pos, 0, len(buf), **args)
+    except NeedMoreBytes as more:
+        if more.position <= 0:
+            raise
+        return decode_buffer(buf, pos, 0, more.position, **args)
+
+
 def dump_records(store: Location, settings: BrokerSettings, offset: int, count: int) -> Iterator[dict]:
-    """Up to `count` records walked from `offset` as the broker's dispatch walks them (body CRC checked),
-    a BLANK record sending the walk to the next segment; the walk's end is the last row when it ends early.
+    """Up to `count` records walked from `offset` as the broker's dispatch walks them, a BLANK record sending
+    the walk to the next segment; the walk's end is the last row when it ends early. Reads a bounded window
+    from `offset` (about `count` records, never the rest of the segment): each record shown passed the
+    dispatch checks (layout, DELAY level, body CRC), nothing past the window is read or checked.
     In a DLedger data file the walk goes entry by entry and each record row carries its entry header."""
     segments = RecordReader(store, settings).segments
-    pos, window = offset, WINDOW
+    pos, window = offset, min(max(WINDOW, count * 1024), 4 << 20)
     seg = _segment_at(segments, pos)
     if seg is not None and seg.header:
         pos = _entry_start(seg, offset)
@@ -179,8 +194,7 @@ def dump_records(store: Location, settings: BrokerSettings, offset: int, count: 
         rel = pos - seg.start
         buf = Location(seg.path).read_range(rel, min(window, seg.size - rel))
         try:
-            chunk = decode_buffer(buf, pos, 0, len(buf), segment_end=seg.size - rel, path=seg.path, check_crc=True,
-                                  header=seg.header)
+            chunk = _decode_window(buf, pos, rel, seg)
         except NeedMoreBytes as more:
             window = max(window * 2, more.needed_end)
             continue

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
+from ..io.copy import copy_range
 from ..runtime.failure import JobError
 
 JOURNAL = ".reput-recover.journal"
@@ -96,13 +97,25 @@ def _write_atomic(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def _link_durable(src: Path, dst: Path) -> None:
+    """Back src up as a hard link dst (same filesystem): the switch replaces or unlinks the store's name and
+    never writes the old inode, so the backup keeps the old bytes without copying them."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    os.link(src, dst)
+    _fsync_dir(dst.parent)
+
+
 def _copy_durable(src: Path, dst: Path) -> None:
     """Copy src to dst through a temporary name, fsynced, then renamed (dst is whole or absent)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".reput-tmp")
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 16 << 20)
-        fout.flush()
+    try:
+        copy_range(str(src), str(tmp))  # in the kernel (a reflink where the filesystem shares extents)
+    except OSError:
+        shutil.copyfile(src, tmp)  # os.sendfile, itself falling back to read/write
+    with open(tmp, "rb+") as fout:
         os.fsync(fout.fileno())
     shutil.copystat(src, tmp)
     os.replace(tmp, dst)
@@ -189,13 +202,19 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     backup.mkdir(parents=True, exist_ok=True)
     if (backup / BACKUP_MANIFEST).exists():
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
+    linked = os.stat(store).st_dev == os.stat(backup).st_dev
     for op in ops:
         if op.op in (REPLACE, DELETE):
-            _copy_durable(store / op.path, backup / op.path)
-            if sha256_file(backup / op.path) != op.old_sha256:
-                raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
+            if linked:
+                _link_durable(store / op.path, backup / op.path)
+            else:
+                _copy_durable(store / op.path, backup / op.path)
+                if sha256_file(backup / op.path) != op.old_sha256:
+                    raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
+    saved = sum(o.op in (REPLACE, DELETE) for o in ops)
+    backed = {"hard_linked": saved if linked else 0, "copied": 0 if linked else saved}
     manifest = {"store": str(store), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-                "ops": [o.to_dict() for o in ops], "plan": plan_summary}
+                "ops": [o.to_dict() for o in ops], "plan": plan_summary, "backup": backed}
     _write_atomic(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode())
     crash_point("backed-up")
     _write_atomic(store / JOURNAL, json.dumps({"state": "applying", "backup_dir": str(backup),

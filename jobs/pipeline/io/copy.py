@@ -1,0 +1,115 @@
+"""Copying a file verbatim by the fastest means that leaves the source untouched: os.copy_file_range between
+local files (the kernel copies without passing the bytes through Python, and reflinks on filesystems that
+share extents, e.g. XFS and Btrfs), a byte stream through the filesystem layer elsewhere (HDFS, S3), and, only
+when asked (--link-sealed-segments), a hard link for files nobody writes again.
+
+Each copy says how it was made (a `COPY_*` method) so that a job counts the methods in its report and names a
+slower fallback or a non-default link on stderr."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pyarrow.fs as pafs
+
+from .fs import Location
+
+CHUNK = 64 << 20  # bytes per copy_file_range call / per streamed read
+
+COPY_RANGE = "copy_file_range"  # local to local, in the kernel (a reflink where the filesystem offers one)
+COPY_STREAM = "stream"  # through the filesystem layer (a filesystem other than the local one)
+COPY_STREAM_FALLBACK = "stream_fallback"  # local files the kernel would not copy (errno named in the report)
+COPY_LINK = "hard_link"  # the opt-in: the destination is another name of the source's inode
+
+# copy_file_range refusing the pair (old kernel, cross-filesystem before 5.3, a filesystem without support)
+_NO_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
+
+
+def _local(loc: Location) -> bool:
+    return isinstance(loc.fs, pafs.LocalFileSystem)
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of a local file that hold data (lseek SEEK_DATA/SEEK_HOLE); the whole file where
+    the filesystem cannot tell. A broker's last segment is sparse past its write position (mapped, not written)."""
+    if not hasattr(os, "SEEK_DATA"):
+        return [(0, size)]
+    out, pos = [], 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole from pos on
+                    break
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            out.append((start, end))
+            pos = end
+    except OSError:
+        return [(0, size)]
+    return out
+
+
+def copy_range(src: str, dst: str) -> int:
+    """Copy local file src to a new dst with os.copy_file_range, data extents only (holes stay holes: the
+    same bytes read back, none written for them); bytes in the file. OSError when the kernel refuses."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in _data_extents(fin.fileno(), size):
+            done = start
+            while done < end:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), min(CHUNK, end - done), done, done)
+                if n == 0:
+                    raise OSError(errno.EIO, f"{src} shrank while it was copied")
+                done += n
+        os.ftruncate(fout.fileno(), size)
+        return size
+
+
+def copy_stream(src: Location, dst: Location) -> int:
+    """Copy byte for byte in chunks through the filesystem layer; bytes copied."""
+    total = 0
+    with src.fs.open_input_stream(src.path) as fin, dst.fs.open_output_stream(dst.path) as fout:
+        while True:
+            chunk = fin.read(CHUNK)
+            if not chunk:
+                break
+            fout.write(chunk)
+            total += len(chunk)
+    return total
+
+
+def copy_file(src: Location, dst: Location, link: bool = False) -> tuple[str, int, str | None]:
+    """Copy src to dst (its parent made): (method, bytes, why a local copy fell back to streaming or None).
+    `link`: make dst a hard link of src (both local; check_link_allowed first); bytes is then src's size."""
+    dst.make_parent()
+    if link:
+        os.link(src.path, dst.path)
+        return COPY_LINK, os.stat(dst.path).st_size, None
+    if _local(src) and _local(dst) and hasattr(os, "copy_file_range"):
+        try:
+            return COPY_RANGE, copy_range(src.path, dst.path), None
+        except OSError as exc:
+            if exc.errno not in _NO_RANGE:
+                raise
+            why = f"copy_file_range: {errno.errorcode.get(exc.errno, exc.errno)}"
+            return COPY_STREAM_FALLBACK, copy_stream(src, dst), why
+    return COPY_STREAM, copy_stream(src, dst), None
+
+
+def device(path: str) -> int:
+    """The device (filesystem) a local path lives on."""
+    return os.stat(path).st_dev
+
+
+def link_refusal(src_dir: Location, dst_dir: Location) -> str | None:
+    """Why files of src_dir cannot be hard-linked into dst_dir (None: they can): both must be local and on
+    one filesystem (a hard link cannot cross filesystems, and reput never falls back silently to a copy)."""
+    if not (_local(src_dir) and _local(dst_dir)):
+        return "hard links need local filesystems on both sides"
+    a, b = device(src_dir.path), device(dst_dir.path)
+    if a != b:
+        return (f"{src_dir.path} (device {a}) and {dst_dir.path} (device {b}) are on different filesystems; "
+                f"a hard link cannot cross filesystems")
+    return None

@@ -1,0 +1,122 @@
+"""How recover --out copies what it does not change: os.copy_file_range (holes kept), a byte stream through
+the fs layer, the counted fallback, and the --link-sealed-segments opt-in (refused across filesystems); every
+method byte-identical to the broker's recovery, the input store unchanged. --in-place backs up by hard link."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.io import copy as copymod
+from jobs.pipeline.io.fs import Location
+from jobs.pipeline.runtime.cli import JobError
+
+from .conftest import GOLDEN
+from .test_recovery import assert_matches_recovered, run_recover, tree, writable_copy
+
+CASE = "unclean-11"
+
+
+def _source(tmp_path: Path) -> Path:
+    """A file with data, a hole and a data tail (a broker's last segment is sparse past its write position)."""
+    p = tmp_path / "src"
+    with open(p, "wb") as f:
+        f.write(os.urandom(100_000))
+        f.seek(3 << 20)
+        f.write(b"\x01tail")
+        f.truncate(5 << 20)
+    return p
+
+
+@pytest.mark.parametrize("method", ["range", "stream", "fallback"])
+def test_each_copy_method_is_byte_identical(tmp_path, monkeypatch, method):
+    src = _source(tmp_path)
+    before, mtime = src.read_bytes(), src.stat().st_mtime_ns
+    if method == "fallback":
+        def refuse(*a, **k):
+            raise OSError(errno.EXDEV, "cross-device")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    dst = tmp_path / "out" / "dst"
+    if method == "stream":
+        dst.parent.mkdir()
+        got = (copymod.COPY_STREAM, copymod.copy_stream(Location(str(src)), Location(str(dst))), None)
+    else:
+        got = copymod.copy_file(Location(str(src)), Location(str(dst)))
+    want = {"range": (copymod.COPY_RANGE, None), "stream": (copymod.COPY_STREAM, None),
+            "fallback": (copymod.COPY_STREAM_FALLBACK, "copy_file_range: EXDEV")}[method]
+    assert (got[0], got[2]) == want and got[1] == len(before)
+    assert dst.read_bytes() == before
+    assert src.read_bytes() == before and src.stat().st_mtime_ns == mtime
+    if method == "range":  # the hole stays a hole (blocks allocated: well under the file's size)
+        assert dst.stat().st_blocks * 512 < 1 << 20
+
+
+def _named(t: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """A tree's files by path, new index files (named by the run's clock) by content only."""
+    return {k: v for k, v in t.items() if not k.startswith("index/")}, sorted(v for k, v in t.items() if k.startswith("index/"))
+
+
+def _recover_out(store: Path, out: Path, *extra: str) -> dict:
+    assert run_recover("--store", str(store), "--broker-config", str(GOLDEN / CASE / "broker.conf"), "--out",
+                       str(out), "--json", *extra) == 0
+    return json.loads((out / "reput-recover-report.json").read_text())
+
+
+def test_out_by_copy_and_by_link_equals_the_broker(spark, golden, tmp_path, capsys):
+    """--out with the default copies and with --link-sealed-segments: both equal the broker's recovery, the
+    input store is unchanged, the report counts each method, stderr names the link as a non-default choice."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    before = tree(store)
+    report = _recover_out(store, tmp_path / "copied")
+    assert_matches_recovered(tmp_path / "copied", CASE)
+    assert set(report["copies"]) == {copymod.COPY_RANGE}
+    assert "hard link" not in capsys.readouterr().err
+    report = _recover_out(store, tmp_path / "linked", "--link-sealed-segments")
+    assert_matches_recovered(tmp_path / "linked", CASE)
+    assert _named(tree(tmp_path / "linked")) == _named(tree(tmp_path / "copied"))
+    segs = sorted((tmp_path / "linked" / "commitlog").iterdir())
+    sealed = segs[:-1]
+    assert report["copies"][copymod.COPY_LINK] == {"files": len(sealed), "bytes": sum(p.stat().st_size for p in sealed)}
+    for p in sealed:  # the same inode as the input's segment; the last one (the broker appends to it) a copy
+        assert p.stat().st_ino == (store / "commitlog" / p.name).stat().st_ino
+    assert segs[-1].stat().st_ino != (store / "commitlog" / segs[-1].name).stat().st_ino
+    err = capsys.readouterr().err
+    assert f"--link-sealed-segments: {len(sealed)} sealed commit-log segments" in err and "hard links" in err
+    assert tree(store) == before
+
+
+def test_link_refused_across_filesystems(spark, golden, tmp_path, monkeypatch):
+    """A hard link cannot cross filesystems: refused by name before anything is written (simulated: OUT's
+    parent reports another device), and never silently turned into a copy."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    real = copymod.device
+    monkeypatch.setattr(copymod, "device", lambda p: real(p) + (1 if p == str(tmp_path / "elsewhere") else 0))
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(JobError, match="--link-sealed-segments: .* different filesystems"):
+        run_recover("--store", str(store), "--broker-config", str(GOLDEN / CASE / "broker.conf"), "--out",
+                    str(tmp_path / "elsewhere" / "out"), "--link-sealed-segments")
+    assert not (tmp_path / "elsewhere" / "out").exists()
+    with pytest.raises(SystemExit):
+        run_recover("--store", str(store), "--in-place", "--backup-dir", str(tmp_path / "b"),
+                    "--link-sealed-segments")
+
+
+def test_in_place_backup_is_linked_and_rolls_back(spark, golden, tmp_path, monkeypatch):
+    """--in-place on the store's filesystem backs up the files it replaces or deletes as hard links (the
+    switch never writes an old inode): the backup holds the old bytes, --rollback restores them."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    before = tree(store)
+    backup = tmp_path / "backup"
+    assert run_recover("--store", str(store), "--broker-config", str(GOLDEN / CASE / "broker.conf"), "--in-place",
+                       "--backup-dir", str(backup)) == 0
+    assert_matches_recovered(store, CASE)
+    man = json.loads((backup / "reput-backup.json").read_text())
+    assert man["backup"]["hard_linked"] > 0 and man["backup"]["copied"] == 0
+    for op in man["ops"]:
+        if op["op"] != "create":
+            assert before[op["path"]] == tree(backup)[op["path"]]
+    assert run_recover("--store", str(store), "--rollback", "--backup-dir", str(backup)) == 0
+    assert tree(store) == before
