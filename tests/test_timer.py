@@ -5,6 +5,7 @@ added); --repair-timer's transforms equal the timer files as they were right aft
 The broker's behaviour after a repair is proved by scripts/timer_scenarios.py (Java; docs/timer.md)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 import shutil
@@ -37,7 +38,8 @@ I32, I64 = st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)
 
 @given(I64, st.integers(0, 15), I64, I32, I64, I32, I32, I64)
 def test_unit_round_trip(prev, magic, wt, delay, off, size, h, res):
-    u = log.TimerUnit(prev, magic, wt, delay, off, size, h, res)
+    u = log.TimerUnit(prev_pos=prev, magic=magic, write_time=wt, delay=delay, offset_py=off, size_py=size,
+                      topic_hash=h, reserved=res)
     raw = log.encode_unit(u)
     assert len(raw) == log.UNIT_SIZE and log.decode_unit(raw) == u
     assert np.frombuffer(raw, log.UNIT_DTYPE)[0]["offset_py"] == off
@@ -52,12 +54,14 @@ def test_slot_round_trip(t, first, last, num, magic):
 
 @given(st.lists(I64, min_size=7, max_size=7), st.binary(max_size=64))
 def test_timercheck_round_trip_keeps_the_page_tail(values, tail):
-    tc = check.TimerCheck(*values)
+    names = [f.name for f in dataclasses.fields(check.TimerCheck)]
+    tc = check.TimerCheck(**dict(zip(names, values)))
     base = bytes(56) + tail
     raw = check.timercheck_bytes(tc, base)
     assert len(raw) == check.TIMERCHECK_SIZE and check.parse_timercheck(raw) == tc
     assert raw[56:56 + len(tail)] == tail
-    assert check.parse_timercheck(raw[:16]) == check.TimerCheck(values[0], values[1])  # a short file: zeros after
+    short = check.TimerCheck(last_read_time_ms=values[0], last_timer_log_flush_pos=values[1])
+    assert check.parse_timercheck(raw[:16]) == short  # a short file: zeros after
 
 
 def test_constants_and_settings():

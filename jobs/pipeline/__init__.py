@@ -15,7 +15,8 @@ live in storage_format/, Spark column functions in udfs/.
   `io.publish` (atomic publishing: staging directory, check, rename), `io.commit_marker` (publishing on object
   storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
   `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
-  (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT)
+  (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT),
+  `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
@@ -35,7 +36,13 @@ live in storage_format/, Spark column functions in udfs/.
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
   recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: backup, journal,
-  resume, rollback), `recover.text` (the plan and results as console lines)
+  resume, rollback), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
+  of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.timer` (the 5.x timer store:
+  warnings, verify's timer findings, what --repair-timer writes)
+- `convert`: jobs.convert (a DLedger store to a plain commit log)
+  `convert` (its stages), `convert.records` (listing a DLedger store's records, one task per data file),
+  `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
+  segment and its part of the msgId map)
 - `catalog`: jobs.catalog
   `catalog.stage` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark

@@ -448,7 +448,7 @@ class DLedgerFacts:
     index_deleted: tuple[str, ...] = ()  # index files IndexService.load deleted (newer than the checkpoint)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DLedgerPlan:
     """What the broker's DLedger-mode recovery and restart do to the store, with the reasons."""
 

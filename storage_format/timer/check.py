@@ -3,14 +3,14 @@ shorter file reads as zeros past its end (the mapping extends it), a missing fil
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 TIMERCHECK_SIZE = 4096  # DefaultMappedFile.OS_PAGE_SIZE
 _LONGS = struct.Struct(">7q")
 CURSOR_BYTES = 32  # the four cursors; the data version follows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimerCheck:
     """The timer's cursors: read time (ms), timer-log flush position, the enqueue cursor in the
     rmq_sys_wheel_timer queue (and the master's), and the data version."""
@@ -34,7 +34,8 @@ class TimerCheck:
 
 def parse_timercheck(data: bytes) -> TimerCheck:
     """The fields as the broker reads them: bytes past the file's end read as zero."""
-    return TimerCheck(*_LONGS.unpack(data[:_LONGS.size].ljust(_LONGS.size, b"\0")))
+    values = _LONGS.unpack(data[:_LONGS.size].ljust(_LONGS.size, b"\0"))
+    return TimerCheck(**{f.name: v for f, v in zip(fields(TimerCheck), values)})
 
 
 def timercheck_bytes(tc: TimerCheck, base: bytes | None = None) -> bytes:

@@ -29,7 +29,7 @@ def magic_ok(magic: int) -> bool:
     return (magic | 0xF) == 0xF
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimerUnit:
     """One timer-log unit: its chain link, kind bits, enqueue time, delay and the commit-log record it names."""
 
@@ -63,7 +63,8 @@ def encode_unit(u: TimerUnit) -> bytes:
 def decode_unit(data: bytes, at: int = 0) -> TimerUnit:
     """The unit at a byte position."""
     size, prev, magic, wt, delay, off, sz, h, res = _UNIT.unpack_from(data, at)
-    return TimerUnit(prev, magic, wt, delay, off, sz, h, res, size)
+    return TimerUnit(prev_pos=prev, magic=magic, write_time=wt, delay=delay, offset_py=off, size_py=sz,
+                     topic_hash=h, reserved=res, size=size)
 
 
 def filler_bytes(room: int) -> bytes:

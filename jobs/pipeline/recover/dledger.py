@@ -67,10 +67,10 @@ def dledger_dirs(settings: BrokerSettings) -> DLedgerDirs:
     path = (settings.store_path_dledger_commit_log or "").strip()
     if path:
         raise recovery.RecoveryError(f"storePathDLedgerCommitLog={path}: DLedger data outside the store; recover does "
-                                  f"not implement it (OUT and the in-place switch cover the store root only)")
+                                     f"not implement it (OUT and the in-place switch cover the store root only)")
     if settings.enable_multi_dispatch:
         raise recovery.RecoveryError("enableMultiDispatch=true in DLedger mode: recover does not implement the LMQ "
-                                  "dispatch of a DLedger store")
+                                     "dispatch of a DLedger store")
     self_id = settings.d_leger_self_id or ""
     return DLedgerDirs(fmt.home_dir(self_id), self_id, fmt.peer_count(settings.d_leger_peers))
 
@@ -293,7 +293,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     DLedger-mode recovery and restart; writes nothing."""
     if generation == 5:
         raise recovery.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
-                                  "(DLedger 0.3.1.2) only")
+                                     "(DLedger 0.3.1.2) only")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     dirs = dledger_dirs(settings)
@@ -305,9 +305,9 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     raw = {name: _read_opt(dirs.home(store).child(name)) for name in ("checkpoint", "checkpoint.bak", "currterm",
                                                                       "currterm.bak")}
     if not data:
-        raise recovery.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger mode "
-                                  f"recovers the plain commit log and closes it with a BLANK (the upgrade); recover "
-                                  f"does not implement that step")
+        raise recovery.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger "
+                                     f"mode recovers the plain commit log and closes it with a BLANK (the upgrade); "
+                                     f"recover does not implement that step")
     walked = run_tasks(sc, [WalkTask(tuple(data), tuple(index_files), size)], _walk, "DLedger recovery",
                        quiet=quiet)[0]
     if isinstance(walked, Exception):
@@ -353,9 +353,9 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                       dispatch_limit=limit, label="DLedger dispatch", quiet=quiet, generation=4)
     if scan.end.offset < min(committed_end, entries.write_end) and reput_from < committed_end:
         raise recovery.RecoveryError(f"the records the restarted broker dispatches, [{reput_from}, {committed_end}), "
-                                  f"stop at {scan.end.describe()}: DLedger's recovery accepted that entry, but "
-                                  f"RocketMQ's dispatch cannot read its record (the broker logs '[BUG]' and skips "
-                                  f"data); reput does not guess")
+                                     f"stop at {scan.end.describe()}: DLedger's recovery accepted that entry, but "
+                                     f"RocketMQ's dispatch cannot read its record (the broker logs '[BUG]' and skips "
+                                     f"data); reput does not guess")
     last_valid = max((x.last_record_offset for x in scan.accepted if x.last_record_offset is not None), default=None)
     last_dispatched = last_valid if limit is None else scan.dispatch_stop().last_offset
     tails = cq_tails(sc, scan, work, {k: ld.max_phy for k, ld in loads.items()}, quiet)
@@ -363,18 +363,21 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
 
     t0 = time.monotonic()
     infos = list_index_files(store, settings) if settings.message_index_enable else []
-    kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint, markers.abort is not None)
+    kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint,
+                                                    markers.abort is not None)
     uris = {i.name: u for i, u in infos}
     if not settings.message_index_enable:
-        index, index_facts = IndexPlan(kept, deleted, uris, None, []), recovery.IndexOff()
+        index = IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[])
+        index_facts = recovery.IndexOff()
     elif full_index:
         full_work = work.child("full-index")
         full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
                           dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=4)
-        index = IndexPlan([], kept + deleted, uris, None, [], full, full_work)
+        index = IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
+                          full_rebuild_scan=full, full_rebuild_work=full_work)
         index_facts = recovery.FullIndexRebuild(_rolled(full, full_work, settings))
     else:
-        index = IndexPlan(kept, deleted, uris, None, [])
+        index = IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[])
         index_facts = recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, reput_from),
                                              settings.max_index_num)
 

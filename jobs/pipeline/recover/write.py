@@ -29,7 +29,7 @@ OWN_PREFIXES = (".reput", "reput-recover", MARKER)
 HANDLED_ROOT = {"commitlog", "consumequeue", "index", ABORT, ABORT_BAK, CHECKPOINT, LOCK}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RecoveryOutput:
     """Store-relative paths recovery renders, deletes, and (for OUT) copies verbatim."""
 
