@@ -88,8 +88,8 @@ def test_two_versions_at_one_zip_location_keep_one_cache_each(tmp_path):
     for step, name in enumerate("abab"):
         build_zip(zip_path, repo=versions[name])
         misses[step] = _warm_from(zip_path, cache)[1]
-    assert all(n > 0 for n in misses[0].values()) and all(n > 0 for n in misses[1].values()), misses
-    assert misses[2] == misses[3] == {name: 0 for name in misses[0]}, misses
+    assert misses[0]["decode_kernel"] > 0 and misses[1]["decode_kernel"] > 0, misses  # each version compiles
+    assert misses[2] == misses[3] == {name: 0 for name in misses[0]}, misses  # then neither compiles again
     assert len(list((cache / jit.CACHE_NAME).iterdir())) == 2  # one directory per kernel source
 
 
