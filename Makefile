@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo test test-cluster bench package clean
+.PHONY: venv system-deps demo test test-floors test-cluster bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ demo: venv
 
 test: venv system-deps
 	$(PY) -m pytest -q tests
+
+# Every dependency at its floor in pyproject.toml (a venv outside the repository), then the fast suite there.
+test-floors:
+	PYTHON=$(PYTHON) .ci/floors
 
 test-cluster: package
 	$(PY) -m pytest -q -m cluster tests/test_cluster.py

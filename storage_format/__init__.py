@@ -7,8 +7,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `record_columns`: the columnar record decoder's fields and per-record checks (field sum, CRC, DELAY)
 - `segment_names`: commit-log segment file names and byte offsets inside a segment
 - `kernels`: the compiled (numba) kernels, each beside its numpy reference:
-  `kernels.jit` (the kernels' decorator, numba imported at the first call, and where numba caches them,
-  stable for `--py-files` zips; imports nothing else of the package), `kernels.warm` (run every kernel once),
+  `kernels.jit` (the kernels' decorator, numba imported at the first call, and where numba caches them:
+  keyed by the kernels' source, wherever a `--py-files` zip lies; imports nothing else of the package), `kernels.warm` (run every kernel once),
   `kernels.split_kernel` (the one-pass decoder of a split: chain walk, properties, hashes, summary),
   `kernels.kernel_bytes` (its inlined byte helpers: big-endian reads, Java hash over UTF-8, property scan),
   `kernels.row_groups` (a split's consume-queue rows grouped by queue: compiled stable counting sort),

@@ -1,15 +1,22 @@
 """Compiled kernels come from numba's cache: imported from a `--py-files` zip, a kernel compiled once
-is loaded again wherever the zip lies (Spark gives each application a new directory)."""
+is loaded again wherever the zip lies (Spark gives each application a new directory); the cache is keyed by
+the kernels' source, so two reput versions on one executor keep one cache each; numba's cache is placed through
+its documented NUMBA_CACHE_LOCATOR_CLASSES, and where that cannot work the first kernel call says so in a line."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from jobs.pipeline.runtime.package import build_zip
+from storage_format.kernels import jit
+
+REPO = Path(__file__).resolve().parents[1]
 
 WARM = "import json; from storage_format.kernels import warm as k; print(json.dumps([k.__file__, k.warm()]))"
 
@@ -52,16 +59,98 @@ def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
     tree, cache = tmp_path / "tree", tmp_path / "numba-cache"
     shutil.copytree(Path(__file__).parents[1] / "storage_format", tree / "storage_format",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    helper = tree / "storage_format" / "kernels" / "kernel_bytes.py"
+    original = helper.read_text()
     runs = []
-    for edit in (False, False, True):
-        if edit:
-            with open(tree / "storage_format" / "kernels" / "kernel_bytes.py", "a") as f:
-                f.write("# edited\n")
+    for source in (original, original, original + "# edited\n", original):
+        helper.write_text(source)
         env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache))
         done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, cwd=tmp_path,
                               check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1])[1]["decode_kernel"])
-    assert runs[0] > 0 and runs[1] == 0 and runs[2] > 0, runs
+    # the edit compiles anew; the tree back at the first source loads that source's kernels (keyed by source)
+    assert runs[0] > 0 and runs[1] == 0 and runs[2] > 0 and runs[3] == 0, runs
+
+
+def test_two_versions_at_one_zip_location_keep_one_cache_each(tmp_path):
+    """Two reput versions with different kernel sources, shipped one after the other as the same zip path with
+    one NUMBA_CACHE_DIR (two applications of two releases on one executor): each compiles once, then both
+    load; neither recompiles the other's kernels (a cache keyed by the package's name alone did)."""
+    cache, zip_path = tmp_path / "numba-cache", tmp_path / "app" / "reput.zip"
+    versions = {}
+    for name, edit in (("a", ""), ("b", "# b\n")):
+        tree = tmp_path / name
+        shutil.copytree(REPO / "storage_format", tree / "storage_format", ignore=shutil.ignore_patterns("__pycache__"))
+        with open(tree / "storage_format" / "kernels" / "split_kernel.py", "a") as f:
+            f.write(edit)
+        versions[name] = tree
+    misses = {}
+    for step, name in enumerate("abab"):
+        build_zip(zip_path, repo=versions[name])
+        misses[step] = _warm_from(zip_path, cache)[1]
+    assert misses[0]["decode_kernel"] > 0 and misses[1]["decode_kernel"] > 0, misses  # each version compiles
+    assert misses[2] == misses[3] == {name: 0 for name in misses[0]}, misses  # then neither compiles again
+    assert len(list((cache / jit.CACHE_NAME).iterdir())) == 2  # one directory per kernel source
+
+
+PLACED = """
+import json, os, sys
+{before}
+import numpy as np
+from storage_format.kernels import jit, row_groups
+row_groups.group_rows(np.array([1, 0, 1]), np.array([1, 0]), 2)
+print(json.dumps([row_groups.group_rows.stats.cache_path, jit.kernel_key(), os.environ[jit.LOCATORS_ENV]]))
+"""
+
+
+def test_the_cache_is_placed_through_numbas_public_variable_over_a_users_value(tmp_path):
+    """NUMBA_CACHE_LOCATOR_CLASSES set by the user, and numba imported before reput's first kernel: reput's
+    locator goes first (the user's list after it, for every other function), and the kernels are cached in
+    NUMBA_CACHE_DIR/reput-kernels/KEY (the user's value once bypassed reput's locator without a word)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_CACHE_DIR=str(tmp_path),
+               NUMBA_CACHE_LOCATOR_CLASSES="UserWideCacheLocator")
+    done = subprocess.run([sys.executable, "-c", PLACED.format(before="import numba")], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, check=True)
+    path, key, locators = json.loads(done.stdout.strip().splitlines()[-1])
+    assert path == str(tmp_path / jit.CACHE_NAME / key)
+    assert locators == "storage_format.kernels.jit.KernelCacheLocator,UserWideCacheLocator"
+
+
+def _first_call_error(tmp_path: Path, before: str) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", PLACED.format(before=before)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 1
+    return [line for line in done.stderr.splitlines() if line.startswith("RuntimeError: ")]
+
+
+def test_a_numba_without_the_public_variable_is_refused_in_one_line(tmp_path):
+    """numba before 0.62 has no NUMBA_CACHE_LOCATOR_CLASSES: the first kernel call says so, naming the version
+    found, instead of caching where each application recompiles."""
+    lines = _first_call_error(tmp_path, "import numba; numba.__version__ = '0.61.2'")
+    assert lines == ["RuntimeError: reput: numba 0.61.2 has no NUMBA_CACHE_LOCATOR_CLASSES (numba 0.62 added it), "
+                     "which places reput's kernel cache: install numba>=0.62"]
+
+
+def test_a_private_option_numba_does_not_take_is_refused_in_one_line(tmp_path):
+    """The kernels' one private numba option (`_nrt`) has no public equivalent: a numba that no longer takes a
+    private option fails the first kernel call in one line naming it (here an option no numba has)."""
+    before = ("from storage_format.kernels.jit import njit\n"
+              "@njit(cache=False, _no_such_option=True)\ndef unknown():\n    return 0")
+    lines = _first_call_error(tmp_path, before)
+    assert len(lines) == 1 and lines[0].startswith("RuntimeError: reput: numba ")
+    assert lines[0].endswith("does not take the njit option(s) _no_such_option that reput's kernels are compiled with")
+
+
+def test_the_cache_key_covers_every_kernel_module_and_numbas_floor_is_pyprojects():
+    """Every module of the package that defines a kernel is in the key's sources (else editing it could leave
+    a stale kernel), and the numba floor the first call checks is pyproject.toml's."""
+    kernels_dir = REPO / "storage_format" / "kernels"
+    with_kernels = {p.stem for p in kernels_dir.glob("*.py") if re.search(r"^@njit\(", p.read_text(), re.M)}
+    assert with_kernels and with_kernels | {"jit"} == set(jit.KERNEL_MODULES)
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    (numba,) = [d for d in deps if re.match(r"numba\b", d)]
+    assert re.search(r">=([0-9.]+)", numba).group(1) == ".".join(map(str, jit.NUMBA_FLOOR))
 
 
 

@@ -1,17 +1,19 @@
-"""The compiled kernels: defined lazily, and cached by numba so that each compiles once per machine.
+"""The compiled kernels: defined lazily, and cached by numba on disk under a key of their source.
 
 `njit` marks a kernel like numba's decorator, but numba (a third of a second to import) is imported only
 when a kernel first runs: the driver, which plans and never runs kernels, starts without it. The first
 call of any kernel turns every kernel defined so far into a numba dispatcher, in its module too, so that
 kernels calling kernels compile against dispatchers.
 
-In a source tree numba caches next to the module (__pycache__). Imported from a `--py-files` zip,
-numba's own zip locator keys its cache directory by the zip's location, which Spark makes new for
-every application: each application would compile again. `StableZipLocator` keys it by the package
-name only (the index inside is still checked against a hash of the module's source, so a changed
-module compiles anew). numba checks a kernel only against its own module's source, not against the
-helpers it inlines from `HELPER_MODULES`: every locator here adds their source to this package's
-kernels' stamps, so a changed helper compiles its kernels anew too. Warming every kernel is
+Where numba caches them is `KernelCacheLocator`, placed first through numba's documented
+NUMBA_CACHE_LOCATOR_CLASSES (numba >= 0.62; no private numba name is touched):
+`CACHE_DIR/reput-kernels/KEY/` with CACHE_DIR numba's NUMBA_CACHE_DIR (else `__pycache__` beside the
+kernels in a source tree, `~/.cache/numba` for a `--py-files` zip) and KEY a hash of the kernel modules'
+source and numba's version (`kernel_key`). So a zip that Spark unpacks at a new path for every application
+loads what the last one compiled, a changed kernel or inlined helper compiles anew, and two reput versions
+on one executor keep two caches instead of recompiling each other's. Where numba does not honour the
+locator, or lacks the one private option a kernel uses (`_nrt`), the first kernel call raises a one-line
+RuntimeError naming numba's version and what is missing. Warming every kernel is
 `storage_format.kernels.warm`. This module imports nothing else of the package.
 """
 from __future__ import annotations
@@ -20,16 +22,24 @@ import functools
 import hashlib
 import importlib.util
 import os
+import tempfile
 import threading
-from pathlib import PurePosixPath
 from typing import Any, Callable
 
 CACHE_NAME = "reput-kernels"
 OPTIONS = {"cache": True, "nogil": True}  # every kernel: cached on disk, runs without the GIL
-# Modules whose kernels numba inlines into kernels of other modules (split_kernel's byte helpers).
-HELPER_MODULES = ("kernel_bytes",)
+# The modules whose source makes the compiled code (the kernels, the helpers numba inlines into them, and
+# this one's OPTIONS): their source is the cache key. tests/test_kernel_cache.py checks the list is whole.
+KERNEL_MODULES = ("jit", "kernel_bytes", "split_kernel", "row_groups", "index_chain")
+# numba 0.62 added NUMBA_CACHE_LOCATOR_CLASSES; pyproject.toml's numba floor (a test keeps them equal).
+NUMBA_FLOOR = (0, 62)
+LOCATORS_ENV = "NUMBA_CACHE_LOCATOR_CLASSES"
+# numba's own locators in its default order (its docs name them): kept after ours for every other function.
+NUMBA_LOCATORS = ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator", "IPythonCacheLocator",
+                  "ZipCacheLocator")
 
 _defined: list["Kernel"] = []
+_located: set[int] = set()  # id() of each kernel function KernelCacheLocator placed
 _lock = threading.Lock()
 
 
@@ -62,12 +72,13 @@ def _compile_all(first: Kernel):
     """Import numba and make every kernel defined so far a dispatcher, in its module's namespace too."""
     with _lock:
         if first.dispatcher is None:
-            import numba
-
-            install()
+            numba = install()
+            made = []
             for kernel in _defined:
                 if kernel.dispatcher is None:
                     kernel.dispatcher = numba.njit(**kernel.options)(kernel.py_func)
+                    made.append(kernel)
+            _check_in_effect(numba, made)
             for namespace in {id(k.py_func.__globals__): k.py_func.__globals__ for k in _defined}.values():
                 for name, value in list(namespace.items()):
                     if isinstance(value, Kernel):
@@ -75,65 +86,103 @@ def _compile_all(first: Kernel):
     return first.dispatcher
 
 
-def install() -> None:
-    """Put StableZipLocator first and give numba's own locators the helpers' stamp (idempotent), before
-    numba makes any dispatcher."""
-    from numba.core import caching
+def install():
+    """Name KernelCacheLocator first in NUMBA_CACHE_LOCATOR_CLASSES (over a value the user set, else numba's
+    default list), import numba and check its version; returns the numba module. Idempotent."""
+    ours = f"{__name__}.{KernelCacheLocator.__name__}"
+    names = [n.strip() for n in os.environ.get(LOCATORS_ENV, "").split(",") if n.strip()] or list(NUMBA_LOCATORS)
+    value = ",".join([ours] + [n for n in names if n != ours])
+    os.environ[LOCATORS_ENV] = value  # read at numba's import and whenever it reloads its configuration
+    import numba
 
-    locator = _stable_zip_locator()
-    classes = caching.CacheImpl._locator_classes  # numba's documented extension point is this list
-    if locator not in classes:
-        classes[:] = [locator] + [type(c.__name__, (HelperStamp, c), {}) for c in classes]
-
-
-def helper_stamp() -> str:
-    """A hash of the helper modules' source (read through their loader: a file or a zip member)."""
-    digest = hashlib.sha256()
-    for name in HELPER_MODULES:
-        spec = importlib.util.find_spec(f"{__package__}.{name}")
-        digest.update(spec.loader.get_source(spec.name).encode())
-    return digest.hexdigest()
+    found = tuple(int(p) for p in numba.__version__.split(".")[:2])
+    if found < NUMBA_FLOOR:
+        raise RuntimeError(f"reput: numba {numba.__version__} has no {LOCATORS_ENV} (numba "
+                           f"{'.'.join(map(str, NUMBA_FLOOR))} added it), which places reput's kernel cache: "
+                           f"install numba>={'.'.join(map(str, NUMBA_FLOOR))}")
+    numba.config.CACHE_LOCATOR_CLASSES = value  # a numba imported before this read the variable already
+    return numba
 
 
-class HelperStamp:
-    """Locator mixin: this package's kernels are stamped with their module's source and the helpers'."""
+def _check_in_effect(numba, made: list["Kernel"]) -> None:
+    """A loud one-line error when numba placed a cached kernel elsewhere than KernelCacheLocator, or does not
+    take a private option a kernel is compiled with (tried on a trivial function, cached like the kernels)."""
+    astray = sorted(k.__qualname__ for k in made if k.options.get("cache") and id(k.py_func) not in _located)
+    if astray:
+        raise RuntimeError(f"reput: numba {numba.__version__} did not take reput's kernel cache locator from "
+                           f"{LOCATORS_ENV} for {', '.join(astray)}")
+    private = {name: value for k in made for name, value in k.options.items() if name.startswith("_")}
+    if private:
+        try:
+            numba.njit(**OPTIONS, **private)(_options_probe)()
+        except KeyError:
+            raise RuntimeError(f"reput: numba {numba.__version__} does not take the njit option(s) "
+                               f"{', '.join(sorted(private))} that reput's kernels are compiled with") from None
 
-    ours = False
 
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        self = super().from_function(py_func, py_file)
-        if self is not None:
-            self.ours = py_func.__module__.startswith(f"{__package__}.")
-        return self
-
-    def get_source_stamp(self):
-        stamp = super().get_source_stamp()
-        return (stamp, helper_stamp()) if self.ours else stamp
+def _options_probe() -> int:
+    """Compiled with the kernels' private options, to find at once whether numba still takes them."""
+    return 0
 
 
 @functools.cache
-def _stable_zip_locator() -> type:
-    """StableZipLocator: numba's zip locator with a cache directory that does not depend on where the zip lies."""
-    from numba.core import caching, config
+def kernel_key() -> str:
+    """A hash of the kernel modules' source (read through their loader: a file or a zip member) and numba's
+    version: the cache directory's name, and the stamp numba checks each cached kernel against."""
+    import numba
 
-    class StableZipLocator(HelperStamp, caching.ZipCacheLocator):
-        def __init__(self, py_func, py_file) -> None:
-            super().__init__(py_func, py_file)
-            root = config.CACHE_DIR or caching.AppDirs(appname="numba", appauthor=False).user_cache_dir
-            package = PurePosixPath(self._internal_path).parent.as_posix().replace("/", ".")
-            self._cache_path = os.path.join(root, CACHE_NAME, package)
+    digest = hashlib.sha256(f"numba {numba.__version__}\n".encode())
+    for name in KERNEL_MODULES:
+        spec = importlib.util.find_spec(f"{__package__}.{name}")
+        source = spec.loader.get_source(spec.name).encode()
+        digest.update(f"{name} {len(source)}\n".encode() + source)
+    return digest.hexdigest()[:20]
 
-        @classmethod
-        def from_function(cls, py_func, py_file):
-            if ".zip" not in py_file:
-                return None
-            self = cls(py_func, py_file)
-            try:
-                self.ensure_cache_path()
-            except OSError:
-                return None
-            self.ours = py_func.__module__.startswith(f"{__package__}.")
-            return self
 
-    return StableZipLocator
+def cache_root(py_file: str) -> str:
+    """Where the kernels' cache directories lie: numba's NUMBA_CACHE_DIR when set, else `__pycache__` beside
+    the kernels in a source tree (as numba's own default), else (a zip) the user's cache directory."""
+    import numba
+
+    if numba.config.CACHE_DIR:
+        return numba.config.CACHE_DIR
+    if os.path.isfile(py_file):
+        return os.path.join(os.path.dirname(py_file), "__pycache__")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "numba")
+
+
+class KernelCacheLocator:
+    """numba's cache locator for this package's kernels (numba's locator protocol: from_function,
+    ensure_cache_path, get_cache_path, get_source_stamp, get_disambiguator); any other function gets None, so
+    numba's own locators place it."""
+
+    def __init__(self, py_func: Callable, py_file: str) -> None:
+        self._py_file = py_file  # numba names it when it cannot cache a function
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = os.path.join(cache_root(py_file), CACHE_NAME, kernel_key())
+
+    @classmethod
+    def from_function(cls, py_func: Callable, py_file: str) -> "KernelCacheLocator | None":
+        if not py_func.__module__.startswith(f"{__package__}."):
+            return None
+        self = cls(py_func, py_file)
+        try:
+            self.ensure_cache_path()
+        except OSError as e:
+            raise RuntimeError(f"reput: the kernel cache {self._cache_path} is not writable ({e.strerror}): "
+                               f"set NUMBA_CACHE_DIR to a writable directory") from None
+        _located.add(id(py_func))
+        return self
+
+    def ensure_cache_path(self) -> None:
+        os.makedirs(self._cache_path, exist_ok=True)
+        tempfile.TemporaryFile(dir=self._cache_path).close()
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    def get_source_stamp(self) -> str:
+        return kernel_key()
+
+    def get_disambiguator(self) -> str:
+        return str(self._lineno)

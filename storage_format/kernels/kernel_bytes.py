@@ -1,7 +1,7 @@
 """Byte-level helpers of the compiled split decoder (split_kernel): big-endian fields, the Java String
 hash over UTF-8 bytes, Integer.parseInt, the property scan, topic safety. All are inlined into the
-kernel. numba checks a cached kernel only against its own module's source, so kernel_cache adds this
-module's source to split_kernel's cache stamp: a change here compiles the kernel anew.
+kernel. numba checks a cached kernel only against its own module's source, so jit.KERNEL_MODULES puts
+this module's source in every kernel's cache key: a change here compiles the kernels anew.
 """
 from __future__ import annotations
 
