@@ -243,36 +243,3 @@ def index_file_of(entry_index: int) -> tuple[int, int]:
     """(start offset of the DLedger index file holding the entry's unit, byte offset of the unit in it)."""
     at = entry_index * INDEX_UNIT_SIZE
     return at - at % INDEX_FILE_SIZE, at % INDEX_FILE_SIZE
-
-
-def hop_entries_reference(buf: bytes | memoryview, base: int, start: int, limit: int, header: int = ENTRY_HEADER_SIZE):
-    """convert's listing walk, one entry at a time (the reference of kernels.layout_kernel.hop_entries): from
-    buf[start], while a whole entry lies in buf and its record ends at or below the absolute `limit`: each
-    record's absolute offset, size, sysFlag transaction bits and (COMMIT/ROLLBACK) preparedTransactionOffset
-    (else -1). Returns (offsets, sizes, trans, preps, where the walk stopped, 1 at the data's end else 0)."""
-    from .commitlog_layout import AT_SYS_FLAG, prepared_offset_at
-
-    offs, sizes, trans, preps = [], [], [], []
-    p = start
-    ended = 0
-    while True:
-        if p + header + 8 > len(buf):
-            break
-        magic, size = struct.unpack_from(">ii", buf, p)
-        if magic != ENTRY_MAGIC:
-            ended = 1
-            break
-        if p + size > len(buf):
-            break
-        rec, rsize = p + header, size - header
-        if base + rec + rsize > limit:
-            ended = 1
-            break
-        flag = struct.unpack_from(">i", buf, rec + AT_SYS_FLAG)[0]
-        offs.append(base + rec)
-        sizes.append(rsize)
-        trans.append(flag & 0xC)
-        preps.append(struct.unpack_from(">q", buf, rec + prepared_offset_at(flag))[0] if flag & 0xC >= 8 else -1)
-        p += size
-    return (np.asarray(offs, np.int64), np.asarray(sizes, np.int32), np.asarray(trans, np.int8),
-            np.asarray(preps, np.int64), p, ended)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from storage_format import dledger
+from storage_format import commitlog_layout
 from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, blank_record, is_transaction_end, layout,
                                              layout_reference, prepared_offset_at, rewrite_reference, rolls)
 from storage_format.kernels.layout_kernel import copy_records, hop_entries, rewrite_prepared
@@ -88,7 +88,7 @@ def test_hop_kernel_equals_the_reference(golden):
             n = cut // 68 + 1
             out = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8), np.empty(n, np.int64)
             got, stop, ended = hop_entries(arr, base, 0, 2**62, 48, *out)
-            ref = dledger.hop_entries_reference(buf[:cut], base, 0, 2**62)
+            ref = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
             assert (stop, ended) == ref[4:] and got == len(ref[0]) and got > 0
             for a, b in zip(out, ref[:4]):
                 assert a[:got].tolist() == b.tolist()
@@ -99,7 +99,7 @@ def test_copy_kernel_equals_the_reference(golden):
     path = _data_files("dledger-clean-small-11")[0]
     base = int(path.name)
     buf = path.read_bytes()
-    offs, sizes, trans, preps, _, _ = dledger.hop_entries_reference(buf, base, 0, 2**62)
+    offs, sizes, trans, preps, _, _ = commitlog_layout.hop_entries_reference(buf, base, 0, 2**62)
     new = 1000 + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
     ends = preps[trans >= 8]
     prepared = {int(p): int(p) + 12345 for p in ends[::2]}  # half of them mapped, the rest left as they are

@@ -1,7 +1,7 @@
 """convert's compiled passes (numba): the plain commit-log layout of a run of record sizes, the hop over
 DLedger entries that lists records (offset, size, transaction type, prepared offset), and the copy of records
 to their new offsets with PHYSICALOFFSET rewritten. References: commitlog_layout.layout_reference /
-rewrite_reference and dledger.hop_entries_reference, tested equal."""
+rewrite_reference and hop_entries_reference, tested equal."""
 from __future__ import annotations
 
 import numpy as np
