@@ -210,6 +210,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
             "scan_end": end.as_list() if end else None,
             "scan_end_detail": end.describe() if end else None,
             "segments_with_data_after_end": scan.stitched.data_after_end,
+            "decoders": scan.decoders(),
         },
         **stats,
         "finding_counts": dict(sorted(found.counts.items())),

@@ -191,7 +191,7 @@ class RecoveryPlan(QueueChanges):
                               "looked_at": self.start.looked_at[:LOOKED_AT_SHOWN]},
             "validation": {"from_offset": self.start.offset, "crc": self.settings.check_crc_on_recover,
                            "splits": len(self.scan.splits), "records": self.scan.message_records,
-                           "segments": len(self.scan.segments)},
+                           "segments": len(self.scan.segments), "decoders": self.scan.decoders()},
             "truncation": {**t.to_dict(), "segment": None if holding is None else segment_name(holding.start),
                            "position_in_segment": None if holding is None else t.offset - holding.start},
             "commitlog": {"segments": len(self.segments), "to_delete": [segment_name(s) for s in self.segments_deleted],

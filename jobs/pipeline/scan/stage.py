@@ -7,6 +7,7 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -28,20 +29,22 @@ from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment,  #
                                       plan_splits, stitch)
 from storage_format.settings import BrokerSettings
 from storage_format.recovery import KeyBatch
-from storage_format.kernels.split_decode import CqRows, FastSplit, QueueStats, decode_fast, record_after_clean_end
+from storage_format.kernels.split_decode import (NO_RECORD_START, CqRows, FastSplit, QueueStats, decode_fast,
+                                                 record_after_clean_end)
 from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime.faults import fail_once
 from ..store.generation import store_generation
 from ..io.fs import Location
-from .result import ScanResult, SplitSummary, SplitTask
+from .result import DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, ScanResult, SplitSummary, SplitTask
 from ..io.store_gate import commitlog_dir, dledger_data_dir
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
+FALLBACK_DISPATCH_LIMIT = "dispatch limit inside the split"  # a confirm offset / DLedger committed position
 
 
 def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
@@ -110,20 +113,30 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
     The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
-    DLedger committed position, or whatever split_decode leaves) the numpy reference."""
+    DLedger committed position, or whatever split_decode leaves) the numpy reference, and the summary says
+    which decoder ran and why the kernel left it (the run report counts both)."""
+    decoder, fallback = DECODER_REFERENCE, ""
     try:
-        fast = _decode_fast(task) if task.kernel and not task.check_crc else None
-        if fast is not None:
-            fail_once()
-            return fast
+        if in_hole(task):
+            decoder = DECODER_SPARSE
+        elif task.kernel and not task.check_crc:
+            decoder = DECODER_KERNEL
+            fast = _decode_fast(task)
+            if isinstance(fast, SplitSummary):
+                fail_once()
+                fast.decoder = DECODER_KERNEL
+                return fast
+            decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
+        summary.decoder, summary.fallback = decoder, fallback
         fail_once()  # test hook: a task that dies after writing its work files is retried
         return summary
     except StoreFormatError as err:
         sp = task.split
-        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+        return SplitSummary(sp.index, None, ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err,
+                            decoder=decoder, fallback=fallback)
 
 
 def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
@@ -134,13 +147,11 @@ def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
                                   sp.segment.header)
 
 
-def _decode_fast(task: SplitTask) -> SplitSummary | None:
-    """The split's summary (and work files) from the compiled kernel, or None when the kernel leaves the
-    split to the reference (a hole, or anything split_decode does not take)."""
+def _decode_fast(task: SplitTask) -> SplitSummary | str:
+    """The split's summary (and work files) from the compiled kernel, or why the kernel leaves the split
+    to the reference (split_decode's reason, or the dispatch limit falling inside the split)."""
     sp = task.split
     find_start = task.exact_start is None and not sp.at_segment_start
-    if in_hole(task):
-        return None
     buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64 + sp.segment.header)
     start = (sp.start if task.exact_start is None else task.exact_start) - begin
     base = sp.segment.start + begin
@@ -148,10 +159,10 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
     if isinstance(fast, str):
-        return None
+        return fast
     limit = task.dispatch_limit
     if limit is not None and fast.records and base + fast.last_position + fast.last_size > limit:
-        return None  # the dispatch limit falls in this split: the reference takes its records one by one
+        return FALLBACK_DISPATCH_LIMIT  # the reference takes the split's records one by one
     summary = _summarise_fast(task, fast, base, len(buf))
     if limit is not None and fast.records:  # every record of the split ends at or below the limit
         summary.last_dispatched_offset, summary.last_dispatched_end = summary.last_record_offset, summary.last_record_end
@@ -340,7 +351,18 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
         raise summaries[stitched.failed].error
     result = ScanResult(segments, splits, stitched, summaries)
     check_multi_dispatch(result)
+    note_fallbacks(result, label)
     return result
+
+
+def note_fallbacks(scan: ScanResult, label: str) -> None:
+    """One `reput: note:` line on stderr when the kernel left any split to the (about 10x slower) numpy
+    reference, with the count per reason (the run report holds the same counts under "decoders")."""
+    counts = scan.decoders()
+    if counts["fallback_splits"]:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in counts["fallbacks"].items())
+        print(f"reput: note: {label}: the compiled decoder left {counts['fallback_splits']} of {len(scan.summaries)} "
+              f"splits to the numpy reference decoder (about 10x slower): {reasons}", file=sys.stderr, flush=True)
 
 
 def check_multi_dispatch(scan: ScanResult) -> None:
