@@ -14,8 +14,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark import SparkContext
 
-from storage_format.commitlog import (END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer,
-                                      parse_segment_name)
+from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
 from storage_format.dledger import entry_index_at
 from storage_format.errors import ScanError, SettingsError, StoreFormatError
@@ -63,8 +62,8 @@ def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
 
 
 def _log_files(loc: Location) -> list[LogFile]:
-    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri) for i in loc.list()
-            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+    """Every entry of a commit-log directory (log_sources refuses those the broker would not take as segments)."""
+    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri, i.type.name == "File") for i in loc.list()]
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
@@ -351,6 +350,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
         raise summaries[stitched.failed].error
     result = ScanResult(segments, splits, stitched, summaries)
     check_multi_dispatch(result)
+    check_queue_offsets(result, base)
     note_fallbacks(result, label)
     return result
 
@@ -363,6 +363,28 @@ def note_fallbacks(scan: ScanResult, label: str) -> None:
         reasons = ", ".join(f"{n} {reason}" for reason, n in counts["fallbacks"].items())
         print(f"reput: note: {label}: the compiled decoder left {counts['fallback_splits']} of {len(scan.summaries)} "
               f"splits to the numpy reference decoder (about 10x slower): {reasons}", file=sys.stderr, flush=True)
+
+
+def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
+    """Refuse a record with a negative queueOffset, named by file and byte offset (a damaged store: the broker
+    never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
+    (the expected file offset lies below the queue's current end) and drop it with a "Build consume queue
+    repeatedly" log line; reput does not guess, and never writes a file named by a negative offset."""
+    bad = [s for s in scan.accepted if any(st.cq_rows and st.min_offset < 0 for st in s.queues.values())]
+    if not bad or base is None:
+        return
+    summary = bad[0]
+    sp = scan.splits[summary.index]
+    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
+    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
+    rows = np.flatnonzero(cols.queue_offset < 0)
+    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
+    offset = int(cols.queue_offset[rows[0]]) if len(rows) else min(st.min_offset for st in summary.queues.values())
+    raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                           f"record at commit-log offset {at} has queueOffset {offset}, which the broker never "
+                           f"assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
+                           f"already written, and a consume-queue file named by a negative offset is never right; "
+                           f"reput refuses rather than guess")
 
 
 def check_multi_dispatch(scan: ScanResult) -> None:
