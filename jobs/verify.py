@@ -28,6 +28,7 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
@@ -203,6 +204,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "checked": {"consumequeue": with_cq, "index": with_index,
                     "index_disabled_by_config": not settings.message_index_enable},
         "settings": settings.to_dict(),
+        "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),
             "message_records": scan.message_records,

@@ -13,6 +13,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..runtime import env
 from .inputs import QueueDir
 from ..scan.stage import ScanResult
 
@@ -182,6 +183,7 @@ class RecoveryPlan(QueueChanges):
             "state": "unclean (abort file present)" if self.abnormal else "clean (no abort file)",
             "recovery": "abnormal" if self.abnormal else "normal",
             "changes": self.changes,
+            "environment": env.in_effect(),
             "checkpoint": {
                 "before": cp0.to_dict(), "after": cp1.to_dict(), "why": self.checkpoint_why,
                 "min_timestamp": cp0.min_timestamp, "min_timestamp_index": cp0.min_timestamp_index,

@@ -6,7 +6,6 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 
@@ -33,6 +32,7 @@ from storage_format.kernels.split_decode import (NO_RECORD_START, CqRows, FastSp
 from storage_format.store_layout import commitlog_path, inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
+from ..runtime import env
 from ..runtime.faults import fail_once
 from ..store.generation import store_generation
 from ..io.fs import Location
@@ -324,7 +324,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
     lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                     generation is not None or guess.generation >= 5) if guess else None
-    kernel = os.environ.get(KERNEL_ENV, "1") != "0"
+    kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(splits[0], settings, None, check_crc, work, with_cq, with_keys, dispatch_limit, lmq, kernel)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
