@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo test test-floors test-cluster bench package clean
+.PHONY: venv system-deps demo test test-floors test-cluster test-boundscheck bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ test-floors:
 
 test-cluster: package
 	$(PY) -m pytest -q -m cluster tests/test_cluster.py
+
+# The compiled kernels on untrusted bytes with numba's bounds checks on. numba's cache index does not record
+# NUMBA_BOUNDSCHECK: with the usual cache the unchecked kernels would be loaded, so they compile into a cache
+# directory of their own (tests/conftest.py refuses NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR).
+test-boundscheck: venv
+	d=$$(mktemp -d) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$d $(PY) -m pytest -q tests/test_split_kernel.py \
+		tests/test_hostile.py; rc=$$?; rm -rf "$$d"; exit $$rc
 
 bench: venv
 	$(PY) -m bench

@@ -24,6 +24,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
@@ -201,6 +202,8 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "settings": settings.to_dict(),
         "segments": len(scan.segments),
         "splits": len(scan.splits),
+        "decoders": scan.decoders(),
+        "environment": env.in_effect(),
         "bytes_read": scan.bytes_read,
         "message_records": scan.message_records,
         "max_physical_offset": scan.max_physical_offset,

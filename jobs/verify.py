@@ -33,6 +33,7 @@ from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
@@ -208,6 +209,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "checked": {"consumequeue": with_cq, "index": with_index,
                     "index_disabled_by_config": not settings.message_index_enable},
         "settings": settings.to_dict(),
+        "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),
             "message_records": scan.message_records,
@@ -215,6 +217,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
             "scan_end": end.as_list() if end else None,
             "scan_end_detail": end.describe() if end else None,
             "segments_with_data_after_end": scan.stitched.data_after_end,
+            "decoders": scan.decoders(),
         },
         **stats,
         "finding_counts": dict(sorted(found.counts.items())),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .dledger import ENTRY_HEADER_SIZE
 from .errors import StoreFormatError
 from .scan_plan import Segment
-from .segment_names import parse_segment_name
+from .segment_names import java_parse_long, parse_segment_name, segment_name
 
 
 @dataclass(frozen=True)
@@ -22,14 +22,51 @@ class LogFile:
     name: str
     size: int
     path: str
+    regular: bool = True  # a regular file (not a directory, FIFO, socket, device)
+
+
+LOADERS = {"segment": "MappedFileQueue.load", "DLedger data file": "DLedger's MmapFileList.load",
+           "consume-queue file": "ConsumeQueue's MappedFileQueue.load"}
+
+
+def broker_consequence(f: LogFile, file_size: int | None, starts: set[int], what: str) -> str:
+    """What the broker makes of a file in a directory its MappedFileQueue loads (commit log, DLedger data, one
+    consume queue) whose name is not a 20-digit start offset: the loader takes every entry there, refuses one
+    whose length is not the file size, then parses the name with Long.parseLong (RocketMQ 4.9.8
+    MappedFileQueue.doLoad and MappedFile.init; DLedger's twins). `file_size` None: not known here."""
+    loader = LOADERS[what]
+    if not f.regular or (file_size is not None and f.size != file_size):
+        return (f"the broker does not start: {loader} takes every entry of the directory and refuses one whose "
+                f"length is not the file size" + (f" {file_size}" if file_size is not None else ""))
+    start = java_parse_long(f.name)
+    if start is None:
+        return (f"the broker does not start: {loader} parses every file name there as a long (Long.parseLong) "
+                f"and this one throws NumberFormatException")
+    if start in starts:
+        return (f"the broker loads it as a second file for offset {start} beside {segment_name(start)} "
+                f"(Long.parseLong of the name): its file list no longer has one file per offset, and it reads or "
+                f"recovers the wrong file's bytes for that offset (data misplaced)")
+    return (f"the broker loads it as the file for offset {start} (Long.parseLong of the name), placed by name, not "
+            f"by offset, among the others" + ("" if file_size is not None else
+                                              " (if its length is the file size; otherwise it does not start)"))
 
 
 def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> list[Segment]:
+    """The directory's segments; any other name in it is refused with what the broker would make of it (it
+    never ignores a file there)."""
+    starts = {parse_segment_name(f.name) for f in files} - {None}
+    strays = [f for f in files if parse_segment_name(f.name) is None]
+    if strays:
+        f = strays[0]
+        others = f" (and {len(strays) - 1} more such names)" if len(strays) > 1 else ""
+        raise StoreFormatError(f.path, 0, f"not a {what} name (the 20-digit start offset){others}: "
+                                          f"{broker_consequence(f, file_size, starts, what)}; move it out of the "
+                                          f"directory")
     out = []
     for f in files:
         start = parse_segment_name(f.name)
-        if start is None:
-            continue
+        if not f.regular:
+            continue  # a directory or device with a segment name: named by the store checks (store_layout)
         if f.size != file_size:
             raise StoreFormatError(f.path, min(f.size, file_size),
                                    f"{what} is {f.size} bytes, expected {file_size} (mappedFileSizeCommitLog; the "

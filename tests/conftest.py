@@ -29,6 +29,14 @@ def golden_cases(prefixes: tuple[str, ...] = ("",), exclude: tuple[str, ...] = (
 KNOWN_FAILING: dict[str, str] = {}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """NUMBA_BOUNDSCHECK=1 needs a cache directory of its own: numba's cache index does not record the
+    setting, so the usual cache would hand back kernels compiled without bounds checks (`make test-boundscheck`)."""
+    if os.environ.get("NUMBA_BOUNDSCHECK") == "1" and not os.environ.get("NUMBA_CACHE_DIR"):
+        pytest.exit("NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR: numba would load the kernels cached without "
+                    "bounds checks; set NUMBA_CACHE_DIR to an empty directory (make test-boundscheck)", returncode=2)
+
+
 def case_params(cases: list[str], passing: frozenset[str] = frozenset()) -> list:
     """`cases` as pytest params, the known-failing ones marked xfail(strict=True) with their issue;
     `passing` names known-failing cases this particular test already passes."""

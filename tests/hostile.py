@@ -211,6 +211,14 @@ def bitflip_queue_offset(golden: Path, dst: Path) -> Damage:
                     "queueOffset jumps by 2^40: the queue would need 10^10 files")
 
 
+def negative_queue_offset(golden: Path, dst: Path) -> Damage:
+    """The victim's queueOffset set to -8 (rebuild once wrote `<topic>/<q>/-0000000000000000160` for it): every
+    job refuses the record by file and byte offset (the broker would drop its entry as already written)."""
+    v = GoldenVictim(golden, dst)
+    _patch(v.segment, v.pos + 20, struct.pack(">q", -8))
+    return v.damage("negative-queue-offset", v.pos, UNREADABLE, "a negative queueOffset")
+
+
 def bitflip_store_timestamp(golden: Path, dst: Path) -> Damage:
     """storeTimestamp of the store's first record + 2^62 ms: far past any date a file name can hold."""
     v = GoldenVictim(golden, dst)
@@ -250,6 +258,23 @@ def misnamed_segment(golden: Path, dst: Path) -> Damage:
     renamed = v.segment.with_name(segment_name(int(v.segment.name) - 1))
     v.segment.rename(renamed)
     return v.damage("misnamed-segment", 0, CHAIN, "segment name not where the previous segment ends", file=renamed)
+
+
+def stray_commitlog_name(suffix_or_name: str, label: str, why: str) -> Callable[[Path, Path], Damage]:
+    """A copy of the victim segment beside it under a name the broker does not take as a segment (`{}` in
+    `suffix_or_name` stands for the victim's name): every job refuses the store, naming that file."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        stray = v.segment.with_name(suffix_or_name.format(v.segment.name))
+        shutil.copyfile(v.segment, stray)
+        return v.damage(f"stray-commitlog-{label}", 0, UNREADABLE, why, file=stray)
+    build.__name__ = f"stray_commitlog_{label}"
+    return build
+
+
+stray_bak = stray_commitlog_name("{}.bak", "bak", "a .bak copy: the broker's Long.parseLong of it throws, it does not start")
+stray_hex = stray_commitlog_name("0000000000000000000a", "hex", "a hex letter: NumberFormatException")
+stray_21_digits = stray_commitlog_name("0{}", "21-digits", "a second name for the victim's offset: data misplaced")
 
 
 def topic_length_past_record(golden: Path, dst: Path) -> Damage:
@@ -389,7 +414,7 @@ BUILDERS: list[Callable[[Path, Path], Damage]] = [
     total_size_past_segment, bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
     properties_invalid_utf8, properties_without_separators, _bad_topic("../../x", "dotdot"),
     _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), index_wrong_size, consume_queue_wrong_size,
-    checkpoint_wrong_size,
+    checkpoint_wrong_size, stray_bak, stray_hex, stray_21_digits, negative_queue_offset,
 ]
 
 # Damage inside one segment that the decoder alone finds (storage_format.commitlog.decode_buffer): the

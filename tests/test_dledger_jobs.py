@@ -182,3 +182,29 @@ def test_plain_segment_past_the_dledger_data_start_is_refused(tmp_path):
         plan_log(plain, data[:0] + [LogFile(f"{200:020d}", 100, "/s/dledger-n0/data/x")], 100)
     with pytest.raises(StoreFormatError, match="DLedger data file is 99 bytes"):
         plan_log([], [LogFile(f"{0:020d}", 99, "/s/d")], 100)
+
+
+def test_names_in_a_log_directory_the_broker_would_not_take_are_refused():
+    """Every name in commitlog/ or DLedger data/ that is not a 20-digit offset is refused, naming the file and
+    what the broker does with it (MappedFileQueue.doLoad: length check, then Long.parseLong of the name)."""
+    from storage_format.errors import StoreFormatError
+    from storage_format.log_sources import LogFile, plan_log
+    from storage_format.segment_names import java_parse_long
+
+    assert [java_parse_long(n) for n in ("00000000000000000100", "000000000000000000100", "+7", "-0", "\u0661")] \
+        == [100, 100, 7, 0, 1]
+    assert [java_parse_long(n) for n in ("", "+", "1a", "x.bak", "9223372036854775808", "\U0001D7CE")] == [None] * 6
+    good = [LogFile(f"{s:020d}", 100, f"/s/commitlog/{s:020d}") for s in (0, 100)]
+    cases = {
+        LogFile("00000000000000000000.bak", 100, "/s/commitlog/x.bak"): "throws NumberFormatException",
+        LogFile("0000000000000000000a", 100, "/s/commitlog/a"): "throws NumberFormatException",
+        LogFile("000000000000000000100", 100, "/s/commitlog/d"): "second file for offset 100",
+        LogFile("+200", 100, "/s/commitlog/p"): "loads it as the file for offset 200",
+        LogFile("notes", 3, "/s/commitlog/n"): "refuses one whose length is not the file size 100",
+        LogFile("sub", 4096, "/s/commitlog/sub", regular=False): "the broker does not start",
+    }
+    for stray, consequence in cases.items():
+        for plain, data in (([*good, stray], None), ([], [*good, stray])):
+            with pytest.raises(StoreFormatError, match=consequence) as err:
+                plan_log(plain, data, 100)
+            assert str(err.value).startswith(f"{stray.path} at byte offset 0: not a ")

@@ -176,7 +176,8 @@ def test_debug_shows_the_traceback(no_spark, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("REPUT_DEBUG", "1")
     code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "o"), "--index-name-tz", "Nowhere/X"],
                         capsys)
-    assert code == 2 and err[0] == "Traceback (most recent call last):" and "unknown time zone" in err[-1]
+    assert err[0].startswith("reput rebuild: note: environment: REPUT_DEBUG='1' ")  # named, as any non-default
+    assert code == 2 and err[1] == "Traceback (most recent call last):" and "unknown time zone" in err[-1]
 
 
 def test_missing_or_unreadable_store_before_spark(no_spark, tmp_path, capsys):

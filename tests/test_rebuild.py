@@ -29,6 +29,27 @@ def test_rebuild_is_byte_exact(case, spark, tmp_path, capsys):
     assert len(names) == len(set(names)) and all(len(n) == 17 and n.isdigit() for n in names)
     assert report(out)["message_records"] == expected_scan(case)["message_records"]
     assert not list(tmp_path.glob(".out.reput-*")), "staging directory left behind"
+    # The compiled decoder took every split holding records (LMQ stores: but multi-dispatch ones), and said so.
+    decoders = report(out)["decoders"]
+    if "lmq" in case:
+        assert set(decoders["fallbacks"]) <= {"multi-dispatch"}, decoders
+    elif case in CONTROLLER:  # the splits holding or after the stored confirm offset: the reference's
+        assert set(decoders["fallbacks"]) <= {"dispatch limit inside the split"}, decoders
+    else:
+        assert decoders["splits"]["kernel"] > 0 and decoders["fallback_splits"] == 0 and "reference" not in decoders["splits"], decoders
+        assert "compiled decoder left" not in capsys.readouterr().err
+
+
+def test_kernel_fallback_is_counted_and_noted(spark, tmp_path, capsys):
+    """A split the compiled decoder leaves to the numpy reference (a torn last record) is counted per reason
+    in the run report and named in one `reput: note:` line."""
+    out = tmp_path / "out"
+    assert run_rebuild("unclean-torn-11", out, "--accept-invalid-tail") == 0
+    decoders = report(out)["decoders"]
+    assert decoders["fallback_splits"] == 1 and decoders["splits"]["reference"] == 1, decoders
+    notes = [line for line in capsys.readouterr().err.splitlines() if "compiled decoder left" in line]
+    assert len(notes) == 1 and notes[0].startswith("reput: note: decode: "), notes
+    assert f"1 {next(iter(decoders['fallbacks']))}" in notes[0], notes
 
 
 def test_queues_cut_into_many_runs_are_byte_exact(spark, tmp_path, capsys, monkeypatch):

@@ -616,3 +616,20 @@ def test_inplace_end_to_end_with_a_kill_then_resume_then_rollback(golden, tmp_pa
     assert back.returncode == 0, back.stderr
     assert back.stdout.startswith(f"rolled back: {store} is as it was before recovery (") and "{" not in back.stdout
     assert tree(store) == old
+
+
+def test_a_stray_name_in_a_queue_directory_is_refused(spark, golden, tmp_path, capsys):
+    """A `.bak` copy in consumequeue/<topic>/<queueId>/ would stop the broker (MappedFileQueue.load parses every
+    name there as a long): recover refuses, naming the file and that consequence, and changes nothing."""
+    from jobs.pipeline.runtime.cli import run_main
+
+    store = writable_copy(golden / "unclean-11", tmp_path / "store")
+    queue = store / "consumequeue" / "TopicTest" / "0"
+    shutil.copyfile(queue / "00000000000000000000", queue / "00000000000000000000.bak")
+    with pytest.raises(SystemExit) as done:
+        run_main("recover", lambda argv: run_recover("--store", str(store), "--broker-config", str(CONF),
+                                                     "--dry-run", "--json"))
+    assert done.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and f"{queue / '00000000000000000000.bak'} at byte offset 0" in err[0], err
+    assert "the broker does not start" in err[0] and "NumberFormatException" in err[0], err

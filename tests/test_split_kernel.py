@@ -2,6 +2,7 @@
 golden store (three split sizes) and on hypothesis-generated stores."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.result import SplitTask
+from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, SplitTask
 from jobs.pipeline.scan.stage import decode_split
 from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
@@ -21,11 +22,13 @@ from storage_format.kernels.split_decode import decode_fast
 from storegen.encoder import encode_record
 from tests.conftest import GOLDEN, case_params, golden_cases
 
+TORN_REASONS = {"fallback: size mismatch", "fallback: bad totalSize", "fallback: record runs past the buffer"}
 SPLIT_SIZES = (0, 65536)  # medium stores: 0 only; one small store also at 4 KiB (many splits per segment)
 
 
 def _summary_fields(summary) -> dict:
-    fields = dict(vars(summary))
+    """The summary's fields but which decoder made it (the two decoders must agree on all the rest)."""
+    fields = {k: v for k, v in vars(summary).items() if k not in ("decoder", "fallback")}
     fields["error"] = None if summary.error is None else str(summary.error)
     return fields
 
@@ -37,25 +40,43 @@ def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | Non
     return cq, keys
 
 
-def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path) -> int:
-    """Decode every split both ways; assert equal summaries and work files; returns how many records the
-    kernel decoded itself (in splits it did not leave to the reference)."""
+KERNEL_RECORDS = "records decoded by the kernel"
+
+
+def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path) -> Counter:
+    """Decode every split both ways; assert equal summaries and work files; returns how many splits each
+    decoder took when the kernel was asked, with the fallback reasons (the decoder the summary names is
+    checked against an independent call of the kernel: the kernel ran when it says so), and under
+    KERNEL_RECORDS how many records the kernel decoded itself."""
     segments = list_segments(location(str(store)), settings)
-    taken = 0
+    taken: Counter = Counter()
     data: dict[str, bytes] = {}
     for sp in plan_splits(segments, split_size):
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
             task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel)
-            got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
+            summary = decode_split(task)
+            got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
+            if kernel and summary.error is None:
+                taken[summary.decoder] += 1
+                if summary.fallback:
+                    taken["fallback: " + summary.fallback] += 1
+            elif not kernel:
+                assert summary.decoder in (DECODER_REFERENCE, DECODER_SPARSE) and not summary.fallback
+            if summary.decoder == DECODER_NO_START:
+                assert summary.records == 0 and not summary.fallback
         assert got[True][0] == got[False][0], f"summary of split {sp.index} ({sp.segment.path} {sp.start})"
         for what, k_table, r_table in zip(("cq", "keys"), got[True][1:], got[False][1:]):
             assert (k_table is None) == (r_table is None), what
             assert k_table is None or k_table.equals(r_table), f"{what} file of split {sp.index}"
         if sp.segment.path not in data:
             data = {sp.segment.path: Path(sp.segment.path).read_bytes()}
-        taken += _kernel_takes(sp, data[sp.segment.path])
+        records = _kernel_takes(sp, data[sp.segment.path])
+        if records and got[True][0]["error"] is None:
+            taken["kernel (independent call)"] += 1
+            taken[KERNEL_RECORDS] += records
+    assert taken[DECODER_KERNEL] == taken["kernel (independent call)"], taken
     return taken
 
 
@@ -72,9 +93,18 @@ def test_kernel_equals_reference_on_golden(case, tmp_path):
     """Every golden commit log, cut at three split sizes: kernel and reference agree split by split."""
     settings = load_settings(GOLDEN / case / "broker.conf")
     sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case == "clean-small-11" else ())
-    taken = sum(compare_store(GOLDEN / case, settings, size, tmp_path) for size in sizes)
+    taken = sum((compare_store(GOLDEN / case, settings, size, tmp_path) for size in sizes), Counter())
     if "lmq" not in case:
-        assert taken > 0, "the kernel decoded no record of this store"
+        assert taken[KERNEL_RECORDS] > 0, "the kernel decoded no record of this store"
+        assert taken[DECODER_KERNEL] > 0, "the kernel took no split of this store"
+        # Plain and DLedger golden stores: the kernel takes every split that has records (no fallback), but
+        # the one split per cut holding a torn store's torn last record (the reference names the error).
+        fallbacks = {k: n for k, n in taken.items() if k.startswith("fallback")}
+        if "torn" in case:
+            assert set(fallbacks) <= TORN_REASONS and sum(fallbacks.values()) <= len(sizes), taken
+        else:
+            assert not fallbacks, taken
+        assert taken[DECODER_REFERENCE] == sum(fallbacks.values()), taken
 
 
 def test_golden_cases_found():
@@ -144,7 +174,7 @@ def test_kernel_equals_reference_on_generated(tmp_path_factory):
         root = tmp_path_factory.mktemp("store")
         generated_store(root, msgs, tail, damage, seg_size)
         settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
-        decoded.append(compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work")))
+        decoded.append(compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"))[KERNEL_RECORDS])
 
     check()
     assert len(decoded) >= 30
@@ -210,4 +240,5 @@ def test_kernel_grows_its_outputs(tmp_path):
     (tmp_path / "store" / "commitlog").mkdir(parents=True)
     (tmp_path / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(data) + bytes(seg_size - len(data)))
     settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
-    assert compare_store(tmp_path / "store", settings_, 0, tmp_path / "work") == 1500  # every record, by the kernel
+    taken = compare_store(tmp_path / "store", settings_, 0, tmp_path / "work")
+    assert taken[DECODER_KERNEL] == 1 and taken[KERNEL_RECORDS] == 1500  # every record, by the kernel

@@ -338,6 +338,28 @@ def test_directory_or_fifo_in_place_of_a_consume_queue_file(thing, spark, store,
     assert code == 1
     found = {(d["kind"], d["path"]): d for d in report["findings"]}
     assert found[("missing_file", rel)]["detail"].startswith(f"{what} in place of the file")
-    assert found[("unexpected_file", rel)]["detail"] == f"{what}, not a regular file"
+    assert found[("unexpected_file", rel)]["detail"].startswith(f"{what}, not a regular file: the broker does not start")
     assert found[("unexpected_file", f"index/{index.name}")]["detail"] == f"{what}, not a regular file"
     assert any(kind == "missing_file" and path.startswith("index/(expected file") for kind, path in found)
+
+
+def test_names_the_broker_would_mis_handle_are_findings_with_its_consequence(spark, store, tmp_path):
+    """Names in consumequeue/<t>/<q>/, consumequeue/<t>/ and index/ that the broker would not take as written
+    are findings saying what the broker does with them (RocketMQ 4.9.8 loadConsumeQueue, MappedFileQueue.load,
+    IndexService.load)."""
+    queue = store / "consumequeue" / "TopicTest" / "1"
+    shutil.copyfile(queue / "00000000000000002000", queue / "00000000000000002000.bak")
+    shutil.copyfile(queue / "00000000000000002000", queue / "000000000000000002000")
+    (store / "consumequeue" / "TopicTest" / "01").mkdir()
+    (store / "consumequeue" / "TopicTest" / "q1").mkdir()
+    (store / "index" / "notes.txt").write_text("x")
+    code, report = run(store, tmp_path)
+    assert code == 1
+    found = {d["path"]: d["detail"] for d in report["findings"] if d["kind"] == "unexpected_file"}
+    assert "Long.parseLong" in found["consumequeue/TopicTest/1/00000000000000002000.bak"]
+    assert "the broker does not start" in found["consumequeue/TopicTest/1/00000000000000002000.bak"]
+    assert "second file for offset 2000" in found["consumequeue/TopicTest/1/000000000000000002000"]
+    assert "reads queue 1 from consumequeue/TopicTest/1/ instead" in found["consumequeue/TopicTest/01"]
+    assert "the broker skips it (Integer.parseInt throws)" in found["consumequeue/TopicTest/q1"]
+    assert "the broker skips it" in found["index/notes.txt"]
+

@@ -30,6 +30,7 @@ FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer",
                   k.FB_TOPIC: "unsafe or malformed topic", k.FB_SCHEDULE: "bad DELAY",
                   k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
                   k.FB_INNER_BATCH: "inner-batch record", k.FB_BAD_ENTRY: "bad DLedger entry"}
+NO_RECORD_START = "no record start found"  # not a fallback: no record to decode, the reference says where it ends
 _END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
 _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
@@ -84,7 +85,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     if find_start:
         found = find_first_start(buf, base_offset, start, stop, header)
         if found is None:
-            return "no record start found"  # the reference's answer is cheap here
+            return NO_RECORD_START  # the reference's answer is cheap here
         first = found
     stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,18 +35,12 @@ from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
 from ..io.copy import copy_range
 from ..runtime.failure import JobError
+from ..runtime.faults import crash_point
 
 JOURNAL = ".reput-recover.journal"
 STAGING = ".reput-recover.staging"
 BACKUP_MANIFEST = "reput-backup.json"
-CRASH_ENV = "REPUT_CRASH_AT"  # test hook: SIGKILL this process at the named point
 REPLACE, CREATE, DELETE = "replace", "create", "delete"
-
-
-def crash_point(name: str) -> None:
-    """Test hook: when REPUT_CRASH_AT names this point, the process kills itself with SIGKILL."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def local_store(uri: str) -> Path:

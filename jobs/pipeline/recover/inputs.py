@@ -17,6 +17,7 @@ from storage_format.commitlog import parse_segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import HEADER_SIZE, IndexHeader, is_name
+from storage_format.log_sources import LogFile, broker_consequence
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -52,7 +53,9 @@ class QueueDir:
 
 
 def list_queues(store: Location) -> list[QueueDir]:
-    """consumequeue/<topic>/<queueId>/<20-digit files>; other names are not the broker's and are skipped."""
+    """consumequeue/<topic>/<queueId>/<20-digit files>. Topic and queue directories the broker skips are skipped;
+    another file name in a queue directory is refused with what the broker does with it (it does not start, or
+    loads it for another offset: log_sources.broker_consequence)."""
     root = store.child("consumequeue")
     out = []
     for t in root.list():
@@ -63,8 +66,15 @@ def list_queues(store: Location) -> list[QueueDir]:
             if q.type.name != "Directory" or not q.base_name.lstrip("-").isdigit():
                 continue
             qdir = tdir.child(q.base_name)
-            files = tuple((parse_segment_name(f.base_name), f.size) for f in qdir.list()
-                          if f.type.name == "File" and parse_segment_name(f.base_name) is not None)
+            listed = [f for f in qdir.list() if f.type.name == "File"]
+            starts = {parse_segment_name(f.base_name) for f in listed} - {None}
+            for f in listed:
+                if parse_segment_name(f.base_name) is None:  # the broker's load would not take it as written
+                    why = broker_consequence(LogFile(f.base_name, f.size, ""), None, starts, "consume-queue file")
+                    raise StoreFormatError(qdir.child(f.base_name).uri, 0,
+                                           f"not a consume-queue file name (the 20-digit start offset): {why}; move "
+                                           f"it out of the queue directory")
+            files = tuple((parse_segment_name(f.base_name), f.size) for f in listed)
             out.append(QueueDir(t.base_name, int(q.base_name), qdir.uri, tuple(sorted(files))))
     return out
 

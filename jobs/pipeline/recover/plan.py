@@ -14,6 +14,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..store.markers import StoreMarkers
+from ..runtime import env
 from .inputs import QueueDir
 from ..scan.result import ScanResult
 
@@ -36,8 +37,8 @@ class IndexPlan:
 class QueueChanges:
     """Consume-queue views shared by the plain and the DLedger-mode plan (needs `states` and `loads`)."""
 
-    states: dict[tuple[str, int], rules.QueueState]
-    loads: dict[tuple[str, int], rules.QueueLoad]
+    states: dict[tuple[str, int], recovery.QueueState]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
     max_phy_before: int
     truncate_queues: bool
 
@@ -162,6 +163,7 @@ class RecoveryPlan(QueueChanges):
             "state": "unclean (abort file present)" if self.abnormal else "clean (no abort file)",
             "recovery": "abnormal" if self.abnormal else "normal",
             "changes": self.changes,
+            "environment": env.in_effect(),
             "checkpoint": {
                 "before": cp0.to_dict(), "after": cp1.to_dict(), "why": self.checkpoint_why,
                 "min_timestamp": cp0.min_timestamp, "min_timestamp_index": cp0.min_timestamp_index,
@@ -171,7 +173,7 @@ class RecoveryPlan(QueueChanges):
                               "looked_at": self.start.looked_at[:LOOKED_AT_SHOWN]},
             "validation": {"from_offset": self.start.offset, "crc": self.settings.check_crc_on_recover,
                            "splits": len(self.scan.splits), "records": self.scan.message_records,
-                           "segments": len(self.scan.segments)},
+                           "segments": len(self.scan.segments), "decoders": self.scan.decoders()},
             "truncation": {**t.to_dict(), "segment": None if holding is None else segment_name(holding.start),
                            "position_in_segment": None if holding is None else t.offset - holding.start},
             "commitlog": {"segments": len(self.segments), "to_delete": [segment_name(s) for s in self.segments_deleted],

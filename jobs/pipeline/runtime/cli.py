@@ -14,7 +14,7 @@ from jobs import __version__
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import BrokerSettings, load_settings_with_warnings
 
-from . import interrupt
+from . import env, interrupt
 from .failure import DEBUG_ENV, Interrupted, JobError, debug, one_line  # noqa: F401 (JobError: jobs import it here)
 from ..io.commit_marker import refuse_unfinished
 from ..io.fs import Location, location
@@ -167,6 +167,7 @@ def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] 
     `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130
     (see interrupt.py); REPUT_DEBUG=1 adds the traceback."""
     previous = interrupt.install()
+    env.note_in_effect(job)
     try:
         code = main(argv)
     except KeyboardInterrupt as exc:

@@ -4,10 +4,11 @@ as the Python error raised inside the failed task, else the Java one, never with
 from __future__ import annotations
 
 import builtins
-import os
 import re
 
 from storage_format.errors import ScanError, SettingsError, StoreFormatError
+
+from . import env
 
 DEBUG_ENV = "REPUT_DEBUG"
 _OWN_NAMES = {"StoreFormatError", "SettingsError", "ScanError", "JobError"}
@@ -34,7 +35,7 @@ OWN_ERRORS = (StoreFormatError, SettingsError, ScanError, JobError, OSError)
 
 def debug() -> bool:
     """REPUT_DEBUG=1 (any value but 0): tracebacks and Spark's log are shown."""
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    return (env.value(DEBUG_ENV) or "") not in ("", "0")
 
 
 def one_line(exc: BaseException) -> str:

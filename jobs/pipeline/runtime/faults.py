@@ -1,4 +1,5 @@
-"""Fault-injection hooks for the crash-safety and determinism tests; inert unless their variable is set.
+"""Fault-injection hooks for the crash-safety and determinism tests (all of them: one module); inert unless
+their variable is set (registered in env.py, named on stderr and in the run report when set).
 
 - `REPUT_TEST_PAUSE_AT=<point>`: `pause_at(point)` announces itself (a line on stderr, and the file named
   by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
@@ -6,6 +7,8 @@
   (an --overwrite publish: old OUT moved aside, new one not yet in place), before-old-delete; on object
   storage (no rename), before-commit: the tree is written, the run report is not. Of a convert:
   in-convert-write (inside a segment-write task, its segment half written), after-write.
+- `REPUT_CRASH_AT=<point>`: `crash_point(point)` kills the process with SIGKILL there (an --in-place
+  recovery's points: staged, backed-up, journaled, applied, op-<n>).
 - `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after
   it wrote its work files, so Spark must retry it (needs spark.task.maxFailures > 1, e.g. master
   `local[2,2]`).
@@ -13,8 +16,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+
+from . import env
 
 PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
                 "before-old-delete", "before-commit", "in-convert-write", "after-write")
@@ -22,10 +28,10 @@ PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-
 
 def pause_at(point: str) -> None:
     """Sleep forever at `point` when REPUT_TEST_PAUSE_AT names it (the test then kills the process)."""
-    if os.environ.get("REPUT_TEST_PAUSE_AT") != point:
+    if env.value("REPUT_TEST_PAUSE_AT") != point:
         return
     print(f"reput test hook: paused at {point}", file=sys.stderr, flush=True)
-    mark = os.environ.get("REPUT_TEST_PAUSE_MARK")
+    mark = env.value("REPUT_TEST_PAUSE_MARK")
     if mark:
         with open(mark, "w") as f:
             f.write(point)
@@ -35,7 +41,7 @@ def pause_at(point: str) -> None:
 
 def fail_once() -> None:
     """Raise in the one task that first creates the REPUT_FAIL_ONCE file (atomic O_EXCL create)."""
-    path = os.environ.get("REPUT_FAIL_ONCE")
+    path = env.value("REPUT_FAIL_ONCE")
     if not path:
         return
     try:
@@ -43,3 +49,9 @@ def fail_once() -> None:
     except FileExistsError:
         return
     raise RuntimeError(f"reput test hook: injected failure of one task (REPUT_FAIL_ONCE={path})")
+
+
+def crash_point(name: str) -> None:
+    """When REPUT_CRASH_AT names this point, the process kills itself with SIGKILL (no cleanup runs)."""
+    if env.value("REPUT_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -19,7 +19,7 @@ from typing import Callable, TypeVar
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from . import interrupt, worker_daemon
+from . import env, interrupt, worker_daemon
 from .failure import debug
 
 CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
@@ -41,8 +41,9 @@ def under_spark_submit() -> bool:
 
 def _java_options(dump_to: Path | None = None) -> str:
     """Driver JVM options: REPUT_DRIVER_JAVA_OPTIONS replaces ours; the archive is used when made."""
-    if "REPUT_DRIVER_JAVA_OPTIONS" in os.environ:
-        return os.environ["REPUT_DRIVER_JAVA_OPTIONS"]
+    options = env.value("REPUT_DRIVER_JAVA_OPTIONS")
+    if options is not None:
+        return options
     if dump_to is not None:
         return f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={dump_to} {CDS_QUIET}"
     if CDS_ARCHIVE.is_file():
@@ -52,16 +53,16 @@ def _java_options(dump_to: Path | None = None) -> str:
 
 def log_level(requested: str | None) -> str:
     """Spark's log level: the flag, else REPUT_SPARK_LOG_LEVEL, else warn with REPUT_DEBUG, else off."""
-    return (requested or os.environ.get("REPUT_SPARK_LOG_LEVEL") or ("warn" if debug() else "off")).upper()
+    return (requested or env.value("REPUT_SPARK_LOG_LEVEL") or ("warn" if debug() else "off")).upper()
 
 
 def _daemon_module() -> str:
-    return os.environ.get("REPUT_WORKER_DAEMON", WORKER_DAEMON)
+    return env.value("REPUT_WORKER_DAEMON") or WORKER_DAEMON
 
 
 def _local(master: str | None) -> bool:
     """The embedded session runs its Python workers on this machine (local[...])."""
-    return (master or os.environ.get("REPUT_SPARK_MASTER", "local[*]")).startswith("local")
+    return (master or env.value("REPUT_SPARK_MASTER")).startswith("local")
 
 
 def job_spark(args: argparse.Namespace, app: str) -> SparkSession:
@@ -108,10 +109,10 @@ def spark_conf(app: str, master: str | None, level: str, dump_cds_to: Path | Non
     if not embedded(master):
         return conf
     conf.update({
-        "spark.master": master or os.environ.get("REPUT_SPARK_MASTER", "local[*]"),
+        "spark.master": master or env.value("REPUT_SPARK_MASTER"),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": os.environ.get("REPUT_DRIVER_MEMORY", "4g"),
+        "spark.driver.memory": env.value("REPUT_DRIVER_MEMORY"),
         "spark.driver.extraJavaOptions": f"{_java_options(dump_cds_to)} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG} "
                                          f"-Dreput.logLevel={level}",
         "spark.sql.shuffle.partitions": "8",

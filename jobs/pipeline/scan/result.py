@@ -69,10 +69,21 @@ class SplitSummary:
     # DLedger data: the entry index of the split's first and last entry (None in a plain segment).
     first_entry_index: int | None = None
     last_entry_index: int | None = None
+    # Which decoder produced this summary (DECODER_*), and why the reference decoded a split the compiled
+    # kernel was asked to take (its fallback reason; "" when the kernel took it or was not asked).
+    decoder: str = ""
+    fallback: str = ""
 
     def walk(self) -> SplitWalk:
         return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,
                          blanks=self.blanks, first_entry=self.first_entry_index, last_entry=self.last_entry_index)
+
+
+DECODER_KERNEL = "kernel"  # the compiled one-pass decoder (storage_format.kernels.split_decode)
+DECODER_REFERENCE = "reference"  # the numpy reference decoder (storage_format.commitlog)
+DECODER_NO_START = "no record start"  # the kernel found no record starting in the split (a zero tail, or
+# the middle of a large record): nothing to decode, the reference states where the walk ends
+DECODER_SPARSE = "sparse"  # no bytes to decode: the split lies in a segment's unwritten (sparse) tail
 
 
 @dataclass
@@ -101,6 +112,18 @@ class ScanResult:
         """End of the last valid record (where the broker would append next)."""
         ends = [s.last_record_end for s in self.accepted if s.last_record_end is not None]
         return max(ends) if ends else (self.segments[0].start if self.segments else 0)
+
+    def decoders(self) -> dict:
+        """The run report's count of splits per decoder and of kernel fallbacks per reason (each split's
+        final decode: a re-walked split counts once)."""
+        per: dict[str, int] = {}
+        fallbacks: dict[str, int] = {}
+        for s in self.summaries.values():
+            per[s.decoder] = per.get(s.decoder, 0) + 1
+            if s.fallback:
+                fallbacks[s.fallback] = fallbacks.get(s.fallback, 0) + 1
+        return {"splits": dict(sorted(per.items())), "fallbacks": dict(sorted(fallbacks.items())),
+                "fallback_splits": sum(fallbacks.values())}
 
     def entry_range(self) -> tuple[int, int] | None:
         """First and last DLedger entry index of the valid log (None: no DLedger entries)."""

@@ -6,7 +6,7 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 """
 from __future__ import annotations
 
-import os
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -25,21 +25,24 @@ from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 from storage_format.index_keys import KeyBatch
-from storage_format.kernels.split_decode import FastSplit, decode_fast, record_after_clean_end
+from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, decode_fast, record_after_clean_end
 from storage_format.split_rows import CqRows, QueueStats
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
+from ..runtime import env
 from ..runtime.faults import fail_once
 from ..store.markers import store_generation
 from ..io.fs import Location
-from .result import ScanResult, SplitSummary, SplitTask
+from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, ScanResult, SplitSummary,
+                     SplitTask)
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
 from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
+FALLBACK_DISPATCH_LIMIT = "dispatch limit inside the split"  # a confirm offset / DLedger committed position
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
@@ -88,21 +91,31 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
     The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
-    DLedger committed position, or whatever split_decode leaves) the numpy reference."""
+    DLedger committed position, or whatever split_decode leaves) the numpy reference, and the summary says
+    which decoder ran and why the kernel left it (the run report counts both)."""
+    decoder, fallback = DECODER_REFERENCE, ""
     try:
-        fast = _decode_fast(task) if task.kernel and not task.check_crc else None
-        if fast is not None:
-            fail_once()
-            return fast
+        if in_hole(task):
+            decoder = DECODER_SPARSE
+        elif task.kernel and not task.check_crc:
+            decoder = DECODER_KERNEL
+            fast = _decode_fast(task)
+            if isinstance(fast, SplitSummary):
+                fail_once()
+                fast.decoder = DECODER_KERNEL
+                return fast
+            decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
+        summary.decoder, summary.fallback = decoder, fallback
         fail_once()  # test hook: a task that dies after writing its work files is retried
         return summary
     except StoreFormatError as err:
         sp = task.split
         return SplitSummary(index=sp.index, first_offset=None,
-                            end=ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err)
+                            end=ScanEnd(END_ERROR, sp.global_start, detail=str(err)), error=err,
+                            decoder=decoder, fallback=fallback)
 
 
 def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
@@ -113,13 +126,11 @@ def _record_after_zero_end(task: SplitTask, chunk: DecodedChunk) -> int | None:
                                   sp.segment.header)
 
 
-def _decode_fast(task: SplitTask) -> SplitSummary | None:
-    """The split's summary (and work files) from the compiled kernel, or None when the kernel leaves the
-    split to the reference (a hole, or anything split_decode does not take)."""
+def _decode_fast(task: SplitTask) -> SplitSummary | str:
+    """The split's summary (and work files) from the compiled kernel, or why the kernel leaves the split
+    to the reference (split_decode's reason, or the dispatch limit falling inside the split)."""
     sp = task.split
     find_start = task.exact_start is None and not sp.at_segment_start
-    if in_hole(task):
-        return None
     buf, begin = _read_window(task, sp.stop + task.settings.max_message_size + 64 + sp.segment.header)
     start = (sp.start if task.exact_start is None else task.exact_start) - begin
     base = sp.segment.start + begin
@@ -127,10 +138,10 @@ def _decode_fast(task: SplitTask) -> SplitSummary | None:
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
     if isinstance(fast, str):
-        return None
+        return fast
     limit = task.dispatch_limit
     if limit is not None and fast.records and base + fast.last_position + fast.last_size > limit:
-        return None  # the dispatch limit falls in this split: the reference takes its records one by one
+        return FALLBACK_DISPATCH_LIMIT  # the reference takes the split's records one by one
     summary = _summarise_fast(task, fast, base, len(buf))
     if limit is not None and fast.records:  # every record of the split ends at or below the limit
         summary.last_dispatched_offset, summary.last_dispatched_end = summary.last_record_offset, summary.last_record_end
@@ -295,7 +306,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
     lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                     generation is not None or guess.generation >= 5) if guess else None
-    kernel = os.environ.get(KERNEL_ENV, "1") != "0"
+    kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
                       with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel)
             if splits else None)
@@ -322,7 +333,41 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
         raise summaries[stitched.failed].error
     result = ScanResult(segments, splits, stitched, summaries)
     check_multi_dispatch(result)
+    check_queue_offsets(result, base)
+    note_fallbacks(result, label)
     return result
+
+
+def note_fallbacks(scan: ScanResult, label: str) -> None:
+    """One `reput: note:` line on stderr when the kernel left any split to the (about 10x slower) numpy
+    reference, with the count per reason (the run report holds the same counts under "decoders")."""
+    counts = scan.decoders()
+    if counts["fallback_splits"]:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in counts["fallbacks"].items())
+        print(f"reput: note: {label}: the compiled decoder left {counts['fallback_splits']} of {len(scan.summaries)} "
+              f"splits to the numpy reference decoder (about 10x slower): {reasons}", file=sys.stderr, flush=True)
+
+
+def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
+    """Refuse a record with a negative queueOffset, named by file and byte offset (a damaged store: the broker
+    never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
+    (the expected file offset lies below the queue's current end) and drop it with a "Build consume queue
+    repeatedly" log line; reput does not guess, and never writes a file named by a negative offset."""
+    bad = [s for s in scan.accepted if any(st.cq_rows and st.min_offset < 0 for st in s.queues.values())]
+    if not bad or base is None:
+        return
+    summary = bad[0]
+    sp = scan.splits[summary.index]
+    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
+    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
+    rows = np.flatnonzero(cols.queue_offset < 0)
+    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
+    offset = int(cols.queue_offset[rows[0]]) if len(rows) else min(st.min_offset for st in summary.queues.values())
+    raise StoreFormatError(sp.segment.path, at - sp.segment.start,
+                           f"record at commit-log offset {at} has queueOffset {offset}, which the broker never "
+                           f"assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
+                           f"already written, and a consume-queue file named by a negative offset is never right; "
+                           f"reput refuses rather than guess")
 
 
 def check_multi_dispatch(scan: ScanResult) -> None:

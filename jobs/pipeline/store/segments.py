@@ -3,7 +3,6 @@ commit-log segments named by their 20-digit start offset, DLedger data files, or
 size (no Spark: jobs.dump and jobs.query list segments too)."""
 from __future__ import annotations
 
-from storage_format.commitlog import parse_segment_name
 from storage_format.errors import ScanError
 from storage_format.log_sources import LogFile, plan_log
 from storage_format.scan_plan import Segment
@@ -30,5 +29,5 @@ def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
 
 
 def _log_files(loc: Location) -> list[LogFile]:
-    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri) for i in loc.list()
-            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+    """Every entry of a commit-log directory (log_sources refuses those the broker would not take as segments)."""
+    return [LogFile(i.base_name, i.size, loc.child(i.base_name).uri, i.type.name == "File") for i in loc.list()]

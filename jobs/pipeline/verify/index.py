@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from storage_format.segment_names import java_parse_long
 from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHeader, IndexLayout, is_name, key_slots
 
 from ..build.stage import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
@@ -296,9 +297,14 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
         if odd:
             out.add("index", "unexpected_file", f"index/{info.base_name}", detail=f"{odd}, not a regular file")
             continue
+        if java_parse_long(info.base_name) is None:  # IndexService.load: MappedFile's Long.parseLong throws
+            out.add("index", "unexpected_file", f"index/{info.base_name}",
+                    detail="name is not yyyyMMddHHmmssSSS and no number: the broker skips it (IndexService.load "
+                           "logs the NumberFormatException) and never deletes it")
+            continue
         if not is_name(info.base_name):
             out.add("index", "unexpected_file", f"index/{info.base_name}",
-                    detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file")
+                    detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file (in name order)")
         files.append((info.base_name, read_header(index_dir.child(info.base_name))))
     return files
 
