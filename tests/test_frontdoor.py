@@ -271,3 +271,32 @@ def test_same_or_inside_by_device_and_inode(tmp_path):
     assert not same_or_inside(Location(str(tmp_path / "storex")), Location(str(tmp_path / "store")))
     assert same_or_inside(Location("s3://b/store/x/../out"), Location("s3://b/store"))
     assert not same_or_inside(Location("s3://b/store2/out"), Location("s3://b/store"))
+
+
+def test_an_error_after_the_interrupt_is_the_interrupt(capsys):
+    """A signal's KeyboardInterrupt raised inside a Py4J call can be replaced on its way up by the error of
+    PySpark's clean-up call on the broken connection: the job still ends as interrupted (one line, 130), not as
+    `error: Py4JNetworkError` (exit 2). Without a signal the same error is an error."""
+    import signal
+
+    import pytest
+
+    from jobs.pipeline.runtime import interrupt
+    from jobs.pipeline.runtime.cli import run_main
+
+    def job(argv):
+        try:
+            signal.raise_signal(signal.SIGINT)  # the handler run_main installed raises KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ConnectionError("Answer from Java side is empty") from None  # what PySpark's clean-up raises
+
+    def broken(argv):
+        raise ConnectionError("Answer from Java side is empty")
+
+    with pytest.raises(SystemExit) as ended:
+        run_main("rebuild", job, [])
+    assert ended.value.code == interrupt.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "reput rebuild: interrupted; nothing published\n"
+    with pytest.raises(SystemExit) as ended:
+        run_main("rebuild", broken, [])
+    assert ended.value.code == 2 and "error: Answer from Java side is empty" in capsys.readouterr().err

@@ -178,8 +178,11 @@ def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] 
     except Exception as exc:
         if debug():
             traceback.print_exc()
-        print(f"reput {job}: error: {one_line(exc)}", file=sys.stderr, flush=True)
-        code = EXIT_ERROR
+        if interrupt.signalled():  # the interrupt's KeyboardInterrupt was replaced on its way up
+            code = interrupt.finish(job, INTERRUPTED_NOTES.get(job))
+        else:
+            print(f"reput {job}: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            code = EXIT_ERROR
     finally:
         interrupt.uninstall(previous)
     sys.exit(code)

@@ -24,6 +24,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _cleanups: dict[int, Callable[[], None]] = {}
 _installed = False  # a job runs under run_main (not, e.g., a test calling main() itself)
 _spark_context = None  # the SparkContext to cancel and stop, once there is one
+_signalled = False  # a signal reached the running phase (its KeyboardInterrupt may be replaced on the way up)
 
 
 def job_name(argv: list[str]) -> str:
@@ -60,8 +61,8 @@ def install() -> dict:
 
 def uninstall(previous: dict) -> None:
     """Put back the handlers `install` replaced (a job called in-process, e.g. by a test, is over)."""
-    global _installed, _spark_context
-    _installed, _spark_context = False, None
+    global _installed, _spark_context, _signalled
+    _installed, _spark_context, _signalled = False, None, False
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -118,9 +119,18 @@ def finish(job: str, note: str | None) -> int:
     return EXIT_INTERRUPTED
 
 
+def signalled() -> bool:
+    """A signal reached the running job. An error that reaches the top after it is the interrupt's doing: the
+    KeyboardInterrupt raised inside a Py4J call can be replaced on its way up by the error of PySpark's own
+    clean-up call on the broken connection (`Py4JNetworkError: Answer from Java side is empty`)."""
+    return _signalled
+
+
 def _raise(signum: int, frame) -> None:
     """Signal handler of the running phase. No Py4J call here: the main thread may be inside one (a
     re-entrant call on its connection fails); `finish` stops Spark once the interrupt has unwound."""
+    global _signalled
+    _signalled = True
     for sig in SIGNALS:  # a second signal while unwinding must not interrupt the unwinding
         signal.signal(sig, signal.SIG_IGN)
     logging.disable(logging.CRITICAL)  # py4j logs the broken call it was in as an error
