@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from storage_format import dledger as fmt
 from storage_format import recovery
-from storage_format.checkpoint import Checkpoint
 from storage_format.errors import StoreFormatError
 from storage_format.markers import GenerationGuess
 from storage_format.recovery import dledger as drules
@@ -27,10 +26,10 @@ from storage_format.segment_names import parse_segment_name, segment_name
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
-from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
+from .inputs import (cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, tail_keys)
 from ..store.markers import StoreMarkers
-from .plan import IndexPlan, QueueChanges
+from .plan import CommonPlan, IndexPlan
 from .stage import new_index_names
 from .write import RecoveryOutput, plan_output
 from ..scan.stage import list_segments, scan_store
@@ -121,41 +120,20 @@ def _walk(task: WalkTask) -> drules.EntryRecovery | Exception:
 
 
 @dataclass(kw_only=True)
-class DLedgerRecoveryPlan(QueueChanges):
+class DLedgerRecoveryPlan(CommonPlan):
     """What `jobs.recover` does to a DLedger-mode store, with the facts behind it; `to_dict` is the dry run.
     Shaped like RecoveryPlan where recover/write.py reads it (`segments`: only an upgraded store's plain ones)."""
 
-    store: Location
-    settings: BrokerSettings
-    generation: GenerationGuess
-    markers: StoreMarkers
-    abnormal: bool  # the abort file is present (index files newer than the checkpoint go)
     dirs: DLedgerDirs
     data: list[tuple[int, str]]
     index_files: list[tuple[int, str]]
     dledger_raw: dict[str, bytes | None]
     plan: drules.DLedgerPlan
-    queue_dirs: dict[tuple[str, int], QueueDir]
-    loads: dict[tuple[str, int], recovery.QueueLoad]
-    states: dict[tuple[str, int], recovery.QueueState]
-    truncate_queues: bool
-    max_phy_before: int
-    reput_from: int
-    index: IndexPlan
-    checkpoint_after: Checkpoint
-    checkpoint_why: dict[str, str]
     scan: ScanResult
     full_index: bool
     reading: fmt.CommittedReading
-    warnings: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
     segments: list = field(default_factory=list)  # plain segments of an upgraded store: never changed, copied
     segments_deleted: list = field(default_factory=list)
-
-    @property
-    def checkpoint_changes(self) -> bool:
-        """True when the checkpoint file must be (re)written."""
-        return self.markers.checkpoint_raw is None or self.markers.checkpoint != self.checkpoint_after
 
     @property
     def index_changes(self) -> bool:

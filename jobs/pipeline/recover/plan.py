@@ -34,13 +34,32 @@ class IndexPlan:
     full_rebuild_work: Location | None = None
 
 
-class QueueChanges:
-    """Consume-queue views shared by the plain and the DLedger-mode plan (needs `states` and `loads`)."""
+@dataclass(kw_only=True)
+class CommonPlan:
+    """What the plain and the DLedger-mode recovery plans both hold, and the views both give: the store and its
+    markers, the consume queues' load and re-dispatch, the index plan, the checkpoint after."""
 
-    states: dict[tuple[str, int], recovery.QueueState]
+    store: Location
+    settings: BrokerSettings
+    generation: GenerationGuess
+    markers: StoreMarkers
+    abnormal: bool  # the abort file is present (index files newer than the checkpoint go)
+    queue_dirs: dict[tuple[str, int], QueueDir]
     loads: dict[tuple[str, int], recovery.QueueLoad]
-    max_phy_before: int
+    states: dict[tuple[str, int], recovery.QueueState]
     truncate_queues: bool
+    max_phy_before: int
+    reput_from: int
+    index: IndexPlan
+    checkpoint_after: Checkpoint
+    checkpoint_why: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def checkpoint_changes(self) -> bool:
+        """True when the checkpoint file must be (re)written."""
+        return self.markers.checkpoint_raw is None or self.markers.checkpoint != self.checkpoint_after
 
     def cq_rel(self, key: tuple[str, int], start: int) -> str:
         """Store-relative path of a consume-queue file."""
@@ -77,40 +96,19 @@ class QueueChanges:
 
 
 @dataclass(kw_only=True)
-class RecoveryPlan(QueueChanges):
+class RecoveryPlan(CommonPlan):
     """Everything `jobs.recover` decided, with the facts behind it; `to_dict` is the dry-run output."""
 
-    store: Location
-    settings: BrokerSettings
-    generation: GenerationGuess
-    markers: StoreMarkers
-    abnormal: bool
     segments: list[Segment]
     start: recovery.StartChoice
     scan: ScanResult
     work: Location
     truncation: recovery.Truncation
     segments_deleted: list[int]
-    queue_dirs: dict[tuple[str, int], QueueDir]
-    loads: dict[tuple[str, int], recovery.QueueLoad]
-    states: dict[tuple[str, int], recovery.QueueState]
-    truncate_queues: bool
-    max_phy_before: int
-    reput_from: int
-    index: IndexPlan
-    checkpoint_after: Checkpoint
-    checkpoint_why: dict[str, str]
-    warnings: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
     dispatch: dict = field(default_factory=dict)  # how far the recovery's dispatch went, and why
     timer: object = None  # recover.timer.TimerOutcome: the 5.x timer store's check (and --repair-timer)
 
     # ---- derived views ---------------------------------------------------------------------------
-    @property
-    def checkpoint_changes(self) -> bool:
-        """True when the checkpoint file must be (re)written."""
-        return self.markers.checkpoint_raw is None or self.markers.checkpoint != self.checkpoint_after
-
     @property
     def index_changes(self) -> bool:
         """True when recovery deletes, appends to or creates index files."""
