@@ -27,7 +27,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from .inputs import (cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
-                              record_store_timestamp, tail_keys)
+                     record_store_timestamp, tail_keys)
 from ..store.markers import StoreMarkers
 from .plan import CommonPlan, IndexPlan
 from .stage import new_index_names
