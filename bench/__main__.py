@@ -6,7 +6,8 @@ exists). Writing the store is not timed (a store written from the same flags is 
 start-up is reported on its own row. Prints one table and writes every figure as JSON. Side-by-side
 comparisons, each interleaved in one run: start-up against Spark's defaults (bench.startup), the rate
 against store size (bench.scale, --scale-messages) and RocketMQ's own rebuild (bench.broker; of a DLedger
-store, bench.dledger_broker).
+store, bench.dledger_broker), crash recovery (bench.recovery, also on a larger store with
+--recovery-scale-messages) and rebuild of an LMQ store. The bytes moved feed the scale-out model (bench.iomodel).
 """
 from __future__ import annotations
 
@@ -22,14 +23,18 @@ from jobs.pipeline.runtime.cli import _size
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
-from . import broker, dledger_broker, report, stages
+from . import broker, dledger_broker, iomodel, recovery, report, stages
 from . import scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
+from .iocount import IoWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
-STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert")  # convert: DLedger stores only
+STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")  # convert: DLedger stores only;
+# recover: on the crashed store made with --broker-build
+BROKER_COMPARISONS = ("rebuild", "recovery", "lmq")
+LMQ_LIMIT = 20_000  # 4.9.8's default maxLmqConsumeQueueNum, and about what it can open here (one fd per CQ file)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,6 +84,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "RocketMQ 4.9.8's DLedgerCommitLog rebuilding the store from its data files (the kit's "
                         "reopen), jobs.rebuild of it and of the plain store with the same messages (written if "
                         "missing), interleaved, and print the ratios")
+    r.add_argument("--broker-compare", default=",".join(BROKER_COMPARISONS),
+                   help="with --broker-build: which comparisons (default rebuild,recovery,lmq): rebuild of the bench "
+                        "store; recovery of a crashed copy made by the kit's make_crash.py (broker: the kit's "
+                        "run_broker_store.sh, reput: jobs.recover --out; outputs compared byte for byte); rebuild "
+                        "of an LMQ store (the bench flags with --lmq-compare-share/--lmq-compare-queues)")
+    r.add_argument("--oracle-kit", type=Path, default=recovery.DEFAULT_KIT,
+                   help=f"the oracle kit (make_crash.py, run_broker_store.sh; default {recovery.DEFAULT_KIT})")
+    r.add_argument("--recovery-scale-messages", type=int,
+                   help="with --broker-build: also the recovery comparison on a store of this many messages (same "
+                        "flags otherwise; written if missing), and whether the ratio grew")
+    r.add_argument("--lmq-compare-share", type=float, default=0.2,
+                   help="LMQ comparison: share of messages naming 1-3 %%LMQ%% queues (default 0.2)")
+    r.add_argument("--lmq-compare-queues", type=int, default=18_000,
+                   help=f"LMQ comparison: distinct %%LMQ%% queues (default 18,000; at most {LMQ_LIMIT:,})")
+    r.add_argument("--model-store-gb", type=float, default=500.0,
+                   help="store size for the printed scale-out model (default 500 GB)")
     r.add_argument("--pairs", type=int, default=3,
                    help="interleaved broker/reput pairs (rounds of three with --dledger-broker-build; default 3)")
     r.add_argument("--scale-messages", type=int,
@@ -96,6 +117,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.broker_build and args.dledger:
         p.error("--broker-build times RebuildTimer on a plain store's commitlog/; on the DLedger store use "
                 "--dledger-broker-build")
+    unknown_cmp = set(args.broker_compare.split(",")) - set(BROKER_COMPARISONS)
+    if unknown_cmp:
+        p.error(f"unknown --broker-compare {sorted(unknown_cmp)}; choose from {BROKER_COMPARISONS}")
+    if not 0 < args.lmq_compare_queues <= LMQ_LIMIT:
+        p.error(f"--lmq-compare-queues {args.lmq_compare_queues:,}: 1 to {LMQ_LIMIT:,} (RocketMQ 4.9.8's default "
+                f"maxLmqConsumeQueueNum; it keeps one open file per consume-queue file)")
+    if not 0 < args.lmq_compare_share <= 1:
+        p.error(f"--lmq-compare-share {args.lmq_compare_share}: a share in (0, 1]")
+    if args.recovery_scale_messages and not args.broker_build:
+        p.error("--recovery-scale-messages needs --broker-build (the broker's recovery is half the comparison)")
+    if args.recovery_scale_messages is not None and args.recovery_scale_messages <= args.messages:
+        p.error(f"--recovery-scale-messages {args.recovery_scale_messages:,}: more than --messages "
+                f"{args.messages:,} (the larger store)")
     unknown = set(args.stages.split(",")) - set(STAGES)
     if unknown:
         p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
@@ -126,9 +160,9 @@ def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
     for i in range(repeat):
         warm = stages.warm_page_cache(store)
         print(f"[bench] {stage} (run {i + 1}/{repeat}; page cache warmed in {warm:.1f}s, not timed) ...", flush=True)
-        with CpuWatch() as cpu:
+        with CpuWatch() as cpu, IoWatch() as io:
             result = run()
-        result.cpu = cpu.share
+        result.cpu, result.io = cpu.share, io.counts
         runs.append(result)
         if runs[-1].seconds is None:
             return runs[-1]
@@ -150,6 +184,41 @@ def ensure_store(root: Path, spec: StoreSpec, regenerate: bool) -> Path:
     return store
 
 
+def _show(*texts: str) -> None:
+    """Print tables as soon as they are known (the comparisons after them take minutes)."""
+    for text in texts:
+        if text:
+            print()
+            print(text, flush=True)
+
+
+def _compare(label: str, failures: list[str], wanted: bool, run, table):
+    """Run one side-by-side comparison if wanted, print its table at once; a broker or job run that fails
+    is named on stderr and in `failures` (the run goes on with the other comparisons) instead of a
+    traceback."""
+    if not wanted:
+        return None
+    try:
+        result = run()
+    except broker.BrokerRunError as e:
+        failures.append(f"{label}: {e}")
+        print(f"bench: {label} failed: {e}", file=sys.stderr, flush=True)
+        return None
+    if table is not None:
+        _show(table(result))
+    return result
+
+
+def _io_text(moved: list, store_gb: float, fixed_s: float) -> str:
+    """The bytes-moved table and the scale-out model of the rebuild and recover stages ("" without counts)."""
+    if not moved:
+        return ""
+    parts = [iomodel.bytes_table(moved)]
+    parts += [iomodel.model_table(b, store_gb, fixed_s) for b in moved
+              if b.name.startswith(("jobs.rebuild", "jobs.recover"))]
+    return "\n\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write or reuse the store, run the stages, print the table, write the JSON; returns the exit status."""
     args = parse_args(argv)
@@ -166,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(store / "broker.conf")
     machine = report.machine_info()
     wanted = args.stages.split(",")
+    compares = set(args.broker_compare.split(",")) if args.broker_build else set()
+    failures: list[str] = []
+    crashed = _compare("making the crashed store", failures,
+                       bool(args.broker_build) and ("recovery" in compares or "recover" in wanted),
+                       lambda: recovery.crashed_store(args.oracle_kit, args.broker_build, store, args.root,
+                                                      info["records"], info["data_bytes"]), None)
     out = args.root / "rebuilt"
     results = []
     startup_runs = None
@@ -198,22 +273,64 @@ def main(argv: list[str] | None = None) -> int:
                                                         data_bytes)))
         elif "convert" in wanted and args.stages != ",".join(STAGES):
             print("bench: note: stage convert runs on a DLedger store only (--dledger); skipped", file=sys.stderr)
+        if "recover" in wanted and crashed is not None:
+            results.append(_best("jobs.recover", crashed.path, args.repeat,
+                                 lambda: stages.recover(crashed.path, args.root / "recovered", args.split_size,
+                                                        args.master, records, data_bytes)))
+        elif "recover" in wanted and args.stages != ",".join(STAGES):
+            print("bench: note: stage recover runs on the crashed store made with --broker-build; skipped",
+                  file=sys.stderr)
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
                                             args.split_size, args.master, args.scale_settle)
     finally:
         if not args.keep_output:
             shutil.rmtree(out, ignore_errors=True)
-    side = None
-    if args.broker_build:
-        side = broker.side_by_side(args.broker_build, store, args.root, args.pairs, args.master, args.split_size)
+    settings_line = (f"Spark {startup.detail['master']}, split size {args.split_size >> 20} MiB; "
+                     f"peak worker RSS = highest VmHWM of one Python worker during the stage")
+    moved = [b for r in results if (b := iomodel.stage_bytes(r, data_bytes)) is not None]
+    io_text = _io_text(moved, args.model_store_gb, round(startup.seconds, 1))
+    _show(report.table(results, info, machine, settings_line), io_text)  # now: the comparisons take long
+    side = _compare("rebuild side by side", failures, "rebuild" in compares,
+                    lambda: broker.side_by_side(args.broker_build, store, args.root, args.pairs, args.master,
+                                                args.split_size), broker.table)
+    recovery_runs = []
+    if crashed is not None and "recovery" in compares:
+        runs = _compare("recovery side by side", failures, True,
+                        lambda: recovery.side_by_side(args.oracle_kit, args.broker_build, crashed, args.root,
+                                                      args.pairs, args.master, args.split_size), recovery.table)
+        if runs is not None:
+            recovery_runs.append(runs)
+        if args.recovery_scale_messages:
+            def larger() -> recovery.RecoveryRuns:
+                large = ensure_store(args.root, dataclasses.replace(spec, messages=args.recovery_scale_messages),
+                                     args.regenerate)
+                large_info = read_store_info(large)
+                large_crashed = recovery.crashed_store(args.oracle_kit, args.broker_build, large, args.root,
+                                                       large_info["records"], large_info["data_bytes"])
+                return recovery.side_by_side(args.oracle_kit, args.broker_build, large_crashed, args.root,
+                                             args.pairs, args.master, args.split_size)
+            runs = _compare("recovery side by side on the larger store", failures, True, larger, recovery.table)
+            if runs is not None:
+                recovery_runs.append(runs)
+    lmq_store = store_dir(args.root, dataclasses.replace(spec, lmq_share=args.lmq_compare_share,
+                                                         lmq_queues=args.lmq_compare_queues))
+    lmq_title = (f"LMQ rebuild side by side with RocketMQ 4.9.8 ({args.messages:,} messages, "
+                 f"{args.lmq_compare_share:g} of them naming 1-3 of {args.lmq_compare_queues:,} %LMQ% queues)")
+    lmq_side = _compare("LMQ rebuild side by side", failures, "lmq" in compares,
+                        lambda: broker.side_by_side(
+                            args.broker_build,
+                            ensure_store(args.root, dataclasses.replace(spec, lmq_share=args.lmq_compare_share,
+                                                                        lmq_queues=args.lmq_compare_queues),
+                                         args.regenerate),
+                            args.root, args.pairs, args.master, args.split_size, "LMQ rebuild side by side"),
+                        lambda x: broker.table(x, lmq_title))
     dledger_side = None
     if args.dledger_broker_build:
         plain = ensure_store(args.root, dataclasses.replace(spec, dledger=False), args.regenerate)
         dledger_side = dledger_broker.side_by_side(args.dledger_broker_build, store, plain, args.root, args.pairs,
                                                    args.master, args.split_size)
-    settings_line = (f"Spark {startup.detail['master']}, split size {args.split_size >> 20} MiB; "
-                     f"peak worker RSS = highest VmHWM of one Python worker during the stage")
+    print("\n[bench] all figures of this run:")
     print()
     print(report.table(results, info, machine, settings_line))
     if startup_runs is not None:
@@ -228,6 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     if dledger_side is not None:
         print()
         print(dledger_broker.table(dledger_side))
+    for runs in recovery_runs:
+        print()
+        print(recovery.table(runs))
+    if len(recovery_runs) == 2:
+        print()
+        print(recovery.scale_lines(*recovery_runs))
+    if lmq_side is not None:
+        print()
+        print(broker.table(lmq_side, lmq_title))
+    if io_text:
+        print()
+        print(io_text)
     json_out = args.json_out or args.root / "bench-result.json"
     config = {"master": args.master, "split_size": args.split_size, "stages": wanted, "store_dir": str(store),
               "repeat": args.repeat,
@@ -242,9 +371,19 @@ def main(argv: list[str] | None = None) -> int:
         figures["startup_side_by_side"] = startup_runs.to_dict()
     if scale_runs is not None:
         figures["rate_against_store_size"] = scale_runs.to_dict()
+    if recovery_runs:
+        figures["recovery_side_by_side"] = [r.to_dict() for r in recovery_runs]
+    if lmq_side is not None:
+        figures["lmq_side_by_side"] = {"store_dir": str(lmq_store), **lmq_side.to_dict()}
+    if moved:
+        figures["bytes_per_stage"] = [{**dataclasses.asdict(b)} for b in moved]
+    if failures:
+        figures["failed_comparisons"] = failures
     json_out.write_text(json.dumps(figures, indent=2))
     print(f"\n[bench] figures written to {json_out}")
-    return 0
+    for failure in failures:
+        print(f"bench: error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from jobs.pipeline.recover.inplace import sha256_file
 
+from .compare import compare_stores
 from .cpu import CpuWatch
 from .report import progress
 from .stages import warm_page_cache
@@ -41,6 +43,7 @@ class SideBySide:
     broker: list[dict] = field(default_factory=list)
     reput: list[dict] = field(default_factory=list)
     identical: bool | None = None
+    outputs: str = "not compared"  # the comparison's one-line summary
 
     def medians(self, runs: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
         return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if runs and all(k in r for r in runs)}
@@ -56,6 +59,7 @@ class SideBySide:
 
     def to_dict(self) -> dict:
         return {"broker_runs": self.broker, "reput_runs": self.reput, "outputs_identical": self.identical,
+                "outputs": self.outputs,
                 "broker_median_s": self.medians(self.broker, BROKER_FIGURES),
                 "reput_median_s": self.medians(self.reput, REPUT_FIGURES), "ratios_reput_over_broker": self.ratios()}
 
@@ -86,6 +90,27 @@ def kit_classpath(build: Path) -> str:
     return ":".join(out)
 
 
+def kit_cwd(build: Path) -> Path:
+    """The directory an oracle build's relative classpath entries resolve against (the kit's shell scripts
+    `cat` classpath.txt as it is, so they must run there): the build's parent (build.sh writes
+    `build-plain/classes`), the build itself, or else the current directory."""
+    try:
+        first = (build / "classpath.txt").read_text().strip().split(":")[0]
+    except OSError as e:
+        raise BrokerRunError(f"{build}: no oracle build here ({e.strerror}: classpath.txt)") from None
+    if Path(first).is_absolute():
+        return build.resolve()
+    return next((c.resolve() for c in (build.parent, build) if (c / first).exists()), Path.cwd())
+
+
+def _raise_open_files() -> None:
+    """Soft open-file limit up to the hard one, as the kit's scripts do: 4.9.8 keeps one open channel per
+    consume-queue file (an LMQ store has thousands)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run_broker(build: Path, store: Path, work: Path) -> dict:
     """One timed broker rebuild: RebuildTimer's JSON figures plus the process wall time."""
     classpath = kit_classpath(build)
@@ -95,7 +120,7 @@ def run_broker(build: Path, store: Path, work: Path) -> dict:
            "-cp", classpath, "RebuildTimer", str(work), str(store / "broker.conf")]
     with CpuWatch() as cpu:
         t0 = time.monotonic()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=_raise_open_files)
         wall = time.monotonic() - t0
     line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("{")), None)
     if done.returncode != 0 or line is None:
@@ -131,7 +156,8 @@ def _digests(root: Path) -> tuple[dict[str, str], list[str]]:
     return cq, [sha256_file(p) for p in sorted((root / "index").iterdir()) if p.is_file()]
 
 
-def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, split_size: int) -> SideBySide:
+def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, split_size: int,
+                 label: str = "side by side") -> SideBySide:
     """`pairs` interleaved runs of both (alternating which goes first), progress with an ETA."""
     result = SideBySide()
     started = time.monotonic()
@@ -140,25 +166,25 @@ def side_by_side(build: Path, store: Path, root: Path, pairs: int, master: str, 
         order = ("reput", "broker") if i % 2 == 0 else ("broker", "reput")
         for j, who in enumerate(order):
             done = 2 * i + j
-            progress(f"side by side ({who})", done, total, started)
+            progress(f"{label} ({who})", done, total, started)
             warm_page_cache(store)
             if who == "broker":
                 result.broker.append(run_broker(build, store, root / "broker-store"))
             else:
                 result.reput.append(run_reput(store, root / "reput-out", master, split_size))
         if i == 0:
-            result.identical = _digests(root / "broker-store") == _digests(root / "reput-out")
+            comparison = compare_stores(root / "broker-store", root / "reput-out", ("consumequeue", "index"))
+            result.identical, result.outputs = comparison.identical, comparison.summary()
     shutil.rmtree(root / "broker-store", ignore_errors=True)
     shutil.rmtree(root / "reput-out", ignore_errors=True)
     return result
 
 
-def table(s: SideBySide) -> str:
+def table(s: SideBySide, title: str = "side by side with RocketMQ 4.9.8") -> str:
     """The printed comparison: medians of each figure, the ratios and the other load."""
     b, r = s.medians(s.broker, BROKER_FIGURES), s.medians(s.reput, REPUT_FIGURES)
     load = [x["other_load_cores"] for x in s.broker + s.reput if x.get("other_load_cores") is not None]
-    lines = [f"side by side with RocketMQ 4.9.8 ({len(s.broker)} interleaved pairs, medians; outputs "
-             f"{'byte-identical' if s.identical else 'DIFFER' if s.identical is False else 'not compared'}; "
+    lines = [f"{title} ({len(s.broker)} interleaved pairs, medians; outputs {s.outputs}; "
              f"other load {min(load, default=0):.2f}-{max(load, default=0):.2f} cores)"]
     for k in BROKER_FIGURES:
         if k in b:

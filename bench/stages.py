@@ -1,4 +1,4 @@
-"""The measured stages: Spark start-up, raw read, decode only, jobs.rebuild, jobs.verify.
+"""The measured stages: Spark start-up, raw read, decode only, jobs.rebuild, jobs.verify, jobs.recover.
 
 Every stage runs in the bench's one SparkSession (the jobs' `get_spark` returns it), so Spark start-up
 is paid once and reported on its own. Each stage is timed wall-clock from its call to its return, with
@@ -23,6 +23,7 @@ from storage_format.scan_plan import Split, plan_splits
 from storage_format.settings import BrokerSettings
 
 from .cpu import CpuShare
+from .iocount import IoCounts, dir_bytes
 from .memory import WorkerMemory, WorkerPeak
 
 
@@ -38,6 +39,7 @@ class StageResult:
     detail: dict = field(default_factory=dict)
     note: str = ""
     cpu: CpuShare | None = None  # set by the runner: CPU used during the stage, ours and the machine's
+    io: IoCounts | None = None  # set by the runner: bytes our process tree read and wrote during the stage
 
     @property
     def messages_per_s(self) -> float | None:
@@ -57,6 +59,7 @@ class StageResult:
                 "mb_per_s": None if self.mb_per_s is None else round(self.mb_per_s, 1),
                 "python_worker_memory": None if self.memory is None else self.memory.to_dict(),
                 "cpu": None if self.cpu is None else self.cpu.to_dict(),
+                "io": None if self.io is None else self.io.to_dict(),
                 "detail": self.detail, "note": self.note}
 
 
@@ -177,7 +180,8 @@ def rebuild(store: Path, out: Path, split_size: int, master: str, data_bytes: in
     report = json.loads(stdout)
     detail = {"exit_code": code, "job_timings_s": report.get("timings"),
               "consumequeue_files": report.get("consumequeue_files"),
-              "index_files": len(report.get("index_files") or []), "tasks_decode": report.get("splits")}
+              "index_files": len(report.get("index_files") or []), "tasks_decode": report.get("splits"),
+              "output_bytes": dir_bytes(out)}
     return StageResult("jobs.rebuild (CQ + index)", seconds, report.get("message_records"), data_bytes,
                        peak, detail=detail)
 
@@ -195,6 +199,19 @@ def convert(store: Path, out: Path, split_size: int, master: str, data_bytes: in
     shutil.rmtree(out, ignore_errors=True)
     return StageResult("jobs.convert (DLedger -> plain: commit log + CQ + index)", seconds,
                        report.get("message_records"), data_bytes, peak, detail=detail)
+
+
+def recover(crashed: Path, out: Path, split_size: int, master: str, records: int, data_bytes: int) -> StageResult:
+    """`jobs.recover --out` of a crashed store (bench.recovery makes it) into `out`, timed from main() to its
+    return; the output is deleted (its size is kept)."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--store", str(crashed), "--broker-config", str(crashed / "broker.conf"), "--out", str(out),
+            "--split-size", str(split_size), "--master", master, "--json"]
+    code, stdout, seconds, peak = _timed_job("recover", argv)
+    report = json.loads(stdout)
+    detail = {"exit_code": code, "job_timings_s": report.get("timings"), "output_bytes": dir_bytes(out)}
+    shutil.rmtree(out, ignore_errors=True)
+    return StageResult("jobs.recover --out (crashed store)", seconds, records, data_bytes, peak, detail=detail)
 
 
 def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
