@@ -210,12 +210,13 @@ def _compare(label: str, failures: list[str], wanted: bool, run, table):
 
 
 def _io_text(moved: list, store_gb: float, fixed_s: float) -> str:
-    """The bytes-moved table and the scale-out model of the rebuild and recover stages ("" without counts)."""
+    """The bytes-moved table and the scale-out model of the rebuild stage ("" without counts): a recovery's
+    work does not grow with the store like a rebuild's (docs/performance.md, "Scale-out model")."""
     if not moved:
         return ""
     parts = [iomodel.bytes_table(moved)]
     parts += [iomodel.model_table(b, store_gb, fixed_s) for b in moved
-              if b.name.startswith(("jobs.rebuild", "jobs.recover"))]
+              if b.name.startswith("jobs.rebuild")]
     return "\n\n".join(parts)
 
 

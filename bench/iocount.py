@@ -4,8 +4,8 @@ the Python workers): what the scale-out model's I/O bound is built on (docs/perf
 /proc/<pid>/io counts, per process with its threads and its waited-for children: `rchar`/`wchar`, the
 bytes of every read()/write()-family call (files, pipes and the sockets between the JVM and the workers:
 those are counted on both sides), `read_bytes`, what was fetched from the block layer (0 for a file in
-the page cache) and `write_bytes`, file bytes dirtied in the page cache (less `cancelled_write_bytes`,
-dirtied bytes truncated before write-back). Memory-mapped reads (the decode stage maps its splits) are
+the page cache) and `write_bytes`, file bytes dirtied in the page cache (`cancelled_write_bytes`: dirty bytes
+deleted or truncated before write-back, charged to the process that deleted them). Memory-mapped reads (the decode stage maps its splits) are
 in none of them: the commit-log bytes a stage maps come from its plan, not from here.
 """
 from __future__ import annotations
@@ -37,8 +37,10 @@ class IoCounts:
 
     @property
     def file_bytes_written(self) -> int:
-        """File bytes dirtied and not truncated before write-back: what reached (or will reach) the disk."""
-        return self.write_bytes - self.cancelled_write_bytes
+        """File bytes the stage dirtied (written into files). Not net of `cancelled_write_bytes`: those are
+        charged to whoever deletes or truncates dirty pages (a stage deleting the previous stage's output,
+        a job deleting its work files), so subtracting them made the figure swing from run to run."""
+        return self.write_bytes
 
     def to_dict(self) -> dict:
         """JSON form, every counter plus the net file bytes written."""

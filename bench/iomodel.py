@@ -23,9 +23,16 @@ class StageBytes:
     wchar: int  # write()-family bytes: work files, outputs, sockets
     file_bytes_written: int  # file bytes dirtied in the page cache (work files and outputs)
     cpu_s: float | None  # CPU seconds of the tree during the stage
+    output_bytes: int = 0  # bytes the stage's output holds on disk (0: no output)
 
     def per_byte(self, value: float) -> float:
         return value / self.commitlog_bytes if self.commitlog_bytes else 0.0
+
+    @property
+    def read_back(self) -> int:
+        """Bytes read besides the commit log: rchar, or at least the work files written (what was written
+        and is not output), which the build stage maps (mapped reads are not in rchar)."""
+        return max(self.rchar, self.file_bytes_written - self.output_bytes)
 
 
 def stage_bytes(r: StageResult, commitlog_bytes: int) -> StageBytes | None:
@@ -33,7 +40,7 @@ def stage_bytes(r: StageResult, commitlog_bytes: int) -> StageBytes | None:
     if r.io is None or r.seconds is None:
         return None
     return StageBytes(r.name, commitlog_bytes, r.io.rchar, r.io.wchar, r.io.file_bytes_written,
-                      r.cpu.ours_s if r.cpu else None)
+                      r.cpu.ours_s if r.cpu else None, int(r.detail.get("output_bytes") or 0))
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ def estimate(b: StageBytes, store_bytes: float, place: Place, fixed_s: float) ->
     per byte over the place's cores, plus `fixed_s` of start-up and driver work) and the I/O bound (the
     commit log and the work files read back, the work files and outputs written, at the place's rates)."""
     cpu = (b.per_byte(b.cpu_s or 0.0) * store_bytes) / place.cores + fixed_s
-    read = store_bytes * (1.0 + b.per_byte(b.rchar))
+    read = store_bytes * (1.0 + b.per_byte(b.read_back))
     written = store_bytes * b.per_byte(b.file_bytes_written)
     read_s, write_s = read / (place.read_gb_s * 1e9), written / (place.write_gb_s * 1e9)
     io = (read_s + write_s if place.shared else max(read_s, write_s)) + fixed_s
@@ -93,12 +100,12 @@ def estimate(b: StageBytes, store_bytes: float, place: Place, fixed_s: float) ->
 def bytes_table(rows: list[StageBytes]) -> str:
     """Per stage: commit log mapped or read, rchar, wchar, file bytes written (MB and per commit-log byte)."""
     lines = ["bytes moved per stage (this run; /proc/<pid>/io of the driver, its JVM and the workers; the commit "
-             "log is mapped, so it is counted from the plan, not rchar)",
-             f"  {'stage':<34}{'commit log MB':>14}{'rchar MB':>10}{'wchar MB':>10}{'file writes MB':>16}"
-             f"{'writes/log byte':>17}{'CPU s':>7}"]
+             "log and the work files are mapped, so the log is counted from the plan, not rchar)",
+             f"  {'stage':<36}{'commit log MB':>14}{'rchar MB':>10}{'wchar MB':>10}{'file writes MB':>16}"
+             f"{'output MB':>11}{'writes/log byte':>17}{'CPU s':>7}"]
     for b in rows:
-        lines.append(f"  {b.name[:33]:<34}{b.commitlog_bytes / 1e6:>14,.0f}{b.rchar / 1e6:>10,.0f}"
-                     f"{b.wchar / 1e6:>10,.0f}{b.file_bytes_written / 1e6:>16,.0f}"
+        lines.append(f"  {b.name[:35]:<36}{b.commitlog_bytes / 1e6:>14,.0f}{b.rchar / 1e6:>10,.0f}"
+                     f"{b.wchar / 1e6:>10,.0f}{b.file_bytes_written / 1e6:>16,.0f}{b.output_bytes / 1e6:>11,.0f}"
                      f"{b.per_byte(b.file_bytes_written):>17.3f}{(b.cpu_s or 0):>7.1f}")
     return "\n".join(lines)
 
@@ -106,7 +113,7 @@ def bytes_table(rows: list[StageBytes]) -> str:
 def model_table(b: StageBytes, store_gb: float, fixed_s: float, places: tuple[Place, ...] = PLACES) -> str:
     """The model for one stage on a store of `store_gb` GB at each place."""
     lines = [f"scale-out model for {b.name} on a {store_gb:,.0f} GB store (from this run: "
-             f"{b.per_byte(b.cpu_s or 0) * 1e9:.2f} CPU s per GB, {b.per_byte(b.rchar):.3f} bytes read back and "
+             f"{b.per_byte(b.cpu_s or 0) * 1e9:.2f} CPU s per GB, {b.per_byte(b.read_back):.3f} bytes read back and "
              f"{b.per_byte(b.file_bytes_written):.3f} written per commit-log byte; {fixed_s:g} s fixed)",
              f"  {'place':<26}{'read GB/s':>10}{'write GB/s':>11}{'cores':>6}{'CPU bound s':>13}{'I/O bound s':>13}"
              f"{'time s':>9}  bound"]
