@@ -91,6 +91,7 @@ def crashed_store(kit: Path, build: Path, store: Path, root: Path, records: int,
             raise BrokerRunError(f"make_crash.py failed (exit {done.returncode}): "
                                  f"{(done.stderr or done.stdout).strip()[-400:]}")
         crash = json.loads(line)
+        Path(str(out) + ".lagrun.log").unlink(missing_ok=True)  # the kit's broker log of its rebuild
         marker.write_text(json.dumps(crash))
     return CrashedStore(out, store, records, data_bytes, crash)
 
