@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                 recovery_runs.append(runs)
     lmq_store = store_dir(args.root, dataclasses.replace(spec, lmq_share=args.lmq_compare_share,
                                                          lmq_queues=args.lmq_compare_queues))
-    lmq_title = (f"LMQ rebuild side by side with RocketMQ 4.9.8 ({args.messages:,} messages, "
-                 f"{args.lmq_compare_share:g} of them naming 1-3 of {args.lmq_compare_queues:,} %LMQ% queues)")
+    lmq_title = (f"LMQ rebuild side by side with RocketMQ 4.9.8: {args.messages:,} messages, "
+                 f"{args.lmq_compare_share:g} of them naming 1-3 of {args.lmq_compare_queues:,} %LMQ% queues;")
     lmq_side = _compare("LMQ rebuild side by side", failures, "lmq" in compares,
                         lambda: broker.side_by_side(
                             args.broker_build,

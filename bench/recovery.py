@@ -13,7 +13,6 @@ kit's scripts run from the directory the build's relative classpath entries reso
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
