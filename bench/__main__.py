@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import json
 import shutil
 import sys
@@ -94,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--recovery-scale-messages", type=int,
                    help="with --broker-build: also the recovery comparison on a store of this many messages (same "
                         "flags otherwise; written if missing), and whether the ratio grew")
+    r.add_argument("--recover-args", default="",
+                   help="more flags for jobs.recover in the recovery comparison and stage recover, given "
+                        "with =, e.g. --recover-args=--link-sealed-segments (default none: plain --out)")
     r.add_argument("--lmq-compare-share", type=float, default=0.2,
                    help="LMQ comparison: share of messages naming 1-3 %%LMQ%% queues (default 0.2)")
     r.add_argument("--lmq-compare-queues", type=int, default=18_000,
@@ -117,6 +121,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.broker_build and args.dledger:
         p.error("--broker-build times RebuildTimer on a plain store's commitlog/; on the DLedger store use "
                 "--dledger-broker-build")
+    args.recover_args = tuple(shlex.split(args.recover_args))
     unknown_cmp = set(args.broker_compare.split(",")) - set(BROKER_COMPARISONS)
     if unknown_cmp:
         p.error(f"unknown --broker-compare {sorted(unknown_cmp)}; choose from {BROKER_COMPARISONS}")
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if "recover" in wanted and crashed is not None:
             results.append(_best("jobs.recover", crashed.path, args.repeat,
                                  lambda: stages.recover(crashed.path, args.root / "recovered", args.split_size,
-                                                        args.master, records, data_bytes)))
+                                                        args.master, records, data_bytes, args.recover_args)))
         elif "recover" in wanted and args.stages != ",".join(STAGES):
             print("bench: note: stage recover runs on the crashed store made with --broker-build; skipped",
                   file=sys.stderr)
@@ -299,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     if crashed is not None and "recovery" in compares:
         runs = _compare("recovery side by side", failures, True,
                         lambda: recovery.side_by_side(args.oracle_kit, args.broker_build, crashed, args.root,
-                                                      args.pairs, args.master, args.split_size), recovery.table)
+                                                      args.pairs, args.master, args.split_size, args.recover_args),
+                        recovery.table)
         if runs is not None:
             recovery_runs.append(runs)
         if args.recovery_scale_messages:
@@ -310,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 large_crashed = recovery.crashed_store(args.oracle_kit, args.broker_build, large, args.root,
                                                        large_info["records"], large_info["data_bytes"])
                 return recovery.side_by_side(args.oracle_kit, args.broker_build, large_crashed, args.root,
-                                             args.pairs, args.master, args.split_size)
+                                             args.pairs, args.master, args.split_size, args.recover_args)
             runs = _compare("recovery side by side on the larger store", failures, True, larger, recovery.table)
             if runs is not None:
                 recovery_runs.append(runs)

@@ -112,12 +112,13 @@ def run_broker_recovery(kit: Path, build: Path, crashed: Path, work: Path) -> di
     return figures
 
 
-def run_reput_recovery(crashed: Path, out: Path, master: str, split_size: int) -> dict:
-    """One timed `python -m jobs.recover --out` whole process: its report's timings plus the wall time."""
+def run_reput_recovery(crashed: Path, out: Path, master: str, split_size: int, extra: tuple[str, ...] = ()) -> dict:
+    """One timed `python -m jobs.recover --out` whole process (plus `extra` flags, e.g.
+    --link-sealed-segments): its report's timings plus the wall time."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "jobs.recover", "--store", str(crashed), "--broker-config",
            str(crashed / "broker.conf"), "--out", str(out), "--master", master, "--split-size", str(split_size),
-           "--json"]
+           "--json", *extra]
     with CpuWatch() as cpu:
         t0 = time.monotonic()
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -146,6 +147,7 @@ class RecoveryRuns:
     broker: list[dict] = field(default_factory=list)
     reput: list[dict] = field(default_factory=list)
     comparison: StoreComparison | None = None
+    recover_args: tuple[str, ...] = ()  # flags given to jobs.recover besides --out
 
     def medians(self, runs: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
         return {k: m for k in keys if (m := _median(runs, k)) is not None}
@@ -163,6 +165,7 @@ class RecoveryRuns:
 
     def to_dict(self) -> dict:
         return {"records": self.records, "commitlog_bytes": self.data_bytes, "crash": self.crash,
+                "recover_args": list(self.recover_args),
                 "broker_runs": self.broker, "reput_runs": self.reput,
                 "outputs": None if self.comparison is None else self.comparison.to_dict(),
                 "broker_median_s": self.medians(self.broker, BROKER_FIGURES),
@@ -170,10 +173,10 @@ class RecoveryRuns:
 
 
 def side_by_side(kit: Path, build: Path, crashed: CrashedStore, root: Path, pairs: int, master: str,
-                 split_size: int) -> RecoveryRuns:
+                 split_size: int, recover_args: tuple[str, ...] = ()) -> RecoveryRuns:
     """`pairs` interleaved runs of both (the order alternates), each after warming the page cache with the
     crashed store's commit log; the first pair's outputs compared byte for byte."""
-    result = RecoveryRuns(crashed.records, crashed.data_bytes, crashed.crash)
+    result = RecoveryRuns(crashed.records, crashed.data_bytes, crashed.crash, recover_args=recover_args)
     work, out = root / "broker-recovered", root / "reput-recovered"
     started, total = time.monotonic(), 2 * pairs
     try:
@@ -184,7 +187,7 @@ def side_by_side(kit: Path, build: Path, crashed: CrashedStore, root: Path, pair
                 if who == "broker":
                     result.broker.append(run_broker_recovery(kit, build, crashed.path, work))
                 else:
-                    result.reput.append(run_reput_recovery(crashed.path, out, master, split_size))
+                    result.reput.append(run_reput_recovery(crashed.path, out, master, split_size, recover_args))
             if i == 0:
                 result.comparison = compare_stores(work, out)
     finally:
@@ -214,6 +217,8 @@ def table(s: RecoveryRuns) -> str:
     for k in BROKER_FIGURES:
         if k in b:
             lines.append(f"  broker {k:<32}{b[k]:>9.2f}  [{_runs(s.broker, k)}]")
+    if s.recover_args:
+        lines.append(f"  jobs.recover run as: --out {' '.join(s.recover_args)}")
     for k in REPUT_FIGURES:
         if k in r:
             lines.append(f"  jobs.recover --out {k:<20}{r[k]:>9.2f}  [{_runs(s.reput, k)}]")

@@ -201,12 +201,13 @@ def convert(store: Path, out: Path, split_size: int, master: str, data_bytes: in
                        report.get("message_records"), data_bytes, peak, detail=detail)
 
 
-def recover(crashed: Path, out: Path, split_size: int, master: str, records: int, data_bytes: int) -> StageResult:
+def recover(crashed: Path, out: Path, split_size: int, master: str, records: int, data_bytes: int,
+            extra: tuple[str, ...] = ()) -> StageResult:
     """`jobs.recover --out` of a crashed store (bench.recovery makes it) into `out`, timed from main() to its
     return; the output is deleted (its size is kept)."""
     shutil.rmtree(out, ignore_errors=True)
     argv = ["--store", str(crashed), "--broker-config", str(crashed / "broker.conf"), "--out", str(out),
-            "--split-size", str(split_size), "--master", master, "--json"]
+            "--split-size", str(split_size), "--master", master, "--json", *extra]
     code, stdout, seconds, peak = _timed_job("recover", argv)
     report = json.loads(stdout)
     detail = {"exit_code": code, "job_timings_s": report.get("timings"), "output_bytes": dir_bytes(out)}

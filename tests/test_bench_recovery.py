@@ -104,6 +104,9 @@ def test_recovery_ratios_are_of_medians_whole_process_and_after_start_up() -> No
     assert r.medians(r.broker, ("end_to_end_s", "process_wall_s")) == {"end_to_end_s": 6.0, "process_wall_s": 8.0}
     assert r.ratios() == {"whole_process": 0.75, "after_start_up": 0.583}
     text = table(r)
+    assert "run as:" not in text
+    r.recover_args = ("--link-sealed-segments",)
+    assert "jobs.recover run as: --out --link-sealed-segments" in table(r)
     assert "7,704 records, 4.2 MB to re-dispatch, torn last record yes" in text
     assert "outputs not compared" in text and "other load 0.50-1.25 cores" in text
     assert "[8.00, 9.00, 7.50]" in text and "ratio reput/broker, whole process          0.75" in text
@@ -162,7 +165,9 @@ def test_comparison_flags_are_checked(argv, message, capsys) -> None:
 def test_comparison_flags_default_to_all_three_within_the_brokers_lmq_limit() -> None:
     a = parse_args(["--broker-build", "b", "--recovery-scale-messages", "16000000"])
     assert a.broker_compare == "rebuild,recovery,lmq" and a.lmq_compare_queues == 18_000
-    assert a.recovery_scale_messages == 16_000_000 and "recover" in a.stages.split(",")
+    assert a.recovery_scale_messages == 16_000_000 and "recover" in a.stages.split(",") and a.recover_args == ()
+    assert parse_args(["--broker-build", "b", "--recover-args=--link-sealed-segments"]).recover_args == (
+        "--link-sealed-segments",)
 
 
 def test_proc_io_text_parses_and_counts_subtract() -> None:
