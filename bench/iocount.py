@@ -4,9 +4,10 @@ the Python workers): what the scale-out model's I/O bound is built on (docs/perf
 /proc/<pid>/io counts, per process with its threads and its waited-for children: `rchar`/`wchar`, the
 bytes of every read()/write()-family call (files, pipes and the sockets between the JVM and the workers:
 those are counted on both sides), `read_bytes`, what was fetched from the block layer (0 for a file in
-the page cache) and `write_bytes`, file bytes dirtied in the page cache (`cancelled_write_bytes`: dirty bytes
-deleted or truncated before write-back, charged to the process that deleted them). Memory-mapped reads (the decode stage maps its splits) are
-in none of them: the commit-log bytes a stage maps come from its plan, not from here.
+the page cache) and `write_bytes`, file bytes dirtied in the page cache (`cancelled_write_bytes`: dirty
+bytes deleted or truncated before write-back, charged to the process that deleted them). Memory-mapped
+reads (the decode and build stages map the commit log and their work files) are in none of them: the
+commit-log bytes a stage maps come from its plan, not from here.
 """
 from __future__ import annotations
 
