@@ -3,7 +3,7 @@ file, meaning), and the collector the verify tasks fill.
 
 The verify stage may only report kinds registered here (Findings.add refuses others), the report orders
 details by the kind's scope, the exit status follows the kinds' severity, and docs/jobs.md's findings table
-is this registry rendered by `readme_table` (tests/test_verify.py checks that they agree).
+is this registry rendered by `docs_table` (tests/test_verify.py checks that they agree).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def exit_status_fails(counts: dict[str, int]) -> bool:
     return any(n and kind(key.split(".", 1)[1]).severity == ERROR for key, n in counts.items())
 
 
-def readme_table() -> str:
+def docs_table() -> str:
     """docs/jobs.md's table of finding kinds, rendered from the registry."""
     rows = ["| kind | in | severity | meaning |", "| --- | --- | --- | --- |"]
     for k in KINDS.values():
