@@ -77,3 +77,19 @@ def test_kernel_body_check_equals_the_reference(bodies, compressed, bad, stored)
     assert fast.end == ref.end and fast.records == ref.count and fast.blanks == ref.blank_count
     assert (ref.end.reason == END_CRC_MISMATCH) == (mismatch_at is not None)
     assert mismatch_at is None or ref.end.offset == mismatch_at
+
+
+def test_a_split_starting_at_a_failing_record_names_it_as_its_first_position():
+    """A mid-segment split (its first record searched) whose first record fails the CRC: no record decoded,
+    but the split's first position is that record's, as in the reference (the walk started there)."""
+    first = encode_record(Message(topic="T", body=b"ok"), 0)
+    bad = encode_record(Message(topic="T", body=b"bad", body_crc=1), len(first))
+    after = encode_record(Message(topic="T", body=b"after"), len(first) + len(bad))
+    buf = first + bad + after + bytes(16)
+    n = len(first) + len(bad) + len(after)
+    fast = decode_fast(buf, 0, 1, n, len(buf), path="x", find_start=True, dated=(0, 2**62), delay_levels_ms=(),
+                       check_crc=True)
+    ref = decode_buffer(buf, 0, 1, n, segment_end=len(buf), path="x", check_crc=True, find_start=True)
+    assert not isinstance(fast, str) and fast.records == ref.count == 0
+    assert fast.first_position == ref.first_position == len(first)
+    assert fast.end == ref.end and ref.end.reason == END_CRC_MISMATCH and ref.end.offset == len(first)
