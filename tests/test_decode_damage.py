@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from storage_format.commitlog import decode_buffer
+from storage_format.commitlog import END_BAD_TOTAL_SIZE, END_SIZE_MISMATCH, decode_buffer
 from storage_format.errors import StoreFormatError
+from storage_format.kernels.split_decode import decode_fast
+from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from tests.hostile import DECODE_ENDS, VICTIM_RECORD
 
 
@@ -28,3 +30,18 @@ def test_decoder_ends_at_the_damage(builder, golden: Path, tmp_path: Path) -> No
     assert f"{d.file} at byte offset {d.offset}" in chunk.end.describe()
     assert chunk.count == VICTIM_RECORD and chunk.blank_count == 0
     assert int(chunk.columns.pos[-1] + chunk.columns.total_size[-1]) == d.offset
+
+
+@pytest.mark.parametrize("builder", [b for b, end in DECODE_ENDS.items() if end != "error"], ids=lambda b: b.__name__)
+def test_kernel_checking_crcs_ends_where_the_reference_does(builder, golden: Path, tmp_path: Path) -> None:
+    """The same damage, body CRCs checked (recovery's validation): the compiled kernel ends the walk where and
+    why the reference does, or (a totalSize or field sum the reference words, after the CRC of the record
+    passed) leaves the segment to it."""
+    d = builder(golden, tmp_path / "store")
+    buf, base = d.file.read_bytes(), int(d.file.name)
+    ref = decode_buffer(buf, base, path=str(d.file), check_crc=True)
+    fast = decode_fast(buf, base, 0, len(buf), len(buf), path=str(d.file), find_start=False,
+                       dated=(MIN_DATE_MS, MAX_DATE_MS), delay_levels_ms=(), check_crc=True)
+    assert isinstance(fast, str) == (ref.end.reason in (END_SIZE_MISMATCH, END_BAD_TOTAL_SIZE)), (fast, ref.end)
+    if not isinstance(fast, str):
+        assert (fast.end, fast.records, fast.blanks) == (ref.end, ref.count, ref.blank_count)

@@ -90,14 +90,15 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
-    The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
-    DLedger committed position, or whatever split_decode leaves) the numpy reference, and the summary says
-    which decoder ran and why the kernel left it (the run report counts both)."""
+    The compiled kernel decodes it when it can (body CRCs checked in its pass with check_crc); otherwise (the
+    split holding a confirm offset or DLedger committed position, or whatever split_decode leaves) the numpy
+    reference, and the summary says which decoder ran and why the kernel left it (the run report counts
+    both)."""
     decoder, fallback = DECODER_REFERENCE, ""
     try:
         if in_hole(task):
             decoder = DECODER_SPARSE
-        elif task.kernel and not task.check_crc:
+        elif task.kernel:
             decoder = DECODER_KERNEL
             fast = _decode_fast(task)
             if isinstance(fast, SplitSummary):
@@ -136,7 +137,8 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
     base = sp.segment.start + begin
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
-                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
+                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header,
+                       check_crc=task.check_crc)
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
