@@ -3,7 +3,7 @@ their variable is set (registered in env.py, named on stderr and in the run repo
 
 - `REPUT_TEST_PAUSE_AT=<point>`: `pause_at(point)` announces itself (a line on stderr, and the file named
   by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
-  after-decode, in-build-task (inside a Spark task), after-build, before-publish-rename, between-renames
+  in-decode-task (inside a decode task, its work files written), after-decode, in-build-task (inside a Spark task), after-build, before-publish-rename, between-renames
   (an --overwrite publish: old OUT moved aside, new one not yet in place), before-old-delete; on object
   storage (no rename), before-commit: the tree is written, the run report is not. Of a convert:
   in-convert-write (inside a segment-write task, its segment half written), after-write.
@@ -22,7 +22,7 @@ import time
 
 from . import env
 
-PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
+PAUSE_POINTS = ("in-decode-task", "after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
                 "before-old-delete", "before-commit", "in-convert-write", "after-write")
 
 
