@@ -48,6 +48,7 @@ class Case:
     line: str | None = None
     twice: bool = False
     overwrite: bool = False
+    everyone: bool = False  # to every process of the run, as systemd's KillMode=control-group does
 
 
 FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, after_s=0.3),
@@ -61,6 +62,7 @@ SLOW = [
     Case("rebuild-after-decode-term", "rebuild", signal.SIGTERM, pause="after-decode"),
     Case("rebuild-decoded-line-int", "rebuild", signal.SIGINT, line="[reput] decode:"),
     Case("rebuild-build-term", "rebuild", signal.SIGTERM, pause="in-build-task"),
+    Case("rebuild-build-term-everyone", "rebuild", signal.SIGTERM, pause="in-build-task", everyone=True),
     Case("rebuild-build-int-twice", "rebuild", signal.SIGINT, pause="in-build-task", twice=True),
     Case("rebuild-publish-int", "rebuild", signal.SIGINT, pause="before-publish-rename"),
     Case("rebuild-between-renames-term", "rebuild", signal.SIGTERM, pause="between-renames", overwrite=True),
@@ -152,7 +154,14 @@ def _due(run: Run) -> bool:
 
 
 def _signal(run: Run) -> None:
-    os.killpg(run.proc.pid, run.case.sig)
+    if run.case.everyone:
+        for pid in marked(run.mark):
+            try:
+                os.kill(pid, run.case.sig)
+            except ProcessLookupError:
+                pass
+    else:
+        os.killpg(run.proc.pid, run.case.sig)
     run.signalled = True
     if run.case.twice:
         time.sleep(0.3)
