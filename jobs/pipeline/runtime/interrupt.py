@@ -9,8 +9,8 @@ writing). Finishing (`finish`): Spark is stopped (its jobs cancelled), the proce
 that the JVM's shutdown hooks delete Spark's temp directories before this process leaves (a scheduler
 that kills what is left of a control group once the main process is gone would cut them short), and then
 the clean-ups registered with `remove_on_interrupt` run (staging directory, then OUT's lock), last
-registered first. A second signal while finishing stops the waiting early (the JVM gets SIGTERM, whose
-shutdown hooks still clean up) but not the clean-ups.
+registered first. A second signal while finishing cuts the polite wait short (the JVM gets SIGTERM at once,
+its shutdown hooks still clean up), a third ends what is left with SIGKILL; neither skips the clean-ups.
 Light on purpose (stdlib only): a job run as a program installs the start-up phase (`guard_startup`, at
 the top of jobs/<name>.py under `if __name__ == "__main__"`) before pyspark is imported.
 """
@@ -24,13 +24,15 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Callable, Iterator
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job ended by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM (timeout, systemd, Kubernetes, Airflow)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# How long a stopped job waits for a process it started to end by itself, after SIGTERM, and when hurried.
-PATIENCE_S, TERM_PATIENCE_S, HURRIED_S = 15.0, 5.0, 2.0
+# How long a stopped job waits for a process it started to end by itself, then after SIGTERM (the JVM's
+# shutdown hooks stop Spark and delete its temp directories: seconds on a loaded machine), then after SIGKILL.
+PATIENCE_S, TERM_PATIENCE_S, KILL_PATIENCE_S = 15.0, 10.0, 5.0
 
 _cleanups: dict[int, Callable[[], None]] = {}
 _owned: list[tuple[subprocess.Popen, bool]] = []  # processes to see gone, each with "and its process group"
@@ -39,7 +41,7 @@ _installed = False  # a job runs under run_main (not, e.g., a test calling main(
 _spark_context = None  # the SparkContext to cancel and stop, once there is one
 _signalled = False  # a signal reached the running phase (its KeyboardInterrupt may be replaced on the way up)
 _signum: int | None = None  # the first signal received (it decides the exit status)
-_hurry = False  # a second signal came while finishing
+_hurry = 0  # signals that came while finishing: 1 skips the polite wait, 2 or more kill
 
 
 def job_name(argv: list[str]) -> str:
@@ -83,7 +85,7 @@ def install() -> dict:
 def uninstall(previous: dict) -> None:
     """Put back the handlers `install` replaced (a job called in-process, e.g. by a test, is over)."""
     global _installed, _spark_context, _signalled, _signum, _hurry
-    _installed, _spark_context, _signalled, _signum, _hurry = False, None, False, None, False
+    _installed, _spark_context, _signalled, _signum, _hurry = False, None, False, None, 0
     _cleanups.clear()
     _owned.clear()
     for sig, handler in previous.items():
@@ -201,9 +203,9 @@ def _raise(signum: int, frame) -> None:
 
 
 def _hurried(signum: int, frame) -> None:
-    """Signal handler while finishing: stop waiting (the step in progress ends), end processes at once."""
+    """Signal handler while finishing: the step in progress ends, processes are ended less politely."""
     global _hurry
-    _hurry = True
+    _hurry += 1
     raise KeyboardInterrupt
 
 
@@ -213,11 +215,13 @@ def _stop_spark() -> None:
     global _spark_context
     sc, _spark_context = _spark_context, None
     if sc is not None and not _hurry:
-        try:
-            sc.setLogLevel("OFF")
-            sc.stop()
-        except Exception:
-            pass
+        with warnings.catch_warnings():  # PySpark warns when the JVM has already gone (SIGTERM reached it)
+            warnings.simplefilter("ignore")
+            try:
+                sc.setLogLevel("OFF")
+                sc.stop()
+            except Exception:
+                pass
 
 
 def _end_owned() -> None:
@@ -237,22 +241,23 @@ def _end(proc: subprocess.Popen, group: bool) -> None:
     if proc.stdin is not None and not proc.stdin.closed:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    for sig, wait_s in ((None, PATIENCE_S), (signal.SIGTERM, TERM_PATIENCE_S), (signal.SIGKILL, 10.0)):
-        if sig is None and (_hurry or proc.stdin is None):
+    steps = ((None, PATIENCE_S), (signal.SIGTERM, TERM_PATIENCE_S), (signal.SIGKILL, KILL_PATIENCE_S))
+    for sig, wait_s in steps[min(_hurry, 2):]:
+        if sig is None and proc.stdin is None:
             continue  # nothing asks it to leave but a signal
         if sig is not None and proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.send_signal(sig)
         try:
-            proc.wait(timeout=HURRIED_S if _hurry and sig != signal.SIGKILL else wait_s)
+            proc.wait(timeout=wait_s)
             break
         except subprocess.TimeoutExpired:
             continue
-    if group:  # what it forked and left in its own process group (pgid = its pid)
+    if group:  # what it forked and left in its own process group (pgid = its pid): SIGHUP'd as it left
         waited = time.monotonic()
         killed = False
-        while _group_alive(proc.pid) and time.monotonic() - waited < 2 * TERM_PATIENCE_S:
-            if not killed and time.monotonic() - waited > (HURRIED_S if _hurry else TERM_PATIENCE_S):
+        while _group_alive(proc.pid) and time.monotonic() - waited < TERM_PATIENCE_S + KILL_PATIENCE_S:
+            if not killed and (_hurry >= 2 or time.monotonic() - waited > TERM_PATIENCE_S):
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
