@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GOLDEN, REPO
+from tests.conftest import GOLDEN, REPO, private_temp_env
 
 MARK_ENV = "REPUT_SIGNAL_TEST_MARK"  # not a REPUT_* setting: only this test reads it, from /proc/<pid>/environ
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -102,8 +102,7 @@ def _start(case: Case, root: Path) -> Run:
         (outdir / "out").mkdir()
         (outdir / "out" / PREVIOUS).write_text("the output of an earlier run\n")
     mark = uuid.uuid4().hex
-    env = dict(os.environ, TMPDIR=str(tmp), SPARK_LOCAL_DIRS=str(tmp), JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={tmp}",
-               **{MARK_ENV: mark})
+    env = dict(os.environ, **private_temp_env(tmp), **{MARK_ENV: mark})
     env.pop("REPUT_TEST_PAUSE_AT", None)
     if case.pause:
         env.update(REPUT_TEST_PAUSE_AT=case.pause, REPUT_TEST_PAUSE_MARK=str(root / "paused"))

@@ -119,6 +119,8 @@ def deferred() -> Iterator[None]:
     previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum)) for sig in SIGNALS}
     try:
         yield
+    except KeyboardInterrupt:  # raised by a handler the block installed (PySpark's own, for SIGINT)
+        caught.append(signal.SIGINT)
     except Exception:
         if not caught:
             raise
@@ -162,12 +164,16 @@ def forget(key: object) -> None:
 def finish(job: str, note: str | None) -> int:
     """After KeyboardInterrupt reached the top: stop Spark, see every process the job started gone, remove
     registered output (last registered first), print the line; returns the exit status."""
-    for sig in SIGNALS:
-        signal.signal(sig, _hurried)
-    for step in (_stop_spark, _end_owned):
+    try:
+        for sig in SIGNALS:  # inside the try: a signal right after this raises here, not out of finish
+            signal.signal(sig, _hurried)
+        _stop_spark()
+    except KeyboardInterrupt:  # a second signal: on to ending the processes, in a hurry
+        pass
+    while _owned:
         try:
-            step()
-        except KeyboardInterrupt:  # a second signal: on to the next step, in a hurry
+            _end_owned()
+        except KeyboardInterrupt:  # another signal: the same process again, less politely
             pass
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the clean-ups run to their end
@@ -229,11 +235,7 @@ def _end_owned() -> None:
     and wait for each: the JVM leaves when its pipe from this process closes (or on SIGTERM; its shutdown
     hooks delete Spark's temp directories either way); SIGKILL only if it does not."""
     while _owned:
-        proc, group = _owned[-1]
-        try:
-            _end(proc, group)
-        except KeyboardInterrupt:  # a second signal: the same process again, in a hurry
-            continue
+        _end(*_owned[-1])
         _owned.pop()
 
 
