@@ -49,6 +49,7 @@ class Case:
     twice: bool = False
     overwrite: bool = False
     everyone: bool = False  # to every process of the run, as systemd's KillMode=control-group does
+    never: bool = False  # the control run: not signalled, it must leave nothing either
 
 
 FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, after_s=0.3),
@@ -71,6 +72,7 @@ SLOW = [
     Case("recover-publish-int-twice", "recover", signal.SIGINT, pause="before-publish-rename", twice=True),
     Case("convert-write-term", "convert", signal.SIGTERM, pause="in-convert-write"),
     Case("convert-after-write-int", "convert", signal.SIGINT, pause="after-write"),
+    Case("rebuild-not-signalled", "rebuild", signal.SIGINT, never=True),
 ]
 
 
@@ -142,6 +144,8 @@ def marked(mark: str) -> dict[int, str]:
 def _due(run: Run) -> bool:
     """The moment to signal this run has come."""
     c = run.case
+    if c.never:
+        return False
     if c.after_s is not None:
         return time.monotonic() - run.started >= c.after_s
     if c.pause:
@@ -203,6 +207,7 @@ def run_cases(cases: list[Case], tmp: Path) -> list[Run]:
         try:
             deadline = time.monotonic() + 240
             while any(not r.signalled and r.proc.poll() is None for r in runs) and time.monotonic() < deadline:
+                # (a control run, never signalled, is waited for here until it ends)
                 for r in runs:
                     if not r.signalled and r.proc.poll() is None and _due(r):
                         _signal(r)
@@ -221,7 +226,10 @@ def problems(run: Run) -> list[str]:
     lines = [ln for ln in run.stderr.splitlines()
              if ln.strip() and not ln.startswith(BENIGN + (f"reput {c.job}: note:",))]
     verdict = f"reput {c.job}: interrupted"
-    if not run.signalled:
+    if c.never:
+        if rc != 0 or lines or not (run.out / REPORTS[c.job]).is_file():
+            bad.append(f"the control run: exit {rc}, stderr {lines[:6]}, OUT complete: {run.out.exists()}")
+    elif not run.signalled:
         bad.append("the run ended before its signal was sent")
     elif rc == 0 and not any(verdict in ln for ln in lines):  # finished before the signal: OUT must be complete
         if not (run.out / REPORTS[c.job]).is_file():
