@@ -50,10 +50,11 @@ class Case:
     overwrite: bool = False
     everyone: bool = False  # to every process of the run, as systemd's KillMode=control-group does
     never: bool = False  # the control run: not signalled, it must leave nothing either
+    guarded: bool = False  # as soon as the job's start-up handler is in place (it then imports pyspark, ...)
 
 
-FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, after_s=0.3),
-        Case("rebuild-imports-term", "rebuild", signal.SIGTERM, after_s=0.3)]
+FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, guarded=True),
+        Case("rebuild-imports-term", "rebuild", signal.SIGTERM, guarded=True)]
 SLOW = [
     Case("rebuild-jvm-start-term", "rebuild", signal.SIGTERM, jvm=True),
     Case("rebuild-jvm-start-int", "rebuild", signal.SIGINT, jvm=True, twice=True),
@@ -148,12 +149,23 @@ def _due(run: Run) -> bool:
         return False
     if c.after_s is not None:
         return time.monotonic() - run.started >= c.after_s
+    if c.guarded:  # SIGTERM among the caught signals (interrupt.guard_startup; Python catches only SIGINT)
+        return _caught(run.proc.pid) & (1 << (signal.SIGTERM - 1)) != 0
     if c.pause:
         return (run.root / "paused").exists()
     if c.jvm:
         return any(" org.apache.spark" in cmd or cmd.startswith("java") or "/java " in cmd
                    for cmd in marked(run.mark).values())
     return any(ln.startswith(c.line) for ln in (run.root / "stderr").read_text(errors="replace").splitlines())
+
+
+def _caught(pid: int) -> int:
+    """The signals process `pid` has a handler for (SigCgt of /proc/<pid>/status), as a bit mask."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return 0
 
 
 def _signal(run: Run) -> None:
