@@ -25,8 +25,9 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # verify: inconsistencies found; query: no message found
 EXIT_ERROR = 2  # could not run: bad input, bad flags, unreadable store
 EXIT_INTERRUPTED = interrupt.EXIT_INTERRUPTED
+EXIT_TERMINATED = interrupt.EXIT_TERMINATED
 EXIT_STATUS_TEXT = ("exit status: 0 ok, 1 findings (verify) or none found (query), 2 could not run, "
-                    "130 interrupted")
+                    "130 interrupted (Ctrl-C), 143 terminated (SIGTERM)")
 LOG_LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace")
 # What is true of the output after an interrupt, per job (none of them writes into the store).
 INTERRUPTED_NOTES = {"rebuild": "nothing published", "recover": "nothing published", "convert": "nothing published",
@@ -164,8 +165,8 @@ def emit(args: argparse.Namespace, report: dict, human: Callable[[dict], None],
 
 def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> NoReturn:
     """Run `main(argv)` and exit with its status. A failure of any kind is one line,
-    `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130
-    (see interrupt.py); REPUT_DEBUG=1 adds the traceback."""
+    `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130 or
+    143 (see interrupt.py); REPUT_DEBUG=1 adds the traceback."""
     previous = interrupt.install()
     env.note_in_effect(job)
     try:
@@ -205,4 +206,5 @@ def run_process(job: str, main: Callable[[list[str] | None], int], argv: list[st
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed pipe (e.g. `| head`): nothing more can reach the reader
+    interrupt.remove_exit_files()  # what the skipped teardown would have removed (the accumulator's socket)
     os._exit(code or 0)

@@ -144,14 +144,46 @@ def _start(create: Callable[[], T], level: str, quiet: bool) -> T:
     quiet and a JVM is about to be launched, the JVM (and the Python workers it starts) get /dev/null as
     stderr, so its banner never shows."""
     with interrupt.deferred():
-        if not quiet or debug() or SparkContext._active_spark_context is not None or under_spark_submit():
-            made = create()
-        else:
-            made = _without_stderr(create)
+        fresh = SparkContext._active_spark_context is None
+        launched = fresh and SparkContext._gateway is None
+        try:
+            if not quiet or debug() or not fresh or under_spark_submit():
+                made = create()
+            else:
+                made = _without_stderr(create)
+        finally:
+            if launched and SparkContext._gateway is not None:  # interrupted half-way too: ours to end
+                _own_jvm(SparkContext._gateway)
         sc = made if isinstance(made, SparkContext) else made.sparkContext
+        if fresh:
+            _own_accumulator_server(sc)
         interrupt.arm(sc)
     sc.setLogLevel(level)
     return made
+
+
+def _own_jvm(gateway) -> None:
+    """The driver JVM this job just launched is ended and waited for after an interrupt."""
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        interrupt.own_process(proc)
+
+
+def _own_accumulator_server(sc: SparkContext) -> None:
+    """A context this job just created: its accumulator server's Unix socket is removed however the process
+    leaves; the server takes the JVM's end of a connection closing mid-update (the JVM stopped by a signal)
+    quietly instead of printing socketserver's EOFError traceback."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None:
+        return
+    if isinstance(server.server_address, str) and interrupt.running():
+        interrupt.remove_at_exit(server.server_address)
+    report = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            report(request, client_address)
+    server.handle_error = handle_error
 
 
 def _without_stderr(create: Callable[[], T]) -> T:

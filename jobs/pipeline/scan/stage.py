@@ -31,7 +31,7 @@ from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime import env
-from ..runtime.faults import fail_once
+from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
 from ..io.fs import Location
 from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, ScanResult, SplitSummary,
@@ -103,6 +103,7 @@ def decode_split(task: SplitTask) -> SplitSummary:
             fast = _decode_fast(task)
             if isinstance(fast, SplitSummary):
                 fail_once()
+                pause_at("in-decode-task")
                 fast.decoder = DECODER_KERNEL
                 return fast
             decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
@@ -111,6 +112,7 @@ def decode_split(task: SplitTask) -> SplitSummary:
         summary.record_after_end = _record_after_zero_end(task, chunk)
         summary.decoder, summary.fallback = decoder, fallback
         fail_once()  # test hook: a task that dies after writing its work files is retried
+        pause_at("in-decode-task")
         return summary
     except StoreFormatError as err:
         sp = task.split
