@@ -1,4 +1,5 @@
-"""The embedded driver JVM's output: on a pipe of its own that the driver copies to stderr while the job runs
+"""Start-up and exit. `reput`, `reput --help` and `reput --version` answer without loading numpy, pyarrow or
+pyspark. The embedded driver JVM's output: on a pipe of its own that the driver copies to stderr while the job runs
 (/dev/null with --quiet), never the job's own stdout or stderr. A caller reading a job's output to the end
 then stops reading when the job ends, not when the JVM has finished shutting down after it; that shutdown
 still stops Spark and deletes Spark's local directories."""
@@ -57,3 +58,23 @@ def test_the_jvm_writes_to_a_pipe_of_its_own_and_cleans_up_after_the_job(tmp_pat
         assert "INFO SparkContext: Running Spark version" in done.stderr  # copied to the driver's stderr
     assert _gone(seen["jvm"], 120), "the JVM outlived its driver"
     assert list(local.iterdir()) == [], "Spark's local directories were left behind"
+
+
+HEAVY = ("numpy", "pyarrow", "pyspark", "py4j", "numba")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], []])
+def test_the_console_command_answers_without_loading_the_pipeline(argv):
+    """The front door's own answers (and the common flags' module, runtime.cli) import none of the heavy
+    packages; the control import shows the check sees them when a job module is loaded."""
+    script = ("import json, sys\nfrom jobs.pipeline.runtime import frontdoor\n"
+              "try:\n    frontdoor.reput(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(%r))))" % (HEAVY,))
+    done = subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert "reput" in done.stdout + done.stderr
+    control = subprocess.run([sys.executable, "-c", "import sys, jobs.rebuild; print(int('numpy' in sys.modules))"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert control.stdout.strip() == "1", control.stderr
