@@ -322,7 +322,8 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()
     rendered = output.rendered + [f"index/{n}" for n in names]
-    ops = inplace.build_ops(path, staging, rendered, output.deleted)
+    ops = inplace.build_ops(path, staging, rendered, output.deleted,
+                            hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
     if names:
         summary["index"]["to_create"] = names
     try:
@@ -332,7 +333,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
                               f"with --rollback --backup-dir {backup}") from None
         raise
-    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # hashes, fsyncs, backup, journal, renames
+    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # compares, fsyncs, backup, journal, renames
     summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
     if manifest["backup"]["copied"]:
