@@ -78,7 +78,10 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
     assert {k: v for k, v in after.items() if not k.startswith("out/")} == before
     expect = d.expect[job]
     path, offset = d.location(job)
-    where = f"{path} at byte offset {offset}"
+    where = d.named(job)
+    warnings = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: warning: ") and where in line]
+    if job == "rebuild":  # a warning line names what rebuild goes on with; recover's are in its plan
+        assert len(warnings) == (1 if job in d.warns else 0), (where, stderr[-2000:])
     if expect == ERROR:
         assert code == 2, stderr[-2000:]
         errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
@@ -86,16 +89,19 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
         assert not out.exists()
         return
     assert f"reput {job}: error" not in stderr
+    negative = d.victim.get("moved_to", 0) < 0  # a record with a negative queueId: counted in every report
     if job == "verify":
         assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
         if expect == REPORTED:
-            assert verify_names(json.loads(stdout), d.store, path, offset, where), where
+            report = json.loads(stdout)
+            assert verify_names(report, d.store, path, offset, where), where
+            assert report["finding_counts"].get("commitlog.negative_queue_id", 0) == (1 if negative else 0)
         return
     assert code == 0, stderr[-2000:]
     if job == "inspect":
         problems = json.loads(stdout)["problems"]
         if expect == REPORTED:
-            assert any(where in p for p in problems), (where, problems)
+            assert sum(where in p for p in problems) == 1, (where, problems)
         else:
             assert problems == []
         return
@@ -103,23 +109,31 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
         plan = json.loads(stdout)
         if expect == REPORTED:
             assert where in stdout, where
+            if job in d.warns:  # a warning in the plan (the run report), once
+                assert sum(where in w for w in plan["warnings"]) == 1, (where, plan["warnings"])
         else:
             assert plan["changes"] is False
         return
+    report = json.loads((out / REPORT).read_text())
+    assert (report["negative_queue_ids"] or {}).get("records", 0) == (1 if negative else 0), report
     if expect == IGNORED:
         assert out_digest(out) == out_digest(clean_rebuild)
+    elif "moved_to" in d.victim:
+        check_moved_rebuild(d, out, clean_rebuild)
     else:
         assert expect == ACCEPTED
         check_accepted_rebuild(d, out, clean_rebuild)
 
 
-def verify_names(report: dict, store: Path, path: Path, offset: int, where: str) -> bool:
+def verify_names(report: dict, store: Path, path: Path, offset: int | None, where: str) -> bool:
     """verify's JSON report names the file and byte offset: in a message, or as a finding on that file at
-    that byte offset (or, for a file of the wrong size, with that size found)."""
+    that byte offset (or, for a file of the wrong size, with that size found); a name (offset None): a finding
+    on that path."""
     if where in json.dumps(report, ensure_ascii=False):
         return True
     rel = path.relative_to(store).as_posix()
-    return any(f.get("path") == rel and offset in (f.get("byte_offset"), f.get("found")) for f in report["findings"])
+    return any(f.get("path") == rel and (offset is None or offset in (f.get("byte_offset"), f.get("found")))
+               for f in report["findings"])
 
 
 def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
@@ -142,6 +156,29 @@ def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
     a, b = (out / victim_file).read_bytes(), (clean / victim_file).read_bytes()
     assert a[:at] == b[:at] and a[at + 20:] == b[at + 20:]
     assert struct.unpack(">q", a[at + 12:at + 20])[0] == tags
+
+
+def check_moved_rebuild(d: Damage, out: Path, clean: Path) -> None:
+    """A record moved to queue `moved_to` (queueOffset 0) is dispatched as the broker does: its entry leaves its
+    old queue (the last one there: nothing after it moves) and is the first of consume queue <topic>/<moved_to>/
+    (a directory named by the int as Java prints it); the index does not depend on queue ids and is unchanged."""
+    v, cq_size = d.victim, 2000
+    entry = cq_entry(clean, v["topic"], v["queue_id"], v["queue_offset"], cq_size)
+    assert entry[:2] == (v["phy"], v["size"])
+    start = v["queue_offset"] * 20 // cq_size * cq_size
+    old = f"consumequeue/{v['topic']}/{v['queue_id']}/{start:020d}"
+    new = f"consumequeue/{v['topic']}/{v['moved_to']}/{0:020d}"
+    got, want = out_digest(out), out_digest(clean)
+    assert {k for k in got.keys() ^ want.keys() if not k.endswith("/")} == ({new} if start < v["queue_offset"] * 20
+                                                                            else {new, old})
+    assert {k for k in got.keys() & want.keys() if got[k] != want[k]} == ({old} if start < v["queue_offset"] * 20
+                                                                          else set())
+    at = v["queue_offset"] * 20 - start
+    if old in got:
+        a, b = (out / old).read_bytes(), (clean / old).read_bytes()
+        assert a[:at] == b[:at] and a[at:] == bytes(len(a) - at)
+    data = (out / new).read_bytes()
+    assert len(data) == cq_size and struct.unpack(">qiq", data[:20]) == entry and data[20:] == bytes(cq_size - 20)
 
 
 @pytest.mark.parametrize("builder", [bad_magic, missing_segment, zeroed_header_last_segment],
@@ -183,7 +220,7 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
     code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
     assert "Traceback" not in stderr and "Traceback" not in stdout
     assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
-    expect, where = d.expect[job], f"{d.file} at byte offset {d.offset}"
+    expect, where = d.expect[job], d.named(job)
     if expect == ERROR:
         errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
         assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
@@ -193,7 +230,7 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
     if job == "verify":
         assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
         if expect == REPORTED:
-            assert verify_names(json.loads(stdout), d.store, d.file, d.offset, where), where
+            assert verify_names(json.loads(stdout), d.store, *d.location(job), where), where
         return
     assert code == 0, stderr[-2000:]
     if job == "inspect":
