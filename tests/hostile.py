@@ -10,7 +10,7 @@ import hashlib
 import os
 import shutil
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -484,11 +484,11 @@ SYNTH_CONF = ("mappedFileSizeCommitLog=4096\nmappedFileSizeConsumeQueue=200\nmax
 SYNTH_BAD_AT = 25  # the hostile record's position in the message list
 
 
-def synthetic_messages(count: int = 60, bad_topic: str | None = None) -> list[Message]:
-    """`count` small messages over two topics and queues; message SYNTH_BAD_AT gets `bad_topic`."""
+def synthetic_messages(count: int = 60) -> list[Message]:
+    """`count` small messages over two topics and queues."""
     msgs = []
     for n in range(count):
-        topic = bad_topic if (bad_topic is not None and n == SYNTH_BAD_AT) else f"Topic{n % 2}"
+        topic = f"Topic{n % 2}"
         msgs.append(Message(topic=topic, body=f"body-{n}".encode() * 3, queue_id=n % 3,
                             store_timestamp=1_700_000_000_000 + 1000 * n, born_timestamp=1_700_000_000_000 + 1000 * n,
                             properties=properties_string({"TAGS": f"tag{n % 4}", "KEYS": f"k{n} k{n + 1}",
@@ -503,17 +503,30 @@ def write_synthetic(dst: Path, msgs: list[Message]) -> Path:
     return dst
 
 
-def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
-    """A builder for a synthetic store whose record SYNTH_BAD_AT has `topic`."""
+def synthetic_case(label: str, expect: dict[str, str], why: str, **fields) -> Callable[[Path, Path], Damage]:
+    """A builder for a synthetic store whose record SYNTH_BAD_AT has `fields` (Message fields, written by the
+    independent encoder: bytes a broker may write but not read back, which no golden record can be patched into)."""
     def build(golden: Path, dst: Path) -> Damage:
-        msgs = synthetic_messages(bad_topic=topic)
+        msgs = synthetic_messages()
+        msgs[SYNTH_BAD_AT] = replace(msgs[SYNTH_BAD_AT], **fields)
         write_synthetic(dst, msgs)
         phy = msgs[SYNTH_BAD_AT].physical_offset
         seg = dst / "commitlog" / segment_name(phy - phy % SYNTH_SEGMENT)
-        return Damage(f"topic-{label}", dst, dst / "broker.conf", seg, phy % SYNTH_SEGMENT, UNREADABLE,
-                      f"topic {topic!r} would escape consumequeue/")
-    build.__name__ = f"topic_{label}"
+        return Damage(label, dst, dst / "broker.conf", seg, phy % SYNTH_SEGMENT, expect, why)
+    build.__name__ = label.replace("-", "_", 1)
     return build
+
+
+def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
+    """A builder for a synthetic store whose record SYNTH_BAD_AT has `topic`."""
+    return synthetic_case(f"topic-{label}", UNREADABLE, f"topic {topic!r} would escape consumequeue/", topic=topic)
+
+
+# A v1 record whose topic has 130 UTF-8 bytes: RocketMQ 4.9.8 and 5.x write `(byte) length` and read it back as a
+# signed byte (-126): checkMessageAndReturnSize throws, the record is invalid to the broker (checked with 4.9.8: its
+# recovery truncated the log there). reput once read the byte unsigned and dispatched the record and all after it.
+topic_length_signed_byte = synthetic_case("topic-length-signed-byte", CHAIN, "a v1 topicLength byte of 0x82",
+                                          topic="T" * 130, magic_v2=False)
 
 
 total_size_zero = total_size(0, "zero")
@@ -525,8 +538,8 @@ BUILDERS: list[Callable[[Path, Path], Damage]] = [
     bitflip_total_size_low, bitflip_store_timestamp, bitflip_physical_offset, zeroed_header_last_segment,
     misnamed_segment, total_size_zero, total_size_negative,
     total_size_past_segment, bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
-    properties_invalid_utf8, properties_without_separators, _bad_topic("../../x", "dotdot"),
-    _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), index_wrong_size, consume_queue_wrong_size,
+    properties_invalid_utf8, properties_without_separators, topic_length_signed_byte, _bad_topic("../../x", "dotdot"),
+    _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), _bad_topic("", "empty"), index_wrong_size, consume_queue_wrong_size,
     checkpoint_wrong_size, stray_bak, stray_hex, stray_21_digits, negative_queue_offset,
     queue_id_minus_one, queue_id_int_min, queue_id_int_max, *STRAY_NAMES,
 ]
