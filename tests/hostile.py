@@ -390,6 +390,32 @@ STRAY_NAMES = [
 ]
 
 
+def field_patch(label: str, at: Callable[[GoldenVictim], int], value: Callable[[GoldenVictim], bytes],
+                why: str) -> Callable[[Path, Path], Damage]:
+    """A builder writing `value(v)` at `at(v)` (an offset in the victim segment) of the victim record: a field the
+    broker reads but whose bytes no longer add up to totalSize. Checked with RocketMQ 4.9.8 on synthetic stores:
+    its recovery truncates the log at such a record (the decoder ends the chain there: tests/test_decode_damage)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        _patch(v.segment, at(v), value(v))
+        return v.damage(label, v.pos, CHAIN, why)
+    build.__name__ = label.replace("-", "_")
+    return build
+
+
+sysflag_born_v6 = field_patch("sysflag-bornhost-v6", lambda v: v.pos + 36,
+                              lambda v: struct.pack(">i", v.field("sys_flag") ^ 0x10),
+                              "BORNHOST_V6_FLAG set over a 4-byte address: the fields no longer add up")
+sysflag_store_v6 = field_patch("sysflag-storehost-v6", lambda v: v.pos + 36,
+                               lambda v: struct.pack(">i", v.field("sys_flag") ^ 0x20),
+                               "STOREHOSTADDRESS_V6_FLAG set over a 4-byte address")
+properties_length_negative = field_patch("properties-length-negative", lambda v: v.field("properties_start") - 2,
+                                         lambda v: struct.pack(">h", -1),
+                                         "propertiesLength 0xFFFF: -1 to Java, no properties, fields do not add up")
+body_length_negative = field_patch("body-length-negative", lambda v: v.field("body_start") - 4,
+                                   lambda v: struct.pack(">i", -4), "bodyLength -4")
+
+
 def topic_length_past_record(golden: Path, dst: Path) -> Damage:
     """The victim's topicLength set to 127: the topic runs past totalSize."""
     v = GoldenVictim(golden, dst)
@@ -542,6 +568,7 @@ BUILDERS: list[Callable[[Path, Path], Damage]] = [
     _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), _bad_topic("", "empty"), index_wrong_size, consume_queue_wrong_size,
     checkpoint_wrong_size, stray_bak, stray_hex, stray_21_digits, negative_queue_offset,
     queue_id_minus_one, queue_id_int_min, queue_id_int_max, *STRAY_NAMES,
+    sysflag_born_v6, sysflag_store_v6, properties_length_negative, body_length_negative,
 ]
 
 # Damage inside one segment that the decoder alone finds (storage_format.commitlog.decode_buffer): the
@@ -553,8 +580,11 @@ DECODE_ENDS: dict[Callable[[Path, Path], Damage], str] = {
     bitflip_total_size_low: "size_mismatch", total_size_zero: "bad_total_size",
     total_size_negative: "bad_total_size", total_size_past_segment: "bad_total_size",
     topic_length_past_record: "size_mismatch", topic_invalid_utf8: "error",
+    sysflag_born_v6: "size_mismatch", sysflag_store_v6: "size_mismatch", properties_length_negative: "size_mismatch",
+    body_length_negative: "size_mismatch",
 }
-DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, total_size_zero, total_size_negative)
+DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, total_size_zero, total_size_negative,
+               sysflag_born_v6, sysflag_store_v6, properties_length_negative, body_length_negative)
 JOB_BUILDERS = [b for b in BUILDERS if b not in DECODE_ONLY]  # run through every job (Spark)
 
 
