@@ -96,6 +96,14 @@ def _patch(path: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _shift(path: Path, offset: int, fmt: str, delta: int) -> None:
+    """Add `delta` to the big-endian field `fmt` (">i", ">q") at `offset` of a file."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        value = struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+    _patch(path, offset, struct.pack(fmt, value + delta))
+
+
 def _flip_bit(path: Path, offset: int, bit: int) -> None:
     """Flip one bit of one byte of a file."""
     raw = bytearray(path.read_bytes()[offset:offset + 1])
@@ -637,36 +645,31 @@ def dledger_bad_entry_magic(golden: Path, dst: Path) -> Damage:
     return v.damage("dledger-bad-entry-magic", v.pos, DLEDGER_CHAIN, "entry magic is neither 1 nor a blank's -1")
 
 
-def dledger_bad_entry_size(golden: Path, dst: Path) -> Damage:
-    """The victim entry's size 4 bytes larger than 48 + its bodySize."""
-    v = DledgerVictim(golden, dst)
-    size = struct.unpack_from(">i", v.file.read_bytes(), v.pos + 4)[0]
-    _patch(v.file, v.pos + 4, struct.pack(">i", size + 4))
-    return v.damage("dledger-bad-entry-size", v.pos, DLEDGER_CHAIN, "entry size disagrees with its bodySize")
+def dledger_shift(label: str, at: Callable[["DledgerVictim"], int], fmt: str, delta: int, why: str,
+                  named: Callable[["DledgerVictim"], int] = lambda v: v.pos) -> Callable[[Path, Path], Damage]:
+    """A builder adding `delta` to one big-endian field (`fmt`) at `at(v)` of the victim data file: damage in the
+    entry chain, named at `named(v)` (the victim entry's position unless said)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = DledgerVictim(golden, dst)
+        _shift(v.file, at(v), fmt, delta)
+        return v.damage(label, named(v), DLEDGER_CHAIN, why)
+    build.__name__ = label.replace("-", "_")
+    return build
 
 
-def dledger_bad_entry_pos(golden: Path, dst: Path) -> Damage:
-    """The victim entry's pos field 4096 bytes off where it lies."""
-    v = DledgerVictim(golden, dst)
-    pos = struct.unpack_from(">q", v.file.read_bytes(), v.pos + 24)[0]
-    _patch(v.file, v.pos + 24, struct.pack(">q", pos + 4096))
-    return v.damage("dledger-bad-entry-pos", v.pos, DLEDGER_CHAIN, "entry pos field is not where the entry lies")
-
-
-def dledger_index_gap(golden: Path, dst: Path) -> Damage:
-    """The victim entry's index one too high: entry indexes skip one."""
-    v = DledgerVictim(golden, dst)
-    _patch(v.file, v.pos + 8, struct.pack(">q", v.index + 1))
-    return v.damage("dledger-index-gap", v.pos, DLEDGER_CHAIN, "an entry index is skipped")
-
-
-def dledger_index_gap_at_file_start(golden: Path, dst: Path) -> Damage:
-    """The first entry of the victim file one index too high: the gap lies between two data files (the walks
-    of two splits meet there)."""
-    v = DledgerVictim(golden, dst)
-    index = struct.unpack_from(">q", v.file.read_bytes(), 8)[0]
-    _patch(v.file, 8, struct.pack(">q", index + 1))
-    return v.damage("dledger-index-gap-at-file-start", 0, DLEDGER_CHAIN, "entry indexes skip one between files")
+dledger_bad_entry_size = dledger_shift("dledger-bad-entry-size", lambda v: v.pos + 4, ">i", 4,
+                                       "entry size 4 bytes larger than 48 + its bodySize")
+dledger_bad_entry_pos = dledger_shift("dledger-bad-entry-pos", lambda v: v.pos + 24, ">q", 4096,
+                                      "entry pos field 4096 bytes off where the entry lies")
+dledger_index_gap = dledger_shift("dledger-index-gap", lambda v: v.pos + 8, ">q", 1,
+                                  "the victim entry's index one too high: an entry index is skipped")
+# the first entry of the victim file one index too high: the gap lies between two data files (the walks of two
+# splits meet there)
+dledger_index_gap_at_file_start = dledger_shift("dledger-index-gap-at-file-start", lambda v: 8, ">q", 1,
+                                                "entry indexes skip one between files", named=lambda v: 0)
+dledger_blank_wrong_length = dledger_shift("dledger-blank-wrong-length", lambda v: v.blank + 4, ">i", 8,
+                                           "the DLedger blank says 8 bytes more are left than there are",
+                                           named=lambda v: v.blank)
 
 
 def dledger_torn_entry(golden: Path, dst: Path) -> Damage:
@@ -682,14 +685,6 @@ def dledger_torn_entry(golden: Path, dst: Path) -> Damage:
         at += size
     _patch(last, at + 120, bytes(size - 120))
     return v.damage("dledger-torn-entry", at, DLEDGER_CHAIN, "the last entry is torn (its tail is zeros)", last)
-
-
-def dledger_blank_wrong_length(golden: Path, dst: Path) -> Damage:
-    """The victim file's DLedger blank says 8 bytes more are left than there are."""
-    v = DledgerVictim(golden, dst)
-    left = struct.unpack_from(">i", v.file.read_bytes(), v.blank + 4)[0]
-    _patch(v.file, v.blank + 4, struct.pack(">i", left + 8))
-    return v.damage("dledger-blank-wrong-length", v.blank, DLEDGER_CHAIN, "a DLedger blank with a wrong length")
 
 
 def dledger_data_file_wrong_size(golden: Path, dst: Path) -> Damage:

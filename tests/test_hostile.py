@@ -48,17 +48,42 @@ def out_digest(out: Path) -> dict[str, str]:
     return {k: v for k, v in tree_digest(out).items() if k != REPORT}
 
 
-@pytest.fixture(scope="module")
-def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
-    """OUT of a rebuild of an undamaged copy of the source case."""
+def rebuilt_clean(golden: Path, tmp_path_factory, case: str) -> Path:
+    """OUT of a rebuild of an undamaged copy of a golden case."""
     from jobs.rebuild import main as rebuild_main
 
     root = tmp_path_factory.mktemp("clean")
-    store = copy_store(golden / SOURCE_CASE, root / "store")
+    store = copy_store(golden / case, root / "store")
     out = root / "out"
     assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
                          "--json"]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
+    """OUT of a rebuild of an undamaged copy of the source case."""
+    return rebuilt_clean(golden, tmp_path_factory, SOURCE_CASE)
+
+
+def run_case(d: Damage, job: str, tmp_path: Path, capfd, monkeypatch) -> tuple[int, str, str, Path]:
+    """Run one job on a damaged store from the case directory: (status, stdout, stderr, OUT). Never a traceback;
+    nothing in the case directory changes but OUT (the store's bytes included; verify's and recover's work
+    directories must be gone)."""
+    before = tree_digest(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
+    return code, stdout, stderr, out
+
+
+def assert_refused(job: str, code: int, stderr: str, where: str, out: Path) -> None:
+    """Exit 2 with one `reput <job>: error:` line naming `where`; no OUT."""
+    errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
+    assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -69,13 +94,7 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
     a traceback; the store's bytes unchanged; nothing created outside OUT (the job's cwd is the case
     directory, and verify's/recover's work directories must be gone)."""
     d = builder(golden, tmp_path / "store")
-    before = tree_digest(tmp_path)
-    out = tmp_path / "out"
-    monkeypatch.chdir(tmp_path)
-    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
-    assert "Traceback" not in stderr and "Traceback" not in stdout
-    after = tree_digest(tmp_path)
-    assert {k: v for k, v in after.items() if not k.startswith("out/")} == before
+    code, stdout, stderr, out = run_case(d, job, tmp_path, capfd, monkeypatch)
     expect = d.expect[job]
     path, offset = d.location(job)
     where = d.named(job)
@@ -83,11 +102,7 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
     if job == "rebuild":  # a warning line names what rebuild goes on with; recover's are in its plan
         assert len(warnings) == (1 if job in d.warns else 0), (where, stderr[-2000:])
     if expect == ERROR:
-        assert code == 2, stderr[-2000:]
-        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
-        assert len(errors) == 1 and where in errors[0], (where, errors)
-        assert not out.exists()
-        return
+        return assert_refused(job, code, stderr, where, out)
     assert f"reput {job}: error" not in stderr
     negative = d.victim.get("moved_to", 0) < 0  # a record with a negative queueId: counted in every report
     if job == "verify":
@@ -198,14 +213,7 @@ def test_chain_damage_found_with_mid_segment_splits(builder, golden, spark, tmp_
 @pytest.fixture(scope="module")
 def clean_dledger_rebuild(golden, spark, tmp_path_factory) -> Path:
     """OUT of a rebuild of an undamaged copy of the DLedger source case."""
-    from jobs.rebuild import main as rebuild_main
-
-    root = tmp_path_factory.mktemp("clean-dledger")
-    store = copy_store(golden / DLEDGER_CASE, root / "store")
-    out = root / "out"
-    assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
-                         "--json"]) == 0
-    return out
+    return rebuilt_clean(golden, tmp_path_factory, DLEDGER_CASE)
 
 
 @pytest.mark.parametrize("job", DLEDGER_JOBS)
@@ -215,18 +223,10 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
     offset where nothing can run, the damage reported by file and byte offset (verify: a finding), or the
     damage ignored by a job that does not read it; never a traceback, the store unchanged."""
     d = builder(golden, tmp_path / "store")
-    before = tree_digest(tmp_path)
-    out = tmp_path / "out"
-    monkeypatch.chdir(tmp_path)
-    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
-    assert "Traceback" not in stderr and "Traceback" not in stdout
-    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
+    code, stdout, stderr, out = run_case(d, job, tmp_path, capfd, monkeypatch)
     expect, where = d.expect[job], d.named(job)
     if expect == ERROR:
-        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
-        assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
-        assert not out.exists()
-        return
+        return assert_refused(job, code, stderr, where, out)
     assert f"reput {job}: error" not in stderr
     if job == "verify":
         assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
