@@ -83,6 +83,10 @@ def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Lo
             continue
         found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
                   offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
+    odd = scan.negative_queue_ids
+    if odd is not None:
+        found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, offset=odd.byte_offset,
+                  commitlog_offset=odd.offset, queue_id=odd.queue_id, message=odd.describe())
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     parallelism = sc.defaultParallelism
     if with_cq:

@@ -227,8 +227,10 @@ def test_kernel_finds_the_references_crc_mismatch_in_a_damaged_golden_store(case
 
 
 def test_kernel_leaves_what_it_does_not_take():
-    """An unsafe topic, a moved record and a delayed record whose DELAY is no int go to the reference."""
+    """An unsafe topic, a moved record, a delayed record whose DELAY is no int and a v1 topicLength byte the broker
+    reads as negative go to the reference."""
     for msg, offset in ((Message(topic="a/b"), 0), (Message(topic="T"), 8),
+                        (Message(topic="T" * 128, magic_v2=False), 0),
                         (Message(topic="SCHEDULE_TOPIC_XXXX", properties="DELAY\x01x3\x02"), 0)):
         rec = encode_record(msg, offset)
         buf = rec + bytes(16)

@@ -235,6 +235,8 @@ def _layout(a, pos, end, rules):
     if body_len < 0 or topic_len_at + width > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     topic_len = (np.int64(a[topic_len_at]) << 8 | a[topic_len_at + 1]) if width == 2 else np.int64(a[topic_len_at])
+    if topic_len >= (0x8000 if width == 2 else 0x80):  # Java reads a signed byte / short: negative, the record invalid
+        return FB_LAYOUT, 0, 0, 0, 0, 0
     pl_at = topic_len_at + width + topic_len
     if pl_at + 2 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0

@@ -7,7 +7,7 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -34,8 +34,8 @@ from ..runtime import env
 from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
 from ..io.fs import Location
-from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, ScanResult, SplitSummary,
-                     SplitTask)
+from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, NegativeQueueIds, ScanResult,
+                     SplitSummary, SplitTask)
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
 from ..store.segments import list_segments
@@ -338,6 +338,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     result = ScanResult(segments, splits, stitched, summaries)
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
+    result.negative_queue_ids = find_negative_queue_ids(result, base)
     note_fallbacks(result, label)
     return result
 
@@ -352,6 +353,29 @@ def note_fallbacks(scan: ScanResult, label: str) -> None:
               f"splits to the numpy reference decoder (about 10x slower): {reasons}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class FoundRecord:
+    """The first record of a split that a test picked: its segment, byte offset there, commit-log offset, and
+    the picked column's value (None when the re-decode found no such record: the split's first record)."""
+
+    path: str
+    byte_offset: int
+    offset: int
+    value: int | None
+
+
+def first_record(scan: ScanResult, base: SplitTask, summary: SplitSummary, column: str, test) -> FoundRecord:
+    """Decode one accepted split again (no work files) and find its first record whose `column` passes `test`
+    (a vectorised predicate): how a check over the summaries names the record by file and byte offset."""
+    sp = scan.splits[summary.index]
+    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
+    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
+    values = getattr(cols, column)
+    rows = np.flatnonzero(test(values))
+    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
+    return FoundRecord(sp.segment.path, at - sp.segment.start, at, int(values[rows[0]]) if len(rows) else None)
+
+
 def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     """Refuse a record with a negative queueOffset, named by file and byte offset (a damaged store: the broker
     never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
@@ -361,17 +385,32 @@ def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     if not bad or base is None:
         return
     summary = bad[0]
-    sp = scan.splits[summary.index]
-    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
-    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
-    rows = np.flatnonzero(cols.queue_offset < 0)
-    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
-    offset = int(cols.queue_offset[rows[0]]) if len(rows) else min(st.min_offset for st in summary.queues.values())
-    raise StoreFormatError(sp.segment.path, at - sp.segment.start,
-                           f"record at commit-log offset {at} has queueOffset {offset}, which the broker never "
-                           f"assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
+    found = first_record(scan, base, summary, "queue_offset", lambda v: v < 0)
+    offset = found.value if found.value is not None else min(st.min_offset for st in summary.queues.values())
+    raise StoreFormatError(found.path, found.byte_offset,
+                           f"record at commit-log offset {found.offset} has queueOffset {offset}, which the broker "
+                           f"never assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
                            f"already written, and a consume-queue file named by a negative offset is never right; "
                            f"reput refuses rather than guess")
+
+
+def find_negative_queue_ids(scan: ScanResult, base: SplitTask | None) -> NegativeQueueIds | None:
+    """Valid records with a negative queueId (counted from the splits' per-queue stats), the first one named by
+    file and byte offset. The broker dispatches them as any other (consumequeue/<topic>/-1/), and reput too:
+    the jobs say it (a warning, verify a finding) and count it in their reports."""
+    records, queues, first = 0, set(), None
+    for s in scan.accepted:
+        mine = [(key, st.records) for key, st in s.queues.items() if key[1] < 0 and st.records]
+        if mine:
+            first = first or s
+            records += sum(n for _, n in mine)
+            queues |= {f"{topic}/{qid}" for (topic, qid), _ in mine}
+    if first is None or base is None:
+        return None
+    found = first_record(scan, base, first, "queue_id", lambda v: v < 0)
+    return NegativeQueueIds(records=records, queues=tuple(sorted(queues)), path=found.path,
+                            byte_offset=found.byte_offset, offset=found.offset,
+                            queue_id=found.value if found.value is not None else -1)
 
 
 def check_multi_dispatch(scan: ScanResult) -> None:
