@@ -49,7 +49,7 @@ test-cluster: package
 # NUMBA_BOUNDSCHECK: with the usual cache the unchecked kernels would be loaded, so they compile into a cache
 # directory of their own (tests/conftest.py refuses NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR).
 test-boundscheck: venv
-	d=$$(mktemp -d) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$d $(PY) -m pytest -q tests/test_split_kernel.py \
+	d=$$(mktemp -d) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$d $(PY) -m pytest -q tests/test_split_kernel.py tests/test_crc_kernel.py \
 		tests/test_hostile.py; rc=$$?; rm -rf "$$d"; exit $$rc
 
 bench: venv

@@ -4,10 +4,14 @@ Each run is a new Python process that creates the embedded session and runs a fi
 load what every reput task needs (the pipeline's imports, the compiled kernels from numba's cache): the
 part of a job that comes before any work. "reput" is the jobs' own start-up (a SparkContext
 without a SparkSession, driver JVM from the class-data archive, C1 only, the warm worker daemon, Unix
-sockets to the workers); "Spark defaults" is how jobs started before those: a SparkSession with the
-archive, C1 and the warm daemon switched off (`REPUT_DRIVER_JAVA_OPTIONS=`,
-`REPUT_WORKER_DAEMON=pyspark.daemon`; Unix sockets stay on in both).
-Times run from just before the process is started.
+sockets to the workers, the JVM's output on a pipe of its own); "Spark defaults" is how jobs started
+before those: a SparkSession on a JVM pyspark launches (inheriting stdout and stderr) with the archive,
+C1 and the warm daemon switched off (`REPUT_DRIVER_JAVA_OPTIONS=`, `REPUT_WORKER_DAEMON=pyspark.daemon`;
+Unix sockets stay on in both).
+Times run from just before the process is started; `exit_s` runs from the script's last line until the
+bench, reading the process's stdout and stderr to the end like any caller capturing a job's output, has
+them closed (reput's runs end as jobs do, `os._exit` once flushed; a JVM holding those pipes would keep
+the caller waiting through its shutdown).
 """
 from __future__ import annotations
 
@@ -25,9 +29,9 @@ from .cpu import CpuWatch
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = {"reput": ({}, "context"),
            "Spark defaults": ({"REPUT_DRIVER_JAVA_OPTIONS": "", "REPUT_WORKER_DAEMON": "pyspark.daemon"}, "session")}
-FIGURES = ("session_s", "first_job_s", "total_s")
+FIGURES = ("session_s", "first_job_s", "total_s", "exit_s")
 SCRIPT = """
-import json, sys, time
+import json, os, sys, time
 started = float(sys.argv[1])
 from jobs.pipeline.runtime.session import get_context, get_spark
 
@@ -40,12 +44,19 @@ def load(_):
 
 if sys.argv[3] == "context":
     sc = get_context("startup", sys.argv[2], quiet=True)
-else:
+else:  # Spark's own launch, as before reput launched the JVM itself: it inherits stdout and stderr
+    from pyspark import SparkConf, SparkContext
+    from jobs.pipeline.runtime.session import log_level, prepare_local_launch, spark_conf
+    prepare_local_launch(sys.argv[2])
+    SparkContext._ensure_initialized(conf=SparkConf().setAll(spark_conf("startup", sys.argv[2], log_level(None)).items()))
     sc = get_spark("startup", sys.argv[2], quiet=True).sparkContext
 session = time.time()
 sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).map(load).collect()
 first = time.time()
-print(json.dumps({"session_s": session - started, "first_job_s": first - session, "total_s": first - started}))
+print(json.dumps({"session_s": session - started, "first_job_s": first - session, "total_s": first - started,
+                  "ended": time.time()}), flush=True)
+if sys.argv[3] == "context":
+    os._exit(0)
 """
 
 
@@ -63,7 +74,8 @@ class StartupRuns:
         m = self.medians()
         if len(m) < 2:
             return {}
-        return {k: round(m["reput"][k] / m["Spark defaults"][k], 3) for k in ("session_s", "total_s")}
+        return {k: round(m["reput"][k] / m["Spark defaults"][k], 3) for k in ("session_s", "total_s", "exit_s")
+                if m["Spark defaults"][k] > 0}
 
     def to_dict(self) -> dict:
         return {"runs": self.runs, "median_s": self.medians(), "ratios_reput_over_spark_defaults": self.ratios()}
@@ -74,7 +86,9 @@ def _one(master: str, env: dict[str, str], kind: str) -> dict:
         started = time.time()
         done = subprocess.run([sys.executable, "-c", SCRIPT, repr(started), master, kind], cwd=REPO,
                               env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        closed = time.time()
     figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["exit_s"] = closed - figures.pop("ended")
     figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
     return figures
 
@@ -96,7 +110,8 @@ def table(s: StartupRuns) -> str:
     """The printed comparison: medians per configuration and the ratios."""
     m = s.medians()
     lines = [f"start-up as a new process ({len(s.runs['reput'])} interleaved pairs, medians): session created, "
-             f"first job (Python workers loading the pipeline and kernels), both"]
+             f"first job (Python workers loading the pipeline and kernels), both, and the wait for the process's "
+             f"output to close after its last line"]
     for name, figures in m.items():
         lines.append(f"  {name:<16}" + "".join(f"{k} {figures[k]:>6.2f}   " for k in FIGURES))
     for k, v in s.ratios().items():

@@ -38,7 +38,8 @@ def summary(result: ScanResult) -> dict:
                                   for t, qs in result.lmq_entries_per_queue().items()},
         "scan_end": end.as_list() if end else None,
         "scan_end_detail": end.describe() if end else None,
-        "problems": result.tail_problems(),
+        "problems": result.tail_problems() + ([result.negative_queue_ids.describe()]
+                                              if result.negative_queue_ids is not None else []),
         "segments": len(result.segments),
         "segments_with_data_after_end": result.stitched.data_after_end,
         "bytes_read": result.bytes_read,

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                            "first, or pass --accept-invalid-tail to rebuild up to that point")
         for problem in problems:
             warn("rebuild", problem)
+        if scan.negative_queue_ids is not None:
+            warn("rebuild", scan.negative_queue_ids.describe())
         t0 = time.monotonic()
         cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.defaultParallelism) \
             if with_cq else []
@@ -210,6 +212,7 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "scan_end": scan.end.as_list() if scan.end else None,
         "scan_end_detail": scan.end.describe() if scan.end else None,
         "segments_with_data_after_end": scan.stitched.data_after_end,
+        "negative_queue_ids": scan.negative_queue_ids.to_dict() if scan.negative_queue_ids is not None else None,
         "consumequeue_files": len(cq_files),
         "consumequeue_entries_per_topic_queue": per_queue,
         "index_files": index_names,

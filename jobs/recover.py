@@ -19,6 +19,7 @@ import argparse  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
+from typing import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from jobs.pipeline.recover import inplace  # noqa: E402
@@ -34,6 +35,7 @@ from jobs.pipeline.io.copy import link_refusal  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
+from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
 from jobs.pipeline.recover.write import copy_notices, plan_output, write_output  # noqa: E402
@@ -199,23 +201,23 @@ def _write_plan(args, summary: dict) -> None:
         args.report_loc.write_bytes(json_bytes(summary))
 
 
-def _own_work(args, default: Location) -> Location:
-    """A fresh directory for the scan's intermediate files (inside --work-dir when given); removed afterwards."""
+def _own_work(args, default: Callable[[], Location]) -> Location:
+    """A fresh directory for the scan's intermediate files (inside --work-dir when given, else `default()`);
+    removed afterwards."""
     if args.work_dir:
         return location(args.work_dir).child(f"reput-recover-work-{uuid.uuid4().hex[:12]}")
-    default.delete_tree()  # leftovers of a killed run
-    return default
+    work = default()
+    work.delete_tree()  # leftovers of a killed run
+    return work
 
 
 def _dry_run(args, store: Location, settings, kw) -> int:
     """Plan only: print (and write) the plan; no store files are written."""
     sc = job_context(args, "recover")
-    work = _own_work(args, location(tempfile.mkdtemp(prefix="reput-recover-work-")))
-    try:
+    work = _own_work(args, lambda: location(tempfile.mkdtemp(prefix="reput-recover-work-")))
+    with removed_after(work):
         plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
-    finally:
-        work.delete_tree()
     _write_plan(args, summary)
     if args.json:
         print_json(summary)
@@ -248,8 +250,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
     sc = job_context(args, "recover")
     started = time.monotonic()
-    with staging:
-        work = _own_work(args, staging.work)
+    with staging, removed_after(_own_work(args, lambda: staging.work)) as work:
         planner, outputs = _planner(args)
         plan = planner(sc, store, settings, work, **kw)
         output = outputs(plan, with_copies=True)
@@ -305,8 +306,8 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     inplace.check_not_interrupted(path)
     sc = job_context(args, "recover")
     started = time.monotonic()
-    work = _own_work(args, Location(str(path / ".reput-recover.work")))
-    try:
+    work = _own_work(args, lambda: Location(str(path / ".reput-recover.work")))
+    with removed_after(work):
         planner, outputs = _planner(args)
         plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
@@ -319,11 +320,10 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         t0 = time.monotonic()
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
-    finally:
-        work.delete_tree()
     t0 = time.monotonic()
     rendered = output.rendered + [f"index/{n}" for n in names]
-    ops = inplace.build_ops(path, staging, rendered, output.deleted)
+    ops = inplace.build_ops(path, staging, rendered, output.deleted,
+                            hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
     if names:
         summary["index"]["to_create"] = names
     try:
@@ -333,7 +333,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
                               f"with --rollback --backup-dir {backup}") from None
         raise
-    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # hashes, fsyncs, backup, journal, renames
+    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # compares, fsyncs, backup, journal, renames
     summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
     if manifest["backup"]["copied"]:

@@ -46,6 +46,7 @@ from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.io.store_gate import commitlog_dir, dledger_home  # noqa: E402
+from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
@@ -82,6 +83,10 @@ def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Lo
             continue
         found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
                   offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
+    odd = scan.negative_queue_ids
+    if odd is not None:
+        found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, offset=odd.byte_offset,
+                  commitlog_offset=odd.offset, queue_id=odd.queue_id, message=odd.describe())
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     parallelism = sc.defaultParallelism
     if with_cq:
@@ -162,14 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     sc = job_context(args, "verify")
     started = time.monotonic()
-    try:
+    with removed_after(work):
         work.makedirs()
         scan, found, stats = verify(sc, store, settings, work, with_cq=with_cq, with_index=with_index,
                                     split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
                                     generation=args.rocketmq_version,
                                     in_flight_from=dispatched_end(store) if live.running else None)
-    finally:
-        work.delete_tree()
     timer = None
     if args.only is None and scan.max_physical_offset is not None and not live.running:
         timer = recovery_timer.check_at_rest(store, settings, scan.max_physical_offset,

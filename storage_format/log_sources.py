@@ -26,7 +26,9 @@ class LogFile:
 
 
 LOADERS = {"segment": "MappedFileQueue.load", "DLedger data file": "DLedger's MmapFileList.load",
+           "DLedger index file": "DLedger's MmapFileList.load (its index list)",
            "consume-queue file": "ConsumeQueue's MappedFileQueue.load"}
+JAVA_INT_MIN, JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def broker_consequence(f: LogFile, file_size: int | None, starts: set[int], what: str) -> str:
@@ -49,6 +51,38 @@ def broker_consequence(f: LogFile, file_size: int | None, starts: set[int], what
     return (f"the broker loads it as the file for offset {start} (Long.parseLong of the name), placed by name, not "
             f"by offset, among the others" + ("" if file_size is not None else
                                               " (if its length is the file size; otherwise it does not start)"))
+
+
+def parse_queue_dir(name: str) -> int | None:
+    """Integer.parseInt of a consume-queue directory name, as DefaultMessageStore.loadConsumeQueue calls it (an
+    optional sign, decimal digits of any script, within an int); None where it throws NumberFormatException."""
+    value = java_parse_long(name)
+    return value if value is not None and JAVA_INT_MIN <= value <= JAVA_INT_MAX else None
+
+
+QUEUE_DIR_SKIPPED = "skipped"  # the broker's loadConsumeQueue skips the entry: nothing there is ever read
+QUEUE_DIR_MISREAD = "misread"  # the broker takes the entry for a queue, but not as it lies on disk
+
+
+def queue_dir_verdict(topic: str, name: str, is_dir: bool) -> tuple[str, str] | None:
+    """What the broker makes of an entry of consumequeue/<topic>/ (RocketMQ 4.9.8 loadConsumeQueue: queueId =
+    Integer.parseInt(name), then a ConsumeQueue whose directory is consumequeue/<topic>/<queueId printed>):
+    None for a directory it reads back under its own name (negative ids included: the broker writes `-1/` for a
+    record with queueId -1); otherwise (QUEUE_DIR_SKIPPED or QUEUE_DIR_MISREAD, the consequence)."""
+    qid = parse_queue_dir(name)
+    if qid is None:
+        return QUEUE_DIR_SKIPPED, ("the broker skips it (Integer.parseInt throws): nothing in it is ever "
+                                   "read")
+    if str(qid) != name:
+        return QUEUE_DIR_MISREAD, (f"Integer.parseInt makes it queue {qid}: the broker reads queue {qid} from "
+                                   f"consumequeue/{topic}/{qid}/ instead (the path it builds from the parsed "
+                                   f"queueId): what lies here is never read, and if {qid}/ is absent the broker "
+                                   f"starts queue {qid} empty")
+    if not is_dir:
+        return QUEUE_DIR_MISREAD, (f"not a directory where queue {qid}'s directory belongs: the broker loads no "
+                                   f"file of queue {qid} and cannot create one there (its dispatch to queue {qid} "
+                                   f"fails)")
+    return None
 
 
 def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> list[Segment]:

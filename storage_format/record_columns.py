@@ -177,10 +177,14 @@ class RecordColumns:
 
     @cached_property
     def topic_length(self) -> np.ndarray:
+        """topicLength as the broker reads it: a signed byte (v1) or signed short (v2), so a v1 length byte of
+        0x80-0xFF (a topic of 128-255 UTF-8 bytes, which 4.9.8 and 5.x write as `(byte) length`) is negative and
+        the record invalid (checkMessageAndReturnSize's get(bytes, 0, negative) throws)."""
         at = self._topic_len_at
         one = self.arr[np.minimum(at, len(self.arr) - 1)].astype(np.int64)
         two = (one << 8) | self.arr[np.minimum(at + 1, len(self.arr) - 1)]
-        return np.where(self.is_v2, two, one)
+        return np.where(self.is_v2, np.where(two >= 0x8000, two - 0x10000, two),
+                        np.where(one >= 0x80, one - 0x100, one))
 
     @cached_property
     def topic_start(self) -> np.ndarray:
@@ -293,11 +297,19 @@ class RecordColumns:
         if not len(self):
             return None
         computed = self.properties_start + np.maximum(self.properties_length, 0) - self.pos
-        bad = (computed != self.total_size) | (self.body_length < 0) | (self.properties_length < 0)
+        bad = ((computed != self.total_size) | (self.body_length < 0) | (self.topic_length < 0)
+               | (self.properties_length < 0))
         idx = np.flatnonzero(bad)
         if not len(idx):
             return None
         i = int(idx[0])
+        if self.topic_length[i] < 0:
+            raw = int(self.topic_length[i])
+            why = (f"a signed short: {raw}" if self.is_v2[i] else
+                   f"a signed byte: {raw}; the brokers write a topic of 128-255 UTF-8 bytes with a one-byte length "
+                   f"that their own reader takes as negative")
+            return i, (f"topicLength {raw + (0x10000 if self.is_v2[i] else 0x100)} is negative as the broker reads it "
+                       f"({why}): its checkMessageAndReturnSize throws, so the record is invalid to it")
         return i, (f"fields add up to {int(computed[i])} bytes but totalSize is {int(self.total_size[i])} "
                    f"(bodyLength {int(self.body_length[i])}, topicLength {int(self.topic_length[i])}, "
                    f"propertiesLength {int(self.properties_length[i])})")

@@ -80,6 +80,25 @@ def expected_scan(case: str) -> dict:
     return out
 
 
+def private_temp_env(tmp: Path) -> dict[str, str]:
+    """Environment that puts a job's temp files in `tmp` (short: Unix socket paths under it must stay within
+    107 bytes): Spark's blockmgr-*/spark-* (SPARK_LOCAL_DIRS), the JVM's sockets and native libraries
+    (java.io.tmpdir; the JVM says "Picked up JAVA_TOOL_OPTIONS" on stderr), reput's own (TMPDIR). For a job a
+    test kills with SIGKILL, whose JVM never gets to delete them, and for counting what a run leaves."""
+    return {"TMPDIR": str(tmp), "SPARK_LOCAL_DIRS": str(tmp), "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={tmp}"}
+
+
+@pytest.fixture
+def killed_temp():
+    """A short-named temp directory for the jobs a test SIGKILLs (private_temp_env), removed afterwards."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="reput-killed-"))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def golden() -> Path:
     """The golden stores' root; a test that takes it fails when they are absent."""

@@ -10,7 +10,7 @@ import hashlib
 import os
 import shutil
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -41,15 +41,21 @@ class Damage:
     store: Path
     broker_config: Path
     file: Path  # the damaged (or missing) file
-    offset: int  # byte offset inside `file` that a message must name
+    offset: int | None  # byte offset inside `file` that a message must name (None: a name, the path alone)
     expect: dict[str, str]  # job name -> ERROR / REPORTED / ACCEPTED / IGNORED
     why: str
     victim: dict = field(default_factory=dict)  # facts about the damaged record (for ACCEPTED checks)
-    where: dict[str, tuple[Path, int]] = field(default_factory=dict)  # per job, when not (file, offset)
+    where: dict[str, tuple[Path, int | None]] = field(default_factory=dict)  # per job, when not (file, offset)
+    warns: tuple[str, ...] = ()  # jobs that go on but must say it: a `warning:` line / the plan's warnings name it
 
-    def location(self, job: str) -> tuple[Path, int]:
+    def location(self, job: str) -> tuple[Path, int | None]:
         """The file and byte offset `job` must name."""
         return self.where.get(job, (self.file, self.offset))
+
+    def named(self, job: str) -> str:
+        """What `job`'s message must contain: `<file> at byte offset <n>`, or the path alone for a name."""
+        path, offset = self.location(job)
+        return str(path) if offset is None else f"{path} at byte offset {offset}"
 
 
 def copy_store(src: Path, dst: Path) -> Path:
@@ -90,6 +96,14 @@ def _patch(path: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _shift(path: Path, offset: int, fmt: str, delta: int) -> None:
+    """Add `delta` to the big-endian field `fmt` (">i", ">q") at `offset` of a file."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        value = struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+    _patch(path, offset, struct.pack(fmt, value + delta))
+
+
 def _flip_bit(path: Path, offset: int, bit: int) -> None:
     """Flip one bit of one byte of a file."""
     raw = bytearray(path.read_bytes()[offset:offset + 1])
@@ -113,10 +127,11 @@ class GoldenVictim:
         return int(getattr(self.cols, name)[self.i])
 
     def damage(self, name: str, offset: int, expect: dict[str, str], why: str, file: Path | None = None,
-               where: dict | None = None, **victim) -> Damage:
+               where: dict | None = None, warns: tuple[str, ...] = (), **victim) -> Damage:
         """The Damage for this store."""
         file = file or self.segment
-        return Damage(name, self.store, self.store / "broker.conf", file, offset, expect, why, victim, where or {})
+        return Damage(name, self.store, self.store / "broker.conf", file, offset, expect, why, victim, where or {},
+                      warns)
 
     def cq_location(self, i: int) -> tuple[Path, int]:
         """Consume-queue file and byte offset of record i's entry in the store."""
@@ -277,6 +292,138 @@ stray_hex = stray_commitlog_name("0000000000000000000a", "hex", "a hex letter: N
 stray_21_digits = stray_commitlog_name("0{}", "21-digits", "a second name for the victim's offset: data misplaced")
 
 
+def _last_of_its_queue(v: GoldenVictim) -> int:
+    """Make the victim's segment the first one holding a NOT/COMMIT record of an ordinary topic that is the last of
+    its queue in the whole store (moving it to another queue leaves no gap in its old queue's offsets), and return
+    that record's index there."""
+    segments = [(seg, segment_columns(seg)) for seg in segment_paths(v.store)]
+    last: dict[tuple[str, int], int] = {}
+    for _, cols in segments:
+        for topic, qid, qo in zip(cols.topic.to_pylist(), cols.queue_id.tolist(), cols.queue_offset.tolist()):
+            last[(topic, qid)] = max(last.get((topic, qid), -1), qo)
+    for seg, cols in segments:
+        tran = cols.sys_flag & TRAN_MASK
+        for i, (topic, qid, qo) in enumerate(zip(cols.topic.to_pylist(), cols.queue_id.tolist(),
+                                                 cols.queue_offset.tolist())):
+            if tran[i] in (0, 8) and last[(topic, qid)] == qo and not topic.startswith(("%", "SCHEDULE", "RMQ_SYS")):
+                v.segment, v.cols = seg, cols
+                return i
+    raise AssertionError("no record ends its queue")
+
+
+def moved_queue_id(queue_id: int, label: str) -> Callable[[Path, Path], Damage]:
+    """A builder moving a record that ends its queue to queue `queue_id` (queueOffset 0 there). The store's
+    dispatch takes any int (DefaultMessageStore.findConsumeQueue): the broker writes consumequeue/<topic>/
+    <queue_id>/ for it (checked with RocketMQ 4.9.8 itself: `-1/`, `-2147483648/`, `2147483647/`), and so must
+    rebuild. No broker assigns a negative queueId (its send path replaces one): every job names such a record by
+    file and byte offset (rebuild and recover in a warning, verify a finding, inspect a problem)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        i = _last_of_its_queue(v)
+        pos = int(v.cols.pos[i])
+        _patch(v.segment, pos + 12, struct.pack(">i", queue_id))
+        _patch(v.segment, pos + 20, struct.pack(">q", 0))
+        facts = {**_victim_facts(v, i), "moved_to": queue_id}
+        if queue_id >= 0:  # nothing to name: the store's consume queues simply lack the broker's new queue
+            new_cq = v.store / "consumequeue" / facts["topic"] / str(queue_id) / segment_name(0)
+            return v.damage(f"queue-id-{label}", pos, outcome(ACCEPTED, ACCEPTED, REPORTED, ACCEPTED),
+                            f"queueId {queue_id}: a queue the broker's dispatch creates", where={"verify": (new_cq, None)},
+                            **facts)
+        return v.damage(f"queue-id-{label}", pos, outcome(ACCEPTED, REPORTED, REPORTED, REPORTED),
+                        f"queueId {queue_id}: no broker assigns it, its dispatch files it all the same",
+                        warns=("rebuild", "recover"), **facts)
+    build.__name__ = f"queue_id_{label}"
+    return build
+
+
+queue_id_minus_one = moved_queue_id(-1, "minus-one")
+queue_id_int_min = moved_queue_id(-2**31, "int-min")
+queue_id_int_max = moved_queue_id(2**31 - 1, "int-max")
+
+
+# --- names the broker would mis-handle outside commitlog/ (consumequeue/, index/) ----------------------------
+# Each is a copy of a real file or directory under a name the broker does not read back as written: the jobs that
+# read the directory refuse it (exit 2, naming it) or name it in a warning / finding, with the broker's consequence
+# (RocketMQ 4.9.8 loadConsumeQueue: Integer.parseInt; MappedFileQueue.load, IndexService.load: Long.parseLong).
+
+NAME_REFUSED = outcome(IGNORED, IGNORED, REPORTED, ERROR)  # recover refuses; verify: an unexpected_file finding
+NAME_SKIPPED = outcome(IGNORED, IGNORED, REPORTED, REPORTED)  # the broker skips it: recover warns and skips it too
+
+
+def stray_name(label: str, where: str, source: str | None, expect: dict[str, str],
+               why: str) -> Callable[[Path, Path], Damage]:
+    """A builder putting a copy of `source` (a path in the store; None: an empty file) at `where` (both relative
+    to the store; `{cq}` stands for consumequeue/TopicTest). Errors name the stray at byte offset 0, warnings
+    and findings name its path."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        fill = {"cq": "consumequeue/TopicTest", "index": sorted((v.store / "index").iterdir())[0].name}
+        stray = v.store / where.format(**fill)
+        src = v.store / source.format(**fill) if source is not None else None
+        if src is None:
+            stray.write_bytes(b"")
+        elif src.is_dir():
+            shutil.copytree(src, stray, copy_function=shutil.copyfile)
+        else:
+            shutil.copyfile(src, stray)
+        named = {job: (stray, None) for job, e in expect.items() if e == REPORTED}
+        return v.damage(f"stray-{label}", 0, expect, why, file=stray, where=named,
+                        warns=tuple(job for job in ("recover",) if expect[job] == REPORTED))
+    build.__name__ = f"stray_{label}"
+    return build
+
+
+STRAY_NAMES = [
+    stray_name("queue-dir-leading-zero", "{cq}/01", "{cq}/1", NAME_REFUSED,
+               "Integer.parseInt(\"01\") is 1: the broker reads queue 1 from 1/, never 01/"),
+    stray_name("queue-dir-plus", "{cq}/+1", "{cq}/1", NAME_REFUSED, "Integer.parseInt(\"+1\") is 1"),
+    stray_name("queue-dir-minus-zero", "{cq}/-0", "{cq}/0", NAME_REFUSED, "Integer.parseInt(\"-0\") is 0"),
+    stray_name("queue-dir-arabic-digit", "{cq}/\u0661", "{cq}/1", NAME_REFUSED,
+               "Integer.parseInt takes any Unicode digit: queue 1"),
+    stray_name("queue-dir-blank", "{cq}/ 1", "{cq}/1", NAME_SKIPPED, "Integer.parseInt(\" 1\") throws: skipped"),
+    stray_name("queue-dir-bak", "{cq}/1.bak", "{cq}/1", NAME_SKIPPED, "a .bak copy of a queue: skipped"),
+    stray_name("queue-dir-word", "{cq}/one", "{cq}/1", NAME_SKIPPED, "not a number: skipped"),
+    stray_name("queue-dir-past-int", "{cq}/2147483648", "{cq}/1", NAME_SKIPPED, "past Integer.MAX_VALUE: skipped"),
+    stray_name("queue-file-not-dir", "{cq}/7", None, NAME_REFUSED,
+               "a file where queue 7's directory belongs: the broker cannot create its files"),
+    stray_name("topic-file", "consumequeue/README", None, NAME_SKIPPED, "a file where a topic directory belongs"),
+    stray_name("queue-file-bak", "{cq}/1/00000000000000000000.bak", "{cq}/1/00000000000000000000", NAME_REFUSED,
+               "a .bak in a queue directory: the broker does not start"),
+    stray_name("queue-file-21-digits", "{cq}/1/000000000000000000000", "{cq}/1/00000000000000000000", NAME_REFUSED,
+               "a second name for offset 0 in a queue directory"),
+    stray_name("index-word", "index/notes.txt", None, NAME_SKIPPED,
+               "no number: IndexService.load skips it, never deletes it"),
+    stray_name("index-number", "index/00000000000000000000", "index/{index}", NAME_REFUSED,
+               "a number that is no yyyyMMddHHmmssSSS: loaded as an index file"),
+]
+
+
+def field_patch(label: str, at: Callable[[GoldenVictim], int], value: Callable[[GoldenVictim], bytes],
+                why: str) -> Callable[[Path, Path], Damage]:
+    """A builder writing `value(v)` at `at(v)` (an offset in the victim segment) of the victim record: a field the
+    broker reads but whose bytes no longer add up to totalSize. Checked with RocketMQ 4.9.8 on synthetic stores:
+    its recovery truncates the log at such a record (the decoder ends the chain there: tests/test_decode_damage)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        _patch(v.segment, at(v), value(v))
+        return v.damage(label, v.pos, CHAIN, why)
+    build.__name__ = label.replace("-", "_")
+    return build
+
+
+sysflag_born_v6 = field_patch("sysflag-bornhost-v6", lambda v: v.pos + 36,
+                              lambda v: struct.pack(">i", v.field("sys_flag") ^ 0x10),
+                              "BORNHOST_V6_FLAG set over a 4-byte address: the fields no longer add up")
+sysflag_store_v6 = field_patch("sysflag-storehost-v6", lambda v: v.pos + 36,
+                               lambda v: struct.pack(">i", v.field("sys_flag") ^ 0x20),
+                               "STOREHOSTADDRESS_V6_FLAG set over a 4-byte address")
+properties_length_negative = field_patch("properties-length-negative", lambda v: v.field("properties_start") - 2,
+                                         lambda v: struct.pack(">h", -1),
+                                         "propertiesLength 0xFFFF: -1 to Java, no properties, fields do not add up")
+body_length_negative = field_patch("body-length-negative", lambda v: v.field("body_start") - 4,
+                                   lambda v: struct.pack(">i", -4), "bodyLength -4")
+
+
 def topic_length_past_record(golden: Path, dst: Path) -> Damage:
     """The victim's topicLength set to 127: the topic runs past totalSize."""
     v = GoldenVictim(golden, dst)
@@ -371,11 +518,11 @@ SYNTH_CONF = ("mappedFileSizeCommitLog=4096\nmappedFileSizeConsumeQueue=200\nmax
 SYNTH_BAD_AT = 25  # the hostile record's position in the message list
 
 
-def synthetic_messages(count: int = 60, bad_topic: str | None = None) -> list[Message]:
-    """`count` small messages over two topics and queues; message SYNTH_BAD_AT gets `bad_topic`."""
+def synthetic_messages(count: int = 60) -> list[Message]:
+    """`count` small messages over two topics and queues."""
     msgs = []
     for n in range(count):
-        topic = bad_topic if (bad_topic is not None and n == SYNTH_BAD_AT) else f"Topic{n % 2}"
+        topic = f"Topic{n % 2}"
         msgs.append(Message(topic=topic, body=f"body-{n}".encode() * 3, queue_id=n % 3,
                             store_timestamp=1_700_000_000_000 + 1000 * n, born_timestamp=1_700_000_000_000 + 1000 * n,
                             properties=properties_string({"TAGS": f"tag{n % 4}", "KEYS": f"k{n} k{n + 1}",
@@ -390,17 +537,30 @@ def write_synthetic(dst: Path, msgs: list[Message]) -> Path:
     return dst
 
 
-def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
-    """A builder for a synthetic store whose record SYNTH_BAD_AT has `topic`."""
+def synthetic_case(label: str, expect: dict[str, str], why: str, **fields) -> Callable[[Path, Path], Damage]:
+    """A builder for a synthetic store whose record SYNTH_BAD_AT has `fields` (Message fields, written by the
+    independent encoder: bytes a broker may write but not read back, which no golden record can be patched into)."""
     def build(golden: Path, dst: Path) -> Damage:
-        msgs = synthetic_messages(bad_topic=topic)
+        msgs = synthetic_messages()
+        msgs[SYNTH_BAD_AT] = replace(msgs[SYNTH_BAD_AT], **fields)
         write_synthetic(dst, msgs)
         phy = msgs[SYNTH_BAD_AT].physical_offset
         seg = dst / "commitlog" / segment_name(phy - phy % SYNTH_SEGMENT)
-        return Damage(f"topic-{label}", dst, dst / "broker.conf", seg, phy % SYNTH_SEGMENT, UNREADABLE,
-                      f"topic {topic!r} would escape consumequeue/")
-    build.__name__ = f"topic_{label}"
+        return Damage(label, dst, dst / "broker.conf", seg, phy % SYNTH_SEGMENT, expect, why)
+    build.__name__ = label.replace("-", "_", 1)
     return build
+
+
+def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
+    """A builder for a synthetic store whose record SYNTH_BAD_AT has `topic`."""
+    return synthetic_case(f"topic-{label}", UNREADABLE, f"topic {topic!r} would escape consumequeue/", topic=topic)
+
+
+# A v1 record whose topic has 130 UTF-8 bytes: RocketMQ 4.9.8 and 5.x write `(byte) length` and read it back as a
+# signed byte (-126): checkMessageAndReturnSize throws, the record is invalid to the broker (checked with 4.9.8: its
+# recovery truncated the log there). reput once read the byte unsigned and dispatched the record and all after it.
+topic_length_signed_byte = synthetic_case("topic-length-signed-byte", CHAIN, "a v1 topicLength byte of 0x82",
+                                          topic="T" * 130, magic_v2=False)
 
 
 total_size_zero = total_size(0, "zero")
@@ -412,9 +572,11 @@ BUILDERS: list[Callable[[Path, Path], Damage]] = [
     bitflip_total_size_low, bitflip_store_timestamp, bitflip_physical_offset, zeroed_header_last_segment,
     misnamed_segment, total_size_zero, total_size_negative,
     total_size_past_segment, bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
-    properties_invalid_utf8, properties_without_separators, _bad_topic("../../x", "dotdot"),
-    _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), index_wrong_size, consume_queue_wrong_size,
+    properties_invalid_utf8, properties_without_separators, topic_length_signed_byte, _bad_topic("../../x", "dotdot"),
+    _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), _bad_topic("", "empty"), index_wrong_size, consume_queue_wrong_size,
     checkpoint_wrong_size, stray_bak, stray_hex, stray_21_digits, negative_queue_offset,
+    queue_id_minus_one, queue_id_int_min, queue_id_int_max, *STRAY_NAMES,
+    sysflag_born_v6, sysflag_store_v6, properties_length_negative, body_length_negative,
 ]
 
 # Damage inside one segment that the decoder alone finds (storage_format.commitlog.decode_buffer): the
@@ -426,8 +588,11 @@ DECODE_ENDS: dict[Callable[[Path, Path], Damage], str] = {
     bitflip_total_size_low: "size_mismatch", total_size_zero: "bad_total_size",
     total_size_negative: "bad_total_size", total_size_past_segment: "bad_total_size",
     topic_length_past_record: "size_mismatch", topic_invalid_utf8: "error",
+    sysflag_born_v6: "size_mismatch", sysflag_store_v6: "size_mismatch", properties_length_negative: "size_mismatch",
+    body_length_negative: "size_mismatch",
 }
-DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, total_size_zero, total_size_negative)
+DECODE_ONLY = (bitflip_magic, bitflip_total_size_high, bitflip_total_size_low, total_size_zero, total_size_negative,
+               sysflag_born_v6, sysflag_store_v6, properties_length_negative, body_length_negative)
 JOB_BUILDERS = [b for b in BUILDERS if b not in DECODE_ONLY]  # run through every job (Spark)
 
 
@@ -463,8 +628,10 @@ class DledgerVictim:
         self.pos = self.entries[VICTIM_RECORD]
         self.index = struct.unpack_from(">q", buf, self.pos + 8)[0]
 
-    def damage(self, name: str, offset: int, expect: dict[str, str], why: str, file: Path | None = None) -> Damage:
-        return Damage(name, self.store, self.store / "broker.conf", file or self.file, offset, expect, why)
+    def damage(self, name: str, offset: int | None, expect: dict[str, str], why: str, file: Path | None = None,
+               where: dict | None = None) -> Damage:
+        return Damage(name, self.store, self.store / "broker.conf", file or self.file, offset, expect, why,
+                      where=where or {})
 
 
 DLEDGER_CHAIN = {"rebuild": ERROR, "inspect": REPORTED, "verify": REPORTED}
@@ -478,36 +645,31 @@ def dledger_bad_entry_magic(golden: Path, dst: Path) -> Damage:
     return v.damage("dledger-bad-entry-magic", v.pos, DLEDGER_CHAIN, "entry magic is neither 1 nor a blank's -1")
 
 
-def dledger_bad_entry_size(golden: Path, dst: Path) -> Damage:
-    """The victim entry's size 4 bytes larger than 48 + its bodySize."""
-    v = DledgerVictim(golden, dst)
-    size = struct.unpack_from(">i", v.file.read_bytes(), v.pos + 4)[0]
-    _patch(v.file, v.pos + 4, struct.pack(">i", size + 4))
-    return v.damage("dledger-bad-entry-size", v.pos, DLEDGER_CHAIN, "entry size disagrees with its bodySize")
+def dledger_shift(label: str, at: Callable[["DledgerVictim"], int], fmt: str, delta: int, why: str,
+                  named: Callable[["DledgerVictim"], int] = lambda v: v.pos) -> Callable[[Path, Path], Damage]:
+    """A builder adding `delta` to one big-endian field (`fmt`) at `at(v)` of the victim data file: damage in the
+    entry chain, named at `named(v)` (the victim entry's position unless said)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = DledgerVictim(golden, dst)
+        _shift(v.file, at(v), fmt, delta)
+        return v.damage(label, named(v), DLEDGER_CHAIN, why)
+    build.__name__ = label.replace("-", "_")
+    return build
 
 
-def dledger_bad_entry_pos(golden: Path, dst: Path) -> Damage:
-    """The victim entry's pos field 4096 bytes off where it lies."""
-    v = DledgerVictim(golden, dst)
-    pos = struct.unpack_from(">q", v.file.read_bytes(), v.pos + 24)[0]
-    _patch(v.file, v.pos + 24, struct.pack(">q", pos + 4096))
-    return v.damage("dledger-bad-entry-pos", v.pos, DLEDGER_CHAIN, "entry pos field is not where the entry lies")
-
-
-def dledger_index_gap(golden: Path, dst: Path) -> Damage:
-    """The victim entry's index one too high: entry indexes skip one."""
-    v = DledgerVictim(golden, dst)
-    _patch(v.file, v.pos + 8, struct.pack(">q", v.index + 1))
-    return v.damage("dledger-index-gap", v.pos, DLEDGER_CHAIN, "an entry index is skipped")
-
-
-def dledger_index_gap_at_file_start(golden: Path, dst: Path) -> Damage:
-    """The first entry of the victim file one index too high: the gap lies between two data files (the walks
-    of two splits meet there)."""
-    v = DledgerVictim(golden, dst)
-    index = struct.unpack_from(">q", v.file.read_bytes(), 8)[0]
-    _patch(v.file, 8, struct.pack(">q", index + 1))
-    return v.damage("dledger-index-gap-at-file-start", 0, DLEDGER_CHAIN, "entry indexes skip one between files")
+dledger_bad_entry_size = dledger_shift("dledger-bad-entry-size", lambda v: v.pos + 4, ">i", 4,
+                                       "entry size 4 bytes larger than 48 + its bodySize")
+dledger_bad_entry_pos = dledger_shift("dledger-bad-entry-pos", lambda v: v.pos + 24, ">q", 4096,
+                                      "entry pos field 4096 bytes off where the entry lies")
+dledger_index_gap = dledger_shift("dledger-index-gap", lambda v: v.pos + 8, ">q", 1,
+                                  "the victim entry's index one too high: an entry index is skipped")
+# the first entry of the victim file one index too high: the gap lies between two data files (the walks of two
+# splits meet there)
+dledger_index_gap_at_file_start = dledger_shift("dledger-index-gap-at-file-start", lambda v: 8, ">q", 1,
+                                                "entry indexes skip one between files", named=lambda v: 0)
+dledger_blank_wrong_length = dledger_shift("dledger-blank-wrong-length", lambda v: v.blank + 4, ">i", 8,
+                                           "the DLedger blank says 8 bytes more are left than there are",
+                                           named=lambda v: v.blank)
 
 
 def dledger_torn_entry(golden: Path, dst: Path) -> Damage:
@@ -523,14 +685,6 @@ def dledger_torn_entry(golden: Path, dst: Path) -> Damage:
         at += size
     _patch(last, at + 120, bytes(size - 120))
     return v.damage("dledger-torn-entry", at, DLEDGER_CHAIN, "the last entry is torn (its tail is zeros)", last)
-
-
-def dledger_blank_wrong_length(golden: Path, dst: Path) -> Damage:
-    """The victim file's DLedger blank says 8 bytes more are left than there are."""
-    v = DledgerVictim(golden, dst)
-    left = struct.unpack_from(">i", v.file.read_bytes(), v.blank + 4)[0]
-    _patch(v.file, v.blank + 4, struct.pack(">i", left + 8))
-    return v.damage("dledger-blank-wrong-length", v.blank, DLEDGER_CHAIN, "a DLedger blank with a wrong length")
 
 
 def dledger_data_file_wrong_size(golden: Path, dst: Path) -> Damage:
@@ -550,9 +704,23 @@ def dledger_index_disagrees(golden: Path, dst: Path) -> Damage:
                     "a DLedger index unit disagrees with its entry", index_file)
 
 
+def dledger_index_stray(golden: Path, dst: Path) -> Damage:
+    """A `.bak` file of the DLedger index size in dledger-n0/index/: DLedger's MmapFileList.load takes every entry
+    there and parses its name with Long.parseLong, so the broker does not start. verify names it (a finding),
+    recover refuses it (tests/test_dledger_recovery.py); rebuild and inspect do not read the DLedger index."""
+    v = DledgerVictim(golden, dst)
+    stray = v.store / "dledger-n0" / "index" / (segment_name(0) + ".bak")
+    with open(stray, "wb") as f:
+        f.truncate(DLEDGER_INDEX_SIZE)  # sparse: a name, not 160 MiB of bytes
+    return v.damage("dledger-index-stray", 0,
+                    {"rebuild": IGNORED, "inspect": IGNORED, "verify": REPORTED, "recover": ERROR},
+                    "a .bak in the DLedger index directory: the broker does not start", stray,
+                    where={"verify": (stray, None)})
+
+
 DLEDGER_BUILDERS = [dledger_bad_entry_magic, dledger_bad_entry_size, dledger_bad_entry_pos, dledger_index_gap,
                     dledger_index_gap_at_file_start, dledger_torn_entry, dledger_blank_wrong_length,
-                    dledger_data_file_wrong_size, dledger_index_disagrees]
+                    dledger_data_file_wrong_size, dledger_index_disagrees, dledger_index_stray]
 
 
 def build_all(golden: Path, root: Path) -> list[Damage]:

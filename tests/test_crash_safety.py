@@ -4,15 +4,18 @@ with nothing left beside OUT. Kill points are the hooks of jobs/pipeline/runtime
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, private_temp_env
 from tests.hostile import tree_digest
 
 CASE = "clean-small-11"
@@ -47,10 +50,12 @@ def reference(golden, spark, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def killed(golden, tmp_path_factory) -> dict[str, Path]:
+def killed(golden, tmp_path_factory) -> Iterator[dict[str, Path]]:
     """Start one `python -m jobs.rebuild` per kill point (all at once), wait until each has paused at its
-    point, SIGKILL its whole process group. Returns point -> directory holding OUT (`outdir/out`)."""
+    point, SIGKILL its whole process group. Returns point -> directory holding OUT (`outdir/out`). Their
+    temp files (which a SIGKILLed JVM cannot delete) go to a directory removed afterwards."""
     store_before = tree_digest(golden / CASE)
+    temp = Path(tempfile.mkdtemp(prefix="reput-killed-"))
     runs: dict[str, tuple[subprocess.Popen, Path]] = {}
     try:
         for point, overwrite in POINTS:
@@ -60,7 +65,8 @@ def killed(golden, tmp_path_factory) -> dict[str, Path]:
             if overwrite:  # the previous output that --overwrite replaces
                 (outdir / "out").mkdir()
                 (outdir / "out" / OLD_FILE).write_text("the output of an earlier run\n")
-            env = dict(os.environ, REPUT_TEST_PAUSE_AT=point, REPUT_TEST_PAUSE_MARK=str(root / "paused"))
+            env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT=point,
+                       REPUT_TEST_PAUSE_MARK=str(root / "paused"))
             argv = [sys.executable, "-m", "jobs.rebuild", *rebuild_argv(golden, outdir / "out", overwrite),
                     "--master", "local[2]"]
             with open(root / "stderr", "wb") as err:
@@ -84,7 +90,8 @@ def killed(golden, tmp_path_factory) -> dict[str, Path]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     assert tree_digest(golden / CASE) == store_before
-    return {point: root / "outdir" for point, (_, root) in runs.items()}
+    yield {point: root / "outdir" for point, (_, root) in runs.items()}
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def _group_gone(pgid: int, within_s: float) -> bool:

@@ -556,9 +556,10 @@ def test_hostile_dledger_store_through_recover(builder, golden, spark, tmp_path,
                         "--json", "--report", str(tmp_path / "plan.json"))
     assert "Traceback" not in err and tree(d.store) == before
     where = f"{d.file} at byte offset {d.offset}"
-    if d.expect["rebuild"] == "error" and d.expect["inspect"] == "error":  # the unreadable data file
+    if d.expect.get("recover") == "error" or (d.expect["rebuild"] == "error" and d.expect["inspect"] == "error"):
+        # the unreadable data file; a stray name in the DLedger index directory (the broker does not start)
         errors = [line for line in err.splitlines() if line.startswith("reput recover: error: ")]
-        assert code == 2 and len(errors) == 1 and str(d.file) in errors[0], err
+        assert code == 2 and len(errors) == 1 and where in errors[0], err
         return
     assert code == 0, err
     plan = json.loads((tmp_path / "plan.json").read_text())

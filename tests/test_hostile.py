@@ -48,17 +48,42 @@ def out_digest(out: Path) -> dict[str, str]:
     return {k: v for k, v in tree_digest(out).items() if k != REPORT}
 
 
-@pytest.fixture(scope="module")
-def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
-    """OUT of a rebuild of an undamaged copy of the source case."""
+def rebuilt_clean(golden: Path, tmp_path_factory, case: str) -> Path:
+    """OUT of a rebuild of an undamaged copy of a golden case."""
     from jobs.rebuild import main as rebuild_main
 
     root = tmp_path_factory.mktemp("clean")
-    store = copy_store(golden / SOURCE_CASE, root / "store")
+    store = copy_store(golden / case, root / "store")
     out = root / "out"
     assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
                          "--json"]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def clean_rebuild(golden, spark, tmp_path_factory) -> Path:
+    """OUT of a rebuild of an undamaged copy of the source case."""
+    return rebuilt_clean(golden, tmp_path_factory, SOURCE_CASE)
+
+
+def run_case(d: Damage, job: str, tmp_path: Path, capfd, monkeypatch) -> tuple[int, str, str, Path]:
+    """Run one job on a damaged store from the case directory: (status, stdout, stderr, OUT). Never a traceback;
+    nothing in the case directory changes but OUT (the store's bytes included; verify's and recover's work
+    directories must be gone)."""
+    before = tree_digest(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
+    return code, stdout, stderr, out
+
+
+def assert_refused(job: str, code: int, stderr: str, where: str, out: Path) -> None:
+    """Exit 2 with one `reput <job>: error:` line naming `where`; no OUT."""
+    errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
+    assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -69,33 +94,30 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
     a traceback; the store's bytes unchanged; nothing created outside OUT (the job's cwd is the case
     directory, and verify's/recover's work directories must be gone)."""
     d = builder(golden, tmp_path / "store")
-    before = tree_digest(tmp_path)
-    out = tmp_path / "out"
-    monkeypatch.chdir(tmp_path)
-    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
-    assert "Traceback" not in stderr and "Traceback" not in stdout
-    after = tree_digest(tmp_path)
-    assert {k: v for k, v in after.items() if not k.startswith("out/")} == before
+    code, stdout, stderr, out = run_case(d, job, tmp_path, capfd, monkeypatch)
     expect = d.expect[job]
     path, offset = d.location(job)
-    where = f"{path} at byte offset {offset}"
+    where = d.named(job)
+    warnings = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: warning: ") and where in line]
+    if job == "rebuild":  # a warning line names what rebuild goes on with; recover's are in its plan
+        assert len(warnings) == (1 if job in d.warns else 0), (where, stderr[-2000:])
     if expect == ERROR:
-        assert code == 2, stderr[-2000:]
-        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
-        assert len(errors) == 1 and where in errors[0], (where, errors)
-        assert not out.exists()
-        return
+        return assert_refused(job, code, stderr, where, out)
     assert f"reput {job}: error" not in stderr
+    negative = d.victim.get("moved_to", 0) < 0  # a record with a negative queueId: counted in every report
     if job == "verify":
         assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
         if expect == REPORTED:
-            assert verify_names(json.loads(stdout), d.store, path, offset, where), where
+            report = json.loads(stdout)
+            assert verify_names(report, d.store, path, offset, where), where
+            assert report["finding_counts"].get("commitlog.negative_queue_id", 0) == (1 if negative else 0)
         return
     assert code == 0, stderr[-2000:]
     if job == "inspect":
         problems = json.loads(stdout)["problems"]
         if expect == REPORTED:
             assert any(where in p for p in problems), (where, problems)
+            assert sum("which no broker assigns" in p for p in problems) == (1 if negative else 0), problems
         else:
             assert problems == []
         return
@@ -103,23 +125,31 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
         plan = json.loads(stdout)
         if expect == REPORTED:
             assert where in stdout, where
+            if job in d.warns:  # a warning in the plan (the run report), once
+                assert sum(where in w for w in plan["warnings"]) == 1, (where, plan["warnings"])
         else:
             assert plan["changes"] is False
         return
+    report = json.loads((out / REPORT).read_text())
+    assert (report["negative_queue_ids"] or {}).get("records", 0) == (1 if negative else 0), report
     if expect == IGNORED:
         assert out_digest(out) == out_digest(clean_rebuild)
+    elif "moved_to" in d.victim:
+        check_moved_rebuild(d, out, clean_rebuild)
     else:
         assert expect == ACCEPTED
         check_accepted_rebuild(d, out, clean_rebuild)
 
 
-def verify_names(report: dict, store: Path, path: Path, offset: int, where: str) -> bool:
+def verify_names(report: dict, store: Path, path: Path, offset: int | None, where: str) -> bool:
     """verify's JSON report names the file and byte offset: in a message, or as a finding on that file at
-    that byte offset (or, for a file of the wrong size, with that size found)."""
+    that byte offset (or, for a file of the wrong size, with that size found); a name (offset None): a finding
+    on that path."""
     if where in json.dumps(report, ensure_ascii=False):
         return True
     rel = path.relative_to(store).as_posix()
-    return any(f.get("path") == rel and offset in (f.get("byte_offset"), f.get("found")) for f in report["findings"])
+    return any(f.get("path") == rel and (offset is None or offset in (f.get("byte_offset"), f.get("found")))
+               for f in report["findings"])
 
 
 def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
@@ -144,6 +174,29 @@ def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
     assert struct.unpack(">q", a[at + 12:at + 20])[0] == tags
 
 
+def check_moved_rebuild(d: Damage, out: Path, clean: Path) -> None:
+    """A record moved to queue `moved_to` (queueOffset 0) is dispatched as the broker does: its entry leaves its
+    old queue (the last one there: nothing after it moves) and is the first of consume queue <topic>/<moved_to>/
+    (a directory named by the int as Java prints it); the index does not depend on queue ids and is unchanged."""
+    v, cq_size = d.victim, 2000
+    entry = cq_entry(clean, v["topic"], v["queue_id"], v["queue_offset"], cq_size)
+    assert entry[:2] == (v["phy"], v["size"])
+    start = v["queue_offset"] * 20 // cq_size * cq_size
+    old = f"consumequeue/{v['topic']}/{v['queue_id']}/{start:020d}"
+    new = f"consumequeue/{v['topic']}/{v['moved_to']}/{0:020d}"
+    got, want = out_digest(out), out_digest(clean)
+    assert {k for k in got.keys() ^ want.keys() if not k.endswith("/")} == ({new} if start < v["queue_offset"] * 20
+                                                                            else {new, old})
+    assert {k for k in got.keys() & want.keys() if got[k] != want[k]} == ({old} if start < v["queue_offset"] * 20
+                                                                          else set())
+    at = v["queue_offset"] * 20 - start
+    if old in got:
+        a, b = (out / old).read_bytes(), (clean / old).read_bytes()
+        assert a[:at] == b[:at] and a[at:] == bytes(len(a) - at)
+    data = (out / new).read_bytes()
+    assert len(data) == cq_size and struct.unpack(">qiq", data[:20]) == entry and data[20:] == bytes(cq_size - 20)
+
+
 @pytest.mark.parametrize("builder", [bad_magic, missing_segment, zeroed_header_last_segment],
                          ids=lambda b: b.__name__)
 def test_chain_damage_found_with_mid_segment_splits(builder, golden, spark, tmp_path, capfd):
@@ -160,14 +213,7 @@ def test_chain_damage_found_with_mid_segment_splits(builder, golden, spark, tmp_
 @pytest.fixture(scope="module")
 def clean_dledger_rebuild(golden, spark, tmp_path_factory) -> Path:
     """OUT of a rebuild of an undamaged copy of the DLedger source case."""
-    from jobs.rebuild import main as rebuild_main
-
-    root = tmp_path_factory.mktemp("clean-dledger")
-    store = copy_store(golden / DLEDGER_CASE, root / "store")
-    out = root / "out"
-    assert rebuild_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
-                         "--json"]) == 0
-    return out
+    return rebuilt_clean(golden, tmp_path_factory, DLEDGER_CASE)
 
 
 @pytest.mark.parametrize("job", DLEDGER_JOBS)
@@ -177,23 +223,15 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
     offset where nothing can run, the damage reported by file and byte offset (verify: a finding), or the
     damage ignored by a job that does not read it; never a traceback, the store unchanged."""
     d = builder(golden, tmp_path / "store")
-    before = tree_digest(tmp_path)
-    out = tmp_path / "out"
-    monkeypatch.chdir(tmp_path)
-    code, stdout, stderr = run_job(job, job_argv(job, d, out), capfd)
-    assert "Traceback" not in stderr and "Traceback" not in stdout
-    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.startswith("out/")} == before
-    expect, where = d.expect[job], f"{d.file} at byte offset {d.offset}"
+    code, stdout, stderr, out = run_case(d, job, tmp_path, capfd, monkeypatch)
+    expect, where = d.expect[job], d.named(job)
     if expect == ERROR:
-        errors = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: error: ")]
-        assert code == 2 and len(errors) == 1 and where in errors[0], (where, errors, stderr[-1500:])
-        assert not out.exists()
-        return
+        return assert_refused(job, code, stderr, where, out)
     assert f"reput {job}: error" not in stderr
     if job == "verify":
         assert code == (1 if expect == REPORTED else 0), stderr[-2000:]
         if expect == REPORTED:
-            assert verify_names(json.loads(stdout), d.store, d.file, d.offset, where), where
+            assert verify_names(json.loads(stdout), d.store, *d.location(job), where), where
         return
     assert code == 0, stderr[-2000:]
     if job == "inspect":

@@ -30,7 +30,7 @@ from jobs.recover import REPORT_NAME as RECOVER_REPORT
 from jobs.recover import main as recover_main
 from jobs.verify import main as verify_main
 from tests import s3_server
-from tests.conftest import GOLDEN, REPO, manifest
+from tests.conftest import GOLDEN, REPO, manifest, private_temp_env
 from tests.rebuild_helpers import golden_consume_queue_hashes, golden_index_hashes
 from tests.test_catalog import per_topic_queue
 from tests.test_query import carries, records_by_offset, sample_keys
@@ -253,12 +253,13 @@ def wait_for(path: Path, proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_output_killed_before_its_commit_is_refused_then_replaced(s3, capsys, tmp_path):
+def test_output_killed_before_its_commit_is_refused_then_replaced(s3, capsys, tmp_path, killed_temp):
     """recover --out s3:// SIGKILLed after writing the tree but before its report (the commit): the prefix
     holds the marker and files but no report; every job refuses it as --store with one line; the next
     run for the same OUT (no --overwrite) removes it and writes the full recovery."""
     out, mark = "out/killed", tmp_path / "paused"
-    env = {**os.environ, **s3.env, "REPUT_TEST_PAUSE_AT": "before-commit", "REPUT_TEST_PAUSE_MARK": str(mark)}
+    env = {**os.environ, **s3.env, **private_temp_env(killed_temp), "REPUT_TEST_PAUSE_AT": "before-commit",
+           "REPUT_TEST_PAUSE_MARK": str(mark)}
     proc = subprocess.Popen([sys.executable, "-m", "jobs.recover", *store(TORN), "--out", uri(out), "--quiet",
                              "--master", "local[1]"], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -403,6 +403,18 @@ def test_out_equals_broker_recovery(recovered, case):
 
 
 @pytest.mark.parametrize("case", UNCLEAN)
+def test_crc_checked_validation_runs_on_the_kernel(recovered, case):
+    """checkCRCOnRecover (the default) checks body CRCs in the compiled pass: the run report counts every split
+    of the validating scan that holds records as the kernel's, none left to the reference (a torn store's torn
+    record: its CRC mismatch found by the kernel)."""
+    validation = json.loads((recovered[case] / "reput-recover-report.json").read_text())["validation"]
+    decoders = validation["decoders"]
+    assert validation["crc"] is True and validation["records"] > 0
+    assert decoders["splits"].get("kernel", 0) > 0 and "reference" not in decoders["splits"], decoders
+    assert decoders["fallback_splits"] == 0 and not decoders["fallbacks"], decoders
+
+
+@pytest.mark.parametrize("case", UNCLEAN)
 def test_second_run_on_out_plans_no_change(recovered, tmp_path, case):
     plan = dry_run(recovered[case], tmp_path)
     assert plan["recovery"] == "normal" and plan["state"].startswith("clean")

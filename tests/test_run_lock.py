@@ -16,7 +16,7 @@ from jobs.pipeline.io.fs import Location
 from jobs.pipeline.io.publish import output_for
 from jobs.pipeline.io.run_lock import RunLock, beside
 from jobs.pipeline.runtime.failure import JobError
-from tests.conftest import REPO
+from tests.conftest import REPO, private_temp_env
 
 CASE = "clean-small-11"
 
@@ -70,14 +70,15 @@ def _rebuild(golden: Path, store_case: str, out: Path, env: dict, stderr) -> sub
 
 
 @pytest.mark.slow
-def test_two_real_runs_for_one_out(golden, tmp_path):
+def test_two_real_runs_for_one_out(golden, tmp_path, killed_temp):
     """A run holding OUT (paused after its decode) makes a second run on another store exit 2 at once, naming
     the first's pid; OUT is untouched. Once the first is killed, a third run takes the lock over and publishes."""
     out = tmp_path / "out"
     mark = tmp_path / "paused"
     with open(tmp_path / "first.err", "wb") as err:
-        first = _rebuild(golden, CASE, out, dict(os.environ, REPUT_TEST_PAUSE_AT="after-decode",
-                                                 REPUT_TEST_PAUSE_MARK=str(mark)), err)
+        first = _rebuild(golden, CASE, out, dict(os.environ, **private_temp_env(killed_temp),
+                                                 REPUT_TEST_PAUSE_AT="after-decode", REPUT_TEST_PAUSE_MARK=str(mark)),
+                         err)
     try:
         deadline = time.monotonic() + 300
         while not mark.exists():

@@ -1,7 +1,8 @@
 """The compiled split decoder against the numpy reference: same summaries, same work files, on every
-golden store (three split sizes) and on hypothesis-generated stores."""
+golden store (three split sizes; body CRCs checked and not) and on hypothesis-generated stores."""
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_NO_START, DECODER_
 from jobs.pipeline.scan.stage import decode_split
 from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
+from storage_format.commitlog import END_CRC_MISMATCH, decode_buffer
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
@@ -43,8 +45,9 @@ def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | Non
 KERNEL_RECORDS = "records decoded by the kernel"
 
 
-def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path) -> Counter:
-    """Decode every split both ways; assert equal summaries and work files; returns how many splits each
+def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path, check_crc: bool = False) -> Counter:
+    """Decode every split both ways (body CRCs checked with check_crc, as recovery's validating scan does);
+    assert equal summaries and work files; returns how many splits each
     decoder took when the kernel was asked, with the fallback reasons (the decoder the summary names is
     checked against an independent call of the kernel: the kernel ran when it says so), and under
     KERNEL_RECORDS how many records the kernel decoded itself."""
@@ -55,7 +58,7 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
-            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel)
+            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel, check_crc=check_crc)
             summary = decode_split(task)
             got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
             if kernel and summary.error is None:
@@ -72,7 +75,7 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
             assert k_table is None or k_table.equals(r_table), f"{what} file of split {sp.index}"
         if sp.segment.path not in data:
             data = {sp.segment.path: Path(sp.segment.path).read_bytes()}
-        records = _kernel_takes(sp, data[sp.segment.path])
+        records = _kernel_takes(sp, data[sp.segment.path], check_crc)
         if records is not None and got[True][0]["error"] is None:
             taken["kernel (independent call)"] += 1
             taken[KERNEL_RECORDS] += records
@@ -80,27 +83,31 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
     return taken
 
 
-def _kernel_takes(sp, data: bytes) -> int | None:
+def _kernel_takes(sp, data: bytes, check_crc: bool = False) -> int | None:
     """Records the kernel decodes in this split (None: it leaves the split to the reference)."""
     fast = decode_fast(data, sp.segment.start, sp.start, sp.stop, sp.segment.size, path=sp.segment.path,
                        find_start=not sp.at_segment_start, dated=(-62135596800000, 253402300799999),
-                       delay_levels_ms=BrokerSettings().delay_levels_ms, header=sp.segment.header)
+                       delay_levels_ms=BrokerSettings().delay_levels_ms, header=sp.segment.header,
+                       check_crc=check_crc)
     return None if isinstance(fast, str) else fast.records
 
 
+@pytest.mark.parametrize("check_crc", [False, True], ids=["no-crc", "crc"])
 @pytest.mark.parametrize("case", case_params(golden_cases(), passing=frozenset({"dledger-unclean-11"})))
-def test_kernel_equals_reference_on_golden(case, tmp_path):
-    """Every golden commit log, cut at three split sizes: kernel and reference agree split by split."""
+def test_kernel_equals_reference_on_golden(case, check_crc, tmp_path):
+    """Every golden commit log, cut at three split sizes, body CRCs checked (checkCRCOnRecover, as recovery's
+    validating scan) and not: kernel and reference agree split by split."""
     settings = load_settings(GOLDEN / case / "broker.conf")
     sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case == "clean-small-11" else ())
-    taken = sum((compare_store(GOLDEN / case, settings, size, tmp_path) for size in sizes), Counter())
+    taken = sum((compare_store(GOLDEN / case, settings, size, tmp_path, check_crc) for size in sizes), Counter())
     if "lmq" not in case:
         assert taken[KERNEL_RECORDS] > 0, "the kernel decoded no record of this store"
         assert taken[DECODER_KERNEL] > 0, "the kernel took no split of this store"
         # Plain and DLedger golden stores: the kernel takes every split that has records (no fallback), but
-        # the one split per cut holding a torn store's torn last record (the reference names the error).
+        # without CRC checks the one split per cut holding a torn store's torn last record (the reference names
+        # the error; with CRC checks the kernel finds the torn record's body CRC failing first, as the broker).
         fallbacks = {k: n for k, n in taken.items() if k.startswith("fallback")}
-        if "torn" in case:
+        if "torn" in case and not check_crc:
             assert set(fallbacks) <= TORN_REASONS and sum(fallbacks.values()) <= len(sizes), taken
         else:
             assert not fallbacks, taken
@@ -161,7 +168,8 @@ def generated_store(root: Path, msgs: list[Message], tail: str, damage: int, seg
 
 def test_kernel_equals_reference_on_generated(tmp_path_factory):
     """Generated records (odd properties, all transaction types, IPv6 hosts, v2 magic, non-ASCII
-    and unsafe topics, damaged bytes, three kinds of segment tail): kernel and reference agree; and the
+    and unsafe topics, damaged bytes, three kinds of segment tail; body CRCs checked or not): kernel and
+    reference agree; and the
     kernel did decode records itself in most stores (agreement because it left everything to the
     reference would prove nothing)."""
     decoded: list[int] = []
@@ -169,12 +177,14 @@ def test_kernel_equals_reference_on_generated(tmp_path_factory):
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(msgs=st.lists(messages(), min_size=1, max_size=25), tail=st.sampled_from(["zeros", "blank", "garbage"]),
-           split_size=st.sampled_from([0, 600, 1500]), damage=st.one_of(st.just(-1), st.integers(0, 40)))
-    def check(msgs, tail, split_size, damage):
+           split_size=st.sampled_from([0, 600, 1500]), damage=st.one_of(st.just(-1), st.integers(0, 40)),
+           check_crc=st.booleans())
+    def check(msgs, tail, split_size, damage, check_crc):
         root = tmp_path_factory.mktemp("store")
         generated_store(root, msgs, tail, damage, seg_size)
         settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
-        decoded.append(compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"))[KERNEL_RECORDS])
+        decoded.append(compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"),
+                                     check_crc)[KERNEL_RECORDS])
 
     check()
     assert len(decoded) >= 30
@@ -185,9 +195,42 @@ def test_kernel_equals_reference_on_generated(tmp_path_factory):
         f"the kernel decoded too few records itself: {decoded}"
 
 
+@pytest.mark.parametrize("case", ["clean-small-11", "v5-clean-small-11", "dledger-clean-small-11"])
+def test_kernel_finds_the_references_crc_mismatch_in_a_damaged_golden_store(case, tmp_path):
+    """One body byte of a record in the middle of a golden commit log flipped (a copy): with CRC checks the
+    kernel itself ends the walk at that record (no fallback), with the reference's end (crc_mismatch, offset,
+    detail) and the same records before it; without, it decodes the record as the reference does."""
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / case, store)
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    segments = list_segments(location(str(store)), settings)
+    seg = segments[len(segments) // 2]
+    data = bytearray(Path(seg.path).read_bytes())
+    cols = decode_buffer(bytes(data), seg.start, segment_end=seg.size, header=seg.header).columns
+    i = len(cols) // 2
+    assert len(cols) > 2 and cols.body_length[i] > 0
+    data[int(cols.body_start[i]) + int(cols.body_length[i]) // 2] ^= 0x01
+    Path(seg.path).chmod(0o644)
+    Path(seg.path).write_bytes(bytes(data))
+    bad_at = seg.start + int(cols.pos[i]) - seg.header  # an entry position in a DLedger data file
+    for split_size in (0, 65536):
+        taken = compare_store(store, settings, split_size, tmp_path / f"w{split_size}", check_crc=True)
+        assert not any(k.startswith("fallback") for k in taken), taken
+        (sp,) = [sp for sp in plan_splits(segments, split_size) if sp.global_start <= bad_at < sp.global_stop]
+        kernel = decode_split(SplitTask(split=sp, settings=settings, check_crc=True))
+        assert kernel.decoder == DECODER_KERNEL and kernel.end.reason == END_CRC_MISMATCH, kernel
+        assert kernel.end.offset == bad_at and kernel.end.detail.startswith("body CRC "), kernel.end
+        unchecked = decode_split(SplitTask(split=sp, settings=settings))
+        assert unchecked.decoder == DECODER_KERNEL and unchecked.end.reason != END_CRC_MISMATCH
+        assert unchecked.records > kernel.records
+    compare_store(store, settings, 0, tmp_path / "unchecked")
+
+
 def test_kernel_leaves_what_it_does_not_take():
-    """An unsafe topic, a moved record and a delayed record whose DELAY is no int go to the reference."""
+    """An unsafe topic, a moved record, a delayed record whose DELAY is no int and a v1 topicLength byte the broker
+    reads as negative go to the reference."""
     for msg, offset in ((Message(topic="a/b"), 0), (Message(topic="T"), 8),
+                        (Message(topic="T" * 128, magic_v2=False), 0),
                         (Message(topic="SCHEDULE_TOPIC_XXXX", properties="DELAY\x01x3\x02"), 0)):
         rec = encode_record(msg, offset)
         buf = rec + bytes(16)

@@ -260,7 +260,7 @@ def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_p
 def test_finding_kinds_are_one_registry():
     """Every kind the verify code reports is registered for its artifact, every registered kind is
     reported somewhere, docs/jobs.md's table is the registry's, and an unregistered kind is refused."""
-    from jobs.pipeline.verify.findings import KINDS, Findings, detail_order, readme_table
+    from jobs.pipeline.verify.findings import KINDS, Findings, detail_order, docs_table
 
     reported = set()
     for path in (REPO / "jobs").rglob("*.py"):
@@ -271,7 +271,7 @@ def test_finding_kinds_are_one_registry():
         reported |= {(arts[0], k) for k in re.findall(r'\.add\(art, "([a-z_]+)"', text)}
     registered = {(a, k.name) for k in KINDS.values() for a in k.artifacts}
     assert reported == registered
-    assert readme_table() in (REPO / "docs" / "jobs.md").read_text()
+    assert docs_table() in (REPO / "docs" / "jobs.md").read_text()
     found = Findings()
     with pytest.raises(ValueError, match="not registered"):
         found.add("index", "no_such_kind", "index/x")

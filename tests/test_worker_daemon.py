@@ -112,3 +112,42 @@ def test_workers_end_quietly_when_the_jvm_is_gone():
         pass
     else:
         raise AssertionError("a failure other than a closed socket was swallowed")
+
+
+def test_a_forked_worker_dies_with_its_daemon(tmp_path):
+    """A worker forked by the daemon (quiet_when_gone with the daemon's pid) is killed by the kernel when the
+    daemon ends however it ends (SIGKILL here: no SIGHUP to its process group on the way out), instead of
+    living on reparented to init, as idle reused workers were seen to."""
+    script = ("import os, signal, sys, time\n"
+              "from jobs.pipeline.runtime import worker_daemon\n"
+              "daemon = os.getpid()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # only the parent-death signal can end it\n"
+              "    worker_daemon.quiet_when_gone(lambda s, a: time.sleep(60) or 0, daemon)(None, True)\n"
+              "    os._exit(0)\n"
+              "print(pid, flush=True)\n"
+              "time.sleep(60)\n")
+    daemon = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(daemon.stdout.readline())
+        time.sleep(0.5)  # the worker has called die_with_parent
+        assert _alive(worker)
+        daemon.kill()
+        daemon.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), "the forked worker outlived its daemon"
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -5,7 +5,7 @@ live in storage_format/, Spark column functions in udfs/.
 - `runtime`: how a job runs, whatever it does
   `runtime.cli` (common flags, exit codes, checks before Spark starts, `run_main`),
   `runtime.frontdoor` (the `reput JOB` console command), `runtime.failure` (any failure as one line),
-  `runtime.interrupt` (Ctrl-C and SIGTERM: one line, exit 130, half-made output removed),
+  `runtime.interrupt` (Ctrl-C and SIGTERM: one line, exit 130 or 143, half-made output removed),
   `runtime.faults` (fault-injection hooks for the crash-safety tests), `runtime.session` (the SparkSession:
   embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
   `runtime.tasks` (small work items as Spark tasks, with progress), `runtime.env` (the one registry of

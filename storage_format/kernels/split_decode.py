@@ -13,13 +13,14 @@ import numpy as np
 
 from . import split_kernel as k
 from .. import dledger
-from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_FILE, END_STOP, MIN_RECORD_SIZE, SCHEDULE_TOPIC, ScanEnd,
-                         find_first_start, parse_segment_name)
+from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_CRC_MISMATCH, END_FILE, END_STOP, MIN_RECORD_SIZE,
+                         SCHEDULE_TOPIC, ScanEnd, find_first_start, parse_segment_name)
 from ..multi_dispatch import INNER_MULTI_DISPATCH
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
 from ..index_keys import KeyBatch
+from ..record_columns import RecordColumns
 from ..split_rows import CqRows, QueueStats
 from .row_groups import group_rows
 from ..store_layout import INNER_BATCH_FLAG
@@ -31,7 +32,9 @@ FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer",
                   k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
                   k.FB_INNER_BATCH: "inner-batch record", k.FB_BAD_ENTRY: "bad DLedger entry"}
 NO_RECORD_START = "no record start found"  # not a fallback: no record to decode, the reference says where it ends
-_END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC}
+_END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC,
+              k.KEND_CRC: END_CRC_MISMATCH}
+CRC_DISAGREES = "kernel CRC disagrees with zlib"  # a fallback that cannot happen while crc_kernel equals zlib
 _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
@@ -71,12 +74,13 @@ def _rules(min_ts: int, max_ts: int) -> np.ndarray:
 
 def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, *, path: str,
                 find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...],
-                header: int = 0) -> FastSplit | str:
+                header: int = 0, check_crc: bool = False) -> FastSplit | str:
     """Decode buf's records starting in [start, stop) with the kernel, or return why the reference
     must (a short reason). `dated` is the (min, max) storeTimestamp the fast path accepts;
     `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages); `header` the
-    DLedger entry header in front of each record (0: a plain segment). Positions walked (first_position,
-    the end) are entry positions; last_position is the last record's."""
+    DLedger entry header in front of each record (0: a plain segment); `check_crc` checks body CRCs as
+    decode_buffer does (the first failing record ends the walk: crc_mismatch, the reference's detail).
+    Positions walked (first_position, the end) are entry positions; last_position is the last record's."""
     arr = np.frombuffer(buf, np.uint8)
     if arr.flags.writeable:  # one compiled signature: segment buffers are read-only
         arr = arr.view()
@@ -89,19 +93,27 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         first = found
     stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
-                                                np.asarray(delay_levels_ms, np.int64).reshape(-1), header)
+                                                np.asarray(delay_levels_ms, np.int64).reshape(-1), header,
+                                                bool(check_crc))
     if stats[k.S_FALLBACK] != k.FB_NONE:
         return FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
     records = int(stats[k.S_RECORDS])
     seg_start = parse_segment_name(path.rstrip("/").rsplit("/", 1)[-1])
     end_at = base_offset + int(stats[k.S_END_POS])
     reason = _END_NAMES[int(stats[k.S_END])]
-    end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, path=path,
-                  file_offset=end_at - (base_offset if seg_start is None else seg_start))
+    detail = ""
+    if reason == END_CRC_MISMATCH:  # the reference's words for it, from the one record
+        bad = RecordColumns(buf, base_offset, np.array([int(stats[k.S_END_POS]) + header], np.int64),
+                            path).first_crc_error()
+        if bad is None:
+            return CRC_DISAGREES
+        detail = bad[1]
+    end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, detail=detail,
+                  path=path, file_offset=end_at - (base_offset if seg_start is None else seg_start))
     table, unordered, cq = _group(arr, queues, rows)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
-                     first_position=first if records or not find_start else None,
+                     first_position=first if records or reason == END_CRC_MISMATCH or not find_start else None,
                      last_position=int(stats[k.S_LAST_POS]) if records else None,
                      last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, unordered=unordered, cq=cq,
                      keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),

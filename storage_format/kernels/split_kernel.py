@@ -7,13 +7,16 @@ physical offset, size and tagsCode, and per index key its hash, physical offset 
 (index_keys' order and hash rules). It handles only the common case: whatever it does not (an invalid,
 moved or undated record, a record running past the buffer, non-ASCII hashed strings, unsafe topic names,
 SCHEDULE_TOPIC_XXXX, LMQ multi-dispatch) makes it return a fallback reason, and the caller decodes the
-split with the numpy reference (commitlog.decode_buffer) instead. The rules' constants come from their
+split with the numpy reference (commitlog.decode_buffer) instead. With `check_crc` (checkCRCOnRecover) it
+checks each record's body CRC (crc_kernel) before its other checks, and the first that fails ends the walk
+(KEND_CRC), as commitlog.first_invalid_record orders the broker's checks. The rules' constants come from their
 homes and are passed in, so this module defines none of them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .crc_kernel import record_crc_ok
 from .kernel_bytes import (equals_array, find_props, i32, i64, index_key_hash, java_hash, parse_int,
                            same_bytes, signed32, unsafe_topic)
 from .jit import njit
@@ -36,6 +39,7 @@ FB_BAD_ENTRY = 11  # a DLedger entry header the reference rejects (it says why)
 
 # Walk ends, mapped to commitlog's END_* names by the caller.
 KEND_STOP, KEND_BLANK, KEND_FILE, KEND_BAD_MAGIC = 0, 1, 2, 3
+KEND_CRC = 4  # a record whose body CRC fails (check_crc): the walk ends at it
 
 # Slots of the `stats` output.
 S_FALLBACK, S_FALLBACK_POS, S_RECORDS, S_CQ, S_KEYS, S_QUEUES, S_END, S_END_POS, S_END_MAGIC, S_BLANKS = range(10)
@@ -191,14 +195,38 @@ def _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats):
 
 
 @njit(inline="always")
+def _store_ts_at(pos, sys_flag, rules):
+    """Where storeTimestamp is, after the born host and port."""
+    return pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
+
+
+@njit(inline="always")
+def _body_len_at(store_ts_at, sys_flag, rules):
+    """Where bodyLength is, after storeTimestamp, the store host, reconsumeTimes and preparedTransactionOffset."""
+    return store_ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
+
+
+@njit(inline="always")
+def _crc_fails(a, rp, end, rules):
+    """The record at rp (ending at end) fails the body CRC check (crc_kernel.record_crc_ok), laid out or not:
+    as record_columns.first_crc_error, a body that does not lie inside the record is not checked."""
+    sys_flag = i32(a, rp + 36)
+    body_len_at = _body_len_at(_store_ts_at(rp, sys_flag, rules), sys_flag, rules)
+    if body_len_at + 4 > end:
+        return False
+    body_len = i32(a, body_len_at)
+    return body_len_at + 4 + body_len <= end and not record_crc_ok(a, rp, body_len_at + 4, body_len)
+
+
+@njit(inline="always")
 def _layout(a, pos, end, rules):
     """Every field inside the record and adding up to totalSize: (FB_NONE, sysFlag, storeTimestamp
     position, topic start, topic length, properties start), or (fallback reason, 0, ...)."""
     sys_flag = i32(a, pos + 36)
     if sys_flag & rules[R_INNER_BATCH]:
         return FB_INNER_BATCH, 0, 0, 0, 0, 0
-    store_ts_at = pos + 48 + (16 if sys_flag & rules[R_BORN_V6] else 4) + 4
-    body_len_at = store_ts_at + 8 + (16 if sys_flag & rules[R_STORE_V6] else 4) + 4 + 12
+    store_ts_at = _store_ts_at(pos, sys_flag, rules)
+    body_len_at = _body_len_at(store_ts_at, sys_flag, rules)
     if body_len_at + 4 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     body_len = i32(a, body_len_at)
@@ -207,6 +235,8 @@ def _layout(a, pos, end, rules):
     if body_len < 0 or topic_len_at + width > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
     topic_len = (np.int64(a[topic_len_at]) << 8 | a[topic_len_at + 1]) if width == 2 else np.int64(a[topic_len_at])
+    if topic_len >= (0x8000 if width == 2 else 0x80):  # Java reads a signed byte / short: negative, the record invalid
+        return FB_LAYOUT, 0, 0, 0, 0, 0
     pl_at = topic_len_at + width + topic_len
     if pl_at + 2 > end:
         return FB_LAYOUT, 0, 0, 0, 0, 0
@@ -290,11 +320,13 @@ W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
 
 
 @njit()
-def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header):
+def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header,
+                  check_crc):
     """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
     rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
     the DLedger entry header in front of each record (0: a plain segment); the walk goes entry by entry and
-    decodes the record at entry pos + header, so everything it emits is as for a plain record."""
+    decodes the record at entry pos + header, so everything it emits is as for a plain record. `check_crc`:
+    check body CRCs (a failing record ends the walk, KEND_CRC at its entry/record position)."""
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
@@ -303,7 +335,7 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     cur = np.zeros(8, np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
     args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
-            header)
+            header, check_crc)
     while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
         if cur[W_NCQ] == rows.shape[0]:
             rows = _grow_rows(rows, cur[W_NCQ] + 1)
@@ -320,8 +352,8 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
 
 
 @njit(_nrt=False)
-def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, stats, cur,
-          found_lo, found_hi, table, qs, rows, keys):
+def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
+          stats, cur, found_lo, found_hi, table, qs, rows, keys):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
     it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
@@ -347,6 +379,9 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             rp = pos
         end = rp + size
         fb, sys_flag, store_ts_at, topic_at, topic_len, ps = _layout(a, rp, end, rules)
+        if check_crc and (fb == FB_NONE or fb == FB_LAYOUT) and _crc_fails(a, rp, end, rules):
+            stats[S_END] = KEND_CRC  # the broker checks the CRC first: nothing else of the record matters
+            break
         phy, store_ts = i64(a, rp + 28), i64(a, store_ts_at)
         if fb == FB_NONE and phy != base_offset + rp:
             fb = FB_MOVED

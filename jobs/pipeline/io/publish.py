@@ -43,6 +43,8 @@ class Staging:
 
     def __init__(self, out: Location, report: str, job: str, overwrite: bool = False) -> None:
         self.lock = _lock(out, job)
+        if self.lock is not None:  # an interrupt before the staging directory exists (during Spark's start)
+            interrupt.remove_on_interrupt(self.lock, self.release)
         try:
             _settle_interrupted_publish(out)
             if out.exists() and not overwrite:
@@ -59,22 +61,30 @@ class Staging:
     def __enter__(self) -> "Staging":
         self.out.parent.makedirs()
         self._remove_leftovers()
-        interrupt.remove_on_interrupt(self, self.dir.delete_tree)  # again once Spark has stopped writing
+        interrupt.remove_on_interrupt(self, self._undo)  # once Spark has stopped writing
         self.dir.makedirs()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) and interrupt.running():
+            return  # interrupt.finish undoes it once Spark has stopped writing (deleting now races its tasks)
         try:
             if exc_type is not None:
-                self.dir.delete_tree()
-            if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
-                interrupt.forget(self)
+                self._undo()
+            interrupt.forget(self)
         finally:
             self.release()
+
+    def _undo(self) -> None:
+        """Remove the staging directory; an --overwrite publish cut between its renames puts the previous
+        OUT back (after the second rename, the previous OUT's copy is removed)."""
+        self.dir.delete_tree()
+        _settle_interrupted_publish(self.out)
 
     def release(self) -> None:
         """Let OUT's lock go (the run has published or failed)."""
         if self.lock is not None:
+            interrupt.forget(self.lock)
             self.lock.release()
 
     def _remove_leftovers(self) -> None:

@@ -9,7 +9,9 @@ read (zero-copy: a reader slicing a few rows out of a large file touches only th
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +20,7 @@ import pyarrow.fs as pafs
 from storage_format.index_keys import KeyBatch
 from storage_format.split_rows import CqRows
 
+from ..runtime import interrupt
 from .fs import Location
 
 CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size", pa.int32()),
@@ -25,6 +28,26 @@ CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
 BASE_KEY = b"reput.base"  # field metadata: the column holds value - base as uint32
 NARROW_SPAN = 1 << 32
+
+
+@contextlib.contextmanager
+def removed_after(work: Location) -> Iterator[Location]:
+    """`work` (a work directory) removed when the block ends; after an interrupt of a job under run_main only
+    once Spark has stopped writing into it (by interrupt.finish: removing it while tasks still write races them)."""
+    interrupt.remove_on_interrupt(work, work.delete_tree)
+    try:
+        yield work
+    except KeyboardInterrupt:
+        if not interrupt.running():
+            interrupt.forget(work)
+            work.delete_tree()
+        raise
+    except BaseException:
+        interrupt.forget(work)
+        work.delete_tree()
+        raise
+    interrupt.forget(work)
+    work.delete_tree()
 
 
 def cq_file(work: Location, split_index: int) -> Location:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from storage_format import dledger as fmt
 from storage_format import recovery
 from storage_format.errors import StoreFormatError
+from storage_format.log_sources import LogFile, broker_consequence
 from storage_format.markers import GenerationGuess
 from storage_format.recovery import dledger as drules
 from storage_format.segment_names import parse_segment_name, segment_name
@@ -79,10 +80,15 @@ def _files(loc: Location, size: int, what: str) -> list[tuple[int, str]]:
     out = []
     if not loc.is_dir():
         return out
-    for info in loc.list():
+    listed = loc.list()
+    starts = {parse_segment_name(info.base_name) for info in listed} - {None}
+    for info in listed:
         start = parse_segment_name(info.base_name)
-        if start is None or info.type.name != "File":
-            continue
+        odd = None if info.type.name == "File" else (loc.child(info.base_name).not_regular() or "not a file")
+        if start is None or odd:  # DLedger's MmapFileList.load takes every entry: it never skips one
+            why = broker_consequence(LogFile(info.base_name, info.size, "", not odd), size, starts, what)
+            kind = f"{odd}, not a regular file" if odd else f"not a {what} name (the 20-digit start offset)"
+            raise StoreFormatError(loc.child(info.base_name).uri, 0, f"{kind}: {why}; move it out of the directory")
         if info.size != size:
             raise StoreFormatError(loc.child(info.base_name).uri, min(info.size, size),
                                    f"{what} is {info.size} bytes, expected {size}: DLedger refuses to load it "
@@ -310,7 +316,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     committed_index, committed_end = drules.committed_position(entries, reading.reading, cp_committed, unit_end)
 
     t0 = time.monotonic()
-    queue_dirs = {q.key: q for q in list_queues(store)}
+    skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
+    queue_dirs = {q.key: q for q in list_queues(store, skipped)}
     cq_size = settings.consume_queue_file_size
     loads = load_queues(sc, list(queue_dirs.values()), cq_size, quiet, 4)
 
@@ -340,7 +347,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     timings["consumequeue_plan_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    infos = list_index_files(store, settings) if settings.message_index_enable else []
+    infos = list_index_files(store, settings, skipped) if settings.message_index_enable else []
     kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint,
                                                     markers.abort is not None)
     uris = {i.name: u for i, u in infos}
@@ -376,14 +383,16 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         index.new_names = new_index_names(index.kept, len(plan.index_resume.new_files), tz)
     timings["index_plan_s"] = time.monotonic() - t0
     q = plan.queues
-    warnings = []
+    warnings = list(skipped)
     if markers.checkpoint_raw is None:
         warnings.append("the store has no checkpoint file; the broker starts from zeros and so does reput")
     if full_index:
         warnings.append("--full-index: every committed record is indexed again (the broker would leave the records "
                         "between the last kept index file and the resume point unindexed)")
     if audit:
-        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))
+        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))  # negative queue ids too
+    elif scan.negative_queue_ids is not None:
+        warnings.append(scan.negative_queue_ids.describe())
     return DLedgerRecoveryPlan(
         store=store, settings=settings, generation=gen, markers=markers, abnormal=markers.abort is not None,
         dirs=dirs, data=data, index_files=index_files, dledger_raw=raw, plan=plan, queue_dirs=queue_dirs,
@@ -413,6 +422,8 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
     undated = audit.undated_problem()
     if undated:
         found.append(undated)
+    if audit.negative_queue_ids is not None:
+        found.append(audit.negative_queue_ids.describe())
     return found
 
 

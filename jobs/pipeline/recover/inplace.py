@@ -5,8 +5,9 @@ run that was killed.
 Protocol (local POSIX store only; every step is fsynced):
 1. stage   - every file recovery writes goes to STORE/.reput-recover.staging/<path>. Killed here:
              the store is untouched (the next run removes the staging area).
-2. backup  - every file that will be replaced or deleted is copied to DIR/<path>, then
-             DIR/reput-backup.json (store, operations, sha256 before and after) is written
+2. backup  - every file that will be replaced or deleted is hard-linked (DIR on the store's
+             filesystem) or copied to DIR/<path>, then DIR/reput-backup.json (store, operations,
+             each file before and after: its identity, or for copies its sha256) is written
              atomically. Killed here: the store is untouched.
 3. journal - STORE/.reput-recover.journal (same operations) is written atomically: from now on the
              store may be part old, part new, and the journal says so.
@@ -19,6 +20,13 @@ Protocol (local POSIX store only; every step is fsynced):
 5. finish  - the journal is removed (the store is now the new state), then the staging area.
 Way back: `rollback` restores the backup (works during and after a run, as long as DIR exists);
 `resume` finishes an interrupted apply from the staging area.
+
+How a file is known again (resume, rollback): with a hard-linked backup nothing is read whole. The
+switch only renames staged files into place and links old ones into DIR, which keeps each file's
+identity (inode, size, modification time: `fingerprint`): the manifest records it before and
+after, and any write or replacement since changes it. A backup copied to another filesystem is
+checked by sha256 instead (the manifest then holds both hashes). Files the plan rewrites with their
+own bytes are left alone (compared byte for byte, not hashed).
 """
 from __future__ import annotations
 
@@ -61,6 +69,35 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def fingerprint(path: Path) -> str:
+    """A file's identity without reading it: inode, size, modification time (ns); not the device number,
+    which some filesystems renumber across the reboot after a crash."""
+    st = os.stat(path)
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def same_bytes(a: Path, b: Path) -> bool:
+    """Byte-for-byte equality of two files, read in 1 MiB chunks up to the first difference."""
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def same_filesystem(store: Path, backup: Path) -> bool:
+    """DIR (or, before it exists, the directory it will be made in) lies on the store's filesystem, so the
+    backup can be hard links."""
+    probe = backup
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.stat(store).st_dev == os.stat(probe).st_dev
+
+
 def _fsync_file(path: Path) -> None:
     """Flush one file to stable storage."""
     fd = os.open(path, os.O_RDONLY)
@@ -90,14 +127,14 @@ def _write_atomic(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def _link_durable(src: Path, dst: Path) -> None:
+def _link(src: Path, dst: Path) -> None:
     """Back src up as a hard link dst (same filesystem): the switch replaces or unlinks the store's name and
-    never writes the old inode, so the backup keeps the old bytes without copying them."""
+    never writes the old inode, so the backup keeps the old bytes without copying them. The caller fsyncs
+    dst's directory (once per directory, before the manifest)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.exists():
         dst.unlink()
     os.link(src, dst)
-    _fsync_dir(dst.parent)
 
 
 def _copy_durable(src: Path, dst: Path) -> None:
@@ -117,16 +154,27 @@ def _copy_durable(src: Path, dst: Path) -> None:
 
 @dataclass(frozen=True)
 class Op:
-    """One file operation of the switch."""
+    """One file operation of the switch: the file before (`old_*`, None when created) and after (`new_*`,
+    None when deleted), by sha256 and/or by `fingerprint` (manifests before fingerprints have hashes only)."""
 
     op: str
     path: str
     old_sha256: str | None
     new_sha256: str | None
+    old_file: str | None = None
+    new_file: str | None = None
 
     def to_dict(self) -> dict:
         """JSON form for the journal and the backup manifest."""
-        return {"op": self.op, "path": self.path, "old_sha256": self.old_sha256, "new_sha256": self.new_sha256}
+        return {"op": self.op, "path": self.path, "old_sha256": self.old_sha256, "new_sha256": self.new_sha256,
+                "old_file": self.old_file, "new_file": self.new_file}
+
+
+def _is(path: Path, sha: str | None, file_id: str | None) -> bool:
+    """path is the file an Op recorded: the same fingerprint, else (when the Op has one) the same sha256."""
+    if file_id is not None and fingerprint(path) == file_id:
+        return True
+    return sha is not None and sha256_file(path) == sha
 
 
 def _order(path: str) -> int:
@@ -140,22 +188,29 @@ def _order(path: str) -> int:
     return 0
 
 
-def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str]) -> list[Op]:
-    """Replace/create every staged file, delete the rest; hashes taken from the files themselves."""
+def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str], *, hashed: bool = True) -> list[Op]:
+    """Replace/create every staged file that differs from the store's, delete the rest. Each file is recorded
+    by `fingerprint`, and with `hashed` (a backup copied to another filesystem) by sha256 too."""
+    def ident(path: Path) -> tuple[str | None, str]:
+        return (sha256_file(path) if hashed else None), fingerprint(path)
+
     ops = []
     for rel in rendered:
-        target = store / rel
-        new = sha256_file(staging / rel)
+        target, staged = store / rel, staging / rel
+        new_sha, new_file = ident(staged)
         if target.exists():
-            old = sha256_file(target)
-            if old != new:
-                ops.append(Op(REPLACE, rel, old, new))
+            if new_sha is None and same_bytes(staged, target):
+                continue
+            old_sha, old_file = ident(target)
+            if old_sha is None or old_sha != new_sha:
+                ops.append(Op(REPLACE, rel, old_sha, new_sha, old_file, new_file))
         else:
-            ops.append(Op(CREATE, rel, None, new))
+            ops.append(Op(CREATE, rel, None, new_sha, None, new_file))
     rendered_set = set(rendered)
     for rel in deleted:
         if rel not in rendered_set and (store / rel).exists():
-            ops.append(Op(DELETE, rel, sha256_file(store / rel), None))
+            old_sha, old_file = ident(store / rel)
+            ops.append(Op(DELETE, rel, old_sha, None, old_file, None))
     writes = [o for o in ops if o.op != DELETE and _order(o.path) == 0]
     dels = [o for o in ops if o.op == DELETE and _order(o.path) == 0]
     tail = sorted((o for o in ops if _order(o.path)), key=lambda o: _order(o.path))
@@ -195,15 +250,22 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     backup.mkdir(parents=True, exist_ok=True)
     if (backup / BACKUP_MANIFEST).exists():
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
-    linked = os.stat(store).st_dev == os.stat(backup).st_dev
+    linked = same_filesystem(store, backup)
+    if not linked:  # copies are checked by sha256: ops built for links get the old file's hash first
+        ops = [o if o.op == CREATE or o.old_sha256 else
+               Op(o.op, o.path, sha256_file(store / o.path), o.new_sha256, o.old_file, o.new_file) for o in ops]
+    linked_dirs: set[Path] = set()
     for op in ops:
         if op.op in (REPLACE, DELETE):
             if linked:
-                _link_durable(store / op.path, backup / op.path)
+                _link(store / op.path, backup / op.path)
+                linked_dirs.add((backup / op.path).parent)
             else:
                 _copy_durable(store / op.path, backup / op.path)
                 if sha256_file(backup / op.path) != op.old_sha256:
                     raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
+    for d in sorted(linked_dirs):
+        _fsync_dir(d)
     saved = sum(o.op in (REPLACE, DELETE) for o in ops)
     backed = {"hard_linked": saved if linked else 0, "copied": 0 if linked else saved}
     manifest = {"store": str(store), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
@@ -228,7 +290,7 @@ def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
             if staged.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged, target)
-            elif not target.exists() or sha256_file(target) != op.new_sha256:
+            elif not target.exists() or not _is(target, op.new_sha256, op.new_file):
                 raise JobError(f"{target}: cannot finish: neither the staged file nor the new content is there")
         elif target.exists():
             target.unlink()
@@ -262,6 +324,23 @@ def resume(store: Path) -> dict:
     return {"resumed": len(ops), "backup_dir": info["backup_dir"]}
 
 
+def _rollback_state(target: Path, op: Op, backup: Path) -> str | None:
+    """What the store holds at an Op's path: "old", "new", "absent" (where the Op allows that), or None for
+    anything else (a file changed since the recovery). A file an earlier rollback restored is a copy of
+    the backup: "old" by its bytes."""
+    if not target.exists():
+        return "absent" if op.old_sha256 is None and op.old_file is None or op.op == DELETE else None
+    if op.new_file is not None or op.new_sha256 is not None:
+        if _is(target, op.new_sha256, op.new_file):
+            return "new"
+    if op.op != CREATE:
+        if _is(target, op.old_sha256, op.old_file):
+            return "old"
+        if op.old_sha256 is None and (backup / op.path).exists() and same_bytes(target, backup / op.path):
+            return "old"
+    return None
+
+
 def rollback(store: Path, backup: Path) -> dict:
     """Restore the state before recovery from the backup (during or after an in-place run)."""
     manifest_path = backup / BACKUP_MANIFEST
@@ -272,12 +351,8 @@ def rollback(store: Path, backup: Path) -> dict:
     if Path(manifest["store"]) != store:
         raise JobError(f"{manifest_path} is a backup of {manifest['store']}, not of {store}")
     ops = [Op(**o) for o in manifest["ops"]]
-    foreign = []
-    for op in ops:
-        target = store / op.path
-        now = sha256_file(target) if target.exists() else None
-        if now not in (op.old_sha256, op.new_sha256):
-            foreign.append(op.path)
+    state = {op.path: _rollback_state(store / op.path, op, backup) for op in ops}
+    foreign = [op.path for op in ops if state[op.path] is None]
     if foreign:
         raise JobError(f"files changed since the recovery (a broker may have run on the store): "
                        f"{', '.join(foreign[:5])}; refusing to roll back")
@@ -288,9 +363,10 @@ def rollback(store: Path, backup: Path) -> dict:
                 target.unlink()
                 _fsync_dir(target.parent)
             _remove_empty_parents(target.parent, store)
-        elif not target.exists() or sha256_file(target) != op.old_sha256:
-            if sha256_file(backup / op.path) != op.old_sha256:
-                raise JobError(f"{backup / op.path}: backup copy is damaged (sha256 differs from the manifest)")
+        elif state[op.path] != "old":
+            if not _is(backup / op.path, op.old_sha256, op.old_file):
+                raise JobError(f"{backup / op.path}: backup copy is damaged (it differs from the manifest's "
+                               f"{'sha256' if op.old_sha256 else 'record of the file'})")
             _copy_durable(backup / op.path, target)
     if (store / JOURNAL).exists():
         _finish(store, store / STAGING)

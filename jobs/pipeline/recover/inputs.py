@@ -17,8 +17,9 @@ from storage_format.commitlog import parse_segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import HEADER_SIZE, IndexHeader, is_name
-from storage_format.log_sources import LogFile, broker_consequence
+from storage_format.log_sources import QUEUE_DIR_SKIPPED, LogFile, broker_consequence, queue_dir_verdict
 from storage_format.scan_plan import Segment
+from storage_format.segment_names import java_parse_long
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
@@ -52,42 +53,75 @@ class QueueDir:
         return f"{self.uri}/{file_name(start)}"
 
 
-def list_queues(store: Location) -> list[QueueDir]:
-    """consumequeue/<topic>/<queueId>/<20-digit files>. Topic and queue directories the broker skips are skipped;
-    another file name in a queue directory is refused with what the broker does with it (it does not start, or
-    loads it for another offset: log_sources.broker_consequence)."""
+def list_queues(store: Location, warnings: list[str] | None = None) -> list[QueueDir]:
+    """consumequeue/<topic>/<queueId>/<20-digit files>, as the broker's loadConsumeQueue takes them. An entry the
+    broker skips (a file where a topic belongs, a queue directory Integer.parseInt rejects) is skipped too and
+    named in `warnings`; a queue directory the broker takes for another one (`01`, `+1`, `-0`) or a stray name in
+    a queue directory (it does not start, or loads the file for another offset) is refused with the broker's
+    consequence (log_sources.queue_dir_verdict, broker_consequence)."""
     root = store.child("consumequeue")
     out = []
+    notes = [] if warnings is None else warnings
     for t in root.list():
         if t.type.name != "Directory":
+            notes.append(f"{root.child(t.base_name).uri}: not a topic directory; the broker skips it (File.listFiles "
+                         f"of it is null) and so does reput")
             continue
         tdir = root.child(t.base_name)
         for q in tdir.list():
-            if q.type.name != "Directory" or not q.base_name.lstrip("-").isdigit():
-                continue
+            verdict = queue_dir_verdict(t.base_name, q.base_name, q.type.name == "Directory")
+            if verdict is not None:
+                kind, why = verdict
+                if kind == QUEUE_DIR_SKIPPED:
+                    notes.append(f"{tdir.child(q.base_name).uri}: not a queue directory: {why}; reput skips it too")
+                    continue
+                raise StoreFormatError(tdir.child(q.base_name).uri, 0,
+                                       f"not a queue directory the broker reads back: {why}; reput refuses rather "
+                                       f"than guess which directory holds the queue: rename it or move it out of "
+                                       f"consumequeue/{t.base_name}/")
             qdir = tdir.child(q.base_name)
-            listed = [f for f in qdir.list() if f.type.name == "File"]
+            listed = qdir.list()
             starts = {parse_segment_name(f.base_name) for f in listed} - {None}
             for f in listed:
-                if parse_segment_name(f.base_name) is None:  # the broker's load would not take it as written
-                    why = broker_consequence(LogFile(f.base_name, f.size, ""), None, starts, "consume-queue file")
+                odd = None if f.type.name == "File" else (qdir.child(f.base_name).not_regular() or "not a file")
+                if odd or parse_segment_name(f.base_name) is None:  # the broker's load would not take it as written
+                    why = broker_consequence(LogFile(f.base_name, f.size, "", not odd), None, starts,
+                                             "consume-queue file")
                     raise StoreFormatError(qdir.child(f.base_name).uri, 0,
-                                           f"not a consume-queue file name (the 20-digit start offset): {why}; move "
-                                           f"it out of the queue directory")
+                                           (f"{odd}, not a regular file" if odd else
+                                            "not a consume-queue file name (the 20-digit start offset)")
+                                           + f": {why}; move it out of the queue directory")
             files = tuple((parse_segment_name(f.base_name), f.size) for f in listed)
             out.append(QueueDir(t.base_name, int(q.base_name), qdir.uri, tuple(sorted(files))))
     return out
 
 
-def list_index_files(store: Location, settings: BrokerSettings) -> list[tuple[recovery.IndexFileInfo, str]]:
+def list_index_files(store: Location, settings: BrokerSettings,
+                     warnings: list[str] | None = None) -> list[tuple[recovery.IndexFileInfo, str]]:
     """Index files (name, header) with their URI; a file of the wrong size is an error, except a 0-byte
-    one (zeros, as the broker maps it)."""
+    one (zeros, as the broker maps it). Other names, as RocketMQ 4.9.8's IndexService.load takes them (MappedFile
+    parses the name with Long.parseLong before it opens the file): no number, skipped by the broker and here,
+    named in `warnings`; another number, or a number that is no regular file, refused with the broker's
+    consequence (it loads the file as an index file, or does not start)."""
     root = store.child("index")
     out = []
+    notes = [] if warnings is None else warnings
     for info in root.list():
-        if info.type.name != "File" or not is_name(info.base_name):
-            continue
         loc = root.child(info.base_name)
+        if java_parse_long(info.base_name) is None:
+            notes.append(f"{loc.uri}: not an index file name (yyyyMMddHHmmssSSS) and no number: the broker skips it "
+                         f"(IndexService.load logs the NumberFormatException) and never deletes it; reput skips it "
+                         f"too")
+            continue
+        odd = None if info.type.name == "File" else (loc.not_regular() or "not a file")
+        if odd:
+            raise StoreFormatError(loc.uri, 0, f"{odd}, not a regular file, in index/: the broker does not start "
+                                               f"(IndexService.load cannot map it: IOException); move it out of index/")
+        if not is_name(info.base_name):
+            raise StoreFormatError(loc.uri, 0, "not an index file name (yyyyMMddHHmmssSSS), but a number: the broker "
+                                               "loads it as an index file (Long.parseLong of the name), in name order "
+                                               "among the others, and writes new keys into it when it sorts last; "
+                                               "reput refuses rather than guess: move it out of index/")
         if info.size == 0:  # a crash leftover: IndexFile maps it at full size, zero-filled, and loads it
             out.append((recovery.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
             continue

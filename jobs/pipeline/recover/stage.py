@@ -110,9 +110,11 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                         quiet=quiet)
 
 
-def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir], recovery.QueueFacts]:
-    """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader)."""
-    queue_dirs = {q.key: q for q in list_queues(log.store)}
+def gather_queues(sc, log: ValidatedLog,
+                  warnings: list[str]) -> tuple[dict[tuple[str, int], QueueDir], recovery.QueueFacts]:
+    """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader); entries
+    the broker skips are named in `warnings`."""
+    queue_dirs = {q.key: q for q in list_queues(log.store, warnings)}
     size = log.settings.consume_queue_file_size
     loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
     tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
@@ -120,10 +122,12 @@ def gather_queues(sc, log: ValidatedLog) -> tuple[dict[tuple[str, int], QueueDir
                                            lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 
 
-def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool) -> tuple[IndexPlan, recovery.IndexFacts]:
-    """The index files on disk, those kept at load, and the facts for the index mode (off, resume, full)."""
+def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool,
+                 warnings: list[str]) -> tuple[IndexPlan, recovery.IndexFacts]:
+    """The index files on disk, those kept at load, and the facts for the index mode (off, resume, full); names
+    the broker skips are named in `warnings`."""
     settings = log.settings
-    index_files = list_index_files(log.store, settings) if settings.message_index_enable else []
+    index_files = list_index_files(log.store, settings, warnings) if settings.message_index_enable else []
     kept, deleted = recovery.index_files_after_load([i for i, _ in index_files], cp, log.abnormal)
     uris = {i.name: u for i, u in index_files}
     if not settings.message_index_enable:
@@ -152,10 +156,11 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    queue_dirs, queues = gather_queues(sc, log)
+    skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
+    queue_dirs, queues = gather_queues(sc, log, skipped)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index)
+    index, index_facts = gather_index(sc, log, markers.checkpoint, full_index, skipped)
 
     def last_cq_ts(from_offset: int) -> int | None:
         """Store time of the last scanned NOT/COMMIT record at or after an offset."""
@@ -178,7 +183,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
                         segments_deleted=seq.segments_deleted, queue_dirs=queue_dirs, loads=queues.loads,
                         states=q.states, truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before,
                         reput_from=q.reput_from, index=index, checkpoint_after=seq.checkpoint,
-                        checkpoint_why=seq.checkpoint_why, warnings=_warnings(sc, log, markers, audit),
+                        checkpoint_why=seq.checkpoint_why, warnings=skipped + _warnings(sc, log, markers, audit),
                         timings=timings, dispatch=log.dispatch_dict())
 
 
@@ -189,7 +194,9 @@ def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list
         warnings.append("the store has no checkpoint file; the broker starts from zeros (recovery from the first "
                         "segment) and so does reput")
     if audit:
-        warnings.extend(_audit(sc, log))
+        warnings.extend(_audit(sc, log))  # the whole log, negative queue ids included
+    elif log.scan.negative_queue_ids is not None:
+        warnings.append(log.scan.negative_queue_ids.describe())
     if log.scan.stitched.data_after_end:
         warnings.append(f"segments after the truncation point hold records that recovery drops: "
                         f"{', '.join(log.scan.stitched.data_after_end)}")
@@ -215,6 +222,8 @@ def _audit(sc, log: ValidatedLog) -> list[str]:
     undated = audit.undated_problem()
     if undated:
         found.append(undated)
+    if audit.negative_queue_ids is not None:
+        found.append(audit.negative_queue_ids.describe())
     return found
 
 

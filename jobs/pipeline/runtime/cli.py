@@ -1,5 +1,8 @@
 """What every job's command line shares: common flags, exit codes, checks made before Spark starts, and
-`run_main`, the one way a job ends (an exit status and at most one line on stderr)."""
+`run_main`, the one way a job ends (an exit status and at most one line on stderr).
+
+Light to import (the store and settings modules, which bring numpy and pyarrow, are imported where they are
+used): `reput`, `reput --help` and `reput --version` answer without loading them."""
 from __future__ import annotations
 
 import argparse
@@ -7,26 +10,26 @@ import json
 import os
 import sys
 import traceback
-from typing import Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobs import __version__
-from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
-from storage_format.settings import BrokerSettings, load_settings_with_warnings
 
 from . import env, interrupt
 from .failure import DEBUG_ENV, Interrupted, JobError, debug, one_line  # noqa: F401 (JobError: jobs import it here)
-from ..io.commit_marker import refuse_unfinished
-from ..io.fs import Location, location
-from ..io.paths import check_outside
-from ..io.store_gate import log_dir, store_settings
+
+if TYPE_CHECKING:
+    from storage_format.settings import BrokerSettings
+
+    from ..io.fs import Location
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # verify: inconsistencies found; query: no message found
 EXIT_ERROR = 2  # could not run: bad input, bad flags, unreadable store
 EXIT_INTERRUPTED = interrupt.EXIT_INTERRUPTED
+EXIT_TERMINATED = interrupt.EXIT_TERMINATED
 EXIT_STATUS_TEXT = ("exit status: 0 ok, 1 findings (verify) or none found (query), 2 could not run, "
-                    "130 interrupted")
+                    "130 interrupted (Ctrl-C), 143 terminated (SIGTERM)")
 LOG_LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace")
 # What is true of the output after an interrupt, per job (none of them writes into the store).
 INTERRUPTED_NOTES = {"rebuild": "nothing published", "recover": "nothing published", "convert": "nothing published",
@@ -36,6 +39,8 @@ INTERRUPTED_NOTES = {"rebuild": "nothing published", "recover": "nothing publish
 def parser(job: str, description: str, *, json_help: str = "print the report as JSON instead of the summary",
            report: bool = True) -> argparse.ArgumentParser:
     """The job's argument parser with the flags every job has (--report where the job has a report)."""
+    from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
+
     p = argparse.ArgumentParser(prog=f"reput {job}", description=description,
                                 epilog=f"{EXIT_STATUS_TEXT}. {DEBUG_ENV}=1 shows tracebacks and Spark's log.")
     p.add_argument("--version", action="version", version=f"reput {__version__}")
@@ -76,6 +81,8 @@ def _size(text: str) -> int:
 def settings_from(args: argparse.Namespace) -> BrokerSettings:
     """The broker config as the broker reads it; a warning on stderr for every value the broker would ignore
     or read differently and every key it does not know."""
+    from storage_format.settings import load_settings_with_warnings
+
     loaded = load_settings_with_warnings(args.broker_config)
     for warning in loaded.warnings:
         print(f"reput: warning: {args.broker_config}: {warning}", file=sys.stderr)
@@ -100,6 +107,10 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
     the broker config's storePathCommitLog) whose settings and layout reput implements and not an unfinished
     reput output (commit_marker); and the settings to use (file sizes from disk when no broker config is
     given: store_gate.store_settings)."""
+    from ..io.commit_marker import refuse_unfinished
+    from ..io.fs import location
+    from ..io.store_gate import log_dir, store_settings
+
     store = location(args.store)
     try:
         refuse_unfinished(store)  # a reput output on object storage whose run never committed it
@@ -132,6 +143,9 @@ def check_report(args: argparse.Namespace, store: Location) -> Location | None:
     """The --report location, which must lie outside the store (the store is only read)."""
     if not getattr(args, "report", None):
         return None
+    from ..io.fs import location
+    from ..io.paths import check_outside
+
     report = location(args.report)
     check_outside(store, report, "--report")
     return report
@@ -164,8 +178,8 @@ def emit(args: argparse.Namespace, report: dict, human: Callable[[dict], None],
 
 def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> NoReturn:
     """Run `main(argv)` and exit with its status. A failure of any kind is one line,
-    `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130
-    (see interrupt.py); REPUT_DEBUG=1 adds the traceback."""
+    `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130 or
+    143 (see interrupt.py); REPUT_DEBUG=1 adds the traceback."""
     previous = interrupt.install()
     env.note_in_effect(job)
     try:
@@ -205,4 +219,5 @@ def run_process(job: str, main: Callable[[list[str] | None], int], argv: list[st
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed pipe (e.g. `| head`): nothing more can reach the reader
+    interrupt.remove_exit_files()  # what the skipped teardown would have removed (the accumulator's socket)
     os._exit(code or 0)

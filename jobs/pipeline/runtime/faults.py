@@ -3,9 +3,10 @@ their variable is set (registered in env.py, named on stderr and in the run repo
 
 - `REPUT_TEST_PAUSE_AT=<point>`: `pause_at(point)` announces itself (a line on stderr, and the file named
   by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
-  after-decode, in-build-task (inside a Spark task), after-build, before-publish-rename, between-renames
-  (an --overwrite publish: old OUT moved aside, new one not yet in place), before-old-delete; on object
-  storage (no rename), before-commit: the tree is written, the run report is not. Of a convert:
+  in-decode-task (inside a decode task, its work files written), after-decode, in-build-task (inside a
+  Spark task), after-build, before-publish-rename, between-renames (an --overwrite publish: old OUT moved
+  aside, new one not yet in place), before-old-delete; on object storage (no rename), before-commit: the
+  tree is written, the run report is not. Of a convert:
   in-convert-write (inside a segment-write task, its segment half written), after-write.
 - `REPUT_CRASH_AT=<point>`: `crash_point(point)` kills the process with SIGKILL there (an --in-place
   recovery's points: staged, backed-up, journaled, applied, op-<n>).
@@ -22,8 +23,8 @@ import time
 
 from . import env
 
-PAUSE_POINTS = ("after-decode", "in-build-task", "after-build", "before-publish-rename", "between-renames",
-                "before-old-delete", "before-commit", "in-convert-write", "after-write")
+PAUSE_POINTS = ("in-decode-task", "after-decode", "in-build-task", "after-build", "before-publish-rename",
+                "between-renames", "before-old-delete", "before-commit", "in-convert-write", "after-write")
 
 
 def pause_at(point: str) -> None:

@@ -40,5 +40,8 @@ def reput(argv: list[str] | None = None) -> NoReturn:
     if job not in JOBS:
         print(f"reput: error: unknown job {job!r} (choose from {', '.join(JOBS)})", file=sys.stderr)
         sys.exit(EXIT_ERROR)
+    if args[1:] == ["--version"]:  # what the job's parser would print, without importing the job
+        print(f"reput {__version__}")
+        sys.exit(0)
     interrupt.guard_startup(job)
     run_process(job, importlib.import_module(f"jobs.{job}").main, args[1:])

@@ -1,10 +1,16 @@
-"""Ctrl-C and SIGTERM: one line, exit 130, half-made output removed, Spark stopped (no JVM left behind).
+"""Ctrl-C and SIGTERM: one line, exit 130 (SIGINT) or 143 (SIGTERM), half-made output removed, every
+process the job started gone before it exits.
 
 Three phases. Start-up (imports, argument checks): a signal prints the line and exits at once, there
 is nothing to undo. Running (`install`; `arm` records the SparkContext once there is one): a signal
-raises KeyboardInterrupt in the main thread, so `with` blocks (staging directories) unwind. Finishing
-(`finish`): further signals exit at once; Spark is stopped (its jobs cancelled, its tasks and Python
-workers ended), then the directories registered with `remove_on_interrupt` are deleted again.
+raises KeyboardInterrupt in the main thread, so `with` blocks unwind (without deleting: Spark may still be
+writing). Finishing (`finish`): Spark is stopped (its jobs cancelled), the processes registered with
+`own_process` (the driver JVM, the warm worker daemon and its forked workers) are ended and waited for, so
+that the JVM's shutdown hooks delete Spark's temp directories before this process leaves (a scheduler
+that kills what is left of a control group once the main process is gone would cut them short), and then
+the clean-ups registered with `remove_on_interrupt` run (staging directory, then OUT's lock), last
+registered first. A second signal while finishing cuts the polite wait short (the JVM gets SIGTERM at once,
+its shutdown hooks still clean up), a third ends what is left with SIGKILL; neither skips the clean-ups.
 Light on purpose (stdlib only): a job run as a program installs the start-up phase (`guard_startup`, at
 the top of jobs/<name>.py under `if __name__ == "__main__"`) before pyspark is imported.
 """
@@ -14,17 +20,28 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
+import warnings
 from typing import Callable, Iterator
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job ended by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM (timeout, systemd, Kubernetes, Airflow)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long a stopped job waits for a process it started to end by itself, then after SIGTERM (the JVM's
+# shutdown hooks stop Spark and delete its temp directories: seconds on a loaded machine), then after SIGKILL.
+PATIENCE_S, TERM_PATIENCE_S, KILL_PATIENCE_S = 15.0, 10.0, 5.0
 
 _cleanups: dict[int, Callable[[], None]] = {}
+_owned: list[tuple[subprocess.Popen, bool]] = []  # processes to see gone, each with "and its process group"
+_exit_files: list[str] = []  # files to remove whenever this process leaves (sockets it listens on)
 _installed = False  # a job runs under run_main (not, e.g., a test calling main() itself)
 _spark_context = None  # the SparkContext to cancel and stop, once there is one
 _signalled = False  # a signal reached the running phase (its KeyboardInterrupt may be replaced on the way up)
+_signum: int | None = None  # the first signal received (it decides the exit status)
+_hurry = 0  # signals that came while finishing: 1 skips the polite wait, 2 or more kill
 
 
 def job_name(argv: list[str]) -> str:
@@ -44,11 +61,17 @@ def line(job: str, note: str | None) -> str:
     return f"reput {job}: interrupted" + (f"; {note}" if note else "")
 
 
+def exit_status(signum: int | None) -> int:
+    """The exit status for a job ended by `signum`: 128 + the signal, as shells report it (130 for Ctrl-C,
+    also when no signal is known: a KeyboardInterrupt raised in-process)."""
+    return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+
 def guard_startup(job: str | None = None) -> None:
-    """Until `install`: a signal prints the one line and exits 130 (nothing has been written yet)."""
+    """Until `install`: a signal prints the one line and exits 130/143 (nothing has been written yet)."""
     name = job or job_name(list(getattr(sys, "orig_argv", sys.argv)))
     for sig in SIGNALS:
-        signal.signal(sig, lambda *_: _exit_now(line(name, None)))
+        signal.signal(sig, lambda signum, _: _exit_now(line(name, None), signum))
 
 
 def install() -> dict:
@@ -61,8 +84,10 @@ def install() -> dict:
 
 def uninstall(previous: dict) -> None:
     """Put back the handlers `install` replaced (a job called in-process, e.g. by a test, is over)."""
-    global _installed, _spark_context, _signalled
-    _installed, _spark_context, _signalled = False, None, False
+    global _installed, _spark_context, _signalled, _signum, _hurry
+    _installed, _spark_context, _signalled, _signum, _hurry = False, None, False, None, 0
+    _cleanups.clear()
+    _owned.clear()
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -77,10 +102,16 @@ def arm(spark_context) -> None:
             signal.signal(sig, _raise)
 
 
+def running() -> bool:
+    """A job runs under run_main: an interrupt's clean-ups are left to `finish` (after Spark has stopped)."""
+    return _installed
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold a signal until the block is done (the JVM's launch: interrupted half-way, it would be left
-    running on its own), then raise KeyboardInterrupt for it."""
+    running on its own), then raise KeyboardInterrupt for it. An error of the block after a signal is the
+    signal's doing (SIGTERM to the group ends the JVM being launched): it becomes the KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
         yield
         return
@@ -88,11 +119,37 @@ def deferred() -> Iterator[None]:
     previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum)) for sig in SIGNALS}
     try:
         yield
+    except KeyboardInterrupt:  # raised by a handler the block installed (PySpark's own, for SIGINT)
+        caught.append(signal.SIGINT)
+    except Exception:
+        if not caught:
+            raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if caught:
         _raise(caught[0], None)
+
+
+def own_process(proc: subprocess.Popen, group: bool = False) -> None:
+    """A process this job started (the driver JVM, the warm worker daemon) that must be gone before an
+    interrupted job exits; `group`: its process group too (a daemon that moved its forked workers there)."""
+    if _installed:
+        _owned.append((proc, group))
+
+
+def remove_at_exit(path: str) -> None:
+    """A file to remove however this process leaves (a Unix socket it listens on): `run_process` and
+    `finish` remove it; a normal exit skips the interpreter teardown that would."""
+    _exit_files.append(path)
+
+
+def remove_exit_files() -> None:
+    while _exit_files:
+        try:
+            os.unlink(_exit_files.pop())
+        except OSError:
+            pass
 
 
 def remove_on_interrupt(key: object, remove: Callable[[], None]) -> None:
@@ -105,18 +162,30 @@ def forget(key: object) -> None:
 
 
 def finish(job: str, note: str | None) -> int:
-    """After KeyboardInterrupt reached the top: stop Spark, remove registered output, print the line."""
+    """After KeyboardInterrupt reached the top: stop Spark, see every process the job started gone, remove
+    registered output (last registered first), print the line; returns the exit status."""
+    try:
+        for sig in SIGNALS:  # inside the try: a signal right after this raises here, not out of finish
+            signal.signal(sig, _hurried)
+        _stop_spark()
+    except KeyboardInterrupt:  # a second signal: on to ending the processes, in a hurry
+        pass
+    while _owned:
+        try:
+            _end_owned()
+        except KeyboardInterrupt:  # another signal: the same process again, less politely
+            pass
     for sig in SIGNALS:
-        signal.signal(sig, lambda *_: _exit_now(line(job, note)))
-    _stop_spark()
-    for remove in list(_cleanups.values()):
+        signal.signal(sig, signal.SIG_IGN)  # the clean-ups run to their end
+    for remove in reversed(list(_cleanups.values())):
         try:
             remove()
         except OSError:
             pass  # the next run removes staging leftovers too
     _cleanups.clear()
+    remove_exit_files()
     print(line(job, note), file=sys.stderr, flush=True)
-    return EXIT_INTERRUPTED
+    return exit_status(_signum)
 
 
 def signalled() -> bool:
@@ -129,26 +198,85 @@ def signalled() -> bool:
 def _raise(signum: int, frame) -> None:
     """Signal handler of the running phase. No Py4J call here: the main thread may be inside one (a
     re-entrant call on its connection fails); `finish` stops Spark once the interrupt has unwound."""
-    global _signalled
+    global _signalled, _signum
     _signalled = True
+    if _signum is None:
+        _signum = signum
     for sig in SIGNALS:  # a second signal while unwinding must not interrupt the unwinding
         signal.signal(sig, signal.SIG_IGN)
     logging.disable(logging.CRITICAL)  # py4j logs the broken call it was in as an error
     raise KeyboardInterrupt
 
 
+def _hurried(signum: int, frame) -> None:
+    """Signal handler while finishing: the step in progress ends, processes are ended less politely."""
+    global _hurry
+    _hurry += 1
+    raise KeyboardInterrupt
+
+
 def _stop_spark() -> None:
-    """Stop the SparkContext: its tasks end and its JVM exits with this process."""
+    """Stop the SparkContext: its jobs are cancelled and its Python workers end (the JVM stays until its
+    pipe from this process closes: `_end_owned`)."""
     global _spark_context
     sc, _spark_context = _spark_context, None
-    if sc is not None:
+    if sc is not None and not _hurry:
+        with warnings.catch_warnings():  # PySpark warns when the JVM has already gone (SIGTERM reached it)
+            warnings.simplefilter("ignore")
+            try:
+                sc.setLogLevel("OFF")
+                sc.stop()
+            except Exception:
+                pass
+
+
+def _end_owned() -> None:
+    """End the processes this job started, last started first (the JVM before the worker daemon it uses),
+    and wait for each: the JVM leaves when its pipe from this process closes (or on SIGTERM; its shutdown
+    hooks delete Spark's temp directories either way); SIGKILL only if it does not."""
+    while _owned:
+        _end(*_owned[-1])
+        _owned.pop()
+
+
+def _end(proc: subprocess.Popen, group: bool) -> None:
+    if proc.stdin is not None and not proc.stdin.closed:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    steps = ((None, PATIENCE_S), (signal.SIGTERM, TERM_PATIENCE_S), (signal.SIGKILL, KILL_PATIENCE_S))
+    for sig, wait_s in steps[min(_hurry, 2):]:
+        if sig is None and proc.stdin is None:
+            continue  # nothing asks it to leave but a signal
+        if sig is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.send_signal(sig)
         try:
-            sc.setLogLevel("OFF")
-            sc.stop()
-        except Exception:
-            pass
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if group:  # what it forked and left in its own process group (pgid = its pid): SIGHUP'd as it left
+        waited = time.monotonic()
+        killed = False
+        while _group_alive(proc.pid) and time.monotonic() - waited < TERM_PATIENCE_S + KILL_PATIENCE_S:
+            if not killed and (_hurry >= 2 or time.monotonic() - waited > TERM_PATIENCE_S):
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.02)
 
 
-def _exit_now(text: str) -> None:
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _exit_now(text: str, signum: int) -> None:
+    remove_exit_files()
     print(text, file=sys.stderr, flush=True)
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(exit_status(signum))

@@ -6,12 +6,18 @@ it when it is there. A submitted application is left as spark-submit starts it.
 
 Spark's own log goes to stderr at the job's --log-level (default off: a failure reaches the operator as
 reput's one line; REPUT_DEBUG=1 makes it warn). --quiet also hides the JVM's start-up banner.
+reput launches the embedded JVM itself (`_launch`) with its output on a pipe of its own that a thread
+copies to stderr while the job runs (with --quiet: /dev/null): the JVM keeps running for a moment after
+the job has ended (its shutdown stops Spark and deletes Spark's temporary directories), and a caller
+reading the job's stdout or stderr to the end would otherwise wait for that too (about half a second).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -81,20 +87,22 @@ def get_spark(app: str, master: str | None = None, _dump_cds_to: Path | None = N
     """The job's session; local[*] unless spark-submit (or `master`) says otherwise."""
     level = log_level(level)
     builder = SparkSession.builder
-    for key, value in spark_conf(app, master, level, _dump_cds_to).items():
+    conf = spark_conf(app, master, level, _dump_cds_to)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     prepare_local_launch(master)
-    return _start(builder.getOrCreate, level, quiet)
+    return _start(builder.getOrCreate, conf, level, quiet)
 
 
 def get_context(app: str, master: str | None = None, *, level: str | None = None, quiet: bool = False) -> SparkContext:
     """get_spark's SparkContext without the SparkSession (the active one when a session already runs)."""
     level = log_level(level)
+    settings = spark_conf(app, master, level)
     conf = SparkConf()
-    for key, value in spark_conf(app, master, level).items():
+    for key, value in settings.items():
         conf.set(key, value)
     prepare_local_launch(master)
-    return _start(lambda: SparkContext.getOrCreate(conf), level, quiet)
+    return _start(lambda: SparkContext.getOrCreate(conf), settings, level, quiet)
 
 
 def embedded(master: str | None) -> bool:
@@ -139,32 +147,95 @@ def prepare_local_launch(master: str | None) -> None:
         worker_daemon.start_warm()
 
 
-def _start(create: Callable[[], T], level: str, quiet: bool) -> T:
-    """create() (a session or a context) with signals held, armed for Ctrl-C, at Spark log `level`. When
-    quiet and a JVM is about to be launched, the JVM (and the Python workers it starts) get /dev/null as
-    stderr, so its banner never shows."""
+def _start(create: Callable[[], T], conf: dict[str, str], level: str, quiet: bool) -> T:
+    """create() (a session or a context) with signals held, armed for Ctrl-C, at Spark log `level`, on a
+    JVM reput launched (`_launch`) unless one runs already."""
     with interrupt.deferred():
-        if not quiet or debug() or SparkContext._active_spark_context is not None or under_spark_submit():
+        fresh = SparkContext._active_spark_context is None
+        launched = fresh and SparkContext._gateway is None
+        try:
+            if launched and not under_spark_submit():
+                _launch(conf, quiet and not debug())
             made = create()
-        else:
-            made = _without_stderr(create)
+        finally:
+            if launched and SparkContext._gateway is not None:  # interrupted half-way too: ours to end
+                _own_jvm(SparkContext._gateway)
         sc = made if isinstance(made, SparkContext) else made.sparkContext
+        if fresh:
+            _own_accumulator_server(sc)
         interrupt.arm(sc)
     sc.setLogLevel(level)
     return made
 
 
-def _without_stderr(create: Callable[[], T]) -> T:
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        sys.stderr.flush()
-        os.dup2(devnull, 2)
-        return create()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+def _own_jvm(gateway) -> None:
+    """The driver JVM this job just launched is ended and waited for after an interrupt."""
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        interrupt.own_process(proc)
+
+
+def _own_accumulator_server(sc: SparkContext) -> None:
+    """A context this job just created: its accumulator server's Unix socket is removed however the process
+    leaves; the server takes the JVM's end of a connection closing mid-update (the JVM stopped by a signal)
+    quietly instead of printing socketserver's EOFError traceback."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None:
+        return
+    if isinstance(server.server_address, str) and interrupt.running():
+        interrupt.remove_at_exit(server.server_address)
+    report = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            report(request, client_address)
+    server.handle_error = handle_error
+
+
+class _Settings:
+    """What pyspark's launch_gateway reads of a SparkConf (the --conf flags of the JVM it starts)."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self._items = list(conf.items())
+
+    def getAll(self) -> list[tuple[str, str]]:
+        return self._items
+
+
+def _launch(conf: dict[str, str], quiet: bool) -> None:
+    """Launch the driver JVM (pyspark's launch_gateway, as SparkContext would) with its stdout and stderr on
+    a pipe `_relay` copies to this process's stderr, or on /dev/null when quiet (the JVM and the Python
+    workers it starts then print nothing, no banner either)."""
+    from pyspark.java_gateway import launch_gateway
+
+    if quiet:
+        gateway = launch_gateway(_Settings(conf), {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL})
+    else:
+        read, write = os.pipe()
+        threading.Thread(target=_relay, args=(read,), name="reput-jvm-output", daemon=True).start()
+        try:
+            gateway = launch_gateway(_Settings(conf), {"stdout": write, "stderr": write})
+        finally:
+            os.close(write)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _relay(fd: int) -> None:
+    """Copy the JVM's output to stderr until the JVM closes it; when stderr is gone, keep reading (a JVM
+    writing into a full pipe would stop)."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            break
+        if not data:
+            break
+        try:
+            while data:
+                data = data[os.write(2, data):]
+        except OSError:
+            pass
+    os.close(fd)
 
 
 def make_cds_archive() -> float:

@@ -42,7 +42,11 @@ class Progress:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            print(self._line(self._done_tasks()), file=self.stream, flush=True)
+            try:
+                done = self._done_tasks()
+            except Exception:  # the JVM is going (a signal): the job's own error or interrupt says it
+                return
+            print(self._line(done), file=self.stream, flush=True)
 
     def __enter__(self) -> "Progress":
         self._thread.start()

@@ -15,9 +15,11 @@ spark-submit keep Spark's daemon (jobs.pipeline.runtime.session sets this one fo
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -26,10 +28,14 @@ import sys
 import tempfile
 from typing import Callable
 
+from . import interrupt
+
 WARM_ENV = "REPUT_WARM_DAEMON"  # the warm daemon's socket, for the launcher Spark starts
 HASH_SEED = "PYTHONHASHSEED"  # fixed at interpreter start: the warm process must have the workers' seed
 _POLL_S = 0.25  # how often a waiting warm daemon checks that the driver is still there
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _warm: subprocess.Popen | None = None
+_pdeathsig_set = False  # in a forked worker: PR_SET_PDEATHSIG done (once per process)
 
 
 def preload() -> None:
@@ -49,15 +55,19 @@ def preload() -> None:
 
 def start_warm() -> None:
     """Driver side, just before the JVM launch: start a warm daemon and name its socket in the
-    environment the JVM (and so the daemon launcher) inherits."""
+    environment the JVM (and so the daemon launcher) inherits. After an interrupt the driver ends it and
+    the workers it forked (its own process group, see run_daemon) and removes its socket's directory."""
     global _warm
-    path = os.path.join(tempfile.mkdtemp(prefix="reput-warm-"), "daemon.sock")
+    folder = tempfile.mkdtemp(prefix="reput-warm-")
+    path = os.path.join(folder, "daemon.sock")
     env = dict(os.environ)
     env[HASH_SEED] = os.environ.get(HASH_SEED, "0")  # what SparkContext gives its Python workers
     _warm = subprocess.Popen([sys.executable, "-m", __name__, "--warm", path, str(os.getpid())],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=env, close_fds=True)
     os.environ[WARM_ENV] = path
+    interrupt.own_process(_warm, group=True)
+    interrupt.remove_on_interrupt(_warm, lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def hand_over() -> bool:
@@ -87,25 +97,49 @@ def hand_over() -> bool:
 
 
 def run_daemon() -> None:
-    """Spark's daemon loop, with workers that leave quietly when the JVM has gone: a job's process exits
-    as soon as its output is published, the JVM then ends on its own, and a reused worker still flushing
-    its last reply into the closed socket would otherwise print a BrokenPipeError traceback on the
-    operator's terminal after the job's last line."""
+    """Spark's daemon loop (it moves itself and the workers it forks into a process group of their own),
+    with workers that leave quietly when the JVM has gone (a job's process exits as soon as its output is
+    published, the JVM then ends on its own, and a reused worker still flushing its last reply into the
+    closed socket would otherwise print a BrokenPipeError traceback on the operator's terminal after the
+    job's last line) and that never outlive the daemon. The daemon leaves by os._exit: nothing is left to
+    flush, and an interpreter teardown could wait on a thread of a preloaded library."""
     import pyspark.daemon
 
-    pyspark.daemon.worker = quiet_when_gone(pyspark.daemon.worker)
-    pyspark.daemon.manager()
+    pyspark.daemon.worker = quiet_when_gone(pyspark.daemon.worker, os.getpid())
+    try:
+        pyspark.daemon.manager()
+    except SystemExit as exc:
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    os._exit(0)
 
 
-def quiet_when_gone(spark_worker: Callable[[socket.socket, bool], int]) -> Callable[[socket.socket, bool], int]:
+def quiet_when_gone(spark_worker: Callable[[socket.socket, bool], int],
+                    daemon: int | None = None) -> Callable[[socket.socket, bool], int]:
     """Spark's per-connection worker function, ending with exit code 1 instead of a traceback when the
-    JVM's end of the socket is gone."""
+    JVM's end of the socket is gone. Forked by `daemon`: the worker is killed when the daemon ends, however
+    it ends (an idle reused worker was seen to outlive its daemon, reparented to init)."""
     def worker(sock: socket.socket, authenticated: bool) -> int:
+        if daemon is not None:
+            die_with_parent(daemon)
         try:
             return spark_worker(sock, authenticated)
         except (BrokenPipeError, ConnectionResetError):
             return 1  # nobody is listening any more: nothing to report
     return worker
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent ends (Linux prctl PR_SET_PDEATHSIG); leave
+    at once if `parent` is already gone (the parent may have ended before the call)."""
+    global _pdeathsig_set
+    if not _pdeathsig_set and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _pdeathsig_set = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            _pdeathsig_set = True  # no prctl: the daemon's SIGHUP on its way out is all there is
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _pass_on_and_exit(pid: int) -> None:
@@ -120,6 +154,8 @@ def serve_warm(path: str, driver: int) -> None:
     """The warm daemon: load everything, wait for the launcher (or for the driver to go), then run
     Spark's daemon loop in the launcher's place."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle, as for Spark's daemon
+    # SIGTERM before a launcher took it (the job's process group signalled): leave, socket removed.
+    signal.signal(signal.SIGTERM, lambda *_: _leave_unused(path))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
@@ -142,6 +178,11 @@ def serve_warm(path: str, driver: int) -> None:
     _become(req, fds)
     conn.sendall(f"ok {os.getpid()}".encode())
     run_daemon()
+
+
+def _leave_unused(path: str) -> None:
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    os._exit(0)
 
 
 def _accept(listener: socket.socket, driver: int) -> socket.socket | None:

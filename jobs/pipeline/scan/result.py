@@ -86,14 +86,45 @@ DECODER_NO_START = "no record start"  # the kernel found no record starting in t
 DECODER_SPARSE = "sparse"  # no bytes to decode: the split lies in a segment's unwritten (sparse) tail
 
 
+@dataclass(frozen=True, kw_only=True)
+class NegativeQueueIds:
+    """Valid records with a negative queueId (the first named by file and byte offset). No broker assigns one:
+    its send path replaces a negative queueId with a random queue (SendMessageProcessor), so such a record is
+    damaged or was not written by a broker. The store's dispatch takes any int (findConsumeQueue) and writes
+    consumequeue/<topic>/<queueId>/, `-1/` included, which reads back at start-up; reput writes the same."""
+
+    records: int
+    queues: tuple[str, ...]  # "topic/queueId"
+    path: str  # the first such record's segment (or DLedger data file)
+    byte_offset: int
+    offset: int  # its commit-log offset
+    queue_id: int
+
+    def describe(self) -> str:
+        """The one line a job prints (and verify's finding message)."""
+        more = f" (and {self.records - 1} more)" if self.records > 1 else ""
+        return (f"the record at {self.path} at byte offset {self.byte_offset} (commit-log offset {self.offset}) has "
+                f"queueId {self.queue_id}{more}, which no broker assigns (its send path replaces a negative queueId "
+                f"with a random queue): a damaged record, or not written by a broker; the broker's dispatch still "
+                f"files it under consumequeue/<topic>/<queueId>/ ({', '.join(self.queues[:5])}"
+                f"{', ...' if len(self.queues) > 5 else ''}), and so does reput")
+
+    def to_dict(self) -> dict:
+        """The run report's form."""
+        return {"records": self.records, "queues": list(self.queues), "first": f"{self.path} at byte offset "
+                f"{self.byte_offset}", "first_offset": self.offset, "first_queue_id": self.queue_id}
+
+
 @dataclass
 class ScanResult:
-    """Segments, splits, the stitched scan and the summaries of the splits the scan accepted."""
+    """Segments, splits, the stitched scan and the summaries of the splits the scan accepted; the valid records
+    whose queueId is negative, when there are any (scan.stage finds the first one's file and byte offset)."""
 
     segments: list[Segment]
     splits: list[Split]
     stitched: Stitched
     summaries: dict[int, SplitSummary]
+    negative_queue_ids: NegativeQueueIds | None = None
 
     @property
     def accepted(self) -> list[SplitSummary]:

@@ -7,7 +7,7 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -31,11 +31,11 @@ from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
 from ..runtime import env
-from ..runtime.faults import fail_once
+from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
 from ..io.fs import Location
-from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, ScanResult, SplitSummary,
-                     SplitTask)
+from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, NegativeQueueIds, ScanResult,
+                     SplitSummary, SplitTask)
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
 from ..store.segments import list_segments
@@ -90,18 +90,20 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
-    The compiled kernel decodes it when it can; otherwise (CRC checks, the split holding a confirm offset or
-    DLedger committed position, or whatever split_decode leaves) the numpy reference, and the summary says
-    which decoder ran and why the kernel left it (the run report counts both)."""
+    The compiled kernel decodes it when it can (body CRCs checked in its pass with check_crc); otherwise (the
+    split holding a confirm offset or DLedger committed position, or whatever split_decode leaves) the numpy
+    reference, and the summary says which decoder ran and why the kernel left it (the run report counts
+    both)."""
     decoder, fallback = DECODER_REFERENCE, ""
     try:
         if in_hole(task):
             decoder = DECODER_SPARSE
-        elif task.kernel and not task.check_crc:
+        elif task.kernel:
             decoder = DECODER_KERNEL
             fast = _decode_fast(task)
             if isinstance(fast, SplitSummary):
                 fail_once()
+                pause_at("in-decode-task")
                 fast.decoder = DECODER_KERNEL
                 return fast
             decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
@@ -110,6 +112,7 @@ def decode_split(task: SplitTask) -> SplitSummary:
         summary.record_after_end = _record_after_zero_end(task, chunk)
         summary.decoder, summary.fallback = decoder, fallback
         fail_once()  # test hook: a task that dies after writing its work files is retried
+        pause_at("in-decode-task")
         return summary
     except StoreFormatError as err:
         sp = task.split
@@ -136,7 +139,8 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
     base = sp.segment.start + begin
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
-                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header)
+                       delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header,
+                       check_crc=task.check_crc)
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
@@ -334,6 +338,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     result = ScanResult(segments, splits, stitched, summaries)
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
+    result.negative_queue_ids = find_negative_queue_ids(result, base)
     note_fallbacks(result, label)
     return result
 
@@ -348,6 +353,29 @@ def note_fallbacks(scan: ScanResult, label: str) -> None:
               f"splits to the numpy reference decoder (about 10x slower): {reasons}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class FoundRecord:
+    """The first record of a split that a test picked: its segment, byte offset there, commit-log offset, and
+    the picked column's value (None when the re-decode found no such record: the split's first record)."""
+
+    path: str
+    byte_offset: int
+    offset: int
+    value: int | None
+
+
+def first_record(scan: ScanResult, base: SplitTask, summary: SplitSummary, column: str, test) -> FoundRecord:
+    """Decode one accepted split again (no work files) and find its first record whose `column` passes `test`
+    (a vectorised predicate): how a check over the summaries names the record by file and byte offset."""
+    sp = scan.splits[summary.index]
+    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
+    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
+    values = getattr(cols, column)
+    rows = np.flatnonzero(test(values))
+    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
+    return FoundRecord(sp.segment.path, at - sp.segment.start, at, int(values[rows[0]]) if len(rows) else None)
+
+
 def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     """Refuse a record with a negative queueOffset, named by file and byte offset (a damaged store: the broker
     never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
@@ -357,17 +385,32 @@ def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     if not bad or base is None:
         return
     summary = bad[0]
-    sp = scan.splits[summary.index]
-    exact = None if summary.first_offset is None else summary.first_offset - sp.segment.start
-    cols = decode_split_columns(replace(base, split=sp, exact_start=exact, work=None))
-    rows = np.flatnonzero(cols.queue_offset < 0)
-    at = cols.base_offset + int(cols.pos[rows[0]]) if len(rows) else summary.first_offset
-    offset = int(cols.queue_offset[rows[0]]) if len(rows) else min(st.min_offset for st in summary.queues.values())
-    raise StoreFormatError(sp.segment.path, at - sp.segment.start,
-                           f"record at commit-log offset {at} has queueOffset {offset}, which the broker never "
-                           f"assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
+    found = first_record(scan, base, summary, "queue_offset", lambda v: v < 0)
+    offset = found.value if found.value is not None else min(st.min_offset for st in summary.queues.values())
+    raise StoreFormatError(found.path, found.byte_offset,
+                           f"record at commit-log offset {found.offset} has queueOffset {offset}, which the broker "
+                           f"never assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
                            f"already written, and a consume-queue file named by a negative offset is never right; "
                            f"reput refuses rather than guess")
+
+
+def find_negative_queue_ids(scan: ScanResult, base: SplitTask | None) -> NegativeQueueIds | None:
+    """Valid records with a negative queueId (counted from the splits' per-queue stats), the first one named by
+    file and byte offset. The broker dispatches them as any other (consumequeue/<topic>/-1/), and reput too:
+    the jobs say it (a warning, verify a finding) and count it in their reports."""
+    records, queues, first = 0, set(), None
+    for s in scan.accepted:
+        mine = [(key, st.records) for key, st in s.queues.items() if key[1] < 0 and st.records]
+        if mine:
+            first = first or s
+            records += sum(n for _, n in mine)
+            queues |= {f"{topic}/{qid}" for (topic, qid), _ in mine}
+    if first is None or base is None:
+        return None
+    found = first_record(scan, base, first, "queue_id", lambda v: v < 0)
+    return NegativeQueueIds(records=records, queues=tuple(sorted(queues)), path=found.path,
+                            byte_offset=found.byte_offset, offset=found.offset,
+                            queue_id=found.value if found.value is not None else -1)
 
 
 def check_multi_dispatch(scan: ScanResult) -> None:

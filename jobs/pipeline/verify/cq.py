@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
-from storage_format.log_sources import LogFile, broker_consequence
-from storage_format.segment_names import java_parse_long
+from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
 from ..build.stage import CqTask, cq_file_bytes
 from .findings import Findings
@@ -160,22 +159,6 @@ def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
     return ends
 
 
-def _canonical_queue_id(name: str) -> bool:
-    """A queue directory the broker reads back under its own name: Integer.parseInt's value, printed."""
-    return name.isascii() and name.isdigit() and str(int(name)) == name and int(name) < 2**31
-
-
-def _queue_dir_consequence(topic: str, name: str) -> str:
-    """What DefaultMessageStore.loadConsumeQueue makes of a queue directory name (Integer.parseInt of it)."""
-    qid = java_parse_long(name)
-    if qid is None or not -2**31 <= qid < 2**31:
-        return "the broker skips it (Integer.parseInt throws): its files are never read"
-    if str(qid) == name:
-        return f"the broker loads it as queue {qid}, a queue id it never writes"
-    return (f"the broker reads queue {qid} from consumequeue/{topic}/{qid}/ instead (the path it builds from the "
-            f"parsed queueId): the files here are never read")
-
-
 def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]:
     """(topic, queueId, name) of every consume-queue file in the store; anything else is reported."""
     files = []
@@ -187,9 +170,10 @@ def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]
             continue
         for q in tdir.list():
             rel_q = f"consumequeue/{topic.base_name}/{q.base_name}"
-            if q.type.name != "Directory" or not _canonical_queue_id(q.base_name):
+            verdict = queue_dir_verdict(topic.base_name, q.base_name, q.type.name == "Directory")
+            if verdict is not None:
                 out.add("consumequeue", "unexpected_file", rel_q,
-                        detail="not a numeric queue directory: " + _queue_dir_consequence(topic.base_name, q.base_name))
+                        detail="not a queue directory the broker reads back: " + verdict[1])
                 continue
             listed = tdir.child(q.base_name).list()
             starts = {parse_file_name(f.base_name) for f in listed} - {None}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from storage_format import dledger
 from storage_format.commitlog import NeedMoreBytes, walk_entries
+from storage_format.log_sources import LogFile, broker_consequence
 from storage_format.scan_plan import Split
 from storage_format.segment_names import parse_segment_name, segment_name
 
@@ -36,9 +37,17 @@ def check_files(home: Location, rel_dir: str, scan: ScanResult, found: Findings)
     index_dir = home.child(dledger.INDEX_DIR)
     files: dict[int, str] = {}
     if index_dir.is_dir():
-        for info in index_dir.list():
+        listed = index_dir.list()
+        starts = {parse_segment_name(info.base_name) for info in listed} - {None}
+        for info in listed:
             start = parse_segment_name(info.base_name)
-            if info.type.name != "File" or start is None:
+            odd = None if info.type.name == "File" else (index_dir.child(info.base_name).not_regular() or "not a file")
+            if odd or start is None:  # DLedger's MmapFileList.load takes every entry of the directory
+                why = broker_consequence(LogFile(info.base_name, info.size, "", not odd), dledger.INDEX_FILE_SIZE,
+                                         starts, "DLedger index file")
+                found.add(art, "unexpected_file", f"{rel_dir}/{info.base_name}",
+                          detail=(f"{odd}, not a regular file" if odd else "not a 20-digit DLedger index file")
+                          + f": {why}")
                 continue
             if info.size != dledger.INDEX_FILE_SIZE:
                 found.add(art, "wrong_size", f"{rel_dir}/{info.base_name}",

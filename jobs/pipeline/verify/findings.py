@@ -3,7 +3,7 @@ file, meaning), and the collector the verify tasks fill.
 
 The verify stage may only report kinds registered here (Findings.add refuses others), the report orders
 details by the kind's scope, the exit status follows the kinds' severity, and docs/jobs.md's findings table
-is this registry rendered by `readme_table` (tests/test_verify.py checks that they agree).
+is this registry rendered by `docs_table` (tests/test_verify.py checks that they agree).
 """
 from __future__ import annotations
 
@@ -40,15 +40,18 @@ ALL = BOTH + ("dledger_index",)  # dledger_index: dledger-<id>/index/, one 32-by
 KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("invalid_tail", ("commitlog",), "file",
                 "records follow the first invalid record; the broker's dispatch never reaches them"),
+    FindingKind("negative_queue_id", ("commitlog",), "entry",
+                "a valid record whose queueId is negative, which no broker assigns (a damaged record, or not written "
+                "by a broker); the broker's dispatch still files it under consumequeue/<topic>/<queueId>/"),
     FindingKind("missing_file", ALL, "file", "a file the commit log implies is not in the store"),
     FindingKind("extra_file", BOTH, "file", "a file in the store that the commit log implies none for"),
     FindingKind("wrong_size", ALL, "file",
                 "the file is not mappedFileSizeConsumeQueue / the index file size / 160 MiB (DLedger index) long"),
     FindingKind("out_of_order", IDX, "file",
                 "an index file whose name sorts elsewhere than its content (header offsets) belongs"),
-    FindingKind("unexpected_file", BOTH, "file",
-                "something the broker would not have written: a non-numeric queue directory, a file name that "
-                "is no offset or time, a directory where a file belongs"),
+    FindingKind("unexpected_file", ALL, "file",
+                "something the broker would not have written: a queue directory it does not read back under its "
+                "own name, a file name that is no offset or time, a directory where a file belongs"),
     FindingKind("header_differs", IDX, "header", "an index header field differs (expected vs found)"),
     FindingKind("slot_differs", IDX, "slot", "a hash slot holds another entry position"),
     FindingKind("missing_entry", ALL, "entry", "zeros where an entry belongs"),
@@ -88,7 +91,7 @@ def exit_status_fails(counts: dict[str, int]) -> bool:
     return any(n and kind(key.split(".", 1)[1]).severity == ERROR for key, n in counts.items())
 
 
-def readme_table() -> str:
+def docs_table() -> str:
     """docs/jobs.md's table of finding kinds, rendered from the registry."""
     rows = ["| kind | in | severity | meaning |", "| --- | --- | --- | --- |"]
     for k in KINDS.values():
