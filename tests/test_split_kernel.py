@@ -295,6 +295,63 @@ def test_kernel_leaves_what_it_does_not_take():
     assert np.array_equal(fast.cq.phy, [0])
 
 
+def _fast_lmq(props: str, rules: MultiDispatchRules | None, configured: bool = True, patch: bytes = b"",
+              topic: str = "LmqParent"):
+    """decode_fast over one record (queueId 2, queueOffset 9, TAGS "t") with these properties; `patch` replaces
+    the bytes "~~" of the encoded record (same length: malformed UTF-8 in a name)."""
+    rec = encode_record(Message(topic=topic, queue_id=2, queue_offset=9, properties=props + "TAGS\x01t\x02"), 0)
+    if patch:
+        rec = rec.replace(b"~~", patch)
+    return decode_fast(rec + bytes(16), 0, 0, len(rec), len(rec) + 16, path="x", find_start=False, dated=(0, 2**62),
+                       delay_levels_ms=(), multi_dispatch=rules, multi_dispatch_configured=configured)
+
+
+def test_kernel_multi_dispatch_rows_by_hand():
+    """One record's multi-dispatch rows as 4.9.8's and 5.3.3's ConsumeQueue.multiDispatchLmqQueue give them:
+    the record's own row and one per name at its stored offset, tagsCode and position the record's, %LMQ%
+    names in queue 0, others in the record's queue; 5.x skips a name holding '/'; rows grouped by queue."""
+    tags = _java_hash("t")
+    r4, r5 = MultiDispatchRules(4, True, True), MultiDispatchRules(5, True, True)
+    cases = [(r4, "%LMQ%a,%RETRY%g", "5,7", {("%LMQ%a", 0): [5], ("%RETRY%g", 2): [7], ("LmqParent", 2): [9]}),
+             (r5, "%LMQ%a,%RETRY%g,%LMQ%b/x", "5,7,8", {("%LMQ%a", 0): [5], ("%RETRY%g", 2): [7],
+                                                        ("LmqParent", 2): [9]}),
+             (MultiDispatchRules(4, False, True), "%LMQ%a,%LMQ%a", "5,+6,", {("%LMQ%a", 2): [5, 6],
+                                                                             ("LmqParent", 2): [9]}),
+             (r4, "%LMQ%a,%LMQ%b,", "5", {("LmqParent", 2): [9]}),  # two names, one offset: no extra row
+             (r5, "%LMQ%a", " \t", {("LmqParent", 2): [9]}),  # a blank offset value: none either
+             (None, "%LMQ%a", "5", {("LmqParent", 2): [9]})]  # enableMultiDispatch=false
+    for rules, names, offsets, want in cases:
+        fast = _fast_lmq(f"INNER_MULTI_DISPATCH\x01{names}\x02INNER_MULTI_QUEUE_OFFSET\x01{offsets}\x02", rules)
+        assert not isinstance(fast, str), (names, fast)
+        assert list(fast.queues) == sorted(want), names
+        got = {q: fast.cq.queue_offset[st.first_row:st.first_row + st.cq_rows].tolist() for q, st in fast.queues.items()}
+        assert got == want, names
+        assert fast.queues[("LmqParent", 2)].records == 1 and all(st.records == 0 for q, st in fast.queues.items()
+                                                                  if q != ("LmqParent", 2))
+        assert set(fast.cq.phy.tolist()) == {0} and set(fast.cq.tags.tolist()) == {tags - (1 << 32) * (tags >> 31)}
+    fast = _fast_lmq("INNER_MULTI_DISPATCH\x01%LMQ%a\x02INNER_MULTI_QUEUE_OFFSET\x015\x02", r5,
+                     topic="%RETRY%g")  # 5.x: no multi-dispatch for retry topics
+    assert list(fast.queues) == [("%RETRY%g", 2)] and len(fast.cq.phy) == 1
+
+
+def test_kernel_leaves_multi_dispatch_edge_cases_to_the_reference():
+    """What the kernel does not settle itself goes to the reference, which reads it or refuses the store."""
+    r4, r5 = MultiDispatchRules(4, True, True), MultiDispatchRules(5, True, True)
+    both = "INNER_MULTI_DISPATCH\x01{}\x02INNER_MULTI_QUEUE_OFFSET\x01{}\x02"
+    for props, rules, configured, patch in [
+            (both.format("%LMQ%a", "5"), None, False, b""),  # enableMultiDispatch unset: the reference refuses
+            (both.format("%LMQ%a,%LMQ%b", ",5"), r5, True, b""),  # Long.parseLong("") throws in the broker
+            (both.format("%LMQ%a", "\u0663"), r4, True, b""),  # a Unicode digit: Java reads it
+            (both.format("%LMQ%a", "1234567890123456789"), r4, True, b""),  # 19 digits
+            (both.format("q/x", "5"), r4, True, b""),  # 4.x keeps the name: unsafe as a directory
+            (both.format("%LMQ%~~", "5"), r4, True, b"\xff\xfe"),  # malformed UTF-8 in a name
+            (both.format("%LMQ%a", "\u2003"), r4, True, b""),  # blank only as Unicode whitespace
+            (both.format("%LMQ%a", "5,4,"), MultiDispatchRules(4, True, True, generation_known=False), True, b"")]:
+        assert _fast_lmq(props, rules, configured, patch) == "multi-dispatch edge case", props
+    assert not isinstance(_fast_lmq(both.format("%LMQ%a", "5"), None, True), str)  # off: nothing to settle
+    assert not isinstance(_fast_lmq("INNER_MULTI_DISPATCH\x01%LMQ%a\x02", None, False), str)  # one of the two
+
+
 def _java_hash(text: str, h: int = 0) -> int:
     """String.hashCode continued from h, over the UTF-16 units (an independent reading of the rule)."""
     units = text.encode("utf-16-be")
