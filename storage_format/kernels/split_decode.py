@@ -140,21 +140,21 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
 def _group(arr: np.ndarray, qs: np.ndarray,
            rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
     """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
-    step by 1, and the rows grouped by queue."""
-    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (
-        qs[:, c] for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI, k.Q_UNORD))
-    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_topic_at.tolist(), q_topic_len.tolist())]
-    qids = q_qid.tolist()
-    order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
+    step by 1, and the rows grouped by queue. Python work per queue is kept small: an LMQ split names tens
+    of thousands of queues."""
+    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi = (
+        qs[:, c].tolist() for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI))
+    view = memoryview(arr)
+    keys = [(str(view[s:s + n], "utf-8"), qid) for s, n, qid in zip(q_topic_at, q_topic_len, q_qid)]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
     table = {}
-    for q in order:
-        n_cq = int(q_cq[q])
-        table[(names[q], qids[q])] = (QueueStats(int(q_rec[q]), n_cq, int(starts[rank[q]]), int(q_lo[q]), int(q_hi[q]))
-                                      if n_cq else QueueStats(int(q_rec[q])))
-    unordered = tuple((names[q], qids[q]) for q in np.flatnonzero(q_unord).tolist())
+    for q, start in zip(order, starts.tolist()):
+        n_cq = q_cq[q]
+        table[keys[q]] = QueueStats(q_rec[q], n_cq, start, q_lo[q], q_hi[q]) if n_cq else QueueStats(q_rec[q])
+    unordered = tuple(keys[q] for q in np.flatnonzero(qs[:, k.Q_UNORD]).tolist())
     qo, phy, size, tags = (np.take(rows[:, c], row_order) for c in (k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS))
     return table, unordered, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
 
