@@ -47,7 +47,7 @@ REFUSED = "splits refused (both decoders name the same error)"
 
 
 def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path,
-                  rules: MultiDispatchRules | None = None) -> Counter:
+                  rules: MultiDispatchRules | None = None, with_cq: bool = True) -> Counter:
     """Decode every split both ways; assert equal summaries and work files; returns how many splits each
     decoder took when the kernel was asked, with the fallback reasons (the decoder the summary names is
     checked against an independent call of the kernel: the kernel ran when it says so), and under
@@ -61,7 +61,8 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
-            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel, lmq=lmq)
+            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel, lmq=lmq,
+                             with_cq=with_cq)
             summary = decode_split(task)
             got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
             if kernel and summary.error is None:
@@ -118,6 +119,15 @@ def test_kernel_equals_reference_on_golden(case, tmp_path):
         assert not fallbacks, taken
     assert taken[DECODER_REFERENCE] == sum(fallbacks.values()), taken
     assert (taken[LMQ_ROWS] > 0) == ("lmq" in case), taken  # multi-dispatch entries, by the kernel
+
+
+@pytest.mark.parametrize("case", ["lmq-clean-small-11", "v5-lmq-clean-small-11"])
+def test_kernel_equals_reference_without_consume_queue_rows(case, tmp_path):
+    """A scan that stages no consume-queue rows (decode-only, verify's commit-log pass) has no multi-dispatch
+    entries either way: the same per-queue summary (own queues only) from both decoders, no fallback."""
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    taken = compare_store(GOLDEN / case, settings, 65536, tmp_path, with_cq=False)
+    assert taken[DECODER_KERNEL] > 0 and not [k for k in taken if k.startswith("fallback")], taken
 
 
 def test_golden_cases_found():

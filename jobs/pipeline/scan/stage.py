@@ -137,7 +137,9 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header,
-                       multi_dispatch=task.lmq, multi_dispatch_configured=task.settings.enable_multi_dispatch is not None)
+                       # multi-dispatch entries are consume-queue rows: without those, none (as the reference)
+                       multi_dispatch=task.lmq if task.with_cq else None,
+                       multi_dispatch_configured=task.settings.enable_multi_dispatch is not None or not task.with_cq)
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
