@@ -29,11 +29,10 @@ def test_rebuild_is_byte_exact(case, spark, tmp_path, capsys):
     assert len(names) == len(set(names)) and all(len(n) == 17 and n.isdigit() for n in names)
     assert report(out)["message_records"] == expected_scan(case)["message_records"]
     assert not list(tmp_path.glob(".out.reput-*")), "staging directory left behind"
-    # The compiled decoder took every split holding records (LMQ stores: but multi-dispatch ones), and said so.
+    # The compiled decoder took every split holding records (LMQ stores too: multi-dispatch records included),
+    # and said so.
     decoders = report(out)["decoders"]
-    if "lmq" in case:
-        assert set(decoders["fallbacks"]) <= {"multi-dispatch"}, decoders
-    elif case in CONTROLLER:  # the splits holding or after the stored confirm offset: the reference's
+    if case in CONTROLLER:  # the splits holding or after the stored confirm offset: the reference's
         assert set(decoders["fallbacks"]) <= {"dispatch limit inside the split"}, decoders
     else:
         assert decoders["splits"]["kernel"] > 0 and decoders["fallback_splits"] == 0 and "reference" not in decoders["splits"], decoders

@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
 from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, SplitTask
-from jobs.pipeline.scan.stage import decode_split
+from jobs.pipeline.scan.stage import decode_split, multi_dispatch_rules
 from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
 from storage_format.commitlog import END_CRC_MISMATCH, decode_buffer
+from storage_format.multi_dispatch import MultiDispatchRules
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
@@ -43,29 +44,39 @@ def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | Non
 
 
 KERNEL_RECORDS = "records decoded by the kernel"
+LMQ_ROWS = "consume-queue rows in %LMQ% queues"
+REFUSED = "splits refused (both decoders name the same error)"
 
 
-def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path, check_crc: bool = False) -> Counter:
+def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: Path, check_crc: bool = False,
+                  rules: MultiDispatchRules | None = None, with_cq: bool = True) -> Counter:
     """Decode every split both ways (body CRCs checked with check_crc, as recovery's validating scan does);
     assert equal summaries and work files; returns how many splits each
     decoder took when the kernel was asked, with the fallback reasons (the decoder the summary names is
     checked against an independent call of the kernel: the kernel ran when it says so), and under
-    KERNEL_RECORDS how many records the kernel decoded itself."""
+    KERNEL_RECORDS how many records the kernel decoded itself, under LMQ_ROWS the rows in %LMQ% queues
+    (multi-dispatch entries) of the splits the kernel decoded."""
     segments = list_segments(location(str(store)), settings)
+    lmq = rules if rules is not None else multi_dispatch_rules(location(str(store)), settings, None)
     taken: Counter = Counter()
     data: dict[str, bytes] = {}
     for sp in plan_splits(segments, split_size):
         got = {}
         for kernel in (True, False):
             work = tmp / f"{'k' if kernel else 'r'}-{split_size}"
-            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel, check_crc=check_crc)
+            task = SplitTask(split=sp, settings=settings, work=location(str(work)), kernel=kernel, check_crc=check_crc,
+                             lmq=lmq, with_cq=with_cq)
             summary = decode_split(task)
             got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
             if kernel and summary.error is None:
                 taken[summary.decoder] += 1
+                taken[LMQ_ROWS] += sum(st.cq_rows for (topic, _), st in summary.queues.items()
+                                       if topic.startswith("%LMQ%") and summary.decoder == DECODER_KERNEL)
                 if summary.fallback:
                     taken["fallback: " + summary.fallback] += 1
-            elif not kernel:
+            elif kernel:
+                taken[REFUSED] += 1
+            else:
                 assert summary.decoder in (DECODER_REFERENCE, DECODER_SPARSE) and not summary.fallback
             if summary.decoder == DECODER_NO_START:
                 assert summary.records == 0 and not summary.fallback
@@ -75,7 +86,7 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
             assert k_table is None or k_table.equals(r_table), f"{what} file of split {sp.index}"
         if sp.segment.path not in data:
             data = {sp.segment.path: Path(sp.segment.path).read_bytes()}
-        records = _kernel_takes(sp, data[sp.segment.path], check_crc)
+        records = _kernel_takes(sp, data[sp.segment.path], settings, lmq, check_crc)
         if records is not None and got[True][0]["error"] is None:
             taken["kernel (independent call)"] += 1
             taken[KERNEL_RECORDS] += records
@@ -83,12 +94,13 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
     return taken
 
 
-def _kernel_takes(sp, data: bytes, check_crc: bool = False) -> int | None:
+def _kernel_takes(sp, data: bytes, settings: BrokerSettings, lmq, check_crc: bool = False) -> int | None:
     """Records the kernel decodes in this split (None: it leaves the split to the reference)."""
     fast = decode_fast(data, sp.segment.start, sp.start, sp.stop, sp.segment.size, path=sp.segment.path,
                        find_start=not sp.at_segment_start, dated=(-62135596800000, 253402300799999),
                        delay_levels_ms=BrokerSettings().delay_levels_ms, header=sp.segment.header,
-                       check_crc=check_crc)
+                       check_crc=check_crc, multi_dispatch=lmq,
+                       multi_dispatch_configured=settings.enable_multi_dispatch is not None)
     return None if isinstance(fast, str) else fast.records
 
 
@@ -96,22 +108,33 @@ def _kernel_takes(sp, data: bytes, check_crc: bool = False) -> int | None:
 @pytest.mark.parametrize("case", case_params(golden_cases(), passing=frozenset({"dledger-unclean-11"})))
 def test_kernel_equals_reference_on_golden(case, check_crc, tmp_path):
     """Every golden commit log, cut at three split sizes, body CRCs checked (checkCRCOnRecover, as recovery's
-    validating scan) and not: kernel and reference agree split by split."""
+    validating scan) and not: kernel and reference agree split by split (the multi-dispatch rules applied as a
+    scan applies them: LMQ stores get their %LMQ% entries both ways)."""
     settings = load_settings(GOLDEN / case / "broker.conf")
-    sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case == "clean-small-11" else ())
+    sizes = SPLIT_SIZES[:1] if "medium" in case else SPLIT_SIZES + ((4096,) if case in ("clean-small-11",
+                                                                                       "lmq-clean-small-11") else ())
     taken = sum((compare_store(GOLDEN / case, settings, size, tmp_path, check_crc) for size in sizes), Counter())
-    if "lmq" not in case:
-        assert taken[KERNEL_RECORDS] > 0, "the kernel decoded no record of this store"
-        assert taken[DECODER_KERNEL] > 0, "the kernel took no split of this store"
-        # Plain and DLedger golden stores: the kernel takes every split that has records (no fallback), but
-        # without CRC checks the one split per cut holding a torn store's torn last record (the reference names
-        # the error; with CRC checks the kernel finds the torn record's body CRC failing first, as the broker).
-        fallbacks = {k: n for k, n in taken.items() if k.startswith("fallback")}
-        if "torn" in case and not check_crc:
-            assert set(fallbacks) <= TORN_REASONS and sum(fallbacks.values()) <= len(sizes), taken
-        else:
-            assert not fallbacks, taken
-        assert taken[DECODER_REFERENCE] == sum(fallbacks.values()), taken
+    assert taken[KERNEL_RECORDS] > 0, "the kernel decoded no record of this store"
+    assert taken[DECODER_KERNEL] > 0, "the kernel took no split of this store"
+    # Plain, LMQ and DLedger golden stores: the kernel takes every split that has records (no fallback), but
+    # without CRC checks the one split per cut holding a torn store's torn last record (the reference names
+    # the error; with CRC checks the kernel finds the torn record's body CRC failing first, as the broker).
+    fallbacks = {k: n for k, n in taken.items() if k.startswith("fallback")}
+    if "torn" in case and not check_crc:
+        assert set(fallbacks) <= TORN_REASONS and sum(fallbacks.values()) <= len(sizes), taken
+    else:
+        assert not fallbacks, taken
+    assert taken[DECODER_REFERENCE] == sum(fallbacks.values()), taken
+    assert (taken[LMQ_ROWS] > 0) == ("lmq" in case), taken  # multi-dispatch entries, by the kernel
+
+
+@pytest.mark.parametrize("case", ["lmq-clean-small-11", "v5-lmq-clean-small-11"])
+def test_kernel_equals_reference_without_consume_queue_rows(case, tmp_path):
+    """A scan that stages no consume-queue rows (decode-only, verify's commit-log pass) has no multi-dispatch
+    entries either way: the same per-queue summary (own queues only) from both decoders, no fallback."""
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    taken = compare_store(GOLDEN / case, settings, 65536, tmp_path, with_cq=False)
+    assert taken[DECODER_KERNEL] > 0 and not [k for k in taken if k.startswith("fallback")], taken
 
 
 def test_golden_cases_found():
@@ -226,6 +249,89 @@ def test_kernel_finds_the_references_crc_mismatch_in_a_damaged_golden_store(case
     compare_store(store, settings, 0, tmp_path / "unchecked")
 
 
+# Multi-dispatch records: 1-3 names, odd separators, empty and blank values (ASCII and Unicode whitespace, a
+# no-break space that is none), names the broker skips or refuses, offsets Long.parseLong reads only slowly or
+# rejects, own topics 5.x gives no LMQ entry.
+COMMON_NAMES = st.sampled_from(["%LMQ%a", "%LMQ%b", "%LMQ%房间-1", "%RETRY%g", "TopicA", "%lmq%c", " %LMQ%a"])
+ODD_NAMES = st.sampled_from(["q/x", "%LMQ%a/b", "", "..", "%LMQ%\u3000"])
+PLAIN_OFFSETS = st.sampled_from(["0", "7", "12", "+3", "-2", "007", "123456789012345678"])
+ODD_OFFSETS = st.sampled_from(["", "x", " 5", "1234567890123456789", "9223372036854775808", "\u0663", "0x5", "-", "+"])
+BLANKS = st.sampled_from([" ", "\t \x1c", "\u2003", "\u00a0", " \u3000 ", "\r\n"])
+LMQ_TOPICS = st.sampled_from(["LmqParent", "LmqParent", "TopicA", "%RETRY%g", "rmq_sys_x", "SCHEDULE_TOPIC_XXXX"])
+LMQ_RULES = st.sampled_from([MultiDispatchRules(4, True, True), MultiDispatchRules(5, True, True),
+                             MultiDispatchRules(4, False, True), MultiDispatchRules(5, False, True),
+                             MultiDispatchRules(4, True, True, generation_known=False), "off", "unset"])
+
+
+@st.composite
+def lmq_messages(draw) -> Message:
+    n = draw(st.integers(1, 3))
+    names = draw(st.lists(st.one_of(COMMON_NAMES, ODD_NAMES) if draw(st.integers(0, 9)) == 0 else COMMON_NAMES,
+                          min_size=n, max_size=n))
+    offsets = draw(st.lists(st.one_of(PLAIN_OFFSETS, ODD_OFFSETS) if draw(st.integers(0, 9)) == 0 else PLAIN_OFFSETS,
+                            min_size=n, max_size=n))
+    name_text, offset_text = ",".join(names), ",".join(offsets)
+    shape = draw(st.integers(0, 20))
+    if shape == 0:
+        offset_text += ","  # as 5.x writes for a last name that takes no offset
+    elif shape == 1:
+        name_text = "," + name_text
+    elif shape == 2:
+        offset_text = draw(BLANKS)
+    elif shape == 3:
+        name_text = draw(BLANKS) + (name_text if draw(st.booleans()) else "")
+    elif shape == 4:
+        offset_text = ",".join(offsets[:-1])  # counts differ (or an empty value: absent)
+    elif shape == 5:
+        name_text += ",,"
+    elif shape == 6:
+        offset_text = ",," + offset_text
+    items = [("INNER_MULTI_DISPATCH", name_text), ("INNER_MULTI_QUEUE_OFFSET", offset_text)]
+    if draw(st.integers(0, 9)) == 0:
+        items.pop(draw(st.integers(0, 1)))  # one property without the other
+    items += draw(st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"]),
+                                     st.sampled_from(["t", "k1 k2", "3", "true", "U1"])), max_size=3))
+    if draw(st.integers(0, 9)) == 0:
+        items.append(("INNER_MULTI_DISPATCH", "%LMQ%late"))  # a later duplicate wins
+    order = draw(st.permutations(range(len(items))))
+    props = "".join(f"{items[i][0]}\x01{items[i][1]}\x02" for i in order)
+    return Message(topic=draw(LMQ_TOPICS), body=draw(st.binary(max_size=16)), queue_id=draw(st.integers(0, 3)),
+                   queue_offset=draw(st.integers(0, 5)), sys_flag=draw(st.sampled_from([0, 0, 0, 0x4, 0x8, 0xC])),
+                   store_timestamp=draw(st.integers(1_600_000_000_000, 1_700_000_000_000)), properties=props,
+                   magic_v2=draw(st.booleans()))
+
+
+def test_kernel_equals_reference_on_generated_lmq(tmp_path_factory):
+    """Generated multi-dispatch records under each generation's rules, with and without enableLmq, a guessed
+    4.x generation, multi-dispatch off and unset: kernel and reference agree (summaries, errors, work files:
+    a record the reference refuses the kernel hands back to it); and the kernel emitted multi-dispatch rows
+    itself in most stores."""
+    lmq_rows, kernel_stores = [], []
+    seg_size = 1 << 13
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(msgs=st.lists(st.one_of(lmq_messages(), lmq_messages(), messages()), min_size=3, max_size=20),
+           split_size=st.sampled_from([0, 0, 700]), rules=LMQ_RULES)
+    def check(msgs, split_size, rules):
+        root = tmp_path_factory.mktemp("store")
+        generated_store(root, msgs, "zeros", -1, seg_size)
+        on = isinstance(rules, MultiDispatchRules)
+        settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size,
+                                   enable_multi_dispatch={"off": False, "unset": None}.get(rules, True),
+                                   enable_lmq=rules.enable_lmq if on else None)
+        taken = compare_store(root, settings_, split_size, tmp_path_factory.mktemp("work"), rules=rules if on else None)
+        lmq_rows.append(taken[LMQ_ROWS])
+        kernel_stores.append(taken[DECODER_KERNEL] > 0 and not any(k.startswith("fallback") for k in taken))
+
+    check()
+    assert len(lmq_rows) >= 40
+    # Odd values are drawn rarely, so many stores hold only records the kernel takes: it must have taken every
+    # split of many stores and emitted %LMQ% rows itself in many (none at all is what this guards against;
+    # 200 runs of this strategy: %LMQ% rows from the kernel in 35 % of the stores, 634 records decoded by it).
+    assert sum(kernel_stores) >= len(lmq_rows) // 4 and sum(n > 0 for n in lmq_rows) >= len(lmq_rows) // 6, \
+        (kernel_stores, lmq_rows)
+
+
 def test_kernel_leaves_what_it_does_not_take():
     """An unsafe topic, a moved record, a delayed record whose DELAY is no int and a v1 topicLength byte the broker
     reads as negative go to the reference."""
@@ -240,6 +346,63 @@ def test_kernel_leaves_what_it_does_not_take():
     fast = decode_fast(rec + bytes(16), 0, 0, len(rec), len(rec) + 16, path="x", find_start=False, dated=(0, 2**62), delay_levels_ms=())
     assert not isinstance(fast, str) and fast.records == 1 and len(fast.keys) == 2
     assert np.array_equal(fast.cq.phy, [0])
+
+
+def _fast_lmq(props: str, rules: MultiDispatchRules | None, configured: bool = True, patch: bytes = b"",
+              topic: str = "LmqParent"):
+    """decode_fast over one record (queueId 2, queueOffset 9, TAGS "t") with these properties; `patch` replaces
+    the bytes "~~" of the encoded record (same length: malformed UTF-8 in a name)."""
+    rec = encode_record(Message(topic=topic, queue_id=2, queue_offset=9, properties=props + "TAGS\x01t\x02"), 0)
+    if patch:
+        rec = rec.replace(b"~~", patch)
+    return decode_fast(rec + bytes(16), 0, 0, len(rec), len(rec) + 16, path="x", find_start=False, dated=(0, 2**62),
+                       delay_levels_ms=(), multi_dispatch=rules, multi_dispatch_configured=configured)
+
+
+def test_kernel_multi_dispatch_rows_by_hand():
+    """One record's multi-dispatch rows as 4.9.8's and 5.3.3's ConsumeQueue.multiDispatchLmqQueue give them:
+    the record's own row and one per name at its stored offset, tagsCode and position the record's, %LMQ%
+    names in queue 0, others in the record's queue; 5.x skips a name holding '/'; rows grouped by queue."""
+    tags = _java_hash("t")
+    r4, r5 = MultiDispatchRules(4, True, True), MultiDispatchRules(5, True, True)
+    cases = [(r4, "%LMQ%a,%RETRY%g", "5,7", {("%LMQ%a", 0): [5], ("%RETRY%g", 2): [7], ("LmqParent", 2): [9]}),
+             (r5, "%LMQ%a,%RETRY%g,%LMQ%b/x", "5,7,8", {("%LMQ%a", 0): [5], ("%RETRY%g", 2): [7],
+                                                        ("LmqParent", 2): [9]}),
+             (MultiDispatchRules(4, False, True), "%LMQ%a,%LMQ%a", "5,+6,", {("%LMQ%a", 2): [5, 6],
+                                                                             ("LmqParent", 2): [9]}),
+             (r4, "%LMQ%a,%LMQ%b,", "5", {("LmqParent", 2): [9]}),  # two names, one offset: no extra row
+             (r5, "%LMQ%a", " \t", {("LmqParent", 2): [9]}),  # a blank offset value: none either
+             (None, "%LMQ%a", "5", {("LmqParent", 2): [9]})]  # enableMultiDispatch=false
+    for rules, names, offsets, want in cases:
+        fast = _fast_lmq(f"INNER_MULTI_DISPATCH\x01{names}\x02INNER_MULTI_QUEUE_OFFSET\x01{offsets}\x02", rules)
+        assert not isinstance(fast, str), (names, fast)
+        assert list(fast.queues) == sorted(want), names
+        got = {q: fast.cq.queue_offset[st.first_row:st.first_row + st.cq_rows].tolist() for q, st in fast.queues.items()}
+        assert got == want, names
+        assert fast.queues[("LmqParent", 2)].records == 1 and all(st.records == 0 for q, st in fast.queues.items()
+                                                                  if q != ("LmqParent", 2))
+        assert set(fast.cq.phy.tolist()) == {0} and set(fast.cq.tags.tolist()) == {tags - (1 << 32) * (tags >> 31)}
+    fast = _fast_lmq("INNER_MULTI_DISPATCH\x01%LMQ%a\x02INNER_MULTI_QUEUE_OFFSET\x015\x02", r5,
+                     topic="%RETRY%g")  # 5.x: no multi-dispatch for retry topics
+    assert list(fast.queues) == [("%RETRY%g", 2)] and len(fast.cq.phy) == 1
+
+
+def test_kernel_leaves_multi_dispatch_edge_cases_to_the_reference():
+    """What the kernel does not settle itself goes to the reference, which reads it or refuses the store."""
+    r4, r5 = MultiDispatchRules(4, True, True), MultiDispatchRules(5, True, True)
+    both = "INNER_MULTI_DISPATCH\x01{}\x02INNER_MULTI_QUEUE_OFFSET\x01{}\x02"
+    for props, rules, configured, patch in [
+            (both.format("%LMQ%a", "5"), None, False, b""),  # enableMultiDispatch unset: the reference refuses
+            (both.format("%LMQ%a,%LMQ%b", ",5"), r5, True, b""),  # Long.parseLong("") throws in the broker
+            (both.format("%LMQ%a", "\u0663"), r4, True, b""),  # a Unicode digit: Java reads it
+            (both.format("%LMQ%a", "1234567890123456789"), r4, True, b""),  # 19 digits
+            (both.format("q/x", "5"), r4, True, b""),  # 4.x keeps the name: unsafe as a directory
+            (both.format("%LMQ%~~", "5"), r4, True, b"\xff\xfe"),  # malformed UTF-8 in a name
+            (both.format("%LMQ%a", "\u2003"), r4, True, b""),  # blank only as Unicode whitespace
+            (both.format("%LMQ%a", "5,4,"), MultiDispatchRules(4, True, True, generation_known=False), True, b"")]:
+        assert _fast_lmq(props, rules, configured, patch) == "multi-dispatch edge case", props
+    assert not isinstance(_fast_lmq(both.format("%LMQ%a", "5"), None, True), str)  # off: nothing to settle
+    assert not isinstance(_fast_lmq("INNER_MULTI_DISPATCH\x01%LMQ%a\x02", None, False), str)  # one of the two
 
 
 def _java_hash(text: str, h: int = 0) -> int:

@@ -3,7 +3,8 @@
 `decode_fast` runs the kernel over a buffer and returns a `FastSplit`: what the build stages read (the
 split's (topic, queueId) table with per-queue counts and queue-offset ranges, the consume-queue rows
 grouped by queue in (topic, queueId) order, the index keys in dispatch order) and how the walk ended.
-The broker constants the kernel applies are passed in from their one home each.
+The broker constants the kernel applies are passed in from their one home each, the multi-dispatch rules
+(storage_format.multi_dispatch) among them.
 """
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import split_kernel as k
+from . import lmq_kernel as lk, split_kernel as k
 from .. import dledger
 from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_CRC_MISMATCH, END_FILE, END_STOP, MIN_RECORD_SIZE,
                          SCHEDULE_TOPIC, ScanEnd, find_first_start, parse_segment_name)
-from ..multi_dispatch import INNER_MULTI_DISPATCH
+from ..multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, JAVA_WHITESPACE, LMQ_PREFIX, LMQ_QUEUE_ID,
+                              RETRY_PREFIX, SEPARATOR, SYSTEM_TOPIC_PREFIX, MultiDispatchRules)
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
 from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, TRAN_COMMIT, TRAN_MASK,
                      TRAN_NOT, TRAN_ROLLBACK)
@@ -29,16 +31,17 @@ from ..store_layout import INNER_BATCH_FLAG
 FALLBACK_NAMES = {k.FB_NONE: "", k.FB_NEED_BYTES: "record runs past the buffer", k.FB_BAD_TOTAL_SIZE: "bad totalSize",
                   k.FB_LAYOUT: "size mismatch", k.FB_MOVED: "moved record", k.FB_UNDATED: "undated record",
                   k.FB_TOPIC: "unsafe or malformed topic", k.FB_SCHEDULE: "bad DELAY",
-                  k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch",
+                  k.FB_NON_ASCII: "malformed key or tag", k.FB_MULTI_DISPATCH: "multi-dispatch edge case",
                   k.FB_INNER_BATCH: "inner-batch record", k.FB_BAD_ENTRY: "bad DLedger entry"}
 NO_RECORD_START = "no record start found"  # not a fallback: no record to decode, the reference says where it ends
 _END_NAMES = {k.KEND_STOP: END_STOP, k.KEND_BLANK: END_BLANK, k.KEND_FILE: END_FILE, k.KEND_BAD_MAGIC: END_BAD_MAGIC,
               k.KEND_CRC: END_CRC_MISMATCH}
 CRC_DISAGREES = "kernel CRC disagrees with zlib"  # a fallback that cannot happen while crc_kernel equals zlib
-_WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY)  # in split_kernel.P_* order
+_WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY, INNER_MULTI_QUEUE_OFFSET)  # in split_kernel.P_* order
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
+FILE_SEPARATOR = "/"  # java.io.File.separator on the brokers' platforms: 5.x skips names holding it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,15 +75,39 @@ def _rules(min_ts: int, max_ts: int) -> np.ndarray:
     return rules
 
 
+def _lmq_rules(rules: MultiDispatchRules | None, configured: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's `lmq` and `lmq_text` arguments (lmq_kernel's L_* slots) for these multi-dispatch rules."""
+    lmq = np.zeros(lk.N_LMQ, np.int64)
+    white = np.zeros(lk.WHITE_TABLE, np.uint8)
+    white[[ord(c) for c in JAVA_WHITESPACE if ord(c) < lk.WHITE_TABLE]] = 1
+    text = white.tobytes()
+    for at_slot, len_slot, prefix in ((lk.L_LMQ_AT, lk.L_LMQ_LEN, LMQ_PREFIX), (lk.L_RETRY_AT, lk.L_RETRY_LEN, RETRY_PREFIX),
+                                      (lk.L_SYSTEM_AT, lk.L_SYSTEM_LEN, SYSTEM_TOPIC_PREFIX)):
+        lmq[at_slot], lmq[len_slot] = len(text), len(prefix.encode())
+        text += prefix.encode()
+    lmq[lk.L_MODE] = lk.MODE_UNCONFIGURED if not configured else lk.MODE_OFF if rules is None else lk.MODE_ON
+    if rules is not None:
+        lmq[[lk.L_GENERATION, lk.L_ENABLE_LMQ, lk.L_GENERATION_KNOWN]] = (rules.generation, rules.enable_lmq,
+                                                                          rules.generation_known)
+        if not rules.enable_multi_dispatch:
+            lmq[lk.L_MODE] = lk.MODE_OFF
+    lmq[[lk.L_SEPARATOR, lk.L_FILE_SEPARATOR, lk.L_LMQ_QUEUE_ID]] = (ord(SEPARATOR), ord(FILE_SEPARATOR), LMQ_QUEUE_ID)
+    return lmq, np.frombuffer(text, np.uint8)
+
+
 def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, *, path: str,
                 find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...],
-                header: int = 0, check_crc: bool = False) -> FastSplit | str:
+                header: int = 0, check_crc: bool = False, multi_dispatch: MultiDispatchRules | None = None,
+                multi_dispatch_configured: bool = False) -> FastSplit | str:
     """Decode buf's records starting in [start, stop) with the kernel, or return why the reference
     must (a short reason). `dated` is the (min, max) storeTimestamp the fast path accepts;
     `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages); `header` the
     DLedger entry header in front of each record (0: a plain segment); `check_crc` checks body CRCs as
     decode_buffer does (the first failing record ends the walk: crc_mismatch, the reference's detail).
-    Positions walked (first_position, the end) are entry positions; last_position is the last record's."""
+    `multi_dispatch`: the rules that give records their extra entries (None: multi-dispatch off when
+    `multi_dispatch_configured`, else enableMultiDispatch is unset and a record carrying both properties is
+    left to the reference, which refuses it). Positions walked (first_position, the end) are entry positions;
+    last_position is the last record's."""
     arr = np.frombuffer(buf, np.uint8)
     if arr.flags.writeable:  # one compiled signature: segment buffers are read-only
         arr = arr.view()
@@ -94,7 +121,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
                                                 np.asarray(delay_levels_ms, np.int64).reshape(-1), header,
-                                                bool(check_crc))
+                                                bool(check_crc), *_lmq_rules(multi_dispatch, multi_dispatch_configured))
     if stats[k.S_FALLBACK] != k.FB_NONE:
         return FALLBACK_NAMES[int(stats[k.S_FALLBACK])]
     records = int(stats[k.S_RECORDS])
@@ -124,21 +151,21 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
 def _group(arr: np.ndarray, qs: np.ndarray,
            rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
     """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
-    step by 1, and the rows grouped by queue."""
-    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi, q_unord = (
-        qs[:, c] for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI, k.Q_UNORD))
-    names = [arr[s:s + n].tobytes().decode("utf-8") for s, n in zip(q_topic_at.tolist(), q_topic_len.tolist())]
-    qids = q_qid.tolist()
-    order = sorted(range(len(names)), key=lambda q: (names[q], qids[q]))
+    step by 1, and the rows grouped by queue. Python work per queue is kept small: an LMQ split names tens
+    of thousands of queues."""
+    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi = (
+        qs[:, c].tolist() for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI))
+    view = memoryview(arr)
+    keys = [(str(view[s:s + n], "utf-8"), qid) for s, n, qid in zip(q_topic_at, q_topic_len, q_qid)]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
     table = {}
-    for q in order:
-        n_cq = int(q_cq[q])
-        table[(names[q], qids[q])] = (QueueStats(int(q_rec[q]), n_cq, int(starts[rank[q]]), int(q_lo[q]), int(q_hi[q]))
-                                      if n_cq else QueueStats(int(q_rec[q])))
-    unordered = tuple((names[q], qids[q]) for q in np.flatnonzero(q_unord).tolist())
+    for q, start in zip(order, starts.tolist()):
+        n_cq = q_cq[q]
+        table[keys[q]] = QueueStats(q_rec[q], n_cq, start, q_lo[q], q_hi[q]) if n_cq else QueueStats(q_rec[q])
+    unordered = tuple(keys[q] for q in np.flatnonzero(qs[:, k.Q_UNORD]).tolist())
     qo, phy, size, tags = (np.take(rows[:, c], row_order) for c in (k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS))
     return table, unordered, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
 

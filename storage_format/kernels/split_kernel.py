@@ -6,10 +6,12 @@ rules), and emits per record its queue (an index into a per-split (topic, queueI
 physical offset, size and tagsCode, and per index key its hash, physical offset and store time
 (index_keys' order and hash rules). It handles only the common case: whatever it does not (an invalid,
 moved or undated record, a record running past the buffer, non-ASCII hashed strings, unsafe topic names,
-SCHEDULE_TOPIC_XXXX, LMQ multi-dispatch) makes it return a fallback reason, and the caller decodes the
-split with the numpy reference (commitlog.decode_buffer) instead. With `check_crc` (checkCRCOnRecover) it
-checks each record's body CRC (crc_kernel) before its other checks, and the first that fails ends the walk
-(KEND_CRC), as commitlog.first_invalid_record orders the broker's checks. The rules' constants come from their
+SCHEDULE_TOPIC_XXXX, a multi-dispatch record lmq_kernel cannot settle) makes it return a fallback reason, and
+the caller decodes the split with the numpy reference (commitlog.decode_buffer) instead. A multi-dispatch
+record's extra consume-queue entries (lmq_kernel's rules) follow its own entry, in name order, as the
+reference emits them. With `check_crc` (checkCRCOnRecover) it checks each record's body CRC (crc_kernel)
+before its other checks, and the first that fails ends the walk (KEND_CRC), as
+commitlog.first_invalid_record orders the broker's checks. The rules' constants come from their
 homes and are passed in, so this module defines none of them.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .crc_kernel import record_crc_ok
 from .kernel_bytes import (equals_array, find_props, i32, i64, index_key_hash, java_hash, parse_int,
                            same_bytes, signed32, unsafe_topic)
 from .jit import njit
+from .lmq_kernel import L_SEPARATOR, LEAVE, item_end, item_queue_id, multi_dispatch_items, parse_offset, skipped_name
 
 TOUCH_AHEAD = 4096  # bytes ahead of the record it reads whose cache lines the walk loads early
 
@@ -33,7 +36,7 @@ FB_UNDATED = 5  # storeTimestamp is no date
 FB_TOPIC = 6  # topic not well-formed UTF-8, or unsafe as a directory name
 FB_SCHEDULE = 7  # a SCHEDULE_TOPIC_XXXX record whose DELAY is no int (the broker rejects it)
 FB_NON_ASCII = 8  # a hashed property value (TAGS, KEYS, UNIQ_KEY) is not well-formed UTF-8
-FB_MULTI_DISPATCH = 9  # LMQ multi-dispatch property
+FB_MULTI_DISPATCH = 9  # a multi-dispatch record lmq_kernel leaves to the reference
 FB_INNER_BATCH = 10  # a BatchConsumeQueue record (refused by the reference)
 FB_BAD_ENTRY = 11  # a DLedger entry header the reference rejects (it says why)
 
@@ -48,7 +51,7 @@ S_FIRST_ENTRY, S_LAST_ENTRY = 16, 17  # DLedger entry index of the first and las
 N_STATS = 18
 
 # Wanted property names, by their index in the `names` argument.
-P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY = range(5)
+P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY, P_MULTI_OFFSET = range(6)
 
 
 # Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order): where the
@@ -256,8 +259,6 @@ def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, fou
     if not ok or (q < 0 and unsafe_topic(a, topic_at, topic_len)):
         return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     find_props(a, ps, end, names, name_off, found_lo, found_hi)
-    if found_lo[P_MULTI] >= 0:
-        return FB_MULTI_DISPATCH, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     delay = np.int64(-1)
     if found_lo[P_DELAY] >= 0 and topic_len == schedule.shape[0] and equals_array(a, topic_at, schedule):
         delay, ok = parse_int(a, found_lo[P_DELAY], found_hi[P_DELAY])
@@ -317,34 +318,40 @@ def _note_record(stats, n, pos, size, store_ts):
 
 # Slots of the walk's `cursor`: where it stands, so that it can stop for larger outputs and go on.
 W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
+W_ROWS_NEED, W_QUEUES_NEED = 8, 9  # rows and queues the next record needs room for (its multi-dispatch ones too)
+N_CURSOR = 10
 
 
 @njit()
 def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header,
-                  check_crc):
+                  check_crc, lmq, lmq_text):
     """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
     rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
     the DLedger entry header in front of each record (0: a plain segment); the walk goes entry by entry and
     decodes the record at entry pos + header, so everything it emits is as for a plain record. `check_crc`:
-    check body CRCs (a failing record ends the walk, KEND_CRC at its entry/record position)."""
+    check body CRCs (a failing record ends the walk, KEND_CRC at its entry/record position). `lmq` and
+    `lmq_text`: the multi-dispatch rules (lmq_kernel's L_* slots) and their bytes."""
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
     table, qs = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
-    cur = np.zeros(8, np.int64)
+    cur = np.zeros(N_CURSOR, np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
     args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
-            header, check_crc)
+            header, check_crc, lmq, lmq_text)
     while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
-        if cur[W_NCQ] == rows.shape[0]:
-            rows = _grow_rows(rows, cur[W_NCQ] + 1)
+        if cur[W_ROWS_NEED] > rows.shape[0]:
+            rows = _grow_rows(rows, cur[W_ROWS_NEED])
         if cur[W_KEYS_NEED] > keys.shape[0]:
             keys = _grow_rows(keys, cur[W_KEYS_NEED])
-        if cur[W_NQ] == qs.shape[0]:
-            qs = _grow_rows(qs, cur[W_NQ] + 1)
-        if 2 * (cur[W_NQ] + 1) > table.shape[0]:
-            table = _rehashed(qs, cur[W_NQ], 2 * table.shape[0])
+        if cur[W_QUEUES_NEED] > qs.shape[0]:
+            qs = _grow_rows(qs, cur[W_QUEUES_NEED])
+        if 2 * cur[W_QUEUES_NEED] > table.shape[0]:
+            size = 2 * table.shape[0]
+            while 2 * cur[W_QUEUES_NEED] > size:
+                size *= 2
+            table = _rehashed(qs, cur[W_NQ], size)
     pos, n, ncq, nk, nq = cur[W_POS], cur[W_N], cur[W_NCQ], max(cur[W_NK], 0), cur[W_NQ]
     stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
     stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
@@ -353,6 +360,7 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
 
 @njit(_nrt=False)
 def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
+          lmq, lmq_text,
           stats, cur, found_lo, found_hi, table, qs, rows, keys):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
@@ -392,25 +400,40 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         if fb == FB_NONE:
             fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
                                                found_lo, found_hi, table, qs)
+        tran = sys_flag & rules[R_TRAN_MASK]
+        own_entry = tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]
+        n_multi = np.int64(0)
+        if fb == FB_NONE:
+            n_multi = multi_dispatch_items(a, topic_at, topic_len, own_entry, found_lo[P_MULTI], found_hi[P_MULTI],
+                                           found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], schedule, lmq, lmq_text)
+            if n_multi == LEAVE:
+                fb = FB_MULTI_DISPATCH
         if fb != FB_NONE:
             stats[S_FALLBACK] = fb
             break
         cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
-        if ncq == rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0] or (q < 0 and (nq == qs.shape[0]
-                                                                                  or 2 * (nq + 1) > table.shape[0])):
+        cur[W_ROWS_NEED], cur[W_QUEUES_NEED] = ncq + 1 + n_multi, nq + (1 if q < 0 else 0) + n_multi
+        if (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
+                or cur[W_QUEUES_NEED] > qs.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]):
             done = False
             break
         if q < 0:
             _add_queue(-1 - q, topic_at, topic_len, qid, th, table, qs, nq)
             q, nq = nq, nq + 1
         qs[q, Q_REC] += 1
-        tran = sys_flag & rules[R_TRAN_MASK]
-        if tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]:
+        if own_entry:
             tags = signed32(tags_h)
             if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
                 tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
             _cq_row(rows, ncq, q, qs, i64(a, rp + 20), phy, size, tags)
             ncq += 1
+            if n_multi > 0:
+                ncq, nq = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI], found_lo[P_MULTI_OFFSET],
+                                               found_hi[P_MULTI_OFFSET], n_multi, qid, phy, size, tags, lmq,
+                                               lmq_text, table, qs, rows, ncq, nq)
+                if ncq < 0:
+                    stats[S_FALLBACK] = FB_MULTI_DISPATCH
+                    break
         if tran != rules[R_TRAN_ROLLBACK]:
             nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
             if nk < 0:
@@ -447,3 +470,32 @@ def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
     return nk + 1
 
 
+
+
+@njit(inline="always")
+def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, qs, rows,
+                         ncq, nq):
+    """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries):
+    the named queue (added to the table when new), the item's offset, the record's phy, size and tags (the
+    outputs have room for every item). Returns the new (row count, queue count), or (-1, -1) when an item
+    is the reference's (an offset the kernel does not parse, a malformed or unsafe name)."""
+    sep = lmq[L_SEPARATOR]
+    np_, op = n_lo, o_lo
+    for _ in range(n_items):
+        ne, oe = item_end(a, np_, n_hi, sep), item_end(a, op, o_hi, sep)
+        if not skipped_name(a, np_, ne, lmq):
+            offset, ok = parse_offset(a, op, oe)
+            th, ok_name = java_hash(a, np.int64(0), np_, ne)
+            if not ok or not ok_name:
+                return np.int64(-1), np.int64(-1)
+            qid = item_queue_id(a, np_, ne, own_qid, lmq, lmq_text)
+            q = _find_queue(a, np_, ne - np_, qid, th, table, qs)
+            if q < 0:
+                if unsafe_topic(a, np_, ne - np_):
+                    return np.int64(-1), np.int64(-1)
+                _add_queue(-1 - q, np_, ne - np_, qid, th, table, qs, nq)
+                q, nq = nq, nq + 1
+            _cq_row(rows, ncq, q, qs, offset, phy, size, tags)
+            ncq += 1
+        np_, op = ne + 1, oe + 1
+    return ncq, nq

@@ -19,7 +19,7 @@ from storage_format.dledger import entry_index_at
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
-                                           rules_for)
+                                           MultiDispatchRules, rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
@@ -140,7 +140,10 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
     fast = decode_fast(buf, base, start, sp.stop - begin, sp.segment.size - begin, path=sp.segment.path,
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header,
-                       check_crc=task.check_crc)
+                       check_crc=task.check_crc,
+                       # multi-dispatch entries are consume-queue rows: without those, none (as the reference)
+                       multi_dispatch=task.lmq if task.with_cq else None,
+                       multi_dispatch_configured=task.settings.enable_multi_dispatch is not None or not task.with_cq)
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
@@ -307,9 +310,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     if from_offset is not None:
         segments = [s for s in segments if s.start + s.size > from_offset]
     splits = plan_splits(segments, split_size)
-    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
-    lmq = rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
-                    generation is not None or guess.generation >= 5) if guess else None
+    lmq = multi_dispatch_rules(store, settings, generation)
     kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
                       with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel)
@@ -341,6 +342,14 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     result.negative_queue_ids = find_negative_queue_ids(result, base)
     note_fallbacks(result, label)
     return result
+
+
+def multi_dispatch_rules(store: Location, settings: BrokerSettings,
+                         generation: int | None) -> MultiDispatchRules | None:
+    """The multi-dispatch rules the decode tasks apply (None: off), the generation given or detected."""
+    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
+    return rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
+                     generation is not None or guess.generation >= 5) if guess else None
 
 
 def note_fallbacks(scan: ScanResult, label: str) -> None:
