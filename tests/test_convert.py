@@ -87,7 +87,7 @@ def test_hop_kernel_equals_the_reference(golden):
             arr = np.frombuffer(buf[:cut], np.uint8)
             n = cut // 68 + 1
             out = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8), np.empty(n, np.int64)
-            got, stop, ended = hop_entries(arr, base, 0, 2**62, 48, *out)
+            got, stop, ended, _ = hop_entries(arr, base, 0, 2**62, 48, *out)
             ref = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
             assert (stop, ended) == ref[4:] and got == len(ref[0]) and got > 0
             for a, b in zip(out, ref[:4]):

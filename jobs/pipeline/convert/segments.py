@@ -10,13 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, blank_record
+from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, BLANK, blank_record
 from storage_format.kernels.layout_kernel import copy_records, rewrite_prepared
 from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import segment_name
 
+from ..io.direct import BUFFERED_MODE, SegmentFileWriter
 from ..io.fs import Location
 from ..runtime.faults import pause_at
 from .records import hop
@@ -50,31 +51,41 @@ class SegmentWritten:
     records: int
     bytes: int
     prepared_rewritten: int
+    write_mode: str = BUFFERED_MODE  # io.direct's DIRECT_MODE or BUFFERED_MODE
+    fallback: str = ""  # why O_DIRECT was not used ("" when it was)
 
 
 def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
     return next(i for i, s in enumerate(sources) if s.start <= offset < s.start + s.size)
 
 
-def write_segment(task: SegmentTask) -> SegmentWritten:
-    """Write the segment file and its map part (runs in a Spark task). The bytes stream out chunk by chunk
-    (one read chunk of the source and its copy in memory at a time), the map part row group by row group."""
+def write_segment(task: SegmentTask, direct: bool = True) -> SegmentWritten:
+    """Write the segment file and its map part (runs in a Spark task). The records are copied chunk by chunk
+    straight into the file writer's one aligned buffer (O_DIRECT where the filesystem takes it, io.direct), the
+    map part row group by row group. Checks that the records end where the plan put the BLANK (or the log's end)."""
     state = {"pos": task.start, "rewritten": 0}
     name = segment_name(task.start)
     part = Location(task.map_dir).child(f"part-{name}.parquet")
-    # no dictionary: every id is unique, so the writer's dictionary attempt is wasted (it halves write_table)
-    with part.fs.open_output_stream(part.path) as sink, \
-            pq.ParquetWriter(sink, MAP_SCHEMA, use_dictionary=False) as maps:
-        Location(task.out_dir).child(name).write_with_zero_tail(_pieces(task, state, maps), task.segment_size)
-    return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"])
+    out = SegmentFileWriter(Location(task.out_dir).child(name), task.segment_size, direct)
+    try:
+        # no dictionary: every id is unique, so the writer's dictionary attempt is wasted (it halves write_table)
+        with part.fs.open_output_stream(part.path) as sink, \
+                pq.ParquetWriter(sink, MAP_SCHEMA, use_dictionary=False) as maps:
+            _fill(task, state, maps, out)
+        written = out.close()
+    except BaseException:
+        out.abort()
+        raise
+    if written != state["pos"] - task.start + (BLANK.size if task.blank_at is not None else 0):
+        raise ValueError(f"segment {name}: {written} bytes written, {state['pos'] - task.start} planned")
+    return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"], out.mode, out.fallback)
 
 
-def _pieces(task: SegmentTask, state: dict, maps: pq.ParquetWriter):
+def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
     """The segment's bytes in order: the records copied chunk by chunk, then the BLANK (if the log goes on)."""
     keys = np.asarray(task.prepared_keys, np.int64)
     values = np.asarray(task.prepared_values, np.int64)
     left = task.count
-    scratch = np.empty(0, np.uint8)  # reused for every chunk: fresh pages would each cost a fault
     i = _source_of(task.sources, task.first_old)
     start_in_file = task.first_old - task.sources[i].start - task.sources[i].header
     while left > 0:
@@ -87,16 +98,14 @@ def _pieces(task: SegmentTask, state: dict, maps: pq.ParquetWriter):
             pos = state["pos"]
             new = pos + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
             total = int(new[-1] + sizes[-1] - pos)
-            if len(scratch) < total:
-                scratch = np.empty(total, np.uint8)
-            dst = scratch[:total]
+            dst = out.reserve(total)
             copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
             if len(keys):
                 state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
-            maps.write_table(_map_part(dst, pos, offs, new))  # before the bytes go: dst is reused
+            maps.write_table(_map_part(dst, pos, offs, new))  # before the commit: the buffer is reused
+            out.commit(total)
             state["pos"] = pos + total
             left -= len(offs)
-            yield memoryview(dst)
             pause_at("in-convert-write")
         i += 1
         start_in_file = 0
@@ -106,7 +115,7 @@ def _pieces(task: SegmentTask, state: dict, maps: pq.ParquetWriter):
         if task.blank_at != state["pos"]:
             raise ValueError(f"segment {segment_name(task.start)}: BLANK planned at {task.blank_at}, records end at "
                              f"{state['pos']}")
-        yield blank_record(state["pos"], task.segment_size)
+        out.put(blank_record(state["pos"], task.segment_size))
 
 
 def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray) -> pa.Table:
