@@ -112,7 +112,7 @@ def rewrite_reference(src: bytes | memoryview, src_base: int, old: np.ndarray, s
     """Copy each record from `src` (absolute offset src_base) to `dst` (dst_base) at its new offset, rewriting
     PHYSICALOFFSET to it and, in COMMIT/ROLLBACK records, preparedTransactionOffset through `prepared` (old ->
     new; an offset not in it is left as it is). Returns how many prepared offsets were rewritten. The
-    reference of `kernels.layout_kernel.copy_records` + `rewrite_prepared`."""
+    reference of `kernels.layout_kernel.hop_copy`'s copy + `rewrite_prepared`."""
     done = 0
     for o, s, n in zip(old.tolist(), sizes.tolist(), new.tolist()):
         a, b = o - src_base, n - dst_base
@@ -157,3 +157,19 @@ def hop_entries_reference(buf: bytes | memoryview, base: int, start: int, limit:
         p += size
     return (np.asarray(offs, np.int64), np.asarray(sizes, np.int32), np.asarray(trans, np.int8),
             np.asarray(preps, np.int64), p, ended)
+
+
+def store_host_at(sys_flag: int) -> int:
+    """Where the store host (address, then port) sits in a record with this sysFlag."""
+    return AT_BORN_HOST + (HOST_V6 if sys_flag & FLAG_BORNHOST_V6 else HOST_V4) + 8
+
+
+def one_store_host_reference(buf: bytes | memoryview, base: int, offsets: np.ndarray) -> bool:
+    """Every record at `offsets` (absolute; `buf` starts at `base`) has the first one's store host, address and
+    port (the reference of kernels.layout_kernel.one_store_host)."""
+    hosts = set()
+    for o in np.asarray(offsets).tolist():
+        flag = struct.unpack_from(">i", buf, o - base + AT_SYS_FLAG)[0]
+        at = o - base + store_host_at(flag)
+        hosts.add(bytes(buf[at:at + (HOST_V6 if flag & FLAG_STOREHOST_V6 else HOST_V4)]))
+    return len(hosts) <= 1

@@ -22,7 +22,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from storage_format import commitlog_layout
 from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, blank_record, is_transaction_end, layout,
                                              layout_reference, prepared_offset_at, rewrite_reference, rolls)
-from storage_format.kernels.layout_kernel import copy_records, hop_entries, rewrite_prepared
+from storage_format.kernels.layout_kernel import hop_copy, hop_entries, rewrite_prepared
 from tests.conftest import GOLDEN
 from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
 
@@ -95,7 +95,7 @@ def test_hop_kernel_equals_the_reference(golden):
             assert ended == (cut == len(buf))
 
 
-def test_copy_kernel_equals_the_reference(golden):
+def test_hop_copy_kernel_equals_the_reference(golden):
     path = _data_files("dledger-clean-small-11")[0]
     base = int(path.name)
     buf = path.read_bytes()
@@ -105,11 +105,26 @@ def test_copy_kernel_equals_the_reference(golden):
     prepared = {int(p): int(p) + 12345 for p in ends[::2]}  # half of them mapped, the rest left as they are
     ref = bytearray(int(new[-1] + sizes[-1] - 1000))
     done_ref = rewrite_reference(buf, base, offs, sizes, new, ref, 1000, prepared)
-    got = np.empty(len(ref), np.uint8)
-    copy_records(np.frombuffer(buf, np.uint8), base, offs, sizes.astype(np.int64), new, got, 1000)
+    got = np.empty(len(buf), np.uint8)
+    cap = len(buf) // 68 + 1
+    got_offs, got_sizes, got_new = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)
+    n, _, ended, copied, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 2**62, got, 1000, got_offs, got_sizes,
+                                      got_new)
+    assert ended and n == len(offs) and copied == len(ref)
+    assert got_offs[:n].tolist() == offs.tolist() and got_sizes[:n].tolist() == sizes.tolist()
+    assert got_new[:n].tolist() == new.tolist()
+    got = got[:copied]
     keys = np.array(sorted(prepared), np.int64)
     done = rewrite_prepared(got, 1000, new, keys, np.array([prepared[k] for k in keys.tolist()], np.int64))
     assert got.tobytes() == bytes(ref) and done == done_ref and done > 0
+    cut = len(buf) // 2 + 7  # a chunk ending mid-entry: the walk stops before it, asking for more
+    n, stop, ended, copied, _ = hop_copy(np.frombuffer(buf[:cut], np.uint8), base, 0, 48, 2**62, np.empty(cut, np.uint8),
+                                         1000, got_offs, got_sizes, np.empty(cap, np.int64))
+    ref_cut = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
+    assert (n, stop, ended) == (len(ref_cut[0]), ref_cut[4], 0) and copied == int(ref_cut[1].sum())
+    n, stop, _, copied, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 5, got, 1000, got_offs, got_sizes,
+                                     got_new)
+    assert n == 5 and stop == int(offs[5] - base - 48) and copied == int(sizes[:5].sum())
 
 
 # -- the golden DLedger stores converted -------------------------------------------------------------------------

@@ -207,3 +207,30 @@ def test_an_empty_dledger_part_keeps_the_plain_part_dispatched(spark, tmp_path, 
         assert _tree_digest(out / part) == _tree_digest(tmp_path / "src" / part) == \
             _tree_digest(tmp_path / "again" / part), part
     assert len(_tree_digest(out / "consumequeue")) > 0
+
+
+def test_one_store_host_kernel_equals_the_reference():
+    """On a golden data file's records (one host), and with one record's store host or its IPv6 flag changed."""
+    from storage_format.commitlog_layout import AT_SYS_FLAG, store_host_at
+    from storage_format.kernels.layout_kernel import one_store_host
+
+    path = sorted((CASE / "dledger-n0" / "data").iterdir())[0]
+    buf = bytearray(path.read_bytes())
+    offs = commitlog_layout.hop_entries_reference(bytes(buf), 0, 0, 2**62)[0]
+    assert len(offs) > 10
+    cases = [("as stored", None)]
+    for what in ("address", "port", "v6 flag"):
+        cases.append((what, what))
+    for name, change in cases:
+        b = bytearray(buf)
+        at = int(offs[7])
+        flag = int.from_bytes(b[at + AT_SYS_FLAG:at + AT_SYS_FLAG + 4], "big")
+        if change == "address":
+            b[at + store_host_at(flag)] ^= 1
+        elif change == "port":
+            b[at + store_host_at(flag) + 7] ^= 1
+        elif change == "v6 flag":
+            b[at + AT_SYS_FLAG:at + AT_SYS_FLAG + 4] = (flag | 0x20).to_bytes(4, "big")
+        ref = commitlog_layout.one_store_host_reference(bytes(b), 0, offs)
+        got = one_store_host(np.frombuffer(bytes(b), np.uint8).copy(), 0, offs)
+        assert got == ref == (change is None), name

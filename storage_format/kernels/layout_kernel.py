@@ -1,7 +1,7 @@
 """convert's compiled passes (numba): the plain commit-log layout of a run of record sizes, the hop over
 DLedger entries that lists records (offset, size, transaction type, prepared offset), and the copy of records
 to their new offsets with PHYSICALOFFSET rewritten. References: commitlog_layout.layout_reference /
-rewrite_reference and hop_entries_reference, tested equal."""
+rewrite_reference, hop_entries_reference (hop_copy: both) and one_store_host_reference, tested equal."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,15 +101,44 @@ def hop_entries(buf: np.ndarray, base: int, start: int, limit: int, header: int,
 
 
 @njit()
-def copy_records(src: np.ndarray, src_base: int, old: np.ndarray, sizes: np.ndarray, new: np.ndarray,
-                 dst: np.ndarray, dst_base: int) -> None:
-    """Copy each record to its new offset in `dst` and set its PHYSICALOFFSET to that offset."""
-    for i in range(old.shape[0]):
-        a = old[i] - src_base
-        b = new[i] - dst_base
-        s = sizes[i]
-        dst[b:b + s] = src[a:a + s]
-        _put64(dst, b + 28, new[i])
+def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst: np.ndarray, dst_base: int,
+             offs: np.ndarray, sizes: np.ndarray, news: np.ndarray):
+    """hop_entries (no limit) and the records' copy in one pass, so each record's bytes are read once: walk up to
+    `want` entries from buf[start], copying each record right after the last into `dst` (absolute offset
+    `dst_base`) with PHYSICALOFFSET set to its new offset; per record its old offset, size and new offset.
+    Returns (records, where the walk stopped (relative), 1 at the data's end else 0, bytes copied, the sum of
+    the bytes touched ahead). `dst` must hold the bytes of the records the walk finds (at most len(buf))."""
+    n = 0
+    p = start
+    end = buf.shape[0]
+    ahead = start - start % 64
+    touched = 0
+    q = 0
+    ended = 0
+    while n < want:
+        stop_at = min(p + TOUCH_AHEAD, end)
+        while ahead < stop_at:
+            touched += buf[ahead]
+            ahead += 64
+        if p + header + 8 > end:
+            break
+        if _i32(buf, p) != 1:
+            ended = 1  # a DLedger blank (-1) or zeros: the file's data ends here
+            break
+        size = _i32(buf, p + 4)
+        if p + size > end:
+            break
+        rec = p + header
+        rsize = size - header
+        dst[q:q + rsize] = buf[rec:rec + rsize]
+        _put64(dst, q + 28, dst_base + q)
+        offs[n] = base + rec
+        sizes[n] = rsize
+        news[n] = dst_base + q
+        q += rsize
+        n += 1
+        p += size
+    return n, p, ended, q, touched
 
 
 @njit()
@@ -128,3 +157,25 @@ def rewrite_prepared(dst: np.ndarray, dst_base: int, new: np.ndarray, keys: np.n
                 _put64(dst, at, values[j])
                 done += 1
     return done
+
+
+@njit()
+def one_store_host(dst: np.ndarray, dst_base: int, new: np.ndarray) -> bool:
+    """Every record at the `new` offsets in `dst` has the first one's store host (address and port, IPv4 or
+    IPv6 alike): the msgId map then builds every id from one prefix."""
+    if new.shape[0] == 0:
+        return True
+    b0 = new[0] - dst_base
+    f0 = _i32(dst, b0 + 36)
+    h0 = b0 + 48 + (20 if f0 & 0x10 else 8) + 8
+    width = 20 if f0 & 0x20 else 8
+    for i in range(1, new.shape[0]):
+        b = new[i] - dst_base
+        f = _i32(dst, b + 36)
+        if (f & 0x20) != (f0 & 0x20):
+            return False
+        h = b + 48 + (20 if f & 0x10 else 8) + 8
+        for k in range(width):
+            if dst[h + k] != dst[h0 + k]:
+                return False
+    return True

@@ -1,8 +1,7 @@
 """Listing a DLedger store's records: offset, size, transaction type and, for COMMIT/ROLLBACK records, the
 prepared offset, by hopping entry headers. The source scan's decode tasks list their split's records from the
-bytes they just decoded (`list_buffer`: no second read of the store); the segment writers hop the data files
-in bounded chunks (`hop`). The driver gets numeric arrays only (12 bytes per record, plus the few
-transaction ends): what the layout needs."""
+bytes they just decoded (`list_buffer`: no second read of the store). The driver gets numeric arrays only
+(12 bytes per record, plus the few transaction ends): what the layout needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,11 +11,8 @@ import numpy as np
 from storage_format.dledger import ENTRY_HEADER_SIZE
 from storage_format.kernels.layout_kernel import hop_entries
 from storage_format.record import TRAN_PREPARED
-from storage_format.scan_plan import Segment
 
-from ..io.fs import Location
-
-CHUNK = 64 << 20  # bytes read at a time: a task's memory does not grow with the data file's size
+CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
 MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a chunk can fill
 
 
@@ -30,30 +26,6 @@ class FileRecords:
     end_offsets: np.ndarray
     end_prepared: np.ndarray
     prepared: int
-
-
-def hop(loc: Location, base: int, file_size: int, start: int, limit: int, header: int,
-        want: int | None = None):
-    """Yield (offsets, sizes, trans, preps, chunk, chunk's absolute offset) chunk by chunk walking entries from
-    byte `start` of the file (absolute offset base + start) until the data ends, `limit` or `want` records."""
-    at = start
-    got = 0
-    cap = CHUNK // MIN_ENTRY + 1
-    offs, sizes = np.empty(cap, np.int64), np.empty(cap, np.int32)  # reused: fresh pages would each cost a fault
-    trans, preps = np.empty(cap, np.int8), np.empty(cap, np.int64)
-    while at < file_size and (want is None or got < want):
-        length = min(CHUNK, file_size - at)
-        buf = np.frombuffer(loc.read_range(at, length), np.uint8)
-        n, stop, ended, _ = hop_entries(buf, base + at, 0, limit, header, offs, sizes, trans, preps)
-        if want is not None:
-            n = min(n, want - got)
-        got += n
-        yield offs[:n], sizes[:n], trans[:n], preps[:n], buf, base + at
-        if ended or (n == 0 and stop == 0 and at + length >= file_size):
-            return
-        if stop == 0:
-            raise ValueError(f"{loc.uri}: an entry at byte {at} is larger than {CHUNK} bytes")
-        at += stop
 
 
 def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, records: int,

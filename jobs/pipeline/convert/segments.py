@@ -1,7 +1,8 @@
 """Writing one segment of the new commit log (a Spark task): its records hopped from the DLedger data files
-by offset range, copied to their new offsets with PHYSICALOFFSET (and COMMIT/ROLLBACK prepared offsets)
-rewritten, the BLANK at the end when the next record did not fit, zeros to the segment size; and the
-segment's part of the old -> new msgId map (Parquet)."""
+by offset range in bounded chunks (a task's memory does not grow with the data file) and copied in the same
+pass to their new offsets with PHYSICALOFFSET (and COMMIT/ROLLBACK prepared offsets) rewritten, the BLANK at
+the end when the next record did not fit, zeros to the segment size; and the segment's part of the old -> new
+msgId map (Parquet)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, BLANK, blank_record
-from storage_format.kernels.layout_kernel import copy_records, rewrite_prepared
+from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, BLANK, blank_record, store_host_at
+from storage_format.kernels.layout_kernel import hop_copy, one_store_host, rewrite_prepared
 from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
 from storage_format.scan_plan import Segment
@@ -20,7 +21,7 @@ from storage_format.segment_names import segment_name
 from ..io.direct import BUFFERED_MODE, SegmentFileWriter
 from ..io.fs import Location
 from ..runtime.faults import pause_at
-from .records import hop
+from .records import CHUNK, MIN_ENTRY
 
 MAP_DIR = "reput-msgid-map"  # in OUT: the old -> new offset msgId map, one Parquet file per segment
 MAP_SCHEMA = pa.schema([("old_physical_offset", pa.int64()), ("new_physical_offset", pa.int64()),
@@ -82,33 +83,38 @@ def write_segment(task: SegmentTask, direct: bool = True) -> SegmentWritten:
 
 
 def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
-    """The segment's bytes in order: the records copied chunk by chunk, then the BLANK (if the log goes on)."""
+    """The segment's bytes in order: the records, hopped and copied in one pass chunk by chunk (hop_copy) straight
+    into the writer's buffer, then the BLANK (if the log goes on)."""
     keys = np.asarray(task.prepared_keys, np.int64)
     values = np.asarray(task.prepared_values, np.int64)
     left = task.count
+    cap = CHUNK // MIN_ENTRY + 1
+    offs, sizes, news = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)
     i = _source_of(task.sources, task.first_old)
-    start_in_file = task.first_old - task.sources[i].start - task.sources[i].header
+    at = task.first_old - task.sources[i].start - task.sources[i].header
     while left > 0:
         src = task.sources[i]
         loc = Location(src.path)
-        for offs, sizes, _, _, buf, buf_base in hop(loc, src.start, src.size, start_in_file, 2**62, src.header,
-                                                    want=left):
-            if not len(offs):
-                continue
+        while left > 0 and at < src.size:
+            buf = np.frombuffer(loc.read_range(at, min(CHUNK, src.size - at)), np.uint8)
             pos = state["pos"]
-            new = pos + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
-            total = int(new[-1] + sizes[-1] - pos)
-            dst = out.reserve(total)
-            copy_records(buf, buf_base, offs, sizes.astype(np.int64), new, dst, pos)
-            if len(keys):
-                state["rewritten"] += rewrite_prepared(dst, pos, new, keys, values)
-            maps.write_table(_map_part(dst, pos, offs, new))  # before the commit: the buffer is reused
-            out.commit(total)
-            state["pos"] = pos + total
-            left -= len(offs)
-            pause_at("in-convert-write")
+            dst = out.reserve(len(buf))
+            n, stop, ended, total, _ = hop_copy(buf, src.start + at, 0, src.header, left, dst, pos, offs, sizes, news)
+            if n:
+                if len(keys):
+                    state["rewritten"] += rewrite_prepared(dst, pos, news[:n], keys, values)
+                maps.write_table(_map_part(dst, pos, offs[:n], news[:n]))  # before the commit: the buffer is reused
+                out.commit(total)
+                state["pos"] = pos + total
+                left -= n
+                pause_at("in-convert-write")
+            if ended or (n == 0 and stop == 0 and at + len(buf) >= src.size):
+                break
+            if stop == 0:
+                raise ValueError(f"{loc.uri}: an entry at byte {at} is larger than {CHUNK} bytes")
+            at += stop
         i += 1
-        start_in_file = 0
+        at = 0
         if left and i >= len(task.sources):
             raise ValueError(f"segment {segment_name(task.start)}: {left} records not found in the data files")
     if task.blank_at is not None:
@@ -121,19 +127,19 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
 def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray) -> pa.Table:
     """old/new offsets and offset msgIds (store host + port + offset) of the records copied into `dst`: one
     prefix for the whole chunk when one host stored every record (a broker's store), else per record."""
+    if one_store_host(dst, dst_base, new):
+        b = int(new[0] - dst_base) if len(new) else 0
+        flag = int.from_bytes(dst[b + AT_SYS_FLAG:b + AT_SYS_FLAG + 4].tobytes(), "big", signed=True) if len(new) else 0
+        at = b + store_host_at(flag)
+        prefix = dst[at:at + (20 if flag & FLAG_STOREHOST_V6 else 8)].tobytes()
+        return pa.table({"old_physical_offset": pa.array(old, pa.int64()),
+                         "new_physical_offset": pa.array(new, pa.int64()),
+                         "old_offset_msg_id": offset_msg_ids_one_host(prefix, old),
+                         "new_offset_msg_id": offset_msg_ids_one_host(prefix, new)})
     at = (new - dst_base).astype(np.int64)
     flag = np.frombuffer(np.ascontiguousarray(dst[(at + AT_SYS_FLAG)[:, None] + np.arange(4)]).tobytes(), ">i4")
     host_at = at + AT_BORN_HOST + np.where(flag & FLAG_BORNHOST_V6, 20, 8) + 8
     v6 = (flag & FLAG_STOREHOST_V6) != 0
-    if not v6.any() or v6.all():
-        width = 20 if v6[0] else 8
-        hosts = dst[host_at[:, None] + np.arange(width)]
-        if (hosts == hosts[0]).all():
-            prefix = hosts[0].tobytes()
-            return pa.table({"old_physical_offset": pa.array(old, pa.int64()),
-                             "new_physical_offset": pa.array(new, pa.int64()),
-                             "old_offset_msg_id": offset_msg_ids_one_host(prefix, old),
-                             "new_offset_msg_id": offset_msg_ids_one_host(prefix, new)})
     widths = np.where(v6, 16, 4)
     host_arr = pa.array([dst[h:h + w].tobytes() for h, w in zip(host_at.tolist(), widths.tolist())], pa.binary())
     port_at = host_at + widths
