@@ -79,9 +79,11 @@ def test_a_refused_o_direct_falls_back_and_says_why(tmp_path, monkeypatch):
         return real_write(fd, data)
 
     monkeypatch.setattr(direct.os, "write", refuse_first_write)
-    out = _write(tmp_path / "b", [b"z" * 9000], 4096 * 4, True)
-    assert failed and out.mode == BUFFERED_MODE and "refused an O_DIRECT write" in out.fallback
-    assert (tmp_path / "b").read_bytes() == b"z" * 9000 + bytes(4096 * 4 - 9000)
+    for name, n in (("b", 9000), ("c", 100)):  # refused in the writer thread, or in close() (less than a block)
+        failed.clear()
+        out = _write(tmp_path / name, [b"z" * n], 4096 * 4, True)
+        assert failed and out.mode == BUFFERED_MODE and "refused an O_DIRECT write" in out.fallback
+        assert (tmp_path / name).read_bytes() == b"z" * n + bytes(4096 * 4 - n)
 
 
 def _plan(segment_size: int):
@@ -234,3 +236,19 @@ def test_one_store_host_kernel_equals_the_reference():
         ref = commitlog_layout.one_store_host_reference(bytes(b), 0, offs)
         got = one_store_host(np.frombuffer(bytes(b), np.uint8).copy(), 0, offs)
         assert got == ref == (change is None), name
+
+
+def test_a_failed_write_in_the_writer_thread_is_raised(tmp_path, monkeypatch):
+    """No space left (or any other error) while the other buffer is being filled: the next commit or close raises
+    it; nothing is swallowed."""
+    def no_space(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(direct.os, "write", no_space)
+    out = SegmentFileWriter(Location(str(tmp_path / "f")), 1 << 20, True)
+    with pytest.raises(OSError) as err:
+        for _ in range(4):
+            out.put(b"q" * 10_000)
+        out.close()
+    out.abort()
+    assert err.value.errno == errno.ENOSPC
