@@ -74,9 +74,9 @@ def dledger_reading(store: Location, settings: BrokerSettings, flag: str | None)
                             f"has no checkpoint with a committedIndex to stop at")
     if committed < 0:
         floor = dledger_floor(store, settings)
+        whole = f"; the plain part below {floor} is dispatched whole" if floor else ""
         return DledgerReading(reading, DispatchLimit(floor, f"DLedger: {reading.reason}; committedIndex {committed}: "
-                                                            f"no DLedger entry is committed" +
-                                                            (f"; the plain part below {floor} is dispatched whole" if floor else "")))
+                                                            f"no DLedger entry is committed{whole}"))
     start, at = dledger.index_file_of(committed)
     index = dledger_home(store, settings).child(dledger.INDEX_DIR).child(segment_name(start))
     unit = bytes(index.read_range(at, dledger.INDEX_UNIT_SIZE)) if index.exists() else b""
