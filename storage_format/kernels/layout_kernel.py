@@ -1,34 +1,12 @@
-"""convert's compiled passes (numba): the plain commit-log layout of a run of record sizes, the hop over
-DLedger entries that lists records (offset, size, transaction type, prepared offset), and the copy of records
-to their new offsets with PHYSICALOFFSET rewritten. References: commitlog_layout.layout_reference /
-rewrite_reference, hop_entries_reference (hop_copy: both) and one_store_host_reference, tested equal."""
+"""convert's compiled passes (numba): the hop over DLedger entries that lists records (offset, size,
+transaction type, prepared offset), the same hop copying the records to their new offsets with PHYSICALOFFSET
+rewritten, the prepared-offset rewrite and the msgId map's one-host check. References: commitlog_layout's
+hop_entries_reference, rewrite_reference (hop_copy: both) and one_store_host_reference, tested equal."""
 from __future__ import annotations
 
 import numpy as np
 
 from .jit import njit
-
-END_MARKER = 8  # commitlog_layout.END_MARKER (this module imports nothing else of the package)
-
-
-@njit()
-def place(sizes: np.ndarray, segment_size: int, start: int, offsets: np.ndarray, blanks: np.ndarray):
-    """Each record's absolute offset under the roll rule (size + 8 > bytes left: BLANK, next segment);
-    returns (BLANKs written into `blanks`, write end)."""
-    seg = start
-    pos = 0
-    nb = 0
-    for i in range(sizes.shape[0]):
-        size = sizes[i]
-        if size + END_MARKER > segment_size - pos:
-            blanks[nb] = seg + pos
-            nb += 1
-            seg += segment_size
-            pos = 0
-        offsets[i] = seg + pos
-        pos += size
-    return nb, seg + pos
-
 
 @njit()
 def _i32(a, p):
