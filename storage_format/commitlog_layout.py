@@ -175,7 +175,7 @@ def store_host_at(sys_flag: int) -> int:
 
 def one_store_host_reference(buf: bytes | memoryview, base: int, offsets: np.ndarray) -> bool:
     """Every record at `offsets` (absolute; `buf` starts at `base`) has the first one's store host, address and
-    port (the reference of kernels.layout_kernel.one_store_host)."""
+    port (the reference of the one-host check in kernels.layout_kernel.hop_copy)."""
     hosts = set()
     for o in np.asarray(offsets).tolist():
         flag = struct.unpack_from(">i", buf, o - base + AT_SYS_FLAG)[0]

@@ -108,9 +108,9 @@ def test_hop_copy_kernel_equals_the_reference(golden):
     got = np.empty(len(buf), np.uint8)
     cap = len(buf) // 68 + 1
     got_offs, got_sizes, got_new = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)
-    n, _, ended, copied, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 2**62, got, 1000, got_offs, got_sizes,
-                                      got_new)
-    assert ended and n == len(offs) and copied == len(ref)
+    n, _, ended, copied, one_host, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 2**62, got, 1000,
+                                                got_offs, got_sizes, got_new)
+    assert ended and n == len(offs) and copied == len(ref) and one_host
     assert got_offs[:n].tolist() == offs.tolist() and got_sizes[:n].tolist() == sizes.tolist()
     assert got_new[:n].tolist() == new.tolist()
     got = got[:copied]
@@ -118,11 +118,11 @@ def test_hop_copy_kernel_equals_the_reference(golden):
     done = rewrite_prepared(got, 1000, new, keys, np.array([prepared[k] for k in keys.tolist()], np.int64))
     assert got.tobytes() == bytes(ref) and done == done_ref and done > 0
     cut = len(buf) // 2 + 7  # a chunk ending mid-entry: the walk stops before it, asking for more
-    n, stop, ended, copied, _ = hop_copy(np.frombuffer(buf[:cut], np.uint8), base, 0, 48, 2**62,
+    n, stop, ended, copied, _, _ = hop_copy(np.frombuffer(buf[:cut], np.uint8), base, 0, 48, 2**62,
                                          np.empty(cut, np.uint8), 1000, got_offs, got_sizes, np.empty(cap, np.int64))
     ref_cut = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
     assert (n, stop, ended) == (len(ref_cut[0]), ref_cut[4], 0) and copied == int(ref_cut[1].sum())
-    n, stop, _, copied, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 5, got, 1000, got_offs, got_sizes,
+    n, stop, _, copied, _, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 5, got, 1000, got_offs, got_sizes,
                                      got_new)
     assert n == 5 and stop == int(offs[5] - base - 48) and copied == int(sizes[:5].sum())
 

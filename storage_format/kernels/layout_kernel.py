@@ -1,7 +1,7 @@
 """convert's compiled passes (numba): the hop over DLedger entries that lists records (offset, size,
 transaction type, prepared offset), the same hop copying the records to their new offsets with PHYSICALOFFSET
-rewritten, the prepared-offset rewrite and the msgId map's one-host check. References: commitlog_layout's
-hop_entries_reference, rewrite_reference (hop_copy: both) and one_store_host_reference, tested equal."""
+rewritten and the msgId map's one-host check, and the prepared-offset rewrite. References: commitlog_layout's
+hop_entries_reference, rewrite_reference and one_store_host_reference (hop_copy: all three), tested equal."""
 from __future__ import annotations
 
 import numpy as np
@@ -84,8 +84,9 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
     """hop_entries (no limit) and the records' copy in one pass, so each record's bytes are read once: walk up to
     `want` entries from buf[start], copying each record right after the last into `dst` (absolute offset
     `dst_base`) with PHYSICALOFFSET set to its new offset; per record its old offset, size and new offset.
-    Returns (records, where the walk stopped (relative), 1 at the data's end else 0, bytes copied, the sum of
-    the bytes touched ahead). `dst` must hold the bytes of the records the walk finds (at most len(buf))."""
+    Returns (records, where the walk stopped (relative), 1 at the data's end else 0, bytes copied, whether every
+    record copied has the first one's store host (address and port: the msgId map then uses one prefix), the
+    sum of the bytes touched ahead). `dst` must hold the bytes of the records the walk finds (at most len(buf))."""
     n = 0
     p = start
     end = buf.shape[0]
@@ -93,6 +94,10 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
     touched = 0
     q = 0
     ended = 0
+    one_host = True
+    host0 = 0
+    v6 = 0
+    width = 8
     while n < want:
         stop_at = min(p + TOUCH_AHEAD, end)
         while ahead < stop_at:
@@ -110,13 +115,25 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
         rsize = size - header
         dst[q:q + rsize] = buf[rec:rec + rsize]
         _put64(dst, q + 28, dst_base + q)
+        flag = _i32(buf, rec + 36)
+        host = q + 48 + (20 if flag & 0x10 else 8) + 8
+        if n == 0:
+            host0, v6, width = host, flag & 0x20, 20 if flag & 0x20 else 8
+        elif one_host:
+            if (flag & 0x20) != v6:
+                one_host = False
+            else:
+                for k in range(width):
+                    if dst[host + k] != dst[host0 + k]:
+                        one_host = False
+                        break
         offs[n] = base + rec
         sizes[n] = rsize
         news[n] = dst_base + q
         q += rsize
         n += 1
         p += size
-    return n, p, ended, q, touched
+    return n, p, ended, q, one_host, touched
 
 
 @njit()
@@ -135,25 +152,3 @@ def rewrite_prepared(dst: np.ndarray, dst_base: int, new: np.ndarray, keys: np.n
                 _put64(dst, at, values[j])
                 done += 1
     return done
-
-
-@njit()
-def one_store_host(dst: np.ndarray, dst_base: int, new: np.ndarray) -> bool:
-    """Every record at the `new` offsets in `dst` has the first one's store host (address and port, IPv4 or
-    IPv6 alike): the msgId map then builds every id from one prefix."""
-    if new.shape[0] == 0:
-        return True
-    b0 = new[0] - dst_base
-    f0 = _i32(dst, b0 + 36)
-    h0 = b0 + 48 + (20 if f0 & 0x10 else 8) + 8
-    width = 20 if f0 & 0x20 else 8
-    for i in range(1, new.shape[0]):
-        b = new[i] - dst_base
-        f = _i32(dst, b + 36)
-        if (f & 0x20) != (f0 & 0x20):
-            return False
-        h = b + 48 + (20 if f & 0x10 else 8) + 8
-        for k in range(width):
-            if dst[h + k] != dst[h0 + k]:
-                return False
-    return True

@@ -32,11 +32,9 @@ def warm() -> dict[str, int]:
     layout_kernel.hop_copy(buf, 0, 0, 48, 1, np.zeros(64, np.uint8), 0, np.zeros(1, np.int64), np.zeros(1, np.int32),
                            np.zeros(1, np.int64))
     layout_kernel.rewrite_prepared(np.zeros(64, np.uint8), 0, offsets, offsets, offsets)
-    layout_kernel.one_store_host(np.zeros(64, np.uint8), 0, offsets)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "hop_entries": layout_kernel.hop_entries,
                "hop_copy": layout_kernel.hop_copy, "rewrite_prepared": layout_kernel.rewrite_prepared,
-               "one_store_host": layout_kernel.one_store_host,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, BLANK, blank_record, store_host_at
-from storage_format.kernels.layout_kernel import hop_copy, one_store_host, rewrite_prepared
+from storage_format.kernels.layout_kernel import hop_copy, rewrite_prepared
 from storage_format.msg_id import encode_offset_msg_ids, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
 from storage_format.scan_plan import Segment
@@ -99,11 +99,12 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
             buf = np.frombuffer(loc.read_range(at, min(CHUNK, src.size - at)), np.uint8)
             pos = state["pos"]
             dst = out.reserve(len(buf))
-            n, stop, ended, total, _ = hop_copy(buf, src.start + at, 0, src.header, left, dst, pos, offs, sizes, news)
+            n, stop, ended, total, one_host, _ = hop_copy(buf, src.start + at, 0, src.header, left, dst, pos, offs,
+                                                          sizes, news)
             if n:
                 if len(keys):
                     state["rewritten"] += rewrite_prepared(dst, pos, news[:n], keys, values)
-                maps.write_table(_map_part(dst, pos, offs[:n], news[:n]))  # before the commit: the buffer is reused
+                maps.write_table(_map_part(dst, pos, offs[:n], news[:n], one_host))  # before the commit (buffer reuse)
                 out.commit(total)
                 state["pos"] = pos + total
                 left -= n
@@ -124,10 +125,10 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
         out.put(blank_record(state["pos"], task.segment_size))
 
 
-def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray) -> pa.Table:
+def _map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray, one_host: bool) -> pa.Table:
     """old/new offsets and offset msgIds (store host + port + offset) of the records copied into `dst`: one
-    prefix for the whole chunk when one host stored every record (a broker's store), else per record."""
-    if one_store_host(dst, dst_base, new):
+    prefix for the whole chunk when one host stored every record (`one_host`: a broker's store), else per record."""
+    if one_host:
         b = int(new[0] - dst_base) if len(new) else 0
         flag = int.from_bytes(dst[b + AT_SYS_FLAG:b + AT_SYS_FLAG + 4].tobytes(), "big", signed=True) if len(new) else 0
         at = b + store_host_at(flag)
