@@ -34,6 +34,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                        check_store, emit,
                                        json_bytes, parser, progress_quiet, run_process, settings_from,
                                        time_zone)
+from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
@@ -160,7 +161,8 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
         print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
               f"(records past the committed position were left out); slower than mapping the source scan's",
               file=sys.stderr)
-    tasks = plan.segment_tasks(log_dir.uri, map_dir.uri)
+    direct_io = env.value(DIRECT_IO_ENV) != "0"
+    tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
     remaps = _remap_tasks(scan, plan, staging.work) if from_source else []
     results = run_tasks(sc, [*tasks, *copies, *remaps], _out_task, "write commit-log segments", quiet=quiet)
@@ -206,9 +208,11 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
             "message_records": records,
             "max_physical_offset": expect_end, "prepared_offsets_rewritten": rewritten,
             "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
-            "msgid_map": MAP_DIR, "segment_writes": write_modes, "queues_and_index_built_from": built_from}
+            "msgid_map": MAP_DIR, "segment_writes": write_modes, "queues_and_index_built_from": built_from,
+            "environment": env.in_effect()}
 
 
+DIRECT_IO_ENV = "REPUT_CONVERT_DIRECT_IO"  # "0": segments written through the page cache
 FROM_SOURCE = "the source scan, offsets mapped"
 FROM_READ_BACK = "a read-back scan of OUT (records past the committed position were left out)"
 

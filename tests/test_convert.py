@@ -238,7 +238,16 @@ def test_every_queue_offset_serves_the_same_message(converted, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
+    """Built from the source scan's work files with the offsets mapped (no records left out here), they equal
+    reput's rebuild of OUT's commit log; the segments went out with O_DIRECT (or the report says why not)."""
+    from jobs.convert import FROM_SOURCE, REPORT_NAME
+
     out, _, root = converted[case]
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["queues_and_index_built_from"] == FROM_SOURCE
+    writes = report["segment_writes"]
+    assert sum(writes["modes"].values()) == len(report["segments_written"])
+    assert writes["modes"].get("direct") == len(report["segments_written"]) or writes["direct_io_fallbacks"]
     rebuilt = root / f"{case}-out-rebuild"
     for part in ("consumequeue", "index"):
         assert _tree_digest(out / part) == _tree_digest(rebuilt / part), part
@@ -441,6 +450,9 @@ def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
         runs[reading] = (json.loads(captured.out), captured.err, out)
     assert _tree_digest(store) == before
     report, err, out = runs[None]
+    from jobs.convert import FROM_READ_BACK, FROM_SOURCE
+    assert report["queues_and_index_built_from"] == FROM_READ_BACK and "second scan of OUT" in err
+    assert runs["surviving"][0]["queues_and_index_built_from"] == FROM_SOURCE
     past = written.last_index - 400
     assert past > 0 and report["plan"]["records_past_committed_position_left_out"] == past
     assert report["message_records"] == 401 and "left out of OUT" in err

@@ -5,6 +5,7 @@ store whose DLedger part holds no committed entry (committedIndex -1) keeps its 
 DLedgerCommitLog.getMaxOffset() does."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -113,7 +114,8 @@ def test_segments_written_direct_equal_buffered(tmp_path):
         log, maps = tmp_path / f"{how}" / "commitlog", tmp_path / f"{how}" / "map"
         log.mkdir(parents=True)
         maps.mkdir()
-        written = [write_segment(t, direct=how) for t in plan.segment_tasks(str(log), str(maps))]
+        tasks = plan.segment_tasks(str(log), str(maps))
+        written = [write_segment(dataclasses.replace(t, direct_io=how)) for t in tasks]
         assert {w.write_mode for w in written} == ({DIRECT_MODE} if how else {BUFFERED_MODE}) or \
             all(w.fallback for w in written)
         assert sum(w.records for w in written) == plan.records

@@ -44,6 +44,7 @@ class SegmentTask:
     prepared_values: tuple[int, ...] = field(default=())
     out_dir: str
     map_dir: str
+    direct_io: bool = True  # O_DIRECT where the filesystem takes it (REPUT_CONVERT_DIRECT_IO=0: buffered)
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,14 @@ def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
     return next(i for i, s in enumerate(sources) if s.start <= offset < s.start + s.size)
 
 
-def write_segment(task: SegmentTask, direct: bool = True) -> SegmentWritten:
+def write_segment(task: SegmentTask) -> SegmentWritten:
     """Write the segment file and its map part (runs in a Spark task). The records are copied chunk by chunk
     straight into the file writer's one aligned buffer (O_DIRECT where the filesystem takes it, io.direct), the
     map part row group by row group. Checks that the records end where the plan put the BLANK (or the log's end)."""
     state = {"pos": task.start, "rewritten": 0}
     name = segment_name(task.start)
     part = Location(task.map_dir).child(f"part-{name}.parquet")
-    out = SegmentFileWriter(Location(task.out_dir).child(name), task.segment_size, direct)
+    out = SegmentFileWriter(Location(task.out_dir).child(name), task.segment_size, task.direct_io)
     try:
         # no dictionary: every id is unique, so the writer's dictionary attempt is wasted (it halves write_table)
         with part.fs.open_output_stream(part.path) as sink, \
