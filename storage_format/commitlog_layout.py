@@ -86,12 +86,12 @@ def layout(sizes: np.ndarray, segment_size: int, start: int = 0) -> Layout:
     _check(sizes, segment_size, start)
     n = len(sizes)
     ends = np.cumsum(sizes)  # ends[i]: where record i ends, counted from the first record's start
-    offsets = np.empty(n, np.int64)
+    offsets = np.subtract(ends, sizes)  # where each starts, counted the same way; moved per segment below
     blanks = []
     first, seg, used = 0, start, 0  # used: the bytes before record `first`, counted like ends
     while first < n:
         stop = int(np.searchsorted(ends, used + segment_size - END_MARKER, side="right"))  # first that does not fit
-        offsets[first:stop] = seg - used + ends[first:stop] - sizes[first:stop]
+        offsets[first:stop] += seg - used
         if stop == n:
             return Layout(offsets, np.asarray(blanks, np.int64), seg + int(ends[-1]) - used, segment_size, start)
         blanks.append(seg + int(ends[stop - 1]) - used)
