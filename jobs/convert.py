@@ -221,9 +221,10 @@ def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[Re
     """One task per accepted DLedger split with records: its records' old and new offsets."""
     tasks = []
     for s in scan.accepted:
-        if s.listed is None or not len(s.listed.offsets):
+        if s.listed is None or not len(s.listed.sizes):
             continue
-        lo, hi = np.searchsorted(plan.old, [int(s.listed.offsets[0]), int(s.listed.offsets[-1]) + 1])
+        lo = int(np.searchsorted(plan.old, s.listed.first))  # the split's records are consecutive in plan.old
+        hi = lo + len(s.listed.sizes)
         tasks.append(RemapTask(work, s.index, plan.old[lo:hi].copy(), plan.layout.offsets[lo:hi].copy()))
     return tasks
 

@@ -28,8 +28,29 @@ class FileRecords:
     prepared: int
 
 
+@dataclass(frozen=True)
+class SplitRecords:
+    """A split's records as a decode task sends them to the driver: consecutive entries, so the first record's
+    offset, the entry header's size and each record's size give every offset (4 bytes per record instead of 12);
+    the transaction ends and the PREPARED count as in FileRecords."""
+
+    first: int
+    header: int
+    sizes: np.ndarray
+    end_offsets: np.ndarray
+    end_prepared: np.ndarray
+    prepared: int
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if not len(self.sizes):
+            return np.zeros(0, np.int64)
+        steps = self.sizes.astype(np.int64) + self.header
+        return self.first + np.concatenate(([0], np.cumsum(steps[:-1])))
+
+
 def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, records: int,
-                limit: int | None) -> FileRecords:
+                limit: int | None) -> SplitRecords:
     """The records of a decoded split: hop the entries of `buf` (absolute offset `base`) from the entry at
     `first_offset` to the record ending at `last_end` (the decode counted `records` of them: checked), or to
     the last record ending at or below `limit` (the dispatch limit: the DLedger committed position)."""
@@ -44,12 +65,12 @@ def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, r
     if not ((n == records and stop == len(data)) or cut):
         raise ValueError(f"listing the entries from commit-log offset {first_offset} found {n} records ending at "
                          f"{base + stop}; the decode found {records} ending at {last_end}")
-    offs, sizes, trans, preps = offs[:n].copy(), sizes[:n].copy(), trans[:n], preps[:n]
-    ends = trans >= 8
-    return FileRecords(offs, sizes, offs[ends], preps[ends], int(np.count_nonzero(trans == TRAN_PREPARED)))
+    ends = trans[:n] >= 8
+    return SplitRecords(int(offs[0]) if n else first_offset + header, header, sizes[:n].copy(), offs[:n][ends],
+                        preps[:n][ends], int(np.count_nonzero(trans[:n] == TRAN_PREPARED)))
 
 
-def concat(parts: list[FileRecords]) -> FileRecords:
+def concat(parts: list[SplitRecords]) -> FileRecords:
     """The listed parts of consecutive splits as one."""
     if not parts:
         return FileRecords(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64),

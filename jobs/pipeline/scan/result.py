@@ -74,7 +74,7 @@ class SplitSummary:
     # kernel was asked to take (its fallback reason; "" when the kernel took it or was not asked).
     decoder: str = ""
     fallback: str = ""
-    # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (convert.records.FileRecords).
+    # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (convert.records.SplitRecords).
     listed: object | None = None
 
     def walk(self) -> SplitWalk:
