@@ -217,8 +217,12 @@ FROM_SOURCE = "the source scan, offsets mapped"
 FROM_READ_BACK = "a read-back scan of OUT (records past the committed position were left out)"
 
 
-def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[RemapTask]:
-    """One task per accepted DLedger split with records: its records' old and new offsets."""
+REMAP_PACK = 4  # splits remapped per Spark task (each task costs a scheduling round trip)
+
+
+def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[tuple[RemapTask, ...]]:
+    """Each accepted DLedger split with records: its records' old and new offsets; in packs of REMAP_PACK
+    consecutive splits per Spark task."""
     tasks = []
     for s in scan.accepted:
         if s.listed is None or not len(s.listed.sizes):
@@ -226,15 +230,15 @@ def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[Re
         lo = int(np.searchsorted(plan.old, s.listed.first))  # the split's records are consecutive in plan.old
         hi = lo + len(s.listed.sizes)
         tasks.append(RemapTask(work, s.index, plan.old[lo:hi].copy(), plan.layout.offsets[lo:hi].copy()))
-    return tasks
+    return [tuple(tasks[i:i + REMAP_PACK]) for i in range(0, len(tasks), REMAP_PACK)]
 
 
 def _out_task(item):
-    """One task of the write job: a new segment, a plain segment copied, or a split's work files remapped."""
+    """One task of the write job: a new segment, a plain segment copied, or a pack of splits' work files remapped."""
     if isinstance(item, SegmentTask):
         return write_segment(item)
-    if isinstance(item, RemapTask):
-        return remap_split(item)
+    if isinstance(item, tuple) and item and isinstance(item[0], RemapTask):
+        return sum(remap_split(t) for t in item)
     return _copy_file(item)
 
 
