@@ -7,7 +7,9 @@ start-up is reported on its own row. Prints one table and writes every figure as
 comparisons, each interleaved in one run: start-up against Spark's defaults (bench.startup), the rate
 against store size (bench.scale, --scale-messages) and RocketMQ's own rebuild (bench.broker; of a DLedger
 store, bench.dledger_broker), crash recovery (bench.recovery, also on a larger store with
---recovery-scale-messages) and rebuild of an LMQ store. The bytes moved feed the scale-out model (bench.iomodel).
+--recovery-scale-messages), rebuild of an LMQ store, and, on a DLedger store, jobs.convert against
+jobs.rebuild as whole processes (bench.convert_pairs, --convert-pairs). The bytes moved feed the scale-out
+model (bench.iomodel).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from jobs.pipeline.runtime.cli import _size
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
-from . import broker, dledger_broker, iomodel, recovery, report, stages
+from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, stages
 from . import scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
@@ -113,6 +115,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--scale-settle", type=float, default=scale.SETTLE_S,
                    help=f"pause in seconds before each --scale-messages run (default {scale.SETTLE_S:g}; "
                         f"see bench/scale.py)")
+    r.add_argument("--convert-pairs", type=int, default=2,
+                   help="with --dledger and stages rebuild and convert: interleaved pairs of jobs.convert and "
+                        "jobs.rebuild as whole processes, and their ratio (issue 21's <= 1.5; default 2, 0: off)")
     r.add_argument("--startup-pairs", type=int, default=3,
                    help="interleaved start-up pairs, reput against Spark's defaults (stage startup; default 3)")
     args = p.parse_args(argv)
@@ -337,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         plain = ensure_store(args.root, dataclasses.replace(spec, dledger=False), args.regenerate)
         dledger_side = dledger_broker.side_by_side(args.dledger_broker_build, store, plain, args.root, args.pairs,
                                                    args.master, args.split_size)
+    convert_runs = None
+    if args.dledger and {"convert", "rebuild"} <= set(wanted) and args.convert_pairs > 0:
+        convert_runs = convert_pairs.side_by_side(store, args.root, args.convert_pairs, args.master, args.split_size)
     print("\n[bench] all figures of this run:")
     print()
     print(report.table(results, info, machine, settings_line))
@@ -364,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     if io_text:
         print()
         print(io_text)
+    if convert_runs is not None:
+        print()
+        print(convert_pairs.table(convert_runs))
     json_out = args.json_out or args.root / "bench-result.json"
     config = {"master": args.master, "split_size": args.split_size, "stages": wanted, "store_dir": str(store),
               "repeat": args.repeat,
@@ -386,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["bytes_per_stage"] = [{**dataclasses.asdict(b)} for b in moved]
     if failures:
         figures["failed_comparisons"] = failures
+    if convert_runs is not None:
+        figures["convert_against_rebuild"] = convert_pairs.summary(convert_runs)
     json_out.write_text(json.dumps(figures, indent=2))
     print(f"\n[bench] figures written to {json_out}")
     for failure in failures:

@@ -19,10 +19,13 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 from jobs.pipeline.build.stage import name_index_files, pending_name  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
-from jobs.pipeline.convert.records import ListTask, list_file  # noqa: E402
-from jobs.pipeline.convert.segments import MAP_DIR, write_segment  # noqa: E402
+from jobs.pipeline.convert.records import concat  # noqa: E402
+from jobs.pipeline.convert.remap import RemapTask, remap_split  # noqa: E402
+from jobs.pipeline.convert.segments import MAP_DIR, SegmentTask, SegmentWritten, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
@@ -31,6 +34,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                        check_store, emit,
                                        json_bytes, parser, progress_quiet, run_process, settings_from,
                                        time_zone)
+from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.session import job_context  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
@@ -87,19 +91,23 @@ def main(argv: list[str] | None = None) -> int:
         timings: dict[str, float] = {}
         started = time.monotonic()
         t0 = time.monotonic()
-        scan = scan_store(sc, store, settings, work=None, with_cq=False, with_keys=False, split_size=args.split_size,
-                          dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet)
+        # One decode of the source: its validity, the listing of every DLedger record (the layout's input) and,
+        # when writing, the consume-queue rows and index keys OUT's files are built from (offsets mapped later).
+        writing = staging is not None
+        scan = scan_store(sc, store, settings, work=staging.work if writing else None, with_cq=writing,
+                          with_keys=writing and settings.message_index_enable, split_size=args.split_size,
+                          dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet,
+                          with_records=True)
         timings["source_scan_s"] = time.monotonic() - t0
         problems = scan.tail_problems()
         if problems:
             raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
         end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
         t0 = time.monotonic()
-        data_files = [s for s in scan.segments if s.header and s.start < end]
-        listed = run_tasks(sc, [ListTask(s, end) for s in data_files], list_file, "list DLedger records", quiet=quiet)
-        plan = make_plan([s for s in scan.segments if not s.header or s.start < end], listed,
+        plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
+                         [concat([s.listed for s in scan.accepted if s.listed is not None])],
                          settings.mapped_file_size_commitlog)
-        timings["list_layout_s"] = time.monotonic() - t0
+        timings["layout_s"] = time.monotonic() - t0
         dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
         left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
         summary = plan_report(plan, scan, left_out)
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                       "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
-        report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet)
+        report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)
         report.update({"plan": summary, "dledger": dledger})
         timings["total_s"] = time.monotonic() - started
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -132,51 +140,122 @@ def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
 
 
 def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
-           timings: dict, quiet: bool) -> dict:
-    """Everything written into the staging directory, checked; returns the report's body."""
+           timings: dict, quiet: bool, left_out: int) -> dict:
+    """Everything written into the staging directory, checked; returns the report's body. Consume queues and
+    index files come from the source scan's work files with the offsets mapped (`convert.remap`), planned from
+    the source scan as rebuild plans them; only when records were left out past the committed position (the
+    source scan's summaries then describe records OUT does not hold) are they built from a read-back scan of OUT
+    (noted on stderr, named in the report)."""
     t0 = time.monotonic()
+    plain = plain_settings(settings)
     log_dir, map_dir = staging.dir.child("commitlog"), staging.dir.child(MAP_DIR)
     log_dir.makedirs()
     map_dir.makedirs()
-    tasks = plan.segment_tasks(log_dir.uri, map_dir.uri)
+    from_source = left_out == 0
+    built_from = FROM_SOURCE if from_source else FROM_READ_BACK
+    args.only, args.topics = None, None
+    if from_source:  # planned before the offsets move: an error names the source's file and byte offset
+        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.defaultParallelism)
+        index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
+    else:
+        print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
+              f"(records past the committed position were left out); slower than mapping the source scan's",
+              file=sys.stderr)
+    direct_io = env.value(DIRECT_IO_ENV) != "0"
+    tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
-    written = run_tasks(sc, tasks, write_segment, "write commit-log segments", quiet=quiet)
-    run_tasks(sc, copies, _copy_file, "copy plain segments", quiet=quiet)
+    remaps = _remap_tasks(scan, plan, staging.work) if from_source else []
+    results = run_tasks(sc, [*tasks, *copies, *remaps], _out_task, "write commit-log segments", quiet=quiet)
+    written = [r for r in results if isinstance(r, SegmentWritten)]
     _copy_tree(store.child("config"), staging.dir.child("config"))
     rewritten = sum(w.prepared_rewritten for w in written)
+    write_modes = _write_modes(written)
     timings["write_s"] = time.monotonic() - t0
     pause_at("after-write")
     t0 = time.monotonic()
-    plain = plain_settings(settings)
-    rescan = scan_store(sc, staging.dir, plain, work=staging.work, with_cq=True, with_keys=plain.message_index_enable,
-                        split_size=args.split_size, generation=args.rocketmq_version, quiet=quiet)
     expect_end = plan.layout.end if plan.records else scan.max_physical_offset
-    if rescan.tail_problems() or rescan.max_physical_offset != expect_end \
-            or rescan.message_records != plan.records + _plain_records(scan):
-        raise JobError(f"the written commit log does not read back as planned (end {rescan.max_physical_offset}, "
-                       f"expected {expect_end}; records {rescan.message_records}); nothing published")
-    args.only, args.topics = None, None
-    cq_tasks = _plan_cq_tasks(rescan, plain, staging, None, 2 * sc.defaultParallelism)
-    index_tasks = _plan_index_tasks(args, rescan, plain, store, staging) if plain.message_index_enable else []
+    if sum(w.records for w in written) != plan.records:
+        raise JobError(f"{sum(w.records for w in written)} records written, {plan.records} planned; nothing published")
+    if from_source:
+        out_scan, records = scan, scan.message_records
+    else:
+        out_scan = scan_store(sc, staging.dir, plain, work=staging.work, with_cq=True,
+                              with_keys=plain.message_index_enable, split_size=args.split_size,
+                              generation=args.rocketmq_version, quiet=quiet)
+        records = out_scan.message_records
+        if out_scan.tail_problems() or out_scan.max_physical_offset != expect_end \
+                or records != plan.records + _plain_records(scan):
+            raise JobError(f"the written commit log does not read back as planned (end {out_scan.max_physical_offset}, "
+                           f"expected {expect_end}; records {records}); nothing published")
+        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.defaultParallelism)
+        index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
     cq_files, firsts, _ = _run_builds(sc, index_tasks + cq_tasks, quiet)
     index_names: list[str] = []
     if plain.message_index_enable:
         index_dir = staging.dir.child("index")
-        names = name_index_files(rescan, firsts, time_zone("--index-name-tz", args.index_name_tz))
+        names = name_index_files(out_scan, firsts, time_zone("--index-name-tz", args.index_name_tz))
         for no, name in sorted(names.items()):
             index_dir.child(pending_name(no)).move_to(index_dir.child(name))
         index_names = [names[no] for no in sorted(names)]
     timings["rebuild_s"] = time.monotonic() - t0
-    cp_source = _write_checkpoint(store, staging.dir, rescan)
+    last_ts = max((s.last_store_ts for s in out_scan.accepted if s.last_store_ts is not None), default=None)
+    cp_source = _write_checkpoint(store, staging.dir, expect_end, last_ts)
     _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + [c[1].rsplit("/", 1)[1]
                                                                                      for c in copies])
     return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
             "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
             "plain_segments_copied": [c[1].rsplit("/", 1)[1] for c in copies],
-            "message_records": rescan.message_records,
-            "max_physical_offset": rescan.max_physical_offset, "prepared_offsets_rewritten": rewritten,
+            "message_records": records,
+            "max_physical_offset": expect_end, "prepared_offsets_rewritten": rewritten,
             "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
-            "msgid_map": MAP_DIR}
+            "msgid_map": MAP_DIR, "segment_writes": write_modes, "queues_and_index_built_from": built_from,
+            "environment": env.in_effect()}
+
+
+DIRECT_IO_ENV = "REPUT_CONVERT_DIRECT_IO"  # "0": segments written through the page cache
+FROM_SOURCE = "the source scan, offsets mapped"
+FROM_READ_BACK = "a read-back scan of OUT (records past the committed position were left out)"
+
+
+REMAP_PACK = 4  # splits remapped per Spark task (each task costs a scheduling round trip)
+
+
+def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[tuple[RemapTask, ...]]:
+    """Each accepted DLedger split with records: its records' old and new offsets; in packs of REMAP_PACK
+    consecutive splits per Spark task."""
+    tasks = []
+    for s in scan.accepted:
+        if s.listed is None or not len(s.listed.sizes):
+            continue
+        lo = int(np.searchsorted(plan.old, s.listed.first))  # the split's records are consecutive in plan.old
+        hi = lo + len(s.listed.sizes)
+        tasks.append(RemapTask(work, s.index, plan.old[lo:hi].copy(), plan.layout.offsets[lo:hi].copy()))
+    return [tuple(tasks[i:i + REMAP_PACK]) for i in range(0, len(tasks), REMAP_PACK)]
+
+
+def _out_task(item):
+    """One task of the write job: a new segment, a plain segment copied, or a pack of splits' work files remapped."""
+    if isinstance(item, SegmentTask):
+        return write_segment(item)
+    if isinstance(item, tuple) and item and isinstance(item[0], RemapTask):
+        return sum(remap_split(t) for t in item)
+    return _copy_file(item)
+
+
+def _write_modes(written: list[SegmentWritten]) -> dict:
+    """How the segments were written (O_DIRECT or buffered, io.direct) and why not directly; a note on stderr
+    when any fell back to buffered writing."""
+    modes: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for w in written:
+        modes[w.write_mode] = modes.get(w.write_mode, 0) + 1
+        if w.fallback:
+            reasons[w.fallback] = reasons.get(w.fallback, 0) + 1
+    if reasons:
+        print(f"reput convert: note: {sum(reasons.values())} of {len(written)} segments written through the page "
+              f"cache instead of O_DIRECT: " + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())),
+              file=sys.stderr)
+    return {"modes": dict(sorted(modes.items())), "direct_io_fallbacks": dict(sorted(reasons.items()))}
 
 
 def _plain_records(scan: ScanResult) -> int:
@@ -202,17 +281,16 @@ def _copy_tree(src: Location, dst: Location) -> None:
                                                                             info.path[len(prefix):]).read_bytes())
 
 
-def _write_checkpoint(store: Location, out: Location, rescan: ScanResult) -> str:
+def _write_checkpoint(store: Location, out: Location, end: int, last_ts: int | None) -> str:
     """The source's checkpoint (store timestamps only in 4.x: they do not change), or one made from the last
     record's storeTimestamp when the source has none; 5.x offsets are set to the new log's end."""
     cp = StoreMarkers.read(store).found_checkpoint
     if cp is None:
-        ts = max((s.last_store_ts for s in rescan.accepted if s.last_store_ts is not None), default=0)
+        ts = last_ts or 0
         out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts), 4))
         return "made from the last record's storeTimestamp (the source has no checkpoint)"
     base = store.child(CHECKPOINT).read_bytes()[:CHECKPOINT_SIZE]
     if cp.has_v5_fields:
-        end = rescan.max_physical_offset
         cp = dataclasses.replace(cp, master_flushed_offset=end, confirm_phy_offset=end)
         out.child(CHECKPOINT).write_bytes(checkpoint_bytes(cp, 5, base))
         return "copied; masterFlushedOffset and confirmPhyOffset set to the new log's end"

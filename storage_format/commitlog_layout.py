@@ -4,7 +4,7 @@ A record goes in the current segment only when its size plus the 8-byte end mark
 (`CommitLog.END_FILE_MIN_BLANK_LENGTH`); otherwise the segment ends with a BLANK record (totalSize = the
 bytes left, BLANK magic, FORMAT.md) at the write position and the record starts the next segment. The
 one home of this rule: storegen's SegmentWriter asks `rolls`, convert lays out a whole log with `layout`
-(a compiled pass, `kernels.layout_kernel`; `layout_reference` is the pure-Python reference, tested equal).
+(vectorised numpy; `layout_reference` is the one-record-at-a-time reference, tested equal).
 Also here: the record's fields convert rewrites (PHYSICALOFFSET, preparedTransactionOffset) and where they sit.
 """
 from __future__ import annotations
@@ -79,15 +79,24 @@ def layout_reference(sizes: np.ndarray, segment_size: int, start: int = 0) -> La
 
 
 def layout(sizes: np.ndarray, segment_size: int, start: int = 0) -> Layout:
-    """The placement rule over every record in one compiled pass (`kernels.layout_kernel.place`)."""
-    from .kernels.layout_kernel import place
-
+    """The placement rule over every record, vectorised: a running sum of the sizes, and per segment one binary
+    search for the first record that does not fit (a few steps for a whole store: no compiled kernel to load on
+    the driver, which cost seconds there)."""
     sizes = np.ascontiguousarray(sizes, np.int64)
     _check(sizes, segment_size, start)
-    offsets = np.empty(len(sizes), np.int64)
-    blanks = np.empty(len(sizes) + 1, np.int64)
-    n_blanks, end = place(sizes, segment_size, start, offsets, blanks)
-    return Layout(offsets, blanks[:n_blanks].copy(), int(end), segment_size, start)
+    n = len(sizes)
+    ends = np.cumsum(sizes)  # ends[i]: where record i ends, counted from the first record's start
+    offsets = np.subtract(ends, sizes)  # where each starts, counted the same way; moved per segment below
+    blanks = []
+    first, seg, used = 0, start, 0  # used: the bytes before record `first`, counted like ends
+    while first < n:
+        stop = int(np.searchsorted(ends, used + segment_size - END_MARKER, side="right"))  # first that does not fit
+        offsets[first:stop] += seg - used
+        if stop == n:
+            return Layout(offsets, np.asarray(blanks, np.int64), seg + int(ends[-1]) - used, segment_size, start)
+        blanks.append(seg + int(ends[stop - 1]) - used)
+        first, seg, used = stop, seg + segment_size, int(ends[stop - 1])
+    return Layout(offsets, np.asarray(blanks, np.int64), start, segment_size, start)
 
 
 def blank_record(at: int, segment_size: int) -> bytes:
@@ -112,7 +121,7 @@ def rewrite_reference(src: bytes | memoryview, src_base: int, old: np.ndarray, s
     """Copy each record from `src` (absolute offset src_base) to `dst` (dst_base) at its new offset, rewriting
     PHYSICALOFFSET to it and, in COMMIT/ROLLBACK records, preparedTransactionOffset through `prepared` (old ->
     new; an offset not in it is left as it is). Returns how many prepared offsets were rewritten. The
-    reference of `kernels.layout_kernel.copy_records` + `rewrite_prepared`."""
+    reference of `kernels.layout_kernel.hop_copy`'s copy + `rewrite_prepared`."""
     done = 0
     for o, s, n in zip(old.tolist(), sizes.tolist(), new.tolist()):
         a, b = o - src_base, n - dst_base
@@ -157,3 +166,19 @@ def hop_entries_reference(buf: bytes | memoryview, base: int, start: int, limit:
         p += size
     return (np.asarray(offs, np.int64), np.asarray(sizes, np.int32), np.asarray(trans, np.int8),
             np.asarray(preps, np.int64), p, ended)
+
+
+def store_host_at(sys_flag: int) -> int:
+    """Where the store host (address, then port) sits in a record with this sysFlag."""
+    return AT_BORN_HOST + (HOST_V6 if sys_flag & FLAG_BORNHOST_V6 else HOST_V4) + 8
+
+
+def one_store_host_reference(buf: bytes | memoryview, base: int, offsets: np.ndarray) -> bool:
+    """Every record at `offsets` (absolute; `buf` starts at `base`) has the first one's store host, address and
+    port (the reference of the one-host check in kernels.layout_kernel.hop_copy)."""
+    hosts = set()
+    for o in np.asarray(offsets).tolist():
+        flag = struct.unpack_from(">i", buf, o - base + AT_SYS_FLAG)[0]
+        at = o - base + store_host_at(flag)
+        hosts.add(bytes(buf[at:at + (HOST_V6 if flag & FLAG_STOREHOST_V6 else HOST_V4)]))
+    return len(hosts) <= 1

@@ -214,3 +214,26 @@ def test_dledger_rounds_alternate_and_the_first_rounds_outputs_are_compared(tmp_
     assert s.compared["consume_queue_files"] == 1 and s.compared["index_files"] == 1
     assert s.ratios()["reput_over_broker_whole_process"] == 0.5
     assert not any((tmp_path / d).exists() for d in ("dledger-broker-store", "dledger-reput-out", "plain-reput-out"))
+
+
+def test_convert_pairs_alternate_and_give_the_ratio_of_the_medians(tmp_path, monkeypatch, capsys) -> None:
+    """bench.convert_pairs: the order alternates, each run is a whole process of its job, the table gives the
+    medians, the ratio of the medians, each pair's ratio and issue 21's target."""
+    from bench import convert_pairs
+
+    order = []
+    walls = {"convert": iter([9.0, 6.0, 7.5]), "rebuild": iter([3.0, 4.0, 5.0])}
+
+    def fake_run(job, store, out, master, split_size):
+        order.append(job)
+        return {"total_s": 1.0, "process_wall_s": next(walls[job]), "other_load_cores": 0.5}
+
+    monkeypatch.setattr(convert_pairs, "run_job", fake_run)
+    monkeypatch.setattr(convert_pairs, "warm_page_cache", lambda store: 0.0)
+    runs = convert_pairs.side_by_side(tmp_path, tmp_path, 3, "local[2]", 1 << 27)
+    assert order == ["convert", "rebuild", "rebuild", "convert", "convert", "rebuild"]
+    s = convert_pairs.summary(runs)
+    assert s["median_process_wall_s"] == {"convert": 7.5, "rebuild": 4.0} and s["ratio"] == 1.875
+    assert s["pair_ratios"] == [3.0, 1.5, 1.5] and s["target"] == 1.5
+    text = convert_pairs.table(runs)
+    assert "convert / rebuild: 1.875 (pairs: 3.0, 1.5, 1.5); issue 21's target <= 1.5" in text

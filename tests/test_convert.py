@@ -22,7 +22,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from storage_format import commitlog_layout
 from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, blank_record, is_transaction_end, layout,
                                              layout_reference, prepared_offset_at, rewrite_reference, rolls)
-from storage_format.kernels.layout_kernel import copy_records, hop_entries, rewrite_prepared
+from storage_format.kernels.layout_kernel import hop_copy, hop_entries, rewrite_prepared
 from tests.conftest import GOLDEN
 from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
 
@@ -87,7 +87,7 @@ def test_hop_kernel_equals_the_reference(golden):
             arr = np.frombuffer(buf[:cut], np.uint8)
             n = cut // 68 + 1
             out = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8), np.empty(n, np.int64)
-            got, stop, ended = hop_entries(arr, base, 0, 2**62, 48, *out)
+            got, stop, ended, _ = hop_entries(arr, base, 0, 2**62, 48, *out)
             ref = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
             assert (stop, ended) == ref[4:] and got == len(ref[0]) and got > 0
             for a, b in zip(out, ref[:4]):
@@ -95,7 +95,7 @@ def test_hop_kernel_equals_the_reference(golden):
             assert ended == (cut == len(buf))
 
 
-def test_copy_kernel_equals_the_reference(golden):
+def test_hop_copy_kernel_equals_the_reference(golden):
     path = _data_files("dledger-clean-small-11")[0]
     base = int(path.name)
     buf = path.read_bytes()
@@ -105,11 +105,26 @@ def test_copy_kernel_equals_the_reference(golden):
     prepared = {int(p): int(p) + 12345 for p in ends[::2]}  # half of them mapped, the rest left as they are
     ref = bytearray(int(new[-1] + sizes[-1] - 1000))
     done_ref = rewrite_reference(buf, base, offs, sizes, new, ref, 1000, prepared)
-    got = np.empty(len(ref), np.uint8)
-    copy_records(np.frombuffer(buf, np.uint8), base, offs, sizes.astype(np.int64), new, got, 1000)
+    got = np.empty(len(buf), np.uint8)
+    cap = len(buf) // 68 + 1
+    got_offs, got_sizes, got_new = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)
+    n, _, ended, copied, one_host, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 2**62, got, 1000,
+                                                got_offs, got_sizes, got_new)
+    assert ended and n == len(offs) and copied == len(ref) and one_host
+    assert got_offs[:n].tolist() == offs.tolist() and got_sizes[:n].tolist() == sizes.tolist()
+    assert got_new[:n].tolist() == new.tolist()
+    got = got[:copied]
     keys = np.array(sorted(prepared), np.int64)
     done = rewrite_prepared(got, 1000, new, keys, np.array([prepared[k] for k in keys.tolist()], np.int64))
     assert got.tobytes() == bytes(ref) and done == done_ref and done > 0
+    cut = len(buf) // 2 + 7  # a chunk ending mid-entry: the walk stops before it, asking for more
+    n, stop, ended, copied, _, _ = hop_copy(np.frombuffer(buf[:cut], np.uint8), base, 0, 48, 2**62,
+                                         np.empty(cut, np.uint8), 1000, got_offs, got_sizes, np.empty(cap, np.int64))
+    ref_cut = commitlog_layout.hop_entries_reference(buf[:cut], base, 0, 2**62)
+    assert (n, stop, ended) == (len(ref_cut[0]), ref_cut[4], 0) and copied == int(ref_cut[1].sum())
+    n, stop, _, copied, _, _ = hop_copy(np.frombuffer(buf, np.uint8), base, 0, 48, 5, got, 1000, got_offs, got_sizes,
+                                     got_new)
+    assert n == 5 and stop == int(offs[5] - base - 48) and copied == int(sizes[:5].sum())
 
 
 # -- the golden DLedger stores converted -------------------------------------------------------------------------
@@ -223,7 +238,16 @@ def test_every_queue_offset_serves_the_same_message(converted, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
+    """Built from the source scan's work files with the offsets mapped (no records left out here), they equal
+    reput's rebuild of OUT's commit log; the segments went out with O_DIRECT (or the report says why not)."""
+    from jobs.convert import FROM_SOURCE, REPORT_NAME
+
     out, _, root = converted[case]
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["queues_and_index_built_from"] == FROM_SOURCE
+    writes = report["segment_writes"]
+    assert sum(writes["modes"].values()) == len(report["segments_written"])
+    assert writes["modes"].get("direct") == len(report["segments_written"]) or writes["direct_io_fallbacks"]
     rebuilt = root / f"{case}-out-rebuild"
     for part in ("consumequeue", "index"):
         assert _tree_digest(out / part) == _tree_digest(rebuilt / part), part
@@ -426,6 +450,9 @@ def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
         runs[reading] = (json.loads(captured.out), captured.err, out)
     assert _tree_digest(store) == before
     report, err, out = runs[None]
+    from jobs.convert import FROM_READ_BACK, FROM_SOURCE
+    assert report["queues_and_index_built_from"] == FROM_READ_BACK and "second scan of OUT" in err
+    assert runs["surviving"][0]["queues_and_index_built_from"] == FROM_SOURCE
     past = written.last_index - 400
     assert past > 0 and report["plan"]["records_past_committed_position_left_out"] == past
     assert report["message_records"] == 401 and "left out of OUT" in err

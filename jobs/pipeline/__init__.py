@@ -17,7 +17,8 @@ live in storage_format/, Spark column functions in udfs/.
   storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
   `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
   (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT),
-  `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link)
+  `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link),
+  `io.direct` (a large output file written from one aligned buffer, O_DIRECT where the filesystem takes it)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
@@ -41,9 +42,10 @@ live in storage_format/, Spark column functions in udfs/.
   of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.timer` (the 5.x timer store:
   warnings, verify's timer findings, what --repair-timer writes)
 - `convert`: jobs.convert (a DLedger store to a plain commit log)
-  `convert` (its stages), `convert.records` (listing a DLedger store's records, one task per data file),
+  `convert` (its stages), `convert.records` (listing a DLedger store's records from the
+  source scan's decoded bytes; the segment writers' hop),
   `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
-  segment and its part of the msgId map)
+  segment and its part of the msgId map), `convert.remap` (the source scan's work files given the new offsets)
 - `catalog`: jobs.catalog
   `catalog.stage` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark

@@ -25,17 +25,17 @@ def warm() -> dict[str, int]:
         column.flags.writeable = False
     index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
     index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
-    sizes, offsets = np.ones(1, np.int64), np.zeros(1, np.int64)
-    layout_kernel.place(sizes, 16, 0, offsets, np.zeros(2, np.int64))
+    offsets = np.zeros(1, np.int64)
     buf = np.frombuffer(bytes(64), np.uint8)  # read-only, as a read chunk is
     layout_kernel.hop_entries(buf, 0, 0, 64, 48, np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int8),
                               np.zeros(1, np.int64))
-    layout_kernel.copy_records(buf, 0, offsets, sizes, offsets, np.zeros(64, np.uint8), 0)
+    layout_kernel.hop_copy(buf, 0, 0, 48, 1, np.zeros(64, np.uint8), 0, np.zeros(1, np.int64), np.zeros(1, np.int32),
+                           np.zeros(1, np.int64))
     layout_kernel.rewrite_prepared(np.zeros(64, np.uint8), 0, offsets, offsets, offsets)
     crc_kernel.crc32(buf, 0, 64)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
-               "place": layout_kernel.place, "hop_entries": layout_kernel.hop_entries,
-               "copy_records": layout_kernel.copy_records, "rewrite_prepared": layout_kernel.rewrite_prepared,
+               "hop_entries": layout_kernel.hop_entries,
+               "hop_copy": layout_kernel.hop_copy, "rewrite_prepared": layout_kernel.rewrite_prepared,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes,
                "crc32": crc_kernel.crc32}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}

@@ -1,6 +1,6 @@
 """The driver's side of convert: from the listed records (numeric arrays) to the new layout, the segment
 tasks and the plan a dry run prints. Per record the driver holds 20 bytes (old offset, size, new offset):
-4 M records take ~80 MB, 50 M ~1 GB; the layout pass itself is one compiled loop (commitlog_layout.layout)."""
+4 M records take ~80 MB, 50 M ~1 GB; the layout itself is a vectorised pass (commitlog_layout.layout)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

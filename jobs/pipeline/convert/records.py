@@ -1,6 +1,7 @@
-"""Listing a DLedger store's records (one Spark task per data file): offset, size, transaction type and, for
-COMMIT/ROLLBACK records, the prepared offset, read by hopping entry headers in bounded chunks. The driver
-gets numeric arrays only (12 bytes per record, plus the few transaction ends): what the layout needs."""
+"""Listing a DLedger store's records: offset, size, transaction type and, for COMMIT/ROLLBACK records, the
+prepared offset, by hopping entry headers. The source scan's decode tasks list their split's records from the
+bytes they just decoded (`list_buffer`: no second read of the store). The driver gets numeric arrays only
+(12 bytes per record, plus the few transaction ends): what the layout needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,20 +11,9 @@ import numpy as np
 from storage_format.dledger import ENTRY_HEADER_SIZE
 from storage_format.kernels.layout_kernel import hop_entries
 from storage_format.record import TRAN_PREPARED
-from storage_format.scan_plan import Segment
 
-from ..io.fs import Location
-
-CHUNK = 64 << 20  # bytes read at a time: a task's memory does not grow with the data file's size
+CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
 MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a chunk can fill
-
-
-@dataclass(frozen=True)
-class ListTask:
-    """One data file to list, up to the absolute offset `limit` (the end of the valid, committed log)."""
-
-    segment: Segment
-    limit: int
 
 
 @dataclass(frozen=True)
@@ -38,37 +28,53 @@ class FileRecords:
     prepared: int
 
 
-def hop(loc: Location, base: int, file_size: int, start: int, limit: int, header: int,
-        want: int | None = None):
-    """Yield (offsets, sizes, trans, preps, chunk, chunk's absolute offset) chunk by chunk walking entries from
-    byte `start` of the file (absolute offset base + start) until the data ends, `limit` or `want` records."""
-    at = start
-    got = 0
-    while at < file_size and (want is None or got < want):
-        length = min(CHUNK, file_size - at)
-        buf = np.frombuffer(loc.read_range(at, length), np.uint8)
-        cap = length // MIN_ENTRY + 1
-        offs, sizes = np.empty(cap, np.int64), np.empty(cap, np.int32)
-        trans, preps = np.empty(cap, np.int8), np.empty(cap, np.int64)
-        n, stop, ended = hop_entries(buf, base + at, 0, limit, header, offs, sizes, trans, preps)
-        if want is not None:
-            n = min(n, want - got)
-        got += n
-        yield offs[:n], sizes[:n], trans[:n], preps[:n], buf, base + at
-        if ended or (n == 0 and stop == 0 and at + length >= file_size):
-            return
-        if stop == 0:
-            raise ValueError(f"{loc.uri}: an entry at byte {at} is larger than {CHUNK} bytes")
-        at += stop
+@dataclass(frozen=True)
+class SplitRecords:
+    """A split's records as a decode task sends them to the driver: consecutive entries, so the first record's
+    offset, the entry header's size and each record's size give every offset (4 bytes per record instead of 12);
+    the transaction ends and the PREPARED count as in FileRecords."""
+
+    first: int
+    header: int
+    sizes: np.ndarray
+    end_offsets: np.ndarray
+    end_prepared: np.ndarray
+    prepared: int
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if not len(self.sizes):
+            return np.zeros(0, np.int64)
+        steps = self.sizes.astype(np.int64) + self.header
+        return self.first + np.concatenate(([0], np.cumsum(steps[:-1])))
 
 
-def list_file(task: ListTask) -> FileRecords:
-    """The records of one data file (runs in a Spark task)."""
-    seg = task.segment
-    parts = [p[:4] for p in hop(Location(seg.path), seg.start, seg.size, 0, task.limit, seg.header)]
-    offs = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    sizes = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int32)
-    trans = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int8)
-    preps = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, np.int64)
-    ends = trans >= 8
-    return FileRecords(offs, sizes, offs[ends], preps[ends], int(np.count_nonzero(trans == TRAN_PREPARED)))
+def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, records: int,
+                limit: int | None) -> SplitRecords:
+    """The records of a decoded split: hop the entries of `buf` (absolute offset `base`) from the entry at
+    `first_offset` to the record ending at `last_end` (the decode counted `records` of them: checked), or to
+    the last record ending at or below `limit` (the dispatch limit: the DLedger committed position)."""
+    data = np.frombuffer(buf, np.uint8)[:last_end - base]
+    start = first_offset - base
+    cap = (len(data) - start) // MIN_ENTRY + 1  # a true bound: untouched capacity costs no memory
+    offs, sizes = np.empty(cap, np.int64), np.empty(cap, np.int32)
+    trans, preps = np.empty(cap, np.int8), np.empty(cap, np.int64)
+    n, stop, ended, _ = hop_entries(data, base, start, 2**62 if limit is None else limit, header, offs, sizes, trans,
+                                 preps)
+    cut = limit is not None and ended and n < records  # the walk met a record ending past the limit
+    if not ((n == records and stop == len(data)) or cut):
+        raise ValueError(f"listing the entries from commit-log offset {first_offset} found {n} records ending at "
+                         f"{base + stop}; the decode found {records} ending at {last_end}")
+    ends = trans[:n] >= 8
+    return SplitRecords(int(offs[0]) if n else first_offset + header, header, sizes[:n].copy(), offs[:n][ends],
+                        preps[:n][ends], int(np.count_nonzero(trans[:n] == TRAN_PREPARED)))
+
+
+def concat(parts: list[SplitRecords]) -> FileRecords:
+    """The listed parts of consecutive splits as one."""
+    if not parts:
+        return FileRecords(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                           np.zeros(0, np.int64), 0)
+    return FileRecords(np.concatenate([p.offsets for p in parts]), np.concatenate([p.sizes for p in parts]),
+                       np.concatenate([p.end_offsets for p in parts]), np.concatenate([p.end_prepared for p in parts]),
+                       sum(p.prepared for p in parts))

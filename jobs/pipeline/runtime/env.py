@@ -37,6 +37,8 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("REPUT_DEBUG", None, "any value but 0: a failure prints its Python traceback too, Spark logs at warn"),
     EnvVar("REPUT_DECODE_KERNEL", "1", "0: every split is decoded by the numpy reference instead of the compiled "
            "kernel (about 10x slower; for comparisons)"),
+    EnvVar("REPUT_CONVERT_DIRECT_IO", "1", "0: convert writes its commit-log segments through the page cache "
+           "instead of with O_DIRECT (comparisons; the report's segment_writes counts them)"),
     EnvVar("REPUT_TEST_PAUSE_AT", None, "a job sleeps at this named point until killed (crash-safety tests)",
            TEST_HOOK),
     EnvVar("REPUT_TEST_PAUSE_MARK", None, "file the paused job writes the point's name to", TEST_HOOK),

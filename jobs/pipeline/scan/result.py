@@ -29,6 +29,7 @@ class SplitTask:
     dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
     lmq: MultiDispatchRules | None = None  # multi-dispatch rules, None when the config turns it off
     kernel: bool = True  # try the compiled one-pass decoder first (storage_format.kernels.split_decode)
+    with_records: bool = False  # list each DLedger record (offset, size, transaction end) in the summary (convert)
 
 
 @dataclass(kw_only=True)
@@ -73,6 +74,8 @@ class SplitSummary:
     # kernel was asked to take (its fallback reason; "" when the kernel took it or was not asked).
     decoder: str = ""
     fallback: str = ""
+    # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (convert.records.SplitRecords).
+    listed: object | None = None
 
     def walk(self) -> SplitWalk:
         return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,

@@ -30,6 +30,7 @@ from storage_format.split_rows import CqRows, QueueStats
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
+from ..convert.records import list_buffer
 from ..runtime import env
 from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
@@ -110,6 +111,7 @@ def decode_split(task: SplitTask) -> SplitSummary:
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
+        _list_records(task, summary, chunk.columns.buf, chunk.columns.base_offset)
         summary.decoder, summary.fallback = decoder, fallback
         fail_once()  # test hook: a task that dies after writing its work files is retried
         pause_at("in-decode-task")
@@ -154,7 +156,16 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
         summary.last_dispatched_offset, summary.last_dispatched_end = summary.last_record_offset, summary.last_record_end
     summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
                                                       sp.segment.header)
+    _list_records(task, summary, buf, base)
     return summary
+
+
+def _list_records(task: SplitTask, summary: SplitSummary, buf, base: int) -> None:
+    """convert's listing of a DLedger split's records, from the bytes just decoded (no second read)."""
+    header = task.split.segment.header
+    if task.with_records and header and summary.records:
+        summary.listed = list_buffer(buf, base, summary.first_offset, summary.last_record_end, header,
+                                     summary.records, task.dispatch_limit)
 
 
 def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int) -> SplitSummary:
@@ -298,13 +309,14 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
-               generation: int | None = None) -> ScanResult:
+               generation: int | None = None, with_records: bool = False) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
     `from_offset` starts at the segment holding that offset (recovery's start segment). With
     `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
     and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
-    multi-dispatch rules; None detects it from the store's marker files.
+    multi-dispatch rules; None detects it from the store's marker files. `with_records` lists each DLedger
+    record in the split summaries (convert's layout input).
     """
     segments = list_segments(store, settings)
     if from_offset is not None:
@@ -313,7 +325,8 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     lmq = multi_dispatch_rules(store, settings, generation)
     kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
-                      with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel)
+                      with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel,
+                      with_records=with_records)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would

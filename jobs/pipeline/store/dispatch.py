@@ -16,6 +16,7 @@ from ..io.fs import Location
 from ..io.store_gate import dledger_home
 from ..scan.result import ScanResult
 from .markers import StoreMarkers
+from .segments import list_segments
 
 
 def store_dispatch_limit(store: Location, settings: BrokerSettings, dledger_flag: str | None = None) -> DispatchLimit:
@@ -49,6 +50,18 @@ def read_dledger_checkpoint(store: Location, settings: BrokerSettings) -> dict[s
         raise StoreFormatError(loc.uri, 0, f"not a DLedger checkpoint ({exc})") from None
 
 
+def dledger_floor(store: Location, settings: BrokerSettings) -> int:
+    """Where dispatch stops when no DLedger entry is committed: DLedgerCommitLog.getMaxOffset() gives the DLedger
+    data's first file offset then (dividedCommitlogOffset: an upgraded store's plain part is dispatched whole),
+    or 0 for a pure DLedger store; with plain segments but no data file yet, the end of the last plain segment
+    (where the broker's recovery creates the first data file)."""
+    segments = list_segments(store, settings)
+    data = [s for s in segments if s.header]
+    if data:
+        return data[0].start
+    return max((s.start + s.size for s in segments), default=0)
+
+
 def dledger_reading(store: Location, settings: BrokerSettings, flag: str | None) -> DledgerReading:
     """Which entries count as dispatched on a DLedger store, and where that stops dispatch."""
     cp = read_dledger_checkpoint(store, settings)
@@ -60,8 +73,10 @@ def dledger_reading(store: Location, settings: BrokerSettings, flag: str | None)
         raise SettingsError(f"--dledger-reading {dledger.READING_CHECKPOINT}: {dledger_home(store, settings).uri} "
                             f"has no checkpoint with a committedIndex to stop at")
     if committed < 0:
-        return DledgerReading(reading, DispatchLimit(0, f"DLedger: {reading.reason}; committedIndex {committed}: "
-                                                        f"nothing is committed"))
+        floor = dledger_floor(store, settings)
+        whole = f"; the plain part below {floor} is dispatched whole" if floor else ""
+        return DledgerReading(reading, DispatchLimit(floor, f"DLedger: {reading.reason}; committedIndex {committed}: "
+                                                            f"no DLedger entry is committed{whole}"))
     start, at = dledger.index_file_of(committed)
     index = dledger_home(store, settings).child(dledger.INDEX_DIR).child(segment_name(start))
     unit = bytes(index.read_range(at, dledger.INDEX_UNIT_SIZE)) if index.exists() else b""

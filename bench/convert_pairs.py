@@ -1,0 +1,74 @@
+"""convert against rebuild as whole processes, interleaved in one run (issue 21: convert's whole process takes no
+more than 1.5x reput's rebuild of the same DLedger store): `python -m jobs.convert` and `python -m jobs.rebuild`
+of the bench store, alternating which goes first, the page cache warmed before each, the other load on the
+machine measured per run; the medians and the ratio of the medians, and each pair's ratio.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .cpu import CpuWatch
+from .report import progress
+from .stages import warm_page_cache
+
+TARGET = 1.5  # issue 21: convert whole process / rebuild whole process
+
+
+def run_job(job: str, store: Path, out: Path, master: str, split_size: int) -> dict:
+    """One timed `python -m jobs.<job>` whole process of the store into `out`: its report's timings, the
+    process wall time and the other processes' load during it."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", f"jobs.{job}", "--store", str(store), "--broker-config", str(store / "broker.conf"),
+           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json", "--quiet"]
+    with CpuWatch() as cpu:
+        t0 = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"jobs.{job} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    figures = dict(json.loads(done.stdout)["timings"])
+    figures["process_wall_s"] = round(wall, 3)
+    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
+    return figures
+
+
+def side_by_side(store: Path, root: Path, pairs: int, master: str, split_size: int) -> dict[str, list[dict]]:
+    """`pairs` interleaved runs of both jobs (convert first on even pairs), with progress lines."""
+    runs: dict[str, list[dict]] = {"convert": [], "rebuild": []}
+    started = time.monotonic()
+    for i in range(pairs):
+        for j, job in enumerate(("convert", "rebuild") if i % 2 == 0 else ("rebuild", "convert")):
+            progress(f"convert/rebuild whole processes ({job})", 2 * i + j, 2 * pairs, started)
+            warm_page_cache(store)
+            runs[job].append(run_job(job, store, root / f"pairs-{job}", master, split_size))
+    return runs
+
+
+def summary(runs: dict[str, list[dict]]) -> dict:
+    """Medians, the ratio of the medians and each pair's ratio (the JSON form)."""
+    med = {job: round(statistics.median(r["process_wall_s"] for r in rs), 3) for job, rs in runs.items() if rs}
+    pairs = [round(c["process_wall_s"] / r["process_wall_s"], 3) for c, r in zip(runs["convert"], runs["rebuild"])]
+    ratio = round(med["convert"] / med["rebuild"], 3) if len(med) == 2 else None
+    return {"median_process_wall_s": med, "ratio": ratio, "pair_ratios": pairs, "target": TARGET, "runs": runs}
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    """The printed comparison."""
+    s = summary(runs)
+    load = [r["other_load_cores"] for rs in runs.values() for r in rs if r.get("other_load_cores") is not None]
+    lines = [f"convert against rebuild, whole processes ({len(runs['convert'])} interleaved pairs, medians; other "
+             f"load {min(load, default=0):.1f}-{max(load, default=0):.1f} cores)"]
+    for job in ("convert", "rebuild"):
+        steps = {k: round(statistics.median(r[k] for r in runs[job]), 2) for k in runs[job][0]
+                 if k.endswith("_s") and k != "process_wall_s" and all(k in r for r in runs[job])}
+        lines.append(f"  jobs.{job:8s} {s['median_process_wall_s'][job]:7.2f} s   {steps}")
+    lines.append(f"  convert / rebuild: {s['ratio']} (pairs: {', '.join(map(str, s['pair_ratios']))}); "
+                 f"issue 21's target <= {TARGET}")
+    return "\n".join(lines)
