@@ -14,6 +14,7 @@ loads and that each reference and test exists):
 | `index_chain.entry_bytes` | `storage_format.index_file.entry_bytes_numpy` | `tests/test_index_file.py::test_compiled_entries_equal_numpy_reference` |
 | `kernel_bytes.java_hash` | `storage_format.java_hash.java_hash` | `tests/test_split_kernel.py::test_kernel_hash_is_javas_string_hash` |
 | `crc_kernel.crc32` | `zlib.crc32` | `tests/test_crc_kernel.py::test_kernel_crc_equals_zlib` |
+| `record_search.find_record` | `storage_format.commitlog.find_first_record` | `tests/test_record_search.py::test_kernel_search_equals_reference_on_golden` |
 
 The other helpers of `kernel_bytes` (byte reads, the property scan, topic checks) and `crc_kernel`'s
 record check are inlined into decode_kernel and tested through it (`tests/test_crc_kernel.py` too).

@@ -103,9 +103,9 @@ def decode_split(task: SplitTask) -> SplitSummary:
             fast = _decode_fast(task)
             if isinstance(fast, SplitSummary):
                 fail_once()
-                fast.decoder = DECODER_KERNEL
+                fast.decoder = DECODER_NO_START if fast.decoder == DECODER_NO_START else DECODER_KERNEL
                 return fast
-            decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
+            decoder, fallback = DECODER_REFERENCE, fast
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
@@ -139,6 +139,8 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
                        find_start=find_start, dated=(MIN_DATE_MS, MAX_DATE_MS),
                        delay_levels_ms=task.settings.delay_levels_ms, header=sp.segment.header,
                        check_crc=task.check_crc)
+    if fast == NO_RECORD_START:
+        return _no_start_summary(task, len(buf))
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
@@ -150,6 +152,15 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
     summary.record_after_end = record_after_clean_end(buf, base, fast.end, sp.global_start, sp.global_stop,
                                                       sp.segment.header)
     return summary
+
+
+def _no_start_summary(task: SplitTask, bytes_read: int) -> SplitSummary:
+    """No record starts in the split (the kernel searched it): the reference's summary of the same bytes
+    (decode_buffer's answer when find_start finds nothing: no record, the walk stops at the split's stop),
+    without searching the range a second time."""
+    sp = task.split
+    return SplitSummary(index=sp.index, first_offset=None, end=ScanEnd(END_STOP, sp.segment.start + sp.stop),
+                        bytes_read=bytes_read, decoder=DECODER_NO_START)
 
 
 def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int) -> SplitSummary:
