@@ -31,6 +31,37 @@ def _source(tmp_path: Path) -> Path:
     return p
 
 
+def test_zero_blocks_become_holes_only_when_asked(tmp_path):
+    """copy_file with zero_holes: the written zeros of the source (a broker that preallocated its last segment)
+    are left as holes in the copy, the same bytes read back; without it they are copied as they are."""
+    src = tmp_path / "src"
+    data = os.urandom(100_000) + bytes(8 << 20) + b"\x01" + bytes((1 << 20) + 5) + b"\x02tail"
+    src.write_bytes(data)
+    with open(src, "r+b") as f:
+        f.truncate(len(data) + (3 << 20))  # and a real hole after
+    before = src.read_bytes()
+    holes = copymod.copy_file(Location(str(src)), Location(str(tmp_path / "holes")), zero_holes=True)
+    plain = copymod.copy_file(Location(str(src)), Location(str(tmp_path / "plain")))
+    assert holes == (copymod.COPY_RANGE_HOLES, len(before), None) and plain == (copymod.COPY_RANGE, len(before), None)
+    assert (tmp_path / "holes").read_bytes() == before == (tmp_path / "plain").read_bytes()
+    assert src.read_bytes() == before
+    assert (tmp_path / "holes").stat().st_blocks * 512 <= 4 * copymod.ZERO_BLOCK  # the blocks holding data
+    assert (tmp_path / "plain").stat().st_blocks * 512 >= 8 << 20  # the written zeros written again
+
+
+def test_warm_mapped_file_broker_keeps_its_zeros(spark, golden, tmp_path):
+    """warmMapedFileEnable=true (the broker preallocates and zero-fills its segments): recover --out copies the
+    last segment's zeros as they are, no holes; the output still equals the broker's recovery."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    conf = tmp_path / "broker.conf"
+    conf.write_text((GOLDEN / CASE / "broker.conf").read_text() + "\nwarmMapedFileEnable=true\n")
+    assert run_recover("--store", str(store), "--broker-config", str(conf), "--out", str(tmp_path / "out"),
+                       "--json") == 0
+    report = json.loads((tmp_path / "out" / "reput-recover-report.json").read_text())
+    assert set(report["copies"]) == {copymod.COPY_RANGE}
+    assert_matches_recovered(tmp_path / "out", CASE)
+
+
 @pytest.mark.parametrize("method", ["range", "stream", "fallback"])
 def test_each_copy_method_is_byte_identical(tmp_path, monkeypatch, method):
     src = _source(tmp_path)
@@ -72,7 +103,9 @@ def test_out_by_copy_and_by_link_equals_the_broker(spark, golden, tmp_path, caps
     before = tree(store)
     report = _recover_out(store, tmp_path / "copied")
     assert_matches_recovered(tmp_path / "copied", CASE)
-    assert set(report["copies"]) == {copymod.COPY_RANGE}
+    assert set(report["copies"]) == {copymod.COPY_RANGE, copymod.COPY_RANGE_HOLES}
+    last = sorted((store / "commitlog").iterdir())[-1]  # the segment the broker writes next: its zeros as holes
+    assert report["copies"][copymod.COPY_RANGE_HOLES] == {"files": 1, "bytes": last.stat().st_size}
     assert "hard link" not in capsys.readouterr().err
     report = _recover_out(store, tmp_path / "linked", "--link-sealed-segments")
     assert_matches_recovered(tmp_path / "linked", CASE)
@@ -120,3 +153,34 @@ def test_in_place_backup_is_linked_and_rolls_back(spark, golden, tmp_path, monke
             assert before[op["path"]] == tree(backup)[op["path"]]
     assert run_recover("--store", str(store), "--rollback", "--backup-dir", str(backup)) == 0
     assert tree(store) == before
+
+
+def test_new_index_files_are_written_with_a_sparse_tail(tmp_path):
+    """The index files recovery creates (and empty ones it renders) are written up to their last entry, the rest
+    a sparse tail: the same bytes as index_file.build_index_file (the broker's file, tested against the golden
+    recoveries in test_recovery), without writing the hundreds of MB of zeros a default-sized file ends with."""
+    import numpy as np
+
+    from jobs.pipeline.recover.write import RecoveryOutput, _new_index_file, write_output
+    from storage_format.index_file import IndexState, build_index_file
+    from storage_format.index_keys import KeyBatch
+    from storage_format.settings import BrokerSettings
+
+    settings = BrokerSettings(max_hash_slot_num=50_000, max_index_num=200_000)  # 4.2 MB files
+    rng = np.random.default_rng(7)
+    n = 3000
+    keys = KeyBatch(rng.integers(0, 2**31 - 1, n).astype(np.int32), np.arange(n, dtype=np.int64) * 300,
+                     np.arange(n, dtype=np.int64) + 1_792_001_971_329)
+    inherited = IndexState(1_792_001_000_000, 4096)
+    out = RecoveryOutput()
+    out.render_zero_tailed["index/new"] = (_new_index_file(keys, settings, inherited, 4), settings.index_file_size)
+    out.render_zero_tailed["index/empty"] = ((), settings.index_file_size)
+    write_output(None, None, out, Location(str(tmp_path / "OUT")), quiet=True)
+    new, empty = tmp_path / "OUT" / "index" / "new", tmp_path / "OUT" / "index" / "empty"
+    assert new.read_bytes() == build_index_file(keys.key_hash, keys.phy, keys.store_ts, settings.max_hash_slot_num,
+                                                settings.max_index_num, inherited)
+    assert empty.read_bytes() == bytes(settings.index_file_size)
+    written = 40 + 4 * settings.max_hash_slot_num + 20 * (n + 1)
+    assert new.stat().st_blocks * 512 < written + (1 << 20) < settings.index_file_size  # the zeros after: a hole
+    assert empty.stat().st_blocks * 512 < (1 << 20)
+    assert set(out.rendered) == {"index/new", "index/empty"}
