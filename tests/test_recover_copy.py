@@ -184,3 +184,21 @@ def test_new_index_files_are_written_with_a_sparse_tail(tmp_path):
     assert new.stat().st_blocks * 512 < written + (1 << 20) < settings.index_file_size  # the zeros after: a hole
     assert empty.stat().st_blocks * 512 < (1 << 20)
     assert set(out.rendered) == {"index/new", "index/empty"}
+
+
+def test_consume_queue_renders_are_dealt_into_few_tasks(tmp_path):
+    """Rewritten consume-queue files go to at most one task per parallel slot (a task per queue costs a Spark
+    round trip each), every file once, each queue's files in order within one task."""
+    from jobs.pipeline.recover.write import _cq_tasks
+
+    queues = [[(f"consumequeue/T/{q}/{f:020d}", None, None, f) for f in range(q % 3 + 1)] for q in range(64)]
+    dest = Location(str(tmp_path))
+    for slots, want in ((2, 2), (5, 5), (100, 64)):
+        tasks = _cq_tasks(queues, dest, slots)
+        assert len(tasks) == want and all(t.dest == dest for t in tasks)
+        items = [it for t in tasks for it in t.items]
+        assert sorted(items) == sorted(it for q in queues for it in q)
+        for t in tasks:
+            for q in queues:
+                mine = [it for it in t.items if it in q]
+                assert mine in ([], q)

@@ -236,8 +236,8 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        tasks = [CqRenderTask(tuple(v), dest) for _, v in sorted(groups.items())]
-        run_tasks(sc, tasks, _render_cq, "consume queues", quiet=quiet)
+        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.defaultParallelism), _render_cq,
+                  "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
     for rel, (chunks, size) in out.render_zero_tailed.items():
@@ -250,6 +250,13 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     if out.full_index:
         return _rebuild_index(sc, plan, dest.child("index"), quiet, tz)
     return []
+
+
+def _cq_tasks(queues: list[list], dest: Location, slots: int) -> list[CqRenderTask]:
+    """The queues' files to render dealt round-robin into at most `slots` tasks (the cluster's default
+    parallelism): a Spark task per queue costs a round trip each, tens of ms, more than rendering a queue."""
+    n = max(1, min(len(queues), slots))
+    return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest) for i in range(n)]
 
 
 def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
