@@ -202,3 +202,24 @@ def test_consume_queue_renders_are_dealt_into_few_tasks(tmp_path):
             for q in queues:
                 mine = [it for it in t.items if it in q]
                 assert mine in ([], q)
+
+
+def test_rendered_consume_queue_files_keep_their_zero_tail_sparse(tmp_path):
+    """A rendered consume-queue file is written through its last non-zero unit, the zeros after as a sparse
+    tail: the same bytes as the whole render (render_queue_file), whatever units are set."""
+    import numpy as np
+
+    from storage_format.consume_queue import CQ_DTYPE
+    from jobs.pipeline.recover.write import used_units
+
+    rng = np.random.default_rng(3)
+    for n, set_at in ((1000, []), (1000, [0]), (1000, [999]), (300_000, [5, 17, 60_000]), (300_000, [70_000])):
+        units = np.zeros(n, CQ_DTYPE)
+        for i in set_at:
+            units[i] = (int(rng.integers(1, 2**40)), 0, 0) if i % 2 else (0, 0, -1)
+        dst = Location(str(tmp_path / f"cq-{n}-{len(set_at)}"))
+        dst.write_with_zero_tail([used_units(units)], units.nbytes)
+        assert Path(dst.path).read_bytes() == units.tobytes()
+        assert len(used_units(units)) == ((max(set_at) + 1) * units.itemsize if set_at else 0)
+        if n == 300_000:
+            assert os.stat(dst.path).st_blocks * 512 < (max(set_at) + 1) * units.itemsize + (1 << 20)

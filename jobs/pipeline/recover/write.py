@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from storage_format import recovery
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
@@ -219,8 +221,17 @@ def _render_cq(task: CqRenderTask) -> int:
         def read(s: int, qdir=qdir) -> bytes:
             """Crash-time bytes of one file of this queue."""
             return Location(f"{qdir}/{file_name(s)}").read_bytes()
-        task.dest.child(rel).write_bytes(recovery.render_queue_file(st, start, read))
+        units = recovery.render_units(st, start, read)
+        task.dest.child(rel).write_with_zero_tail([used_units(units)], units.nbytes)
     return len(task.items)
+
+
+def used_units(units: np.ndarray) -> memoryview:
+    """A rendered consume-queue file's bytes through its last unit holding a non-zero byte: the zeros after
+    are left to write_with_zero_tail (a sparse tail, as the broker's own mapped files have; the same bytes)."""
+    raw = units.view(np.uint8).reshape(len(units), -1)
+    used = np.flatnonzero(raw.any(axis=1))
+    return memoryview(raw[:used[-1] + 1 if len(used) else 0].reshape(-1))
 
 
 def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
