@@ -7,7 +7,6 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
