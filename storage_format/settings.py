@@ -62,6 +62,9 @@ class BrokerSettings:
     mapped_file_size_timer_log: int = 100 * 1024 * 1024
     timer_precision_ms: int = 1000  # as configured; timer_precision is what the broker uses
     timer_skip_unknown_error: bool = False
+    # The broker preallocates (zero-fills) each new segment: recover --out then keeps the zeros of the last
+    # segment written, not left as holes (jobs.pipeline.recover.write).
+    warm_maped_file_enable: bool = False
 
     @property
     def consume_queue_file_size(self) -> int:
@@ -126,6 +129,7 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "mappedFileSizeTimerLog": ("mapped_file_size_timer_log", int),
     "timerPrecisionMs": ("timer_precision_ms", int),
     "timerSkipUnknownError": ("timer_skip_unknown_error", bool),
+    "warmMapedFileEnable": ("warm_maped_file_enable", bool),
 }
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import lmq_kernel as lk, split_kernel as k
+from .record_search import find_record
 from .. import dledger
 from ..commitlog import (END_BAD_MAGIC, END_BLANK, END_CRC_MISMATCH, END_FILE, END_STOP, MIN_RECORD_SIZE,
-                         SCHEDULE_TOPIC, ScanEnd, find_first_start, parse_segment_name)
+                         SCHEDULE_TOPIC, ScanEnd, parse_segment_name)
 from ..multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, JAVA_WHITESPACE, LMQ_PREFIX, LMQ_QUEUE_ID,
                               RETRY_PREFIX, SEPARATOR, SYSTEM_TOPIC_PREFIX, MultiDispatchRules)
 from ..properties import DELAY, KEYS, TAGS, UNIQ_KEY
@@ -42,6 +43,29 @@ _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
 FILE_SEPARATOR = "/"  # java.io.File.separator on the brokers' platforms: 5.x skips names holding it
+
+
+def _read_only(buf) -> np.ndarray:
+    """buf's bytes as a read-only uint8 array (one compiled signature: segment buffers are read-only)."""
+    arr = np.frombuffer(buf, np.uint8)
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
+
+
+def find_first_record_fast(buf, base_offset: int, start: int, stop: int) -> int | None:
+    """commitlog.find_first_record with the compiled search (record_search.find_record)."""
+    arr = _read_only(buf)
+    found = find_record(arr, arr[:len(arr) // 8 * 8].view("<u8"), base_offset, start, stop, MAGIC_V1, MAGIC_V2)
+    return None if found < 0 else int(found)
+
+
+def find_first_start_fast(buf, base_offset: int, start: int, stop: int, header: int = 0) -> int | None:
+    """commitlog.find_first_start with the compiled record search (a DLedger data file's entries too)."""
+    if header:
+        return dledger.find_first_entry(buf, base_offset, start, stop, find_first_record_fast)
+    return find_first_record_fast(buf, base_offset, start, stop)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,13 +132,10 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     `multi_dispatch_configured`, else enableMultiDispatch is unset and a record carrying both properties is
     left to the reference, which refuses it). Positions walked (first_position, the end) are entry positions;
     last_position is the last record's."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:  # one compiled signature: segment buffers are read-only
-        arr = arr.view()
-        arr.flags.writeable = False
+    arr = _read_only(buf)
     first = start
     if find_start:
-        found = find_first_start(buf, base_offset, start, stop, header)
+        found = find_first_start_fast(buf, base_offset, start, stop, header)
         if found is None:
             return NO_RECORD_START  # the reference's answer is cheap here
         first = found
@@ -177,5 +198,5 @@ def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: in
     bytes mid-segment do)."""
     if not end.is_clean or not global_start <= end.offset < global_stop:
         return None
-    found = find_first_start(buf, base_offset, end.offset - base_offset + 1, global_stop - base_offset, header)
+    found = find_first_start_fast(buf, base_offset, end.offset - base_offset + 1, global_stop - base_offset, header)
     return None if found is None else base_offset + found

@@ -13,7 +13,7 @@ def warm() -> dict[str, int]:
     (0 everywhere when all came from the cache)."""
     import numpy as np
 
-    from . import crc_kernel, index_chain, layout_kernel, row_groups, split_kernel
+    from . import crc_kernel, index_chain, layout_kernel, record_search, row_groups, split_kernel
     from ..index_file import SLOT_DTYPE
     from .split_decode import decode_fast
 
@@ -33,11 +33,12 @@ def warm() -> dict[str, int]:
                            np.zeros(1, np.int64))
     layout_kernel.rewrite_prepared(np.zeros(64, np.uint8), 0, offsets, offsets, offsets)
     crc_kernel.crc32(buf, 0, 64)
+    record_search.find_record(buf, buf.view("<u8"), 0, 0, 64, 0, 0)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "hop_entries": layout_kernel.hop_entries,
                "hop_copy": layout_kernel.hop_copy, "rewrite_prepared": layout_kernel.rewrite_prepared,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes,
-               "crc32": crc_kernel.crc32}
+               "crc32": crc_kernel.crc32, "find_record": record_search.find_record}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 
 

@@ -1,14 +1,18 @@
 """Copying a file verbatim by the fastest means that leaves the source untouched: os.copy_file_range between
 local files (the kernel copies without passing the bytes through Python, and reflinks on filesystems that
 share extents, e.g. XFS and Btrfs), a byte stream through the filesystem layer elsewhere (HDFS, S3), and, only
-when asked (--link-sealed-segments), a hard link for files nobody writes again.
+when asked (--link-sealed-segments), a hard link for files nobody writes again; for the segment the broker
+writes next, copy_file_range of its non-zero blocks with the all-zero ones left as holes.
 
 Each copy says how it was made (a `COPY_*` method) so that a job counts the methods in its report and names a
 slower fallback or a non-default link on stderr."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
+
+import numpy as np
 
 import pyarrow.fs as pafs
 
@@ -20,6 +24,10 @@ COPY_RANGE = "copy_file_range"  # local to local, in the kernel (a reflink where
 COPY_STREAM = "stream"  # through the filesystem layer (a filesystem other than the local one)
 COPY_STREAM_FALLBACK = "stream_fallback"  # local files the kernel would not copy (errno named in the report)
 COPY_LINK = "hard_link"  # the opt-in: the destination is another name of the source's inode
+# copy_file_range of the non-zero blocks only, the all-zero blocks left as holes (the segment the broker writes
+# next, when it does not preallocate: a broker without warmMapedFileEnable leaves that segment sparse itself)
+COPY_RANGE_HOLES = "copy_file_range_zero_holes"
+ZERO_BLOCK = 1 << 20  # the unit a zero range becomes a hole in
 
 # copy_file_range refusing the pair (old kernel, cross-filesystem before 5.3, a filesystem without support)
 _NO_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
@@ -51,20 +59,48 @@ def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def copy_range(src: str, dst: str) -> int:
+def _nonzero_runs(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) of a local file cut into runs of ZERO_BLOCK blocks that hold a non-zero byte (the
+    all-zero blocks between them left out)."""
+    if end <= start:
+        return []
+    lo = start - start % mmap.ALLOCATIONGRANULARITY
+    with mmap.mmap(fd, end - lo, prot=mmap.PROT_READ, offset=lo) as m:
+        data = np.frombuffer(m, np.uint8)
+        runs: list[tuple[int, int]] = []
+        for at in range(start, end, ZERO_BLOCK):
+            hi = min(end, at + ZERO_BLOCK)
+            block = data[at - lo:hi - lo]
+            words = block[:len(block) // 8 * 8].view(np.uint64)
+            if words.any() or block[len(words) * 8:].any():
+                if runs and runs[-1][1] == at:
+                    runs[-1] = (runs[-1][0], hi)
+                else:
+                    runs.append((at, hi))
+        del data, block, words
+    return runs
+
+
+def copy_range(src: str, dst: str, zero_holes: bool = False) -> int:
     """Copy local file src to a new dst with os.copy_file_range, data extents only (holes stay holes: the
-    same bytes read back, none written for them); bytes in the file. OSError when the kernel refuses."""
+    same bytes read back, none written for them); bytes in the file. With `zero_holes` the blocks of zeros
+    in the data are left as holes too (read to find them, never written). OSError when the kernel refuses."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
-        for start, end in _data_extents(fin.fileno(), size):
-            done = start
-            while done < end:
-                n = os.copy_file_range(fin.fileno(), fout.fileno(), min(CHUNK, end - done), done, done)
-                if n == 0:
-                    raise OSError(errno.EIO, f"{src} shrank while it was copied")
-                done += n
+        for extent in _data_extents(fin.fileno(), size):
+            for start, end in (_nonzero_runs(fin.fileno(), *extent) if zero_holes else [extent]):
+                _copy_extent(fin.fileno(), fout.fileno(), start, end, src)
         os.ftruncate(fout.fileno(), size)
         return size
+
+
+def _copy_extent(fin: int, fout: int, start: int, end: int, src: str) -> None:
+    done = start
+    while done < end:
+        n = os.copy_file_range(fin, fout, min(CHUNK, end - done), done, done)
+        if n == 0:
+            raise OSError(errno.EIO, f"{src} shrank while it was copied")
+        done += n
 
 
 def copy_stream(src: Location, dst: Location) -> int:
@@ -80,16 +116,18 @@ def copy_stream(src: Location, dst: Location) -> int:
     return total
 
 
-def copy_file(src: Location, dst: Location, link: bool = False) -> tuple[str, int, str | None]:
+def copy_file(src: Location, dst: Location, link: bool = False,
+              zero_holes: bool = False) -> tuple[str, int, str | None]:
     """Copy src to dst (its parent made): (method, bytes, why a local copy fell back to streaming or None).
-    `link`: make dst a hard link of src (both local; check_link_allowed first); bytes is then src's size."""
+    `link`: make dst a hard link of src (both local; check_link_allowed first); bytes is then src's size.
+    `zero_holes`: a local copy leaves src's all-zero blocks as holes in dst (COPY_RANGE_HOLES)."""
     dst.make_parent()
     if link:
         os.link(src.path, dst.path)
         return COPY_LINK, os.stat(dst.path).st_size, None
     if _local(src) and _local(dst) and hasattr(os, "copy_file_range"):
         try:
-            return COPY_RANGE, copy_range(src.path, dst.path), None
+            return (COPY_RANGE_HOLES if zero_holes else COPY_RANGE), copy_range(src.path, dst.path, zero_holes), None
         except OSError as exc:
             if exc.errno not in _NO_RANGE:
                 raise

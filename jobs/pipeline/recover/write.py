@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from storage_format import recovery
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
-from storage_format.index_file import append_to_index_file, build_index_file, empty_file_index_count
+from storage_format.index_file import IndexState, append_to_index_file, empty_file_index_count, index_file_chunks
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
 from ..io.commit_marker import MARKER
@@ -35,17 +37,23 @@ class RecoveryOutput:
 
     render_cq: list[tuple[str, recovery.QueueState, QueueDir | None, int]] = field(default_factory=list)
     render_bytes: dict[str, bytes] = field(default_factory=dict)
+    # files given as their bytes up to the last non-zero part and their size: the zeros after are a sparse
+    # tail where the filesystem has them (the same bytes read back, none written: new and empty index files)
+    render_zero_tailed: dict[str, tuple[tuple[bytes, ...], int]] = field(default_factory=dict)
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
     copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
     sealed: set[str] = field(default_factory=set)  # copies that are sealed commit-log segments (may be linked)
+    # copies whose all-zero blocks stay holes: the last kept segment, which the broker writes next, when the
+    # broker does not preallocate (warmMapedFileEnable off: it leaves that segment sparse past its writes itself)
+    zero_holes: set[str] = field(default_factory=set)
     copied: dict = field(default_factory=dict)  # filled by write_output: how the copies were made
     dirs: tuple[str, ...] = ("commitlog", "consumequeue", "index")  # made in OUT even when empty
 
     @property
     def rendered(self) -> list[str]:
         """Store-relative paths of every file recovery writes."""
-        return [r for r, *_ in self.render_cq] + list(self.render_bytes)
+        return [r for r, *_ in self.render_cq] + list(self.render_bytes) + list(self.render_zero_tailed)
 
 
 def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] = ()) -> RecoveryOutput:
@@ -60,6 +68,8 @@ def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] 
         out.copies += [(f"commitlog/{segment_name(s.start)}", s.path, s.size) for s in kept]
         # sealed: every kept plain segment but the last, which holds the recovery point the broker appends at
         out.sealed |= {f"commitlog/{segment_name(s.start)}" for s in kept[:-1] if not s.header}
+        if kept and not kept[-1].header and not plan.settings.warm_maped_file_enable:
+            out.zero_holes.add(f"commitlog/{segment_name(kept[-1].start)}")
     _queue_output(plan, out, with_copies)
     _index_output(plan, out, with_copies)
     _marker_output(plan, out, with_copies)
@@ -104,14 +114,20 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
                 raise recovery.RecoveryError(f"index/{f.name}: {len(k) - put} keys did not fit the file")
             out.render_bytes[f"index/{f.name}"] = bytes(data)
         elif f.empty_on_disk:
-            out.render_bytes[f"index/{f.name}"] = bytes(settings.index_file_size)
+            out.render_zero_tailed[f"index/{f.name}"] = ((), settings.index_file_size)
         elif with_copies:
             out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
     for name, t in zip(idx.new_names, idx.resume.new_files):
-        k = t.all_keys()
-        out.render_bytes[f"index/{name}"] = build_index_file(k.key_hash, k.phy, k.store_ts, settings.max_hash_slot_num,
-                                                              settings.max_index_num, t.inherited,
-                                                              empty_file_index_count(plan.generation.generation))
+        out.render_zero_tailed[f"index/{name}"] = (_new_index_file(t.all_keys(), settings, t.inherited,
+                                                                   plan.generation.generation),
+                                                   settings.index_file_size)
+
+
+def _new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
+    """A new index file's bytes up to its last entry (index_file.build_index_file without the zero tail)."""
+    return tuple(index_file_chunks(lambda: [(k.key_hash, k.phy, k.store_ts)], settings.max_hash_slot_num,
+                                   settings.max_index_num, inherited, zero_tail=False,
+                                   empty_count=empty_file_index_count(generation)))
 
 
 def _marker_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
@@ -154,13 +170,13 @@ def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[tu
 @dataclass(frozen=True)
 class CopyTask:
     """Files one Spark task copies verbatim."""
-    items: tuple[tuple[str, str, bool], ...]  # (source URI, destination URI, hard-link it)
+    items: tuple[tuple[str, str, bool, bool], ...]  # (source URI, destination URI, hard-link it, zero holes)
 
 
 def _copy(task: CopyTask) -> list[tuple[str, int, str | None]]:
     """Copy files verbatim (runs in a Spark task), each by the fastest safe means (io.copy): (method, bytes,
     why it fell back) per file."""
-    return [copy_file(Location(src), Location(dst), link) for src, dst, link in task.items]
+    return [copy_file(Location(src), Location(dst), link, holes) for src, dst, link, holes in task.items]
 
 
 def copy_counts(results: list[tuple[str, int, str | None]]) -> dict:
@@ -205,8 +221,17 @@ def _render_cq(task: CqRenderTask) -> int:
         def read(s: int, qdir=qdir) -> bytes:
             """Crash-time bytes of one file of this queue."""
             return Location(f"{qdir}/{file_name(s)}").read_bytes()
-        task.dest.child(rel).write_bytes(recovery.render_queue_file(st, start, read))
+        units = recovery.render_units(st, start, read)
+        task.dest.child(rel).write_with_zero_tail([used_units(units)], units.nbytes)
     return len(task.items)
+
+
+def used_units(units: np.ndarray) -> memoryview:
+    """A rendered consume-queue file's bytes through its last unit holding a non-zero byte: the zeros after
+    are left to write_with_zero_tail (a sparse tail, as the broker's own mapped files have; the same bytes)."""
+    raw = units.view(np.uint8).reshape(len(units), -1)
+    used = np.flatnonzero(raw.any(axis=1))
+    return memoryview(raw[:used[-1] + 1 if len(used) else 0].reshape(-1))
 
 
 def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
@@ -222,12 +247,15 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        tasks = [CqRenderTask(tuple(v), dest) for _, v in sorted(groups.items())]
-        run_tasks(sc, tasks, _render_cq, "consume queues", quiet=quiet)
+        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.defaultParallelism), _render_cq,
+                  "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
+    for rel, (chunks, size) in out.render_zero_tailed.items():
+        dest.child(rel).write_with_zero_tail(chunks, size)
     if out.copies:
-        done = run_tasks(sc, _copy_tasks(out.copies, dest, out.sealed if link_sealed else set()), _copy, "copy",
+        done = run_tasks(sc, _copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
+                         _copy, "copy",
                          total_bytes=sum(s for *_, s in out.copies), quiet=quiet)
         out.copied = copy_counts([r for rs in done for r in rs])
     if out.full_index:
@@ -235,11 +263,20 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     return []
 
 
-def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str]) -> list[CopyTask]:
-    """Copies packed into tasks of about COPY_TASK_BYTES; the files in `link` are hard-linked."""
+def _cq_tasks(queues: list[list], dest: Location, slots: int) -> list[CqRenderTask]:
+    """The queues' files to render dealt round-robin into at most `slots` tasks (the cluster's default
+    parallelism): a Spark task per queue costs a round trip each, tens of ms, more than rendering a queue."""
+    n = max(1, min(len(queues), slots))
+    return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest) for i in range(n)]
+
+
+def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
+                zero_holes: set[str] = frozenset()) -> list[CopyTask]:
+    """Copies packed into tasks of about COPY_TASK_BYTES; the files in `link` are hard-linked, those in
+    `zero_holes` keep their all-zero blocks as holes."""
     tasks, cur, size = [], [], 0
     for rel, src, n in copies:
-        cur.append((src, dest.child(rel).uri, rel in link))
+        cur.append((src, dest.child(rel).uri, rel in link, rel in zero_holes))
         size += n
         if size >= COPY_TASK_BYTES:
             tasks.append(CopyTask(tuple(cur)))

@@ -105,9 +105,9 @@ def decode_split(task: SplitTask) -> SplitSummary:
             if isinstance(fast, SplitSummary):
                 fail_once()
                 pause_at("in-decode-task")
-                fast.decoder = DECODER_KERNEL
+                fast.decoder = DECODER_NO_START if fast.decoder == DECODER_NO_START else DECODER_KERNEL
                 return fast
-            decoder, fallback = (DECODER_NO_START, "") if fast == NO_RECORD_START else (DECODER_REFERENCE, fast)
+            decoder, fallback = DECODER_REFERENCE, fast
         chunk, bytes_read = decode_chunk(task)
         summary = _summarise(task, chunk, bytes_read)
         summary.record_after_end = _record_after_zero_end(task, chunk)
@@ -146,6 +146,8 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
                        # multi-dispatch entries are consume-queue rows: without those, none (as the reference)
                        multi_dispatch=task.lmq if task.with_cq else None,
                        multi_dispatch_configured=task.settings.enable_multi_dispatch is not None or not task.with_cq)
+    if fast == NO_RECORD_START:
+        return _no_start_summary(task, len(buf))
     if isinstance(fast, str):
         return fast
     limit = task.dispatch_limit
@@ -166,6 +168,15 @@ def _list_records(task: SplitTask, summary: SplitSummary, buf, base: int) -> Non
     if task.with_records and header and summary.records:
         summary.listed = list_buffer(buf, base, summary.first_offset, summary.last_record_end, header,
                                      summary.records, task.dispatch_limit)
+
+
+def _no_start_summary(task: SplitTask, bytes_read: int) -> SplitSummary:
+    """No record starts in the split (the kernel searched it): the reference's summary of the same bytes
+    (decode_buffer's answer when find_start finds nothing: no record, the walk stops at the split's stop),
+    without searching the range a second time."""
+    sp = task.split
+    return SplitSummary(index=sp.index, first_offset=None, end=ScanEnd(END_STOP, sp.segment.start + sp.stop),
+                        bytes_read=bytes_read, decoder=DECODER_NO_START)
 
 
 def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int) -> SplitSummary:
