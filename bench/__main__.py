@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--recovery-scale-messages", type=int,
                    help="with --broker-build: also the recovery comparison on a store of this many messages (same "
                         "flags otherwise; written if missing), and whether the ratio grew")
+    r.add_argument("--crash-lag-bytes", type=_size, default=recovery.KIT_LAG_BYTES,
+                   help="how far the crashed store's consume queues and index lag its commit log (make_crash.py's "
+                        "--lag-bytes: the broker re-dispatches that much single-threaded; default 4m, the kit's)")
     r.add_argument("--recover-args", default="",
                    help="more flags for jobs.recover in the recovery comparison and stage recover, given "
                         "with =, e.g. --recover-args=--link-sealed-segments (default none: plain --out)")
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     crashed = _compare("making the crashed store", failures,
                        bool(args.broker_build) and ("recovery" in compares or "recover" in wanted),
                        lambda: recovery.crashed_store(args.oracle_kit, args.broker_build, store, args.root,
-                                                      info["records"], info["data_bytes"]), None)
+                                                      info["records"], info["data_bytes"], args.crash_lag_bytes), None)
     out = args.root / "rebuilt"
     results = []
     startup_runs = None
@@ -319,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                                      args.regenerate)
                 large_info = read_store_info(large)
                 large_crashed = recovery.crashed_store(args.oracle_kit, args.broker_build, large, args.root,
-                                                       large_info["records"], large_info["data_bytes"])
+                                                       large_info["records"], large_info["data_bytes"],
+                                                       args.crash_lag_bytes)
                 return recovery.side_by_side(args.oracle_kit, args.broker_build, large_crashed, args.root,
                                              args.pairs, args.master, args.split_size, args.recover_args)
             runs = _compare("recovery side by side on the larger store", failures, True, larger, recovery.table)

@@ -68,10 +68,20 @@ def _links_hold(crashed: Path, store: Path) -> bool:
     return (crashed / "commitlog" / segs[-1].name).exists()
 
 
-def crashed_store(kit: Path, build: Path, store: Path, root: Path, records: int, data_bytes: int) -> CrashedStore:
-    """The crashed store made from `store` with the kit's make_crash.py (reused while it matches)."""
-    out = root / f"crash-{store.name}"
-    marker = root / f"crash-{store.name}.json"
+KIT_LAG_BYTES = 4 << 20  # make_crash.py's default dispatch lag (--lag-bytes)
+
+
+def crash_name(store: Path, lag_bytes: int) -> str:
+    """The crashed store's directory name: the kit's default lag keeps the plain name, another lag is named."""
+    return f"crash-{store.name}" + ("" if lag_bytes == KIT_LAG_BYTES else f"-lag{lag_bytes >> 20}mib")
+
+
+def crashed_store(kit: Path, build: Path, store: Path, root: Path, records: int, data_bytes: int,
+                  lag_bytes: int = KIT_LAG_BYTES) -> CrashedStore:
+    """The crashed store made from `store` with the kit's make_crash.py, consume queues and index lagging the
+    commit log by ~lag_bytes (reused while it matches)."""
+    out = root / crash_name(store, lag_bytes)
+    marker = root / f"{out.name}.json"
     if marker.exists() and _links_hold(out, store):
         crash = json.loads(marker.read_text())
     else:
@@ -82,7 +92,8 @@ def crashed_store(kit: Path, build: Path, store: Path, root: Path, records: int,
             raise BrokerRunError(f"{script}: no such file (the oracle kit's make_crash.py; see --oracle-kit)")
         print(f"[bench] making the crashed store {out} with the kit's make_crash.py (a broker rebuild of the "
               f"store cut short; not timed) ...", flush=True)
-        done = subprocess.run([sys.executable, str(script), str(store), str(build.resolve()), str(out)],
+        done = subprocess.run([sys.executable, str(script), str(store), str(build.resolve()), str(out),
+                               "--lag-bytes", str(lag_bytes)],
                               cwd=kit_cwd(build), capture_output=True, text=True)
         line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("{")), None)
         if done.returncode != 0 or line is None:

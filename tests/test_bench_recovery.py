@@ -197,3 +197,17 @@ def test_model_takes_the_larger_bound_and_says_which() -> None:
     assert "2.00 CPU s per GB, 0.200 bytes read back and 0.500 written" in text
     assert text.splitlines()[-1].split()[-2:] == ["368", "I/O"]
     assert "5,000" in bytes_table([b]) and "0.500" in bytes_table([b])
+
+
+def test_crash_name_keeps_the_kits_default_and_names_another_lag():
+    """The crash at the kit's default lag keeps the name earlier runs reuse; another lag gets its own store."""
+    from bench.recovery import KIT_LAG_BYTES, crash_name
+    store = Path("/x/store-4000000msg-1024mib-seed7")
+    assert crash_name(store, KIT_LAG_BYTES) == "crash-store-4000000msg-1024mib-seed7"
+    assert crash_name(store, 1 << 30) == "crash-store-4000000msg-1024mib-seed7-lag1024mib"
+
+
+def test_crash_lag_flag_parses_sizes():
+    from bench.__main__ import parse_args
+    assert parse_args(["--crash-lag-bytes", "512m"]).crash_lag_bytes == 512 << 20
+    assert parse_args([]).crash_lag_bytes == 4 << 20
