@@ -419,12 +419,7 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
         else:
             found.append(f"DLedger's recovery keeps an entry whose record RocketMQ's checks reject: {end.describe()}; "
                          f"it lies below the write end, so only a dispatch or rebuild that reaches it would stop there")
-    undated = audit.undated_problem()
-    if undated:
-        found.append(undated)
-    if audit.negative_queue_ids is not None:
-        found.append(audit.negative_queue_ids.describe())
-    return found
+    return found + audit.record_problems()
 
 
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:

@@ -219,12 +219,7 @@ def _audit(sc, log: ValidatedLog) -> list[str]:
         found.append(f"the commit log is damaged before the recovery's start segment {segment_name(start)}: "
                      f"{end.describe()}; the broker's recovery does not read it, but a dispatch or rebuild from "
                      f"the start of the commit log would stop there")
-    undated = audit.undated_problem()
-    if undated:
-        found.append(undated)
-    if audit.negative_queue_ids is not None:
-        found.append(audit.negative_queue_ids.describe())
-    return found
+    return found + audit.record_problems()
 
 
 @dataclass(frozen=True)

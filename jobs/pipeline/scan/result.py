@@ -220,6 +220,13 @@ class ScanResult:
         return (f"the record at {seg.path} at byte offset {at - seg.start} (commit-log offset {at}) has a "
                 f"storeTimestamp outside years 1-9999")
 
+    def record_problems(self) -> list[str]:
+        """What the scan found in records it accepted that a later dispatch would trip on or an operator must
+        know: the undated record and the negative queue ids, described for operators."""
+        undated = self.undated_problem()
+        return ([undated] if undated else []) + (
+            [self.negative_queue_ids.describe()] if self.negative_queue_ids is not None else [])
+
     def record_after_end(self) -> int | None:
         """The first record (found by the physicalOffset rule) past the end of the scan, in the end's
         segment or later; None when only zeros or garbage follow."""
