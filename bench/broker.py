@@ -32,8 +32,8 @@ BROKER_FIGURES = ("load_s", "dispatch_s", "flush_s", "end_to_end_s", "process_wa
 REPUT_FIGURES = ("decode_s", "build_s", "total_s", "process_wall_s")
 
 
-class BrokerRunError(Exception):
-    """The broker build could not run the bench store."""
+class BrokerRunError(RuntimeError):
+    """The broker build, or a reput job timed beside it, could not run the bench store."""
 
 
 @dataclass
@@ -131,21 +131,28 @@ def run_broker(build: Path, store: Path, work: Path) -> dict:
     return figures
 
 
-def run_reput(store: Path, out: Path, master: str, split_size: int) -> dict:
-    """One timed `python -m jobs.rebuild` whole process: its report's timings plus the process wall time."""
+def run_job(job: str, store: Path, out: Path, master: str, split_size: int, extra: tuple[str, ...] = ()) -> dict:
+    """One timed `python -m jobs.<job>` whole process of `store` into `out` (plus `extra` flags): its report's
+    timings, the process wall time and the other processes' load during it."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "jobs.rebuild", "--store", str(store), "--broker-config", str(store / "broker.conf"),
-           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json"]
+    cmd = [sys.executable, "-m", f"jobs.{job}", "--store", str(store), "--broker-config", str(store / "broker.conf"),
+           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json", *extra]
     with CpuWatch() as cpu:
         t0 = time.monotonic()
         done = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.monotonic() - t0
     if done.returncode != 0:
-        raise BrokerRunError(f"jobs.rebuild failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-    figures = {k: v for k, v in json.loads(done.stdout)["timings"].items()}
+        raise BrokerRunError(f"jobs.{job} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    report = json.loads(done.stdout)
+    figures = {k: v for k, v in report.get("timings", {}).items() if isinstance(v, (int, float))}
     figures["process_wall_s"] = round(wall, 3)
     figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
     return figures
+
+
+def run_reput(store: Path, out: Path, master: str, split_size: int) -> dict:
+    """One timed `python -m jobs.rebuild` whole process (run_job)."""
+    return run_job("rebuild", store, out, master, split_size)
 
 
 def _digests(root: Path) -> tuple[dict[str, str], list[str]]:

@@ -5,15 +5,12 @@ machine measured per run; the medians and the ratio of the medians, and each pai
 """
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .cpu import CpuWatch
+from . import broker
 from .report import progress
 from .stages import warm_page_cache
 
@@ -21,22 +18,12 @@ TARGET = 1.5  # issue 21: convert whole process / rebuild whole process
 
 
 def run_job(job: str, store: Path, out: Path, master: str, split_size: int) -> dict:
-    """One timed `python -m jobs.<job>` whole process of the store into `out`: its report's timings, the
-    process wall time and the other processes' load during it."""
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", f"jobs.{job}", "--store", str(store), "--broker-config", str(store / "broker.conf"),
-           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json", "--quiet"]
-    with CpuWatch() as cpu:
-        t0 = time.monotonic()
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.monotonic() - t0
-    shutil.rmtree(out, ignore_errors=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"jobs.{job} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-    figures = dict(json.loads(done.stdout)["timings"])
-    figures["process_wall_s"] = round(wall, 3)
-    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
-    return figures
+    """One timed `python -m jobs.<job>` whole process of the store into `out` (broker.run_job, quiet), `out`
+    removed afterwards."""
+    try:
+        return broker.run_job(job, store, out, master, split_size, ("--quiet",))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def side_by_side(store: Path, root: Path, pairs: int, master: str, split_size: int) -> dict[str, list[dict]]:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .broker import BrokerRunError, kit_cwd
+from .broker import BrokerRunError, kit_cwd, run_job
 from .compare import StoreComparison, compare_stores
 from .cpu import CpuWatch
 from .report import progress
@@ -126,21 +126,7 @@ def run_broker_recovery(kit: Path, build: Path, crashed: Path, work: Path) -> di
 def run_reput_recovery(crashed: Path, out: Path, master: str, split_size: int, extra: tuple[str, ...] = ()) -> dict:
     """One timed `python -m jobs.recover --out` whole process (plus `extra` flags, e.g.
     --link-sealed-segments): its report's timings plus the wall time."""
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "jobs.recover", "--store", str(crashed), "--broker-config",
-           str(crashed / "broker.conf"), "--out", str(out), "--master", master, "--split-size", str(split_size),
-           "--json", *extra]
-    with CpuWatch() as cpu:
-        t0 = time.monotonic()
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.monotonic() - t0
-    if done.returncode != 0:
-        raise BrokerRunError(f"jobs.recover failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-    report = json.loads(done.stdout)
-    figures = {k: v for k, v in report.get("timings", {}).items() if isinstance(v, (int, float))}
-    figures["process_wall_s"] = round(wall, 3)
-    figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
-    return figures
+    return run_job("recover", crashed, out, master, split_size, tuple(extra))
 
 
 def _median(runs: list[dict], key: str) -> float | None:

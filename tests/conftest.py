@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,20 @@ def spark():
     session = get_spark("tests", master="local[2]")
     yield session
     session.stop()
+
+
+def pid_gone(pid: int, within_s: float) -> bool:
+    """Process `pid` has ended within `within_s` seconds (reaped here when it is our own child)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # our own child: reap it
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    return False

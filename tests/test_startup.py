@@ -9,10 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import pid_gone
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,17 +28,6 @@ print(json.dumps({"jvm": jvm, "jvm_fds": [os.readlink(f"/proc/{jvm}/fd/{n}") for
 sys.stdout.flush()
 os._exit(0)  # as jobs leave (cli.run_process): the JVM ends itself on the closed pipe
 """
-
-
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize("quiet", [False, True])
@@ -56,7 +46,7 @@ def test_the_jvm_writes_to_a_pipe_of_its_own_and_cleans_up_after_the_job(tmp_pat
     else:
         assert seen["jvm_fds"][0] == seen["jvm_fds"][1] and seen["jvm_fds"][0].startswith("pipe:")
         assert "INFO SparkContext: Running Spark version" in done.stderr  # copied to the driver's stderr
-    assert _gone(seen["jvm"], 120), "the JVM outlived its driver"
+    assert pid_gone(seen["jvm"], 120), "the JVM outlived its driver"
     assert list(local.iterdir()) == [], "Spark's local directories were left behind"
 
 

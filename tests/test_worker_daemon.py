@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from jobs.pipeline.runtime import worker_daemon
+from tests.conftest import pid_gone
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,22 +24,6 @@ spark.stop()
 """
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:  # our own child: reap it
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return True
-        except ChildProcessError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
 def test_python_workers_are_forked_by_the_warm_daemon():
     """A new embedded session's Python workers are children of the process the driver started before its
     JVM (so the pipeline was loaded while the JVM started), with the workers' hash seed; it ends with the driver."""
@@ -48,7 +33,7 @@ def test_python_workers_are_forked_by_the_warm_daemon():
     warm_pid, worker_parent, seed = run.stdout.split()
     assert worker_parent == warm_pid
     assert seed == os.environ.get("PYTHONHASHSEED", "0")
-    assert _gone(int(warm_pid), within_s=30), "the warm daemon outlived its driver"
+    assert pid_gone(int(warm_pid), within_s=30), "the warm daemon outlived its driver"
 
 
 def test_no_warm_daemon_means_the_launcher_loads_itself(monkeypatch, tmp_path):
@@ -92,7 +77,7 @@ def test_a_warm_daemon_ends_when_its_driver_does(tmp_path):
               "print(worker_daemon._warm.pid, flush=True)")
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert _gone(int(run.stdout), within_s=30), "the warm daemon outlived its driver"
+    assert pid_gone(int(run.stdout), within_s=30), "the warm daemon outlived its driver"
 
 
 def test_workers_end_quietly_when_the_jvm_is_gone():
