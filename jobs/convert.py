@@ -25,7 +25,8 @@ from jobs.pipeline.build.stage import name_index_files, pending_name  # noqa: E4
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import concat  # noqa: E402
 from jobs.pipeline.convert.remap import RemapTask, remap_split  # noqa: E402
-from jobs.pipeline.convert.segments import MAP_DIR, SegmentTask, SegmentWritten, write_segment  # noqa: E402
+from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
+from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402

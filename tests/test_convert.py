@@ -334,7 +334,9 @@ def test_old_ids_are_found_through_the_map(converted, capsys):
     from jobs.query import main as query_main
 
     out, conf, _ = converted["dledger-upgrade-11"]
-    row = pq.read_table(out / "reput-msgid-map").slice(5, 1).to_pylist()[0]
+    from jobs.pipeline.convert.msgid_map import with_ids
+
+    row = with_ids(pq.read_table(out / "reput-msgid-map")).slice(5, 1).to_pylist()[0]
     capsys.readouterr()
     query_main(["--store", str(out), "--broker-config", str(conf), "--msg-id", row["old_offset_msg_id"], "--json"])
     r = json.loads(capsys.readouterr().out)
