@@ -165,11 +165,17 @@ def _run_builds(sc: SparkContext, tasks: list,
     """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
     built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the
     index files' first keys and the per-kind task times."""
+    return build_results(run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet))
+
+
+def build_results(results: list) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
+    """What build tasks returned (build_files), gathered: the consume-queue files written, the index files' first
+    keys and the per-kind task times (convert runs its build tasks in its write job)."""
     cq_files: dict[str, int] = {}
     firsts: list[tuple[int, int | None]] = []
     task_seconds = {"consumequeue": 0.0, "index": 0.0}
     longest = {"consumequeue": 0.0, "index": 0.0}
-    for kind, result, seconds in run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet):
+    for kind, result, seconds in results:
         task_seconds[kind] += seconds
         longest[kind] = max(longest[kind], seconds)
         if kind == "index":
