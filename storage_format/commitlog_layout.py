@@ -137,6 +137,16 @@ def rewrite_reference(src: bytes | memoryview, src_base: int, old: np.ndarray, s
     return done
 
 
+def map_offsets_reference(old: np.ndarray, new: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each of `phy` (record offsets among `old`, strictly ascending) as the `new` offset at its place, and the
+    position of the first one not among `old` (-1: none); the reference of `kernels.layout_kernel.map_offsets`
+    (which returns the mapped values up to that position only)."""
+    at = np.searchsorted(old, phy)
+    ok = (at < len(old)) & (old[np.minimum(at, max(len(old) - 1, 0))] == phy) if len(old) else np.zeros(len(phy), bool)
+    bad = np.flatnonzero(~ok)
+    return new[np.where(ok, at, 0)] if len(old) else np.zeros(len(phy), np.int64), int(bad[0]) if len(bad) else -1
+
+
 def hop_entries_reference(buf: bytes | memoryview, base: int, start: int, limit: int, header: int = ENTRY_HEADER_SIZE):
     """convert's listing walk, one entry at a time (the reference of kernels.layout_kernel.hop_entries): from
     buf[start], while a whole entry lies in buf and its record ends at or below the absolute `limit`: each

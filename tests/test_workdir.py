@@ -101,3 +101,27 @@ def test_offset_maps_give_each_listed_offset_its_new_one(tmp_path_factory, olds,
     stray = data.draw(st.integers(0, 2 ** 40).filter(lambda v: v not in set(olds)))
     with pytest.raises(ValueError, match="offsets-000007.arrow: offset .* is no listed record's"):
         m(np.array([*old[rows].tolist(), stray], np.int64))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 45), max_size=60, unique=True), st.data())
+def test_offset_map_kernel_equals_reference(olds, data):
+    """kernels.layout_kernel.map_offsets == commitlog_layout.map_offsets_reference: rows ascending (a split's keys,
+    repeated per record), in any order, with offsets no record has (the first such row is named), read-only or not."""
+    from storage_format.commitlog_layout import map_offsets_reference
+    from storage_format.kernels.layout_kernel import map_offsets
+
+    old = np.array(sorted(olds), np.int64)
+    new = old * 3 - 5
+    listed = st.sampled_from(olds) if olds else st.nothing()
+    pick = st.one_of(listed, st.integers(-5, 2 ** 45 + 5)) if olds else st.integers(-5, 2 ** 45 + 5)
+    phy = np.array(data.draw(st.lists(pick, max_size=80)), np.int64)
+    if data.draw(st.booleans()):
+        phy = np.sort(phy)
+    if data.draw(st.booleans()):
+        phy.flags.writeable = False
+    want, first_bad = map_offsets_reference(old, new, phy)
+    out = np.zeros(len(phy), np.int64)
+    assert map_offsets(old, new, phy, out) == first_bad
+    upto = len(phy) if first_bad < 0 else first_bad
+    assert out[:upto].tolist() == want[:upto].tolist()

@@ -90,16 +90,16 @@ class OffsetMap:
     where: str  # the map file, for errors
 
     def __call__(self, phy: np.ndarray) -> np.ndarray:
-        """Each of `phy` (offsets among `old`) as its new offset; an offset not among `old` is an error."""
-        old = self.old
-        at = np.searchsorted(old, phy)
-        ok = (at < len(old)) & (old[np.minimum(at, max(len(old) - 1, 0))] == phy) if len(old) else \
-            np.zeros(len(phy), bool)
-        if not ok.all():
-            bad = int(phy[np.flatnonzero(~ok)[0]])
-            raise ValueError(f"{self.where}: offset {bad} is no listed record's: the work files and the listing "
-                             f"disagree")
-        return self.new[at]
+        """Each of `phy` (offsets among `old`) as its new offset (compiled: kernels.layout_kernel.map_offsets);
+        an offset not among `old` is an error."""
+        from storage_format.kernels.layout_kernel import map_offsets
+
+        out = np.empty(len(phy), np.int64)
+        bad = map_offsets(self.old, self.new, phy, out)
+        if bad >= 0:
+            raise ValueError(f"{self.where}: offset {int(phy[bad])} is no listed record's: the work files and the "
+                             f"listing disagree")
+        return out
 
 
 def offset_map(work: Location, split_index: int) -> OffsetMap:
