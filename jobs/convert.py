@@ -177,6 +177,8 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     results = run_tasks(sc, items, _out_task, label, quiet=quiet)
     written = [r for r in results if isinstance(r, SegmentWritten)]
     cq_files, firsts, task_timings = build_results([r for r in results if isinstance(r, tuple)])
+    timings.update({"segment_task_s": sum(w.seconds for w in written),
+                    "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     _copy_tree(store.child("config"), staging.dir.child("config"))
     rewritten = sum(w.prepared_rewritten for w in written)
     write_modes = _write_modes(written)

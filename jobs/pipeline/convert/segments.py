@@ -5,6 +5,7 @@ the end when the next record did not fit, zeros to the segment size; and the seg
 msgId map (Parquet, convert.msgid_map)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +42,7 @@ class SegmentTask:
     direct_io: bool = True  # O_DIRECT where the filesystem takes it (REPUT_CONVERT_DIRECT_IO=0: buffered)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SegmentWritten:
     name: str
     records: int
@@ -49,6 +50,7 @@ class SegmentWritten:
     prepared_rewritten: int
     write_mode: str = BUFFERED_MODE  # io.direct's DIRECT_MODE or BUFFERED_MODE
     fallback: str = ""  # why O_DIRECT was not used ("" when it was)
+    seconds: float = 0.0  # the task's time
 
 
 def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
@@ -59,6 +61,7 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
     """Write the segment file and its map part (runs in a Spark task). The records are copied chunk by chunk
     straight into the file writer's one aligned buffer (O_DIRECT where the filesystem takes it, io.direct), the
     map part row group by row group. Checks that the records end where the plan put the BLANK (or the log's end)."""
+    started = time.monotonic()
     state = {"pos": task.start, "rewritten": 0}
     name = segment_name(task.start)
     part = Location(task.map_dir).child(f"part-{name}.parquet")
@@ -72,7 +75,9 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
         raise
     if written != state["pos"] - task.start + (BLANK.size if task.blank_at is not None else 0):
         raise ValueError(f"segment {name}: {written} bytes written, {state['pos'] - task.start} planned")
-    return SegmentWritten(name, task.count, state["pos"] - task.start, state["rewritten"], out.mode, out.fallback)
+    return SegmentWritten(name=name, records=task.count, bytes=state["pos"] - task.start,
+                          prepared_rewritten=state["rewritten"], write_mode=out.mode, fallback=out.fallback,
+                          seconds=time.monotonic() - started)
 
 
 def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
