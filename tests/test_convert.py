@@ -54,6 +54,8 @@ def test_layout_kernel_equals_the_reference(sizes, segment_size, first):
     sizes = np.array(sizes, np.int64)
     start = first * segment_size
     a, b = layout(sizes, segment_size, start), layout_reference(sizes, segment_size, start)
+    c = layout(sizes.astype(np.int32), segment_size, start)  # convert's listing gives int32 sizes
+    assert c.offsets.dtype == np.int64 and c.offsets.tolist() == b.offsets.tolist() and c.end == b.end
     assert a.offsets.tolist() == b.offsets.tolist() and a.blanks.tolist() == b.blanks.tolist() and a.end == b.end
     # every record fits its segment with the end marker's 8 bytes to spare
     seg = (a.offsets - a.start) // segment_size
