@@ -84,6 +84,7 @@ def _warm_once() -> None:
     stage shares them (forked) instead of loading them itself (what the Spark engine's warm daemon does)."""
     global _warmed
     if not _warmed:
+        import pandas  # noqa: F401 - pyarrow's to_numpy() imports it: once here, not in every worker of every stage
         from storage_format.kernels.warm import warm
 
         warm()
