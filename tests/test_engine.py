@@ -39,9 +39,12 @@ CORES = len(os.sched_getaffinity(0))
     ("spark", "recover", "local[2]", False, "spark", None),
     ("local", "rebuild", "local[2]", False, "local", 2),
     ("local", "recover", "local[*]", False, "local", CORES),
+    ("auto", "recover", "local[2]", "running", "spark", None),  # a SparkContext of this process (a notebook's)
+    ("local", "recover", "local[2]", "running", "local", 2),
 ])
 def test_engine_choice(requested, job, master, submitted, engine, workers):
-    choice = choose_engine(requested, job, master, submitted)
+    running = submitted == "running"
+    choice = choose_engine(requested, job, master, submitted is True, spark_running=running)
     assert (choice.name, choice.workers) == (engine, workers)
     assert choice.reason and choice.requested == requested
     assert choice.to_dict()["name"] == engine

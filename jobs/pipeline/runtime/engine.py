@@ -4,7 +4,7 @@ Every job's parallel work goes through one contract, `TaskRunner` (`default_para
 both engines satisfy; `choose_engine` (pure) decides which one a job gets, `job_runner` starts it.
 `--engine auto` is the local engine when the master is `local[...]`, the job is not running under spark-submit
 and the job is one whose runs are small (recover, inspect, verify); Spark otherwise (a cluster master, or
-spark-submit: Spark always). Light to import: pyspark is imported only when the Spark engine is chosen.
+spark-submit: Spark always; a SparkContext already running in this process, e.g. a notebook's, is used). Light to import: pyspark is imported only when the Spark engine is chosen.
 """
 from __future__ import annotations
 
@@ -62,6 +62,12 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def spark_running() -> bool:
+    """A SparkContext is active in this process (looked up without importing pyspark)."""
+    context = sys.modules.get("pyspark.context")
+    return context is not None and context.SparkContext._active_spark_context is not None
+
+
 def local_cores(master: str) -> int | None:
     """N of `local`, `local[N]`, `local[N,F]`, `local[*]` (the cores this process may run on); None for any
     other master (a cluster)."""
@@ -76,9 +82,10 @@ def local_cores(master: str) -> int | None:
     return max(int(n), 1)
 
 
-def choose_engine(requested: str, job: str, master: str, submitted: bool) -> EngineChoice:
-    """The engine for `job` given --engine, the master in effect (--master or REPUT_SPARK_MASTER) and whether
-    the job runs under spark-submit. Raises JobError for an explicit local engine that cannot honour the rest."""
+def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_running: bool = False) -> EngineChoice:
+    """The engine for `job` given --engine, the master in effect (--master or REPUT_SPARK_MASTER), whether the
+    job runs under spark-submit and whether a SparkContext already runs in this process (a notebook's, a
+    test's). Raises JobError for an explicit local engine that cannot honour the rest."""
     cores = local_cores(master)
     if requested == "spark":
         return EngineChoice("spark", requested, "--engine spark")
@@ -94,6 +101,8 @@ def choose_engine(requested: str, job: str, master: str, submitted: bool) -> Eng
         return EngineChoice("spark", requested, "auto: under spark-submit")
     if cores is None:
         return EngineChoice("spark", requested, f"auto: master {master} is a cluster")
+    if spark_running:
+        return EngineChoice("spark", requested, "auto: a SparkContext already runs in this process")
     if job not in LOCAL_UNDER_AUTO:
         return EngineChoice("spark", requested, f"auto: {job} runs on Spark unless --engine local")
     return EngineChoice("local", requested, f"auto: master {master}, not under spark-submit", cores)
@@ -112,8 +121,8 @@ def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineCh
     """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
     choice (named on stderr: one line, unless --quiet)."""
     master = args.master or env.value("REPUT_SPARK_MASTER")
-    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master,
-                           under_spark_submit())
+    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, under_spark_submit(),
+                           spark_running())
     if not args.quiet:
         print(f"reput {job}: note: {choice.line()}", file=sys.stderr, flush=True)
     if choice.name == "local":
