@@ -25,6 +25,7 @@ import traceback
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Callable, Sequence, TypeVar
 
+from . import interrupt
 from .tasks import progress_line
 from .worker_daemon import die_with_parent
 
@@ -107,7 +108,8 @@ class _Pool:
         results: list = [None] * len(self.items)
         done, following = 0, 0
         try:
-            self._fork_all()
+            with interrupt.deferred():  # a signal while forking: every worker forked is known, then killed
+                self._fork_all()
             for conn in list(self.pids):
                 following = self._assign(conn, following)
             last = time.monotonic()
