@@ -84,7 +84,8 @@ LOCAL = [
          engine="local"),
     Case("recover-local-decode-term-everyone", "recover", signal.SIGTERM, pause="in-decode-task", everyone=True,
          engine="local"),
-    Case("recover-local-validated-line-int", "recover", signal.SIGINT, line="[reput] validate:", engine="local"),
+    Case("recover-local-between-renames-int", "recover", signal.SIGINT, pause="between-renames", overwrite=True,
+         engine="local"),
     Case("recover-local-publish-term", "recover", signal.SIGTERM, pause="before-publish-rename", engine="local"),
     Case("recover-local-auto-not-signalled", "recover", signal.SIGINT, never=True),
 ]
@@ -311,6 +312,6 @@ def test_signals_to_the_group_at_every_stage(tmp_path):
 
 def test_signals_with_the_local_engine(tmp_path):
     """recover --out on the local engine, signalled in a forked worker's decode task (to the group, twice, to
-    every process), after a stage, before publishing, and a control run: the same contract as on Spark (no
+    every process), between an --overwrite's renames, before publishing, and a control run: the same contract as on Spark (no
     worker left, no traceback from any process, OUT untouched or complete)."""
     _assert_all(run_cases(LOCAL, tmp_path))
