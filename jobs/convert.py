@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"--dledger-reading surviving to keep them", file=sys.stderr)
         if staging is None:
             report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
-                      "dledger": dledger, "engine": engine.to_dict(), "timings": {k: round(v, 3) for k, v in timings.items()}}
+                      "dledger": dledger, "engine": engine.to_dict(),
+                      "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
         report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)

@@ -312,6 +312,6 @@ def test_signals_to_the_group_at_every_stage(tmp_path):
 
 def test_signals_with_the_local_engine(tmp_path):
     """recover --out on the local engine, signalled in a forked worker's decode task (to the group, twice, to
-    every process), between an --overwrite's renames, before publishing, and a control run: the same contract as on Spark (no
-    worker left, no traceback from any process, OUT untouched or complete)."""
+    every process), between an --overwrite's renames, before publishing, and a control run: the same contract
+    as on Spark (no worker left, no traceback from any process, OUT untouched or complete)."""
     _assert_all(run_cases(LOCAL, tmp_path))

@@ -4,7 +4,8 @@ Every job's parallel work goes through one contract, `TaskRunner` (`default_para
 both engines satisfy; `choose_engine` (pure) decides which one a job gets, `job_runner` starts it.
 `--engine auto` is the local engine when the master is `local[...]`, the job is not running under spark-submit
 and the job is one whose runs are small (recover, inspect, verify); Spark otherwise (a cluster master, or
-spark-submit: Spark always; a SparkContext already running in this process, e.g. a notebook's, is used). Light to import: pyspark is imported only when the Spark engine is chosen.
+spark-submit: Spark always; a SparkContext already running in this process, e.g. a notebook's, is used).
+Light to import: pyspark is imported only when the Spark engine is chosen.
 """
 from __future__ import annotations
 
