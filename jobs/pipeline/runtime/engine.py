@@ -102,10 +102,10 @@ def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_
         return EngineChoice("spark", requested, "auto: under spark-submit")
     if cores is None:
         return EngineChoice("spark", requested, f"auto: master {master} is a cluster")
-    if spark_running:
-        return EngineChoice("spark", requested, "auto: a SparkContext already runs in this process")
     if job not in LOCAL_UNDER_AUTO:
         return EngineChoice("spark", requested, f"auto: {job} runs on Spark unless --engine local")
+    if spark_running:
+        return EngineChoice("spark", requested, "auto: a SparkContext already runs in this process")
     return EngineChoice("local", requested, f"auto: master {master}, not under spark-submit", cores)
 
 
