@@ -1,11 +1,12 @@
 """The two engines (issue 23 item 5): which one --engine auto picks (a pure rule), the local engine's task
 contract (item order, a worker's error raised in the driver as the Spark engine surfaces it, no worker left),
 and the same outputs byte for byte from `--engine spark` and `--engine local` (recover on golden unclean stores,
-rebuild on one), with no pyspark or py4j imported on the local path."""
+rebuild on one), with no pyspark or py4j imported on the local path; workers die with a killed driver."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -226,3 +227,36 @@ def test_the_local_engine_imports_no_pyspark(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert json.loads((tmp_path / "out" / "reput-recover-report.json").read_text())["engine"] == {
         "name": "local", "requested": "auto", "reason": "auto: master local[2], not under spark-submit", "workers": 2}
+
+
+def test_workers_die_with_a_killed_driver(tmp_path):
+    """SIGKILL to the driver alone (nothing of it runs after): its forked workers, one paused inside a decode
+    task, are ended by the kernel (PR_SET_PDEATHSIG), none is left running on its own."""
+    from tests.conftest import private_temp_env
+    from tests.test_signals import MARK_ENV, marked
+
+    store, mark, paused = GOLDEN / "unclean-11", f"engine-{os.getpid()}-{time.time_ns()}", tmp_path / "paused"
+    env = dict(os.environ, **private_temp_env(tmp_path), **{MARK_ENV: mark}, REPUT_TEST_PAUSE_AT="in-decode-task",
+               REPUT_TEST_PAUSE_MARK=str(paused))
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config",
+                             str(store / "broker.conf"), "--out", str(tmp_path / "out"), "--engine", "local",
+                             "--master", "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not paused.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert paused.exists(), "no task reached its pause point"
+        workers = set(marked(mark)) - {proc.pid}
+        assert workers, "no forked worker"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not marked(mark)
+    finally:
+        for pid in marked(mark):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
