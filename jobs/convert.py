@@ -36,7 +36,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                        time_zone)
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
@@ -63,6 +63,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "convert")
     return p.parse_args(argv)
 
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
     with staging if staging is not None else contextlib.nullcontext():  # the run lock is released however it ends
-        sc = job_context(args, "convert")
+        sc, engine = job_runner(args, "convert")
         timings: dict[str, float] = {}
         started = time.monotonic()
         t0 = time.monotonic()
@@ -117,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"--dledger-reading surviving to keep them", file=sys.stderr)
         if staging is None:
             report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
-                      "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
+                      "dledger": dledger, "engine": engine.to_dict(),
+                      "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
         report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)
-        report.update({"plan": summary, "dledger": dledger})
+        report.update({"plan": summary, "dledger": dledger, "engine": engine.to_dict()})
         timings["total_s"] = time.monotonic() - started
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
         staging.publish(json_bytes(report))
@@ -155,7 +157,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     built_from = FROM_SOURCE if from_source else FROM_READ_BACK
     args.only, args.topics = None, None
     if from_source:  # planned before the offsets move: an error names the source's file and byte offset
-        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.defaultParallelism)
+        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
     else:
         print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
@@ -187,7 +189,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                 or records != plan.records + _plain_records(scan):
             raise JobError(f"the written commit log does not read back as planned (end {out_scan.max_physical_offset}, "
                            f"expected {expect_end}; records {records}); nothing published")
-        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.defaultParallelism)
+        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
     cq_files, firsts, _ = _run_builds(sc, index_tasks + cq_tasks, quiet)
     index_names: list[str] = []

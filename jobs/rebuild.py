@@ -35,9 +35,8 @@ from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
-from pyspark import SparkContext  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-report.json"
@@ -73,6 +72,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "a commit log that does not end cleanly")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "rebuild")
     return p.parse_args(argv)
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc = job_context(args, "rebuild")
+    sc, engine = job_runner(args, "rebuild")
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if scan.negative_queue_ids is not None:
             warn("rebuild", scan.negative_queue_ids.describe())
         t0 = time.monotonic()
-        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.defaultParallelism) \
+        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.default_parallelism) \
             if with_cq else []
         index_tasks = _plan_index_tasks(args, scan, settings, store, staging) if with_index else []
         cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
+        report["engine"] = engine.to_dict()
         dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
         if dledger is not None:
             report["dledger"] = dledger
@@ -160,7 +161,7 @@ def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: Brok
     return index_tasks
 
 
-def _run_builds(sc: SparkContext, tasks: list,
+def _run_builds(sc: TaskRunner, tasks: list,
                 quiet: bool) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
     """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
     built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_format import recovery as R
+from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format.checkpoint import Checkpoint, checkpoint_bytes, parse_checkpoint
 from storage_format.commitlog import ScanEnd
 from storage_format.confirm_offset import RecoveredConfirm
@@ -539,11 +540,11 @@ def staged(spark, golden, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("inplace")
     store = writable_copy(golden / "v5-unclean-torn-11", root / "store")
-    plan = plan_recovery(spark.sparkContext, Location(str(store)), load_settings(CONF), Location(str(root / "work")),
+    plan = plan_recovery(SparkRunner(spark.sparkContext), Location(str(store)), load_settings(CONF), Location(str(root / "work")),
                          split_size=0, quiet=True)
     staging = inplace.prepare_staging(store)
     output = plan_output(plan, with_copies=False)
-    write_output(spark.sparkContext, plan, output, Location(str(staging)), True)
+    write_output(SparkRunner(spark.sparkContext), plan, output, Location(str(staging)), True)
     ops = inplace.build_ops(store, staging, output.rendered, output.deleted)
     shutil.move(str(staging), root / "staging")
     return store, root / "staging", ops

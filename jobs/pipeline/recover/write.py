@@ -247,7 +247,7 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.defaultParallelism), _render_cq,
+        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.default_parallelism), _render_cq,
                   "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
