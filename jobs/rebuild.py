@@ -19,8 +19,8 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build.stage import (IndexShare, IndexTask, build_files, name_index_files, pending_name,  # noqa: E402
-                                       plan_cq, plan_index, share_index_tasks)
+from jobs.pipeline.build.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
+                                       pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
@@ -166,10 +166,9 @@ def _run_builds(sc: SparkContext, tasks: list,
     """Run both kinds of build task in one Spark job (the longer index tasks first, a large index file cut into
     shares that the cores build side by side: meanwhile consume-queue tasks keep the other cores busy); returns
     the consume-queue files written, the index files' first keys and the per-kind task times."""
-    index_out = next((t.out for t in tasks if isinstance(t, IndexTask)), None)
-    if index_out is not None and not index_out.writes_in_place:
-        print(f"reput rebuild: note: {index_out.uri} takes no writes side by side into one file: each index file is "
-              f"written by one task as one stream (two passes over its keys)", file=sys.stderr)
+    note = one_stream_note(tasks)
+    if note:
+        print(f"reput rebuild: note: {note}", file=sys.stderr)
     tasks = share_index_tasks(tasks, sc.defaultParallelism)
     cq_files: dict[str, int] = {}
     firsts: list[tuple[int, int | None]] = []

@@ -372,6 +372,16 @@ def share_index_tasks(tasks: list, cores: int) -> list:
     return out
 
 
+def one_stream_note(tasks: list) -> str | None:
+    """What to say on stderr when the index tasks' OUT takes no side-by-side writes into one file (object
+    storage, HDFS): each file is then one task's stream, two passes over its keys. None otherwise."""
+    out = next((t.out for t in tasks if isinstance(t, IndexTask)), None)
+    if out is None or out.writes_in_place:
+        return None
+    return (f"{out.uri} takes no writes side by side into one file: each index file is written by one task as one "
+            f"stream (two passes over its keys)")
+
+
 def build_index_share(share: IndexShare) -> list[tuple[int, int | None]]:
     """Write one share of an index file; the share holding the file's first key returns (file number, that
     key's store time), the others nothing."""
