@@ -2,7 +2,8 @@
 
 The driver plans from split summaries only (counts and ranges); each task reads the slices it needs
 from the work directory, packs whole files with numpy and writes them. Index keys are numbered
-globally by a prefix sum over splits, so every index file is built independently.
+globally by a prefix sum over splits, so every index file is built independently, a large one in shares
+by position that tasks write side by side into the one file (share_index_tasks).
 """
 from __future__ import annotations
 
