@@ -19,7 +19,8 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build.stage import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.build.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
+                                       pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
@@ -163,9 +164,13 @@ def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: Brok
 
 def _run_builds(sc: TaskRunner, tasks: list,
                 quiet: bool) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
-    """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
-    built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the
-    index files' first keys and the per-kind task times."""
+    """Run both kinds of build task in one Spark job (the longer index tasks first, a large index file cut into
+    shares that the cores build side by side: meanwhile consume-queue tasks keep the other cores busy); returns
+    the consume-queue files written, the index files' first keys and the per-kind task times."""
+    note = one_stream_note(tasks)
+    if note:
+        print(f"reput rebuild: note: {note}", file=sys.stderr)
+    tasks = share_index_tasks(tasks, sc.default_parallelism)
     cq_files: dict[str, int] = {}
     firsts: list[tuple[int, int | None]] = []
     task_seconds = {"consumequeue": 0.0, "index": 0.0}
@@ -178,7 +183,8 @@ def _run_builds(sc: TaskRunner, tasks: list,
         else:
             cq_files.update(result)
     timings = {"consumequeue_task_s": task_seconds["consumequeue"], "index_task_s": task_seconds["index"],
-               "longest_consumequeue_task_s": longest["consumequeue"], "longest_index_task_s": longest["index"]}
+               "longest_consumequeue_task_s": longest["consumequeue"], "longest_index_task_s": longest["index"],
+               "index_share_tasks": sum(isinstance(t, IndexShare) for t in tasks)}
     return cq_files, firsts, timings
 
 

@@ -502,6 +502,24 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
         {k: v for k, v in tree(recovered["unclean-11"]).items() if k.startswith(same)}
 
 
+def test_full_index_in_shares_rebuilds_every_index_file(golden, tmp_path, monkeypatch):
+    """--full-index builds its index files as the rebuild does, a large file in shares by parallel tasks: here
+    every file is its own task cut into shares of a few keys each, and the files are the crash-time index."""
+    import jobs.pipeline.build.stage as build
+    share = build.share_index_tasks
+    monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
+    monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)
+    planned: list = []
+    monkeypatch.setattr(build, "share_index_tasks", lambda tasks, cores: planned.extend(share(tasks, 10_000)) or planned)
+    out = tmp_path / "out"
+    assert run_recover("--store", str(golden / "unclean-11"), "--broker-config", str(CONF), "--out", str(out),
+                       "--full-index", "--json") == 0
+    files = manifest("unclean-11")["files"]
+    assert [sha(p) for p in sorted((out / "index").iterdir())] == \
+        [files[k]["sha256"] for k in sorted(k for k in files if k.startswith("index/"))]
+    assert sum(isinstance(t, build.IndexShare) for t in planned) > 2 * len(list((out / "index").iterdir()))
+
+
 def test_bad_store_exits_2_naming_file_and_offset(spark, golden, tmp_path, capsys):
     from jobs.pipeline.runtime.cli import run_main
     from jobs.recover import main
