@@ -146,8 +146,15 @@ def run_job(job: str, store: Path, out: Path, master: str, split_size: int, extr
     report = json.loads(done.stdout)
     figures = {k: v for k, v in report.get("timings", {}).items() if isinstance(v, (int, float))}
     figures["process_wall_s"] = round(wall, 3)
+    engine = report.get("engine") or {}
+    figures["engine"] = f"{engine.get('name', 'spark')} ({engine.get('reason', 'a job without --engine')})"
     figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]
     return figures
+
+
+def engines(runs: list[dict]) -> list[str]:
+    """The engines the runs' reports name (with why), each once, in order."""
+    return list(dict.fromkeys(r["engine"] for r in runs if r.get("engine")))
 
 
 def run_reput(store: Path, out: Path, master: str, split_size: int) -> dict:
@@ -196,6 +203,7 @@ def table(s: SideBySide, title: str = "side by side with RocketMQ 4.9.8") -> str
     for k in BROKER_FIGURES:
         if k in b:
             lines.append(f"  broker {k:<34}{b[k]:>9.2f}")
+    lines += [f"  jobs.rebuild engine: {e}" for e in engines(s.reput)]
     for k in REPUT_FIGURES:
         if k in r:
             lines.append(f"  jobs.rebuild {k:<28}{r[k]:>9.2f}")

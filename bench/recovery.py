@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .broker import BrokerRunError, kit_cwd, run_job
+from .broker import BrokerRunError, engines, kit_cwd, run_job
 from .compare import StoreComparison, compare_stores
 from .cpu import CpuWatch
 from .report import progress
@@ -216,6 +216,7 @@ def table(s: RecoveryRuns) -> str:
             lines.append(f"  broker {k:<32}{b[k]:>9.2f}  [{_runs(s.broker, k)}]")
     if s.recover_args:
         lines.append(f"  jobs.recover run as: --out {' '.join(s.recover_args)}")
+    lines += [f"  jobs.recover engine: {e}" for e in engines(s.reput)]
     for k in REPUT_FIGURES:
         if k in r:
             lines.append(f"  jobs.recover --out {k:<20}{r[k]:>9.2f}  [{_runs(s.reput, k)}]")

@@ -18,7 +18,7 @@ from pathlib import Path
 from jobs.pipeline.io.fs import Location, location
 from jobs.pipeline.scan.stage import scan_store
 from jobs.pipeline.store.segments import list_segments
-from jobs.pipeline.runtime.tasks import run_tasks
+from jobs.pipeline.runtime.tasks import SparkRunner, run_tasks
 from storage_format.scan_plan import Split, plan_splits
 from storage_format.settings import BrokerSettings
 
@@ -140,7 +140,7 @@ def read_only(spark, store: Path, settings: BrokerSettings, split_size: int, rec
     splits = plan_splits(list_segments(location(str(store)), settings), split_size)
     with WorkerMemory() as mem:
         t0 = time.monotonic()
-        read = sum(run_tasks(spark.sparkContext, splits, _read_split, "read", quiet=True))
+        read = sum(run_tasks(SparkRunner(spark.sparkContext), splits, _read_split, "read", quiet=True))
         seconds = time.monotonic() - t0
     return StageResult("read only (same splits)", seconds, records, data_bytes, mem.peak,
                        detail={"bytes_read": read, "tasks": len(splits)},
@@ -151,7 +151,7 @@ def decode_only(spark, store: Path, settings: BrokerSettings, split_size: int, d
     """The scan stage alone: walk, validate and decode every record, per-queue counts; writes nothing."""
     with WorkerMemory() as mem:
         t0 = time.monotonic()
-        scan = scan_store(spark.sparkContext, location(str(store)), settings, split_size=split_size, with_cq=False,
+        scan = scan_store(SparkRunner(spark.sparkContext), location(str(store)), settings, split_size=split_size, with_cq=False,
                           with_keys=False, quiet=True)
         seconds = time.monotonic() - t0
     return StageResult("decode only", seconds, scan.message_records, data_bytes, mem.peak,

@@ -36,7 +36,7 @@ from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -185,15 +185,17 @@ def main(argv: list[str] | None = None) -> int:
                                       "keep it when the store moves or when cataloguing a copy")
     p.add_argument("--include-body", action="store_true", help="also store message bodies (new tables only)")
     add_generation_flag(p)
+    add_engine_flag(p, "catalog")
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     table = location(args.table)
     warn_if_running("catalog", store)
     check_outside(store, table, "--table")
     report_loc = check_report(args, store)
-    sc = job_context(args, "catalog")
+    sc, engine = job_runner(args, "catalog")
     report = catalog(sc, store, table, settings, store_id=args.store_id, include_body=args.include_body,
                      split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
+    report["engine"] = engine.to_dict()
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
 

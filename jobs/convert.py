@@ -21,7 +21,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from jobs.pipeline.build.stage import CqTask, IndexTask, build_files, name_index_files, pending_name  # noqa: E402
+from jobs.pipeline.build.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
+                                      pending_name)
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import concat  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
@@ -37,13 +38,13 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                        time_zone)
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results  # noqa: E402
+from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes  # noqa: E402
 from storage_format.markers import CHECKPOINT  # noqa: E402
 from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
@@ -64,6 +65,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "convert")
     return p.parse_args(argv)
 
 
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
     with staging if staging is not None else contextlib.nullcontext():  # the run lock is released however it ends
-        sc = job_context(args, "convert")
+        sc, engine = job_runner(args, "convert")
         timings: dict[str, float] = {}
         started = time.monotonic()
         t0 = time.monotonic()
@@ -118,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"--dledger-reading surviving to keep them", file=sys.stderr)
         if staging is None:
             report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
-                      "dledger": dledger, "timings": {k: round(v, 3) for k, v in timings.items()}}
+                      "dledger": dledger, "engine": engine.to_dict(),
+                      "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
         report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)
-        report.update({"plan": summary, "dledger": dledger})
+        report.update({"plan": summary, "dledger": dledger, "engine": engine.to_dict()})
         timings["total_s"] = time.monotonic() - started
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
         staging.publish(json_bytes(report))
@@ -158,10 +161,11 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     args.only, args.topics = None, None
     builds: list = []
     if from_source:  # planned before the offsets move: an error names the source's file and byte offset
-        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.defaultParallelism)
+        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
         moved = write_offset_maps(scan, plan, staging.work)
-        builds = [dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks]
+        builds = shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
+                               sc.default_parallelism, "convert")
     else:
         print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
               f"(records past the committed position were left out); slower than mapping the source scan's",
@@ -169,14 +173,14 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
-    # the longest first (index files, then segments by size): the last tasks to start are the short ones
-    index_builds = [b for b in builds if isinstance(b, IndexTask)]
+    # the longest first (index files or their shares, then segments by size): the last to start are the short ones
+    index_builds = [b for b in builds if not isinstance(b, CqTask)]
     tasks.sort(key=lambda t: -t.count)
-    items = [*index_builds, *tasks, *copies, *[b for b in builds if not isinstance(b, IndexTask)]]
+    items = [*index_builds, *tasks, *copies, *[b for b in builds if isinstance(b, CqTask)]]
     label = "write commit-log segments" + (" + consume queues + index files" if builds else "")
     results = run_tasks(sc, items, _out_task, label, quiet=quiet)
     written = [r for r in results if isinstance(r, SegmentWritten)]
-    cq_files, firsts, task_timings = build_results([r for r in results if isinstance(r, tuple)])
+    cq_files, firsts, task_timings = build_results([r for r in results if isinstance(r, tuple)], builds)
     timings.update({"segment_task_s": sum(w.seconds for w in written),
                     "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     _copy_tree(store.child("config"), staging.dir.child("config"))
@@ -199,7 +203,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                 or records != plan.records + _plain_records(scan):
             raise JobError(f"the written commit log does not read back as planned (end {out_scan.max_physical_offset}, "
                            f"expected {expect_end}; records {records}); nothing published")
-        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.defaultParallelism)
+        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
         cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
     timings.update(task_timings)
@@ -235,7 +239,7 @@ def _out_task(item):
     (rows read with their new offsets)."""
     if isinstance(item, SegmentTask):
         return write_segment(item)
-    if isinstance(item, (CqTask, IndexTask)):
+    if isinstance(item, (CqTask, IndexTask, IndexShare)):
         return build_files(item)
     return _copy_file(item)
 

@@ -14,7 +14,7 @@ from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 
 
 LMQ_SHOWN = 5  # LMQ queues named in the human summary (a store can have 100,000s; --json lists all)
@@ -50,14 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("inspect", "Summarise a RocketMQ store's commit log (records, queues, where the data ends).")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "inspect")
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     warn_if_running("inspect", store)
     report_loc = check_report(args, store)
-    sc = job_context(args, "inspect")
+    sc, engine = job_runner(args, "inspect")
     result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
                         generation=args.rocketmq_version, quiet=progress_quiet(args))
     report = summary(result)
+    report["engine"] = engine.to_dict()
     dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
     if dledger is not None:
         report["dledger"] = dledger

@@ -19,7 +19,8 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build.stage import build_files, name_index_files, pending_name, plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.build.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
+                                       pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
@@ -35,9 +36,8 @@ from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
-from pyspark import SparkContext  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = "reput-report.json"
@@ -73,6 +73,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "a commit log that does not end cleanly")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "rebuild")
     return p.parse_args(argv)
 
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc = job_context(args, "rebuild")
+    sc, engine = job_runner(args, "rebuild")
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if scan.negative_queue_ids is not None:
             warn("rebuild", scan.negative_queue_ids.describe())
         t0 = time.monotonic()
-        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.defaultParallelism) \
+        cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.default_parallelism) \
             if with_cq else []
         index_tasks = _plan_index_tasks(args, scan, settings, store, staging) if with_index else []
         cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
+        report["engine"] = engine.to_dict()
         dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
         if dledger is not None:
             report["dledger"] = dledger
@@ -160,17 +162,28 @@ def _plan_index_tasks(args: argparse.Namespace, scan: ScanResult, settings: Brok
     return index_tasks
 
 
-def _run_builds(sc: SparkContext, tasks: list,
+def _run_builds(sc: TaskRunner, tasks: list,
                 quiet: bool) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
-    """Run both kinds of build task in one Spark job (the longer index tasks first: while an index file is
-    built, consume-queue tasks keep the other cores busy); returns the consume-queue files written, the
-    index files' first keys and the per-kind task times."""
-    return build_results(run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet))
+    """Run both kinds of build task in one Spark job (the longer index tasks first, a large index file cut into
+    shares that the cores build side by side: meanwhile consume-queue tasks keep the other cores busy); returns
+    the consume-queue files written, the index files' first keys and the per-kind task times."""
+    tasks = shared_builds(tasks, sc.default_parallelism, "rebuild")
+    return build_results(run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet), tasks)
 
 
-def build_results(results: list) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
-    """What build tasks returned (build_files), gathered: the consume-queue files written, the index files' first
-    keys and the per-kind task times (convert runs its build tasks in its write job)."""
+def shared_builds(tasks: list, cores: int, job: str) -> list:
+    """The build tasks with large index files cut into shares (share_index_tasks); a note on stderr where OUT
+    takes no side-by-side writes into one file (one_stream_note)."""
+    note = one_stream_note(tasks)
+    if note:
+        print(f"reput {job}: note: {note}", file=sys.stderr)
+    return share_index_tasks(tasks, cores)
+
+
+def build_results(results: list,
+                  tasks: list) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
+    """What build tasks (`tasks`) returned (build_files), gathered: the consume-queue files written, the index
+    files' first keys and the per-kind task times (convert runs its build tasks in its write job)."""
     cq_files: dict[str, int] = {}
     firsts: list[tuple[int, int | None]] = []
     task_seconds = {"consumequeue": 0.0, "index": 0.0}
@@ -183,7 +196,8 @@ def build_results(results: list) -> tuple[dict[str, int], list[tuple[int, int | 
         else:
             cq_files.update(result)
     timings = {"consumequeue_task_s": task_seconds["consumequeue"], "index_task_s": task_seconds["index"],
-               "longest_consumequeue_task_s": longest["consumequeue"], "longest_index_task_s": longest["index"]}
+               "longest_consumequeue_task_s": longest["consumequeue"], "longest_index_task_s": longest["index"],
+               "index_share_tasks": sum(isinstance(t, IndexShare) for t in tasks)}
     return cq_files, firsts, timings
 
 

@@ -39,7 +39,7 @@ from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
 from jobs.pipeline.recover.write import copy_notices, plan_output, write_output  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
 
@@ -65,6 +65,7 @@ def _args(argv: list[str] | None):
     p.add_argument("--full-index", action="store_true",
                    help="rebuild the whole index from the valid commit log instead of resuming it")
     add_dledger_flag(p)
+    add_engine_flag(p, "recover")
     p.add_argument("--rocketmq-version", type=int, choices=(4, 5),
                    help="RocketMQ generation that wrote the store (default: detected from abort/abort.bak/checkpoint)")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of new index file names (default UTC)")
@@ -213,11 +214,12 @@ def _own_work(args, default: Callable[[], Location]) -> Location:
 
 def _dry_run(args, store: Location, settings, kw) -> int:
     """Plan only: print (and write) the plan; no store files are written."""
-    sc = job_context(args, "recover")
+    sc, args.engine_choice = job_runner(args, "recover")
     work = _own_work(args, lambda: location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     with removed_after(work):
         plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
+        summary["engine"] = args.engine_choice.to_dict()
     _write_plan(args, summary)
     if args.json:
         print_json(summary)
@@ -248,7 +250,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     if args.link_sealed_segments:
         _check_link(args, store, out, settings)
     staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc = job_context(args, "recover")
+    sc, args.engine_choice = job_runner(args, "recover")
     started = time.monotonic()
     with staging, removed_after(_own_work(args, lambda: staging.work)) as work:
         planner, outputs = _planner(args)
@@ -261,6 +263,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
         for line in copy_notices(output.copied):
             warn("recover", line)
         summary = plan.to_dict()
+        summary["engine"] = args.engine_choice.to_dict()
         summary["copies"] = output.copied
         if names:
             summary["index"]["to_create"] = names
@@ -304,13 +307,14 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     backup = Path(args.backup_dir).resolve()
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
-    sc = job_context(args, "recover")
+    sc, args.engine_choice = job_runner(args, "recover")
     started = time.monotonic()
     work = _own_work(args, lambda: Location(str(path / ".reput-recover.work")))
     with removed_after(work):
         planner, outputs = _planner(args)
         plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
+        summary["engine"] = args.engine_choice.to_dict()
         _write_plan(args, summary)
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")

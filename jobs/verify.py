@@ -23,7 +23,6 @@ import uuid  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
-from pyspark import SparkContext  # noqa: E402
 
 from jobs.pipeline.build.stage import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
@@ -34,7 +33,7 @@ from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
-from jobs.pipeline.runtime.session import job_context  # noqa: E402
+from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
 from jobs.pipeline.verify.cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
@@ -64,7 +63,7 @@ def work_location(store: Location, work_dir: str | None) -> Location:
     return work
 
 
-def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
+def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
            limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
            in_flight_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
@@ -88,7 +87,7 @@ def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Lo
         found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, offset=odd.byte_offset,
                   commitlog_offset=odd.offset, queue_id=odd.queue_id, message=odd.describe())
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
-    parallelism = sc.defaultParallelism
+    parallelism = sc.default_parallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism)
@@ -119,7 +118,7 @@ def verify(sc: SparkContext, store: Location, settings: BrokerSettings, work: Lo
     return scan, found, stats
 
 
-def check_dledger_index(sc: SparkContext, store: Location, settings: BrokerSettings, scan: ScanResult,
+def check_dledger_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult,
                         found: Findings, quiet: bool) -> int:
     """dledger-<id>/index/ against the entries in the data files; returns the units compared."""
     home = dledger_home(store, settings)
@@ -157,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"always complete; at most 20 per file and kind)")
     add_generation_flag(p)
     add_dledger_flag(p)
+    add_engine_flag(p, "verify")
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     report_loc = check_report(args, store)
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = work_location(store, args.work_dir)
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
-    sc = job_context(args, "verify")
+    sc, engine = job_runner(args, "verify")
     started = time.monotonic()
     with removed_after(work):
         work.makedirs()
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if timer is not None:
         report["timer"] = timer.to_dict()
     report["dispatch"] = dispatch_report("verify", limit, scan)
+    report["engine"] = engine.to_dict()
     dledger = dledger_section("verify", store, settings, args.dledger_reading, scan)
     if dledger is not None:
         report["dledger"] = dledger

@@ -289,6 +289,52 @@ def index_file_chunks(chunks: KeyChunks, slots: int, max_entries: int, inherited
         tail -= len(block)
 
 
+def index_file_ranges(chunks: KeyChunks, hashes_before: Callable[[], Iterable[np.ndarray]], keys_before: int,
+                      first_key: tuple[int, int] | None, slots: int, max_entries: int, inherited: IndexState,
+                      last_part: bool, empty_count: int = 1) -> Iterator[tuple[int, np.ndarray | bytes]]:
+    """One share of a fresh index file's bytes as (byte offset, bytes): the entries at positions keys_before + 1,
+    ... from `chunks` (this share's keys, in dispatch order), and for the `last_part` the header and the slot
+    table after them. Shares cut the file's keys at any positions; together they write what
+    index_file_chunks streams (position 0 and the zero tail stay unwritten: a fresh file reads zeros there).
+
+    One pass over the share's keys: a slot's previous position comes from the keys before the share, known
+    from their hashes alone (`hashes_before`, keys_before of them), and the last share's newest positions
+    per slot, once its entries are done, are the slot table. `first_key` is the file's first key's (store
+    time, offset): the begin fields of the header, and the begin timestamp every put but the first sees.
+    """
+    current = np.zeros(slots, SLOT_DTYPE)  # newest position per slot so far
+    seen = 0
+    for key_hash in hashes_before():
+        newest_by_hash(read_only(key_hash), slots, current, seen + 1)
+        seen += len(key_hash)
+    if seen != keys_before:
+        raise ValueError(f"{seen} keys before the share, expected {keys_before}")
+    layout = IndexLayout(slots, max_entries)
+    inherited_ts = max(inherited.end_timestamp, 0)
+    done, last_entry = keys_before, None
+    for key_hash, phy, store_ts in chunks():
+        if len(key_hash):
+            if first_key is None:
+                raise ValueError("an index file's share has keys but the file no first key")
+            if done + len(key_hash) > keys_per_file(max_entries):
+                raise ValueError(f"{done + len(key_hash)} entries do not fit an index file of {max_entries} entries")
+            yield layout.entry_at(done + 1), entry_bytes(read_only(key_hash), read_only(phy), read_only(store_ts),
+                                                         slots, current, done + 1, first_key[0], inherited_ts, INT_MAX)
+            done += len(key_hash)
+            last_entry = (int(store_ts[-1]), int(phy[-1]))
+    if not last_part:
+        return
+    if not done:
+        ts, phy_end = inherited_ts, max(inherited.end_phy_offset, 0)
+        yield 0, IndexHeader(ts, ts, phy_end, phy_end, 0, empty_count).to_bytes()
+        return
+    if last_entry is None:
+        raise ValueError("the last share of an index file holds no key")
+    yield 0, IndexHeader(first_key[0], last_entry[0], first_key[1], last_entry[1], int(np.count_nonzero(current)),
+                         done + 1).to_bytes()
+    yield HEADER_SIZE, current.astype(">i4").view(np.uint8)
+
+
 def entry_bytes_numpy(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slots: int, current: np.ndarray,
                       first_position: int, begin_ts: int, first_begin_ts: int, int_max: int = INT_MAX) -> np.ndarray:
     """Reference for index_chain.entry_bytes: the same entries, vectorised (ENTRY_DTYPE records)."""

@@ -21,6 +21,7 @@ from jobs.catalog import main as catalog_main
 from jobs.pipeline.catalog.stage import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
 from jobs.pipeline.runtime.cli import JobError
 from jobs.pipeline.io.fs import location
+from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format.msg_id import decode_offset_msg_ids
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN, expected_scan, manifest
@@ -143,7 +144,7 @@ def test_catalog_refuses_a_store_that_does_not_continue_the_table(spark, capsys,
     run_catalog(capsys, GOLDEN / SMALL, table, "--store-id", "x")
     other = GOLDEN / "v5-clean-small-11"
     with pytest.raises(JobError, match="high-water mark"):
-        catalog(spark.sparkContext, location(str(other)), location(str(table)), load_settings(other / "broker.conf"),
+        catalog(SparkRunner(spark.sparkContext), location(str(other)), location(str(table)), load_settings(other / "broker.conf"),
                 store_id="x", quiet=True)
     dt = DeltaTable(str(table))
     assert dt.version() == 1
@@ -155,7 +156,7 @@ def test_catalog_refuses_table_inside_store(spark, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(GOLDEN / SMALL / "commitlog", store / "commitlog")
     with pytest.raises(JobError, match="outside the store"):
-        catalog(spark.sparkContext, location(str(store)), location(str(store / "catalog")),
+        catalog(SparkRunner(spark.sparkContext), location(str(store)), location(str(store / "catalog")),
                 load_settings(GOLDEN / SMALL / "broker.conf"), quiet=True)
     assert not (store / "catalog").exists()
 

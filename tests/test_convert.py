@@ -281,6 +281,36 @@ def _index_entries(store: Path) -> int:
     return sum(struct.unpack_from(">i", p.read_bytes(), 36)[0] - 1 for p in (store / "index").iterdir())
 
 
+def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monkeypatch):
+    """One index file built in shares beside the segment writes (build.stage.share_index_tasks, here at any size:
+    each share maps its keys, the plain part's and the DLedger part's, to OUT's offsets as it reads them) equals
+    reput's rebuild of OUT's commit log, built by one task."""
+    from jobs.convert import main as convert_main
+    from jobs.pipeline.build import stage
+    from jobs.rebuild import main as rebuild_main
+
+    case = "dledger-upgrade-11"
+    out, _, _ = converted[case]
+    keys = _index_entries(out)
+    src = GOLDEN / case
+    one_file = "".join(line for line in (src / "broker.conf").read_text().splitlines(True)
+                       if not line.startswith(("maxIndexNum", "maxHashSlotNum")))
+    one_file += f"maxIndexNum={2 * keys + 2}\nmaxHashSlotNum=4096\n"
+    (tmp_path / "one.conf").write_text(one_file)
+    (tmp_path / "plain.conf").write_text("".join(line for line in one_file.splitlines(True)
+                                                 if "dleger" not in line.lower()))
+    with monkeypatch.context() as m:
+        m.setattr(stage, "MIN_SHARE_KEYS", 1)
+        assert convert_main(["--store", str(src), "--broker-config", str(tmp_path / "one.conf"), "--out",
+                             str(tmp_path / "shared"), "--quiet", "--json"]) == 0
+    report = json.loads((tmp_path / "shared" / "reput-convert-report.json").read_text())
+    assert report["timings"]["index_share_tasks"] >= 2 and len(report["index_files"]) == 1
+    assert rebuild_main(["--store", str(tmp_path / "shared"), "--broker-config", str(tmp_path / "plain.conf"),
+                         "--out", str(tmp_path / "rebuilt"), "--quiet", "--json"]) == 0
+    assert _tree_digest(tmp_path / "shared" / "index") == _tree_digest(tmp_path / "rebuilt" / "index")
+    assert _index_entries(tmp_path / "shared") == keys
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, spark, case, tmp_path):
     """The broker's recovery of OUT truncates nothing; its rebuild of OUT's commit log gives reput's files.

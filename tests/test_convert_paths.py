@@ -19,6 +19,7 @@ import pytest
 from jobs.pipeline.io import direct
 from jobs.pipeline.io.direct import BUFFERED_MODE, DIRECT_MODE, SegmentFileWriter
 from jobs.pipeline.io.fs import Location, location
+from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format import commitlog_layout
 from tests.conftest import GOLDEN
 from tests.test_convert import _tree_digest
@@ -144,7 +145,7 @@ def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, kernel, lim
     if limit_at is not None:
         i = int(len(offs) * limit_at)
         limit = int(offs[i] + sizes[i]) + 5  # inside the next record
-    scan = scan_store(spark.sparkContext, store, settings, split_size=1 << 15, with_cq=False, with_keys=False,
+    scan = scan_store(SparkRunner(spark.sparkContext), store, settings, split_size=1 << 15, with_cq=False, with_keys=False,
                       dispatch_limit=limit, quiet=True, with_records=True)
     listed = concat([s.listed for s in scan.accepted if s.listed is not None])
     keep = np.ones(len(offs), bool) if limit is None else offs + sizes <= limit

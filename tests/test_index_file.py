@@ -80,6 +80,44 @@ def test_build_and_append_equal_put_key(keys, inherited_ts, split):
     assert len(appended) == IndexLayout(SLOTS, MAX).size
 
 
+def assemble_shares(kh, phy, ts, cuts, chunk, inherited, slots=SLOTS, max_entries=MAX) -> bytes:
+    """A fresh file written as index_file_ranges' shares cut at `cuts` (each share's keys in chunks of `chunk`),
+    shares applied last first, onto zeros: what concurrent tasks leave in one file."""
+    from storage_format.index_file import IndexLayout, index_file_ranges
+
+    kh = kh.astype(np.int32)
+    bounds = [0, *cuts, len(kh)]
+    first = (int(ts[0]), int(phy[0])) if len(kh) else None
+    data = bytearray(IndexLayout(slots, max_entries).size)
+    for a, b in reversed(list(zip(bounds, bounds[1:]))):
+        own = lambda a=a, b=b: [(kh[i:min(b, i + chunk)], phy[i:min(b, i + chunk)], ts[i:min(b, i + chunk)])
+                                for i in range(a, b, chunk)]
+        before = lambda a=a: [kh[i:min(a, i + chunk)] for i in range(0, a, chunk)]
+        for at, part in index_file_ranges(own, before, a, first, slots, max_entries, inherited, b == len(kh)):
+            raw = memoryview(part).cast("B")
+            data[at:at + len(raw)] = raw
+    return bytes(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(-5_000, 10**7)),
+                     max_size=MAX - 1),
+       inherited_ts=st.sampled_from([0, 1_699_999_000_000, 1_700_000_050_000]), data=st.data(),
+       chunk=st.integers(1, 7))
+def test_index_file_shares_equal_put_key(keys, inherited_ts, data, chunk):
+    """An index file cut into shares at any positions (index_file_ranges: each share one pass over its keys,
+    the keys before it by hash only, the last share writing header and slot table) equals the putKey model
+    and the streamed file byte for byte, whichever order the shares land in."""
+    kh, phy, ts = arrays(keys)
+    inherited = IndexState(inherited_ts, 777 if inherited_ts else 0)
+    model = empty_file(inherited_ts, inherited.end_phy_offset)
+    for k, p, t in zip(kh.tolist(), phy.tolist(), ts.tolist()):
+        assert put_key_reference(model, k, p, t)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(kh) - 1)), max_size=3)))) if len(kh) > 1 else []
+    shares = assemble_shares(kh, phy, ts, cuts, chunk, inherited)
+    assert shares == bytes(model) == build_index_file(kh.astype(np.int32), phy, ts, SLOTS, MAX, inherited)
+
+
 def test_garbage_slot_value_counts_as_empty():
     """A slot holding a position past indexCount is invalid: the put starts a new chain."""
     data = empty_file()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.pipeline.runtime.tasks import SparkRunner
+
 from .test_recovery import CONF, REPO, assert_matches_recovered, tree, writable_copy
 
 CASE = "v5-unclean-torn-11"
@@ -38,11 +40,11 @@ def staged(spark, golden, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("switch")
     store = writable_copy(golden / CASE, root / "store")
-    plan = plan_recovery(spark.sparkContext, Location(str(store)), load_settings(CONF), Location(str(root / "work")),
+    plan = plan_recovery(SparkRunner(spark.sparkContext), Location(str(store)), load_settings(CONF), Location(str(root / "work")),
                          split_size=0, quiet=True)
     staging = inplace.prepare_staging(store)
     output = plan_output(plan, with_copies=False)
-    names = write_output(spark.sparkContext, plan, output, Location(str(staging)), True)
+    names = write_output(SparkRunner(spark.sparkContext), plan, output, Location(str(staging)), True)
     shutil.move(str(staging), root / "staging")
     return store, root / "staging", output.rendered + [f"index/{n}" for n in names], output.deleted
 

@@ -161,21 +161,10 @@ warm.warm()
 from jobs.pipeline.io.fs import location
 from storage_format.settings import load_settings
 
-class InProcess:  # the little of a SparkContext that scan_store and run_tasks use, running tasks here
-    defaultParallelism = 2
-    def parallelize(self, items, n):
-        return self
-    def map(self, fn):
-        self.fn = fn
-        return self
-    def collect(self):
-        return [self.fn(pair) for pair in self.items]
-
-class Context(InProcess):
-    def parallelize(self, items, n):
-        job = InProcess()
-        job.items = items
-        return job
+class Context:  # a TaskRunner (jobs.pipeline.runtime.engine) running the tasks here, in this process
+    default_parallelism = 2
+    def run_tasks(self, items, fn, label, total_bytes=0, quiet=False):
+        return [fn(item) for item in items]
 
 store, root = location(sys.argv[1]), sys.argv[2]
 settings = load_settings(sys.argv[1] + "/broker.conf")

@@ -64,6 +64,22 @@ def test_queues_cut_into_many_runs_are_byte_exact(spark, tmp_path, capsys, monke
     assert report(out)["timings"]["build_tasks"] > 100  # about one task per run
 
 
+@pytest.mark.parametrize("case", ["clean-small-11", "rebuild-headless-11", "v5-lmq-clean-small-11"])
+def test_index_files_cut_into_shares_are_byte_exact(case, spark, tmp_path, capsys, monkeypatch):
+    """Index files built in shares by parallel tasks (each share writing its positions' entries into the one
+    file, the last the header and slot table) are the broker's bytes: here every file is its own task, cut
+    into up to MAX_SHARES shares of a few keys each, across many small splits."""
+    import jobs.pipeline.build.stage as build
+    import jobs.rebuild as rebuild
+    monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
+    monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)
+    monkeypatch.setattr(rebuild, "share_index_tasks", lambda tasks, cores: build.share_index_tasks(tasks, 10_000))
+    out = tmp_path / "out"
+    assert run_rebuild(case, out, "--only", "index", "--split-size", "65536") == 0
+    assert index_hashes(out) == golden_index_hashes(case)
+    assert report(out)["timings"]["index_share_tasks"] >= 2 * len(golden_index_hashes(case)) - 2
+
+
 def test_only_consumequeue_and_topics(spark, tmp_path, capsys):
     """--only consumequeue writes no index; --topics limits the consume queues to those topics."""
     case = "clean-small-11"

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_format import recovery as R
+from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format.checkpoint import Checkpoint, checkpoint_bytes, parse_checkpoint
 from storage_format.commitlog import ScanEnd
 from storage_format.confirm_offset import RecoveredConfirm
@@ -501,6 +502,24 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
         {k: v for k, v in tree(recovered["unclean-11"]).items() if k.startswith(same)}
 
 
+def test_full_index_in_shares_rebuilds_every_index_file(golden, tmp_path, monkeypatch):
+    """--full-index builds its index files as the rebuild does, a large file in shares by parallel tasks: here
+    every file is its own task cut into shares of a few keys each, and the files are the crash-time index."""
+    import jobs.pipeline.build.stage as build
+    share = build.share_index_tasks
+    monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
+    monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)
+    planned: list = []
+    monkeypatch.setattr(build, "share_index_tasks", lambda tasks, cores: planned.extend(share(tasks, 10_000)) or planned)
+    out = tmp_path / "out"
+    assert run_recover("--store", str(golden / "unclean-11"), "--broker-config", str(CONF), "--out", str(out),
+                       "--full-index", "--json") == 0
+    files = manifest("unclean-11")["files"]
+    assert [sha(p) for p in sorted((out / "index").iterdir())] == \
+        [files[k]["sha256"] for k in sorted(k for k in files if k.startswith("index/"))]
+    assert sum(isinstance(t, build.IndexShare) for t in planned) > 2 * len(list((out / "index").iterdir()))
+
+
 def test_bad_store_exits_2_naming_file_and_offset(spark, golden, tmp_path, capsys):
     from jobs.pipeline.runtime.cli import run_main
     from jobs.recover import main
@@ -539,11 +558,11 @@ def staged(spark, golden, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("inplace")
     store = writable_copy(golden / "v5-unclean-torn-11", root / "store")
-    plan = plan_recovery(spark.sparkContext, Location(str(store)), load_settings(CONF), Location(str(root / "work")),
+    plan = plan_recovery(SparkRunner(spark.sparkContext), Location(str(store)), load_settings(CONF), Location(str(root / "work")),
                          split_size=0, quiet=True)
     staging = inplace.prepare_staging(store)
     output = plan_output(plan, with_copies=False)
-    write_output(spark.sparkContext, plan, output, Location(str(staging)), True)
+    write_output(SparkRunner(spark.sparkContext), plan, output, Location(str(staging)), True)
     ops = inplace.build_ops(store, staging, output.rendered, output.deleted)
     shutil.move(str(staging), root / "staging")
     return store, root / "staging", ops

@@ -51,6 +51,7 @@ class Case:
     everyone: bool = False  # to every process of the run, as systemd's KillMode=control-group does
     never: bool = False  # the control run: not signalled, it must leave nothing either
     guarded: bool = False  # as soon as the job's start-up handler is in place (it then imports pyspark, ...)
+    engine: str | None = None  # --engine (recover's auto is the local engine on local[2])
 
 
 FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, guarded=True),
@@ -68,12 +69,25 @@ SLOW = [
     Case("rebuild-publish-int", "rebuild", signal.SIGINT, pause="before-publish-rename"),
     Case("rebuild-between-renames-term", "rebuild", signal.SIGTERM, pause="between-renames", overwrite=True),
     Case("rebuild-4s-int", "rebuild", signal.SIGINT, after_s=4.0),
-    Case("recover-jvm-start-int", "recover", signal.SIGINT, jvm=True),
-    Case("recover-decode-term", "recover", signal.SIGTERM, pause="in-decode-task"),
-    Case("recover-publish-int-twice", "recover", signal.SIGINT, pause="before-publish-rename", twice=True),
+    Case("recover-jvm-start-int", "recover", signal.SIGINT, jvm=True, engine="spark"),
+    Case("recover-decode-term", "recover", signal.SIGTERM, pause="in-decode-task", engine="spark"),
+    Case("recover-publish-int-twice", "recover", signal.SIGINT, pause="before-publish-rename", twice=True,
+         engine="spark"),
     Case("convert-write-term", "convert", signal.SIGTERM, pause="in-convert-write"),
     Case("convert-after-write-int", "convert", signal.SIGINT, pause="after-write"),
     Case("rebuild-not-signalled", "rebuild", signal.SIGINT, never=True),
+]
+# recover on the local engine (forked workers, no JVM): a few points of the same contract
+LOCAL = [
+    Case("recover-local-decode-term", "recover", signal.SIGTERM, pause="in-decode-task", engine="local"),
+    Case("recover-local-decode-int-twice", "recover", signal.SIGINT, pause="in-decode-task", twice=True,
+         engine="local"),
+    Case("recover-local-decode-term-everyone", "recover", signal.SIGTERM, pause="in-decode-task", everyone=True,
+         engine="local"),
+    Case("recover-local-between-renames-int", "recover", signal.SIGINT, pause="between-renames", overwrite=True,
+         engine="local"),
+    Case("recover-local-publish-term", "recover", signal.SIGTERM, pause="before-publish-rename", engine="local"),
+    Case("recover-local-auto-not-signalled", "recover", signal.SIGINT, never=True),
 ]
 
 
@@ -112,6 +126,7 @@ def _start(case: Case, root: Path) -> Run:
     argv = [sys.executable, "-m", f"jobs.{case.job}", "--store", str(store), "--broker-config",
             str(store / "broker.conf"), "--out", str(outdir / "out"), "--master", "local[2]"]
     argv += ["--overwrite"] if case.overwrite else []
+    argv += ["--engine", case.engine] if case.engine else []
     err = open(root / "stderr", "wb")
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=err, start_new_session=True)
@@ -293,3 +308,10 @@ def test_signals_to_the_group_at_every_stage(tmp_path):
     """rebuild, recover --out and convert signalled at JVM start, in and after each stage, during publish (an
     --overwrite between its renames too), SIGINT twice: the contract holds in every run."""
     _assert_all(run_cases(SLOW, tmp_path))
+
+
+def test_signals_with_the_local_engine(tmp_path):
+    """recover --out on the local engine, signalled in a forked worker's decode task (to the group, twice, to
+    every process), between an --overwrite's renames, before publishing, and a control run: the same contract
+    as on Spark (no worker left, no traceback from any process, OUT untouched or complete)."""
+    _assert_all(run_cases(LOCAL, tmp_path))

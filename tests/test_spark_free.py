@@ -1,6 +1,7 @@
 """jobs.dump and jobs.query (without --scan) read with random access and no Spark: running them, in a fresh
 interpreter, imports neither pyspark nor py4j (the README calls them Spark-free; once `jobs.dump` pulled
-pyspark in through the scan stage). The control run shows the check sees pyspark when a job does load it."""
+pyspark in through the scan stage); nor does a job on the local engine (inspect). The control run shows the
+check sees pyspark when a job does load it (inspect on the Spark engine)."""
 from __future__ import annotations
 
 import json
@@ -49,7 +50,10 @@ def test_query_without_scan_loads_no_spark(golden):
 
 
 def test_the_check_sees_spark_when_a_job_loads_it():
-    """The control: importing jobs.rebuild (a Spark job) does show pyspark in sys.modules."""
-    script = "import sys, jobs.rebuild; print('pyspark' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "True", done.stderr
+    """The control: a job run on the Spark engine does show pyspark and py4j in sys.modules."""
+    assert loaded("inspect", "--engine", "spark", "--master", "local[1]", "--quiet") == (0, ["py4j", "pyspark"])
+
+
+def test_inspect_on_the_local_engine_loads_no_spark(golden):
+    """inspect's tasks on the local engine (auto on a local master): forked workers, no JVM, no pyspark."""
+    assert loaded("inspect", "--master", "local[2]", "--quiet") == (0, [])

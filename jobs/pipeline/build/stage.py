@@ -2,7 +2,8 @@
 
 The driver plans from split summaries only (counts and ranges); each task reads the slices it needs
 from the work directory, packs whole files with numpy and writes them. Index keys are numbered
-globally by a prefix sum over splits, so every index file is built independently.
+globally by a prefix sum over splits, so every index file is built independently, a large one in shares
+by position that tasks write side by side into the one file (share_index_tasks).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import pyarrow as pa
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, keys_per_file,
-                                        names_for)
+from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
+                                        keys_per_file, names_for)
 from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
@@ -29,6 +30,10 @@ from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
 TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
+# An index file of at least 2 x this many keys is built in shares by parallel tasks (one pass each over its keys,
+# plus the hashes of the keys before it): below, a share's fixed costs (a slot table, the hashes before) outweigh.
+MIN_SHARE_KEYS = 1_000_000
+MAX_SHARES = 8  # every share reads the hashes before it: more shares, more repeated reading
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,17 @@ class IndexTask:
     moved: frozenset[int] = frozenset()  # splits whose keys get new offsets as read (io.workdir.OffsetMap: convert)
 
 
+@dataclass(frozen=True)
+class IndexShare:
+    """One share of a one-file index task: the file's keys at positions [start, end) (counted from 0 in the
+    file), written into the file beside the other shares; the last share writes the header and slot table."""
+
+    task: IndexTask
+    start: int
+    end: int
+    last: bool
+
+
 def pending_name(file_no: int) -> str:
     return f".pending-{file_no:010d}"
 
@@ -339,10 +355,87 @@ def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
 
 
 def _build_one(task: IndexTask, plan: IndexFilePlan) -> tuple[int, int | None]:
-    stream, first_ts = index_file_stream(task, plan, zero_tail=False)
     size = IndexLayout(task.slots, task.max_entries).size
+    if task.out.writes_in_place:  # one pass over the keys, the header and slot table written last
+        keys = sum(sl.hi - sl.lo for sl in plan.sources)
+        return plan.file_no, _write_share(task, plan, 0, keys, True)
+    stream, first_ts = index_file_stream(task, plan, zero_tail=False)
     task.out.child(pending_name(plan.file_no)).write_with_zero_tail(stream, size)
     return plan.file_no, first_ts
+
+
+def share_index_tasks(tasks: list, cores: int) -> list:
+    """The build tasks with each large file of a one-file index task cut into shares by position, so that the
+    cores build it side by side: a file gets cores // files shares (at most MAX_SHARES, each of at least
+    MIN_SHARE_KEYS keys). Only where tasks can write byte ranges of one file (Location.writes_in_place);
+    other tasks pass unchanged, in order."""
+    files = sum(len(t.files) for t in tasks if isinstance(t, IndexTask))
+    out = []
+    for task in tasks:
+        if not isinstance(task, IndexTask):
+            out.append(task)
+            continue
+        keys = sum(sl.hi - sl.lo for sl in task.files[0].sources) if len(task.files) == 1 else 0
+        shares = min(MAX_SHARES, max(1, cores // max(1, files)), keys // MIN_SHARE_KEYS)
+        if shares < 2 or not task.out.writes_in_place:
+            out.append(task)
+            continue
+        cuts = [keys * i // shares for i in range(shares + 1)]
+        out.extend(IndexShare(task, a, b, b == keys) for a, b in zip(cuts, cuts[1:]))
+    return out
+
+
+def one_stream_note(tasks: list) -> str | None:
+    """What to say on stderr when the index tasks' OUT takes no side-by-side writes into one file (object
+    storage, HDFS): each file is then one task's stream, two passes over its keys. None otherwise."""
+    out = next((t.out for t in tasks if isinstance(t, IndexTask)), None)
+    if out is None or out.writes_in_place:
+        return None
+    return (f"{out.uri} takes no writes side by side into one file: each index file is written by one task as one "
+            f"stream (two passes over its keys)")
+
+
+def build_index_share(share: IndexShare) -> list[tuple[int, int | None]]:
+    """Write one share of an index file; the share holding the file's first key returns (file number, that
+    key's store time), the others nothing."""
+    plan = share.task.files[0]
+    first_ts = _write_share(share.task, plan, share.start, share.end, share.last)
+    return [(plan.file_no, first_ts)] if share.start == 0 else []
+
+
+def _write_share(task: IndexTask, plan: IndexFilePlan, start: int, end: int, last: bool) -> int | None:
+    """Write the file's keys at positions [start, end) (and the header and slot table when `last`) into its
+    pending file; returns the store time of the file's first key (None for a file without keys)."""
+    inherited = IndexState()
+    if plan.inherited_from is not None:  # the previous file's last key
+        inherited = IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
+    first_key = _first_key(task.work, plan.sources[0], task.moved) if plan.sources else None
+    own = _cut(plan.sources, start, end)
+    before = _cut(plan.sources, 0, start)
+
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for sl in own:
+            yield _keys(task.work, sl, task.moved)
+
+    def hashes() -> Iterator[np.ndarray]:
+        for sl in before:
+            yield key_columns(task.work, sl.split_index)["key_hash"].take(slice(sl.lo, sl.hi))
+
+    ranges = index_file_ranges(chunks, hashes, start, first_key, task.slots, task.max_entries, inherited, last,
+                               task.empty_count)
+    task.out.child(pending_name(plan.file_no)).write_ranges(ranges, IndexLayout(task.slots, task.max_entries).size)
+    return first_key[0] if first_key is not None else None
+
+
+def _cut(sources: tuple[KeySlice, ...], start: int, end: int) -> tuple[KeySlice, ...]:
+    """The slices holding a file's keys at positions [start, end), its keys numbered from 0 across `sources`."""
+    out, at = [], 0
+    for sl in sources:
+        lo, hi = max(start, at), min(end, at + sl.hi - sl.lo)
+        if lo < hi:
+            out.append(KeySlice(sl.split_index, sl.lo + lo - at, sl.lo + hi - at))
+        at += sl.hi - sl.lo
+    return tuple(out)
 
 
 def index_file_stream(task: IndexTask, plan: IndexFilePlan,
@@ -369,13 +462,15 @@ def index_file_bytes(task: IndexTask, plan: IndexFilePlan) -> tuple[bytes, int |
     return b"".join(stream), first_ts
 
 
-def build_files(task: CqTask | IndexTask) -> tuple[str, dict | list[tuple[int, int | None]], float]:
-    """Run one consume-queue or index task: (kind, its result, seconds). Both kinds go into one Spark
-    job, so consume-queue tasks run beside a long index task instead of after it."""
+def build_files(task: CqTask | IndexTask | IndexShare) -> tuple[str, dict | list[tuple[int, int | None]], float]:
+    """Run one consume-queue or index task (or index file share): (kind, its result, seconds). Both kinds go
+    into one Spark job, so consume-queue tasks run beside a long index task instead of after it."""
     started = time.monotonic()
     pause_at("in-build-task")
     if isinstance(task, IndexTask):
         return "index", build_index(task), time.monotonic() - started
+    if isinstance(task, IndexShare):
+        return "index", build_index_share(task), time.monotonic() - started
     return "consumequeue", build_cq(task), time.monotonic() - started
 
 

@@ -160,6 +160,33 @@ class Location:
                 f.write(block[:min(left, len(block))])
                 left -= len(block)
 
+    @property
+    def writes_in_place(self) -> bool:
+        """Can tasks write byte ranges of one file side by side (write_ranges)? A local file: yes. Object
+        storage and HDFS write a file as one stream."""
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def write_ranges(self, ranges, size: int) -> None:
+        """Write (byte offset, bytes) ranges into the local file, creating it without truncating what other
+        writers put there, and make it `size` bytes long (a sparse tail): several tasks can write disjoint
+        ranges of one file, in any order. Only where writes_in_place."""
+        if not self.writes_in_place:
+            raise ValueError(f"{self.uri}: byte ranges are written only to local files")
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for at, data in ranges:
+                view = memoryview(data).cast("B")
+                if at + len(view) > size:
+                    raise ValueError(f"{self.uri}: bytes {at}..{at + len(view)} lie past the file size {size}")
+                while len(view):
+                    done = os.pwrite(fd, view, at)
+                    view, at = view[done:], at + done
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
     def makedirs(self) -> None:
         self.fs.create_dir(self.path, recursive=True)
 

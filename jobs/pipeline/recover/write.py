@@ -7,6 +7,7 @@ checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy 
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,7 +248,7 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.defaultParallelism), _render_cq,
+        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.default_parallelism), _render_cq,
                   "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
@@ -288,12 +289,16 @@ def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[st
 
 def _rebuild_index(sc, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
     """--full-index: the rebuild stage's index files from the valid commit log, named like a rebuild."""
-    from ..build.stage import build_index, name_index_files, pending_name, plan_index
+    from ..build.stage import build_files, name_index_files, one_stream_note, pending_name, plan_index, share_index_tasks
 
     scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
     index_dir.makedirs()
     tasks = plan_index(scan, plan.settings, work, index_dir, empty_file_index_count(plan.generation.generation))
-    firsts = [f for done in run_tasks(sc, tasks, build_index, "index files", quiet=quiet) for f in done]
+    note = one_stream_note(tasks)
+    if note:
+        print(f"reput recover: note: {note}", file=sys.stderr)
+    tasks = share_index_tasks(tasks, sc.default_parallelism)  # a large file in shares, as the rebuild builds it
+    firsts = [f for _, done, _ in run_tasks(sc, tasks, build_files, "index files", quiet=quiet) for f in done]
     names = name_index_files(scan, firsts, tz)
     for no, name in sorted(names.items()):
         index_dir.child(pending_name(no)).move_to(index_dir.child(name))

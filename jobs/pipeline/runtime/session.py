@@ -26,6 +26,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from . import env, interrupt, worker_daemon
+from .engine import under_spark_submit  # noqa: F401 (callers import it from here)
 from .failure import debug
 
 CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"
@@ -38,11 +39,6 @@ CDS_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 WORKER_DAEMON = "jobs.pipeline.runtime.worker_daemon"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2-reput.properties")
 T = TypeVar("T")
-
-
-def under_spark_submit() -> bool:
-    """spark-submit starts Python with a gateway to its own JVM already running."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _java_options(dump_to: Path | None = None) -> str:

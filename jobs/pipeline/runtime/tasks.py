@@ -1,16 +1,22 @@
-"""Run a Python function over a list of small work items as Spark tasks, with console progress.
+"""Run a Python function over a list of small work items as tasks of the job's engine, with console progress:
+`run_tasks(sc, ...)` is the one call every stage makes; `SparkRunner` is the Spark engine's TaskRunner
+(engine.py; the local engine's is local.LocalRunner).
 
 Items and results are small descriptors (never per-message rows); the heavy data stays inside the
 Python workers, which read their input and write their output through the filesystem layer.
+Light to import: pyspark is only needed by what a SparkRunner does.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
-from pyspark import SparkContext
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+    from .engine import TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -20,7 +26,7 @@ class Progress:
     """Prints `label: done/total tasks, elapsed, MB of total MB, MB/s, ETA` while a Spark job runs (stderr,
     every few seconds), and a last line with the totals when it is done."""
 
-    def __init__(self, sc: SparkContext, label: str, total: int, total_bytes: int = 0,
+    def __init__(self, sc: "SparkContext", label: str, total: int, total_bytes: int = 0,
                  every: float = 2.0, stream=None) -> None:
         self.sc, self.label, self.total, self.total_bytes = sc, label, total, total_bytes
         self.every, self.stream = every, stream if stream is not None else sys.stderr
@@ -72,16 +78,33 @@ def progress_line(label: str, done: int, total: int, secs: float, total_bytes: i
     return line
 
 
-def run_tasks(sc: SparkContext, items: Sequence[T], fn: Callable[[T], R], label: str,
+def run_tasks(sc: TaskRunner, items: Sequence[T], fn: Callable[[T], R], label: str,
               total_bytes: int = 0, quiet: bool = False) -> list[R]:
-    """fn(item) for every item, one Spark task per item, results in item order."""
-    if not items:
-        return []
-    rdd = sc.parallelize(list(enumerate(items)), len(items))
-    job = rdd.map(lambda pair: (pair[0], fn(pair[1])))
-    if quiet:
-        pairs = job.collect()
-    else:
-        with Progress(sc, label, len(items), total_bytes):
+    """fn(item) for every item, one task per item on the job's engine, results in item order."""
+    return sc.run_tasks(items, fn, label, total_bytes=total_bytes, quiet=quiet)
+
+
+class SparkRunner:
+    """The Spark engine's TaskRunner: one Spark task per item on the job's SparkContext (`.context`)."""
+
+    def __init__(self, context: SparkContext) -> None:
+        self.context = context
+
+    @property
+    def default_parallelism(self) -> int:
+        return self.context.defaultParallelism
+
+    def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
+                  quiet: bool = False) -> list[R]:
+        """fn(item) for every item, one Spark task per item, results in item order."""
+        if not items:
+            return []
+        sc = self.context
+        rdd = sc.parallelize(list(enumerate(items)), len(items))
+        job = rdd.map(lambda pair: (pair[0], fn(pair[1])))
+        if quiet:
             pairs = job.collect()
-    return [r for _, r in sorted(pairs, key=lambda p: p[0])]
+        else:
+            with Progress(sc, label, len(items), total_bytes):
+                pairs = job.collect()
+        return [r for _, r in sorted(pairs, key=lambda p: p[0])]

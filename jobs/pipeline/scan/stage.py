@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-from pyspark import SparkContext
 
 from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
@@ -37,6 +36,7 @@ from ..store.markers import store_generation
 from ..io.fs import Location
 from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, NegativeQueueIds, ScanResult,
                      SplitSummary, SplitTask)
+from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys
 from ..store.segments import list_segments
@@ -316,7 +316,7 @@ def decode_splits(tasks: tuple[SplitTask, ...]) -> list[SplitSummary]:
     return [decode_split(t) for t in tasks]
 
 
-def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
+def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
@@ -346,7 +346,7 @@ def scan_store(sc: SparkContext, store: Location, settings: BrokerSettings, *,
     summaries = {t.split.index: decode_split(t) for t in holes}
     hole_set = {t.split.index for t in holes}
     groups = pack_splits([t for t in tasks if t.split.index not in hole_set], PACK_SPLITS * split_size,
-                         2 * sc.defaultParallelism)
+                         2 * sc.default_parallelism)
     summaries.update({s.index: s for done in run_tasks(sc, groups, decode_splits, label,
                                                        total_bytes=sum(s.size for s in segments), quiet=quiet)
                       for s in done})

@@ -1,0 +1,136 @@
+"""The engine a job's tasks run on: Spark, or reput's local runner (forked worker processes, no JVM).
+
+Every job's parallel work goes through one contract, `TaskRunner` (`default_parallelism`, `run_tasks`), which
+both engines satisfy; `choose_engine` (pure) decides which one a job gets, `job_runner` starts it.
+`--engine auto` is the local engine when the master is `local[...]`, the job is not running under spark-submit
+and the job is one whose runs are small (recover, inspect, verify); Spark otherwise (a cluster master, or
+spark-submit: Spark always; a SparkContext already running in this process, e.g. a notebook's, is used).
+Light to import: pyspark is imported only when the Spark engine is chosen.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence, TypeVar
+
+from . import env
+from .failure import JobError
+
+T = TypeVar("T")
+R = TypeVar("R")
+ENGINES = ("auto", "spark", "local")
+# Jobs whose runs are small enough that the JVM's start-up is most of them: the local engine under auto.
+LOCAL_UNDER_AUTO = frozenset({"recover", "inspect", "verify"})
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+
+
+class TaskRunner(Protocol):
+    """What the pipeline needs of an engine: how many tasks run at once, and fn over items as tasks (results in
+    item order, progress lines on stderr unless quiet, a task's exception raised in the driver)."""
+
+    @property
+    def default_parallelism(self) -> int: ...
+
+    def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
+                  quiet: bool = False) -> list[R]: ...
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine in effect and why (the report's `engine` field and the job's stderr note)."""
+
+    name: str  # "spark" or "local"
+    requested: str  # the --engine value
+    reason: str
+    workers: int | None = None  # the local engine's worker processes (its parallelism)
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "requested": self.requested, "reason": self.reason}
+        if self.workers is not None:
+            out["workers"] = self.workers
+        return out
+
+    def line(self) -> str:
+        workers = f", {self.workers} worker processes" if self.workers is not None else ""
+        return f"engine {self.name}{workers} ({self.reason})"
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with a gateway to its own JVM already running."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_running() -> bool:
+    """A SparkContext is active in this process (looked up without importing pyspark)."""
+    context = sys.modules.get("pyspark.context")
+    return context is not None and context.SparkContext._active_spark_context is not None
+
+
+def local_cores(master: str) -> int | None:
+    """N of `local`, `local[N]`, `local[N,F]`, `local[*]` (the cores this process may run on); None for any
+    other master (a cluster)."""
+    m = _LOCAL_MASTER.match(master.strip())
+    if not m:
+        return None
+    n = m.group(1)
+    if n is None:
+        return 1
+    if n == "*":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(int(n), 1)
+
+
+def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_running: bool = False) -> EngineChoice:
+    """The engine for `job` given --engine, the master in effect (--master or REPUT_SPARK_MASTER), whether the
+    job runs under spark-submit and whether a SparkContext already runs in this process (a notebook's, a
+    test's). Raises JobError for an explicit local engine that cannot honour the rest."""
+    cores = local_cores(master)
+    if requested == "spark":
+        return EngineChoice("spark", requested, "--engine spark")
+    if requested == "local":
+        if submitted:
+            raise JobError("--engine local: the job runs under spark-submit, whose application runs the tasks; "
+                           "run it with python -m (or reput) for the local engine")
+        if cores is None:
+            raise JobError(f"--engine local: the master {master} is not local[...]; the local engine runs the "
+                           f"tasks on this machine only")
+        return EngineChoice("local", requested, f"--engine local, master {master}", cores)
+    if submitted:
+        return EngineChoice("spark", requested, "auto: under spark-submit")
+    if cores is None:
+        return EngineChoice("spark", requested, f"auto: master {master} is a cluster")
+    if job not in LOCAL_UNDER_AUTO:
+        return EngineChoice("spark", requested, f"auto: {job} runs on Spark unless --engine local")
+    if spark_running:
+        return EngineChoice("spark", requested, "auto: a SparkContext already runs in this process")
+    return EngineChoice("local", requested, f"auto: master {master}, not under spark-submit", cores)
+
+
+def add_engine_flag(p: argparse.ArgumentParser, job: str) -> None:
+    """--engine {auto,spark,local} with what auto means for this job."""
+    auto = ("the local engine with a local[...] master outside spark-submit, else Spark" if job in LOCAL_UNDER_AUTO
+            else "Spark")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help=f"what runs the job's tasks: spark (a Spark application), local (forked worker processes on "
+                        f"this machine, no JVM), auto (default: {auto})")
+
+
+def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineChoice]:
+    """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
+    choice (named on stderr: one line, unless --quiet)."""
+    master = args.master or env.value("REPUT_SPARK_MASTER")
+    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, under_spark_submit(),
+                           spark_running())
+    if not args.quiet:
+        print(f"reput {job}: note: {choice.line()}", file=sys.stderr, flush=True)
+    if choice.name == "local":
+        from .local import LocalRunner
+
+        return LocalRunner(choice.workers or 1), choice
+    from .session import job_context
+    from .tasks import SparkRunner
+
+    return SparkRunner(job_context(args, job)), choice
