@@ -173,10 +173,11 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
-    # the longest first (index files or their shares, then segments by size): the last to start are the short ones
+    # the disk first (the job is bound by it: the largest segment starts at once), then the index files or their
+    # shares beside it, then the other segments by size; the short tasks last
     index_builds = [b for b in builds if not isinstance(b, CqTask)]
     tasks.sort(key=lambda t: -t.count)
-    items = [*index_builds, *tasks, *copies, *[b for b in builds if isinstance(b, CqTask)]]
+    items = [*tasks[:1], *index_builds, *tasks[1:], *copies, *[b for b in builds if isinstance(b, CqTask)]]
     label = "write commit-log segments" + (" + consume queues + index files" if builds else "")
     results = run_tasks(sc, items, _out_task, label, quiet=quiet)
     written = [r for r in results if isinstance(r, SegmentWritten)]
