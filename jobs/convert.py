@@ -21,11 +21,13 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from jobs.pipeline.build.stage import name_index_files, pending_name  # noqa: E402
+from jobs.pipeline.build.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
+                                      pending_name)
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import concat  # noqa: E402
-from jobs.pipeline.convert.remap import RemapTask, remap_split  # noqa: E402
-from jobs.pipeline.convert.segments import MAP_DIR, SegmentTask, SegmentWritten, write_segment  # noqa: E402
+from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
+from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
+from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
@@ -42,7 +44,7 @@ from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds  # noqa: E402
+from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes  # noqa: E402
 from storage_format.markers import CHECKPOINT  # noqa: E402
 from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
@@ -144,10 +146,11 @@ def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
 def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
            timings: dict, quiet: bool, left_out: int) -> dict:
     """Everything written into the staging directory, checked; returns the report's body. Consume queues and
-    index files come from the source scan's work files with the offsets mapped (`convert.remap`), planned from
-    the source scan as rebuild plans them; only when records were left out past the committed position (the
-    source scan's summaries then describe records OUT does not hold) are they built from a read-back scan of OUT
-    (noted on stderr, named in the report)."""
+    index files come from the source scan's work files with the offsets mapped as the build tasks read them
+    (`convert.remap`), planned from the source scan as rebuild plans them, and built in the segment writes' Spark
+    job; only when records were left out past the committed position (the source scan's summaries then describe
+    records OUT does not hold) are they built from a read-back scan of OUT after the writes (noted on stderr,
+    named in the report)."""
     t0 = time.monotonic()
     plain = plain_settings(settings)
     log_dir, map_dir = staging.dir.child("commitlog"), staging.dir.child(MAP_DIR)
@@ -156,9 +159,13 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     from_source = left_out == 0
     built_from = FROM_SOURCE if from_source else FROM_READ_BACK
     args.only, args.topics = None, None
+    builds: list = []
     if from_source:  # planned before the offsets move: an error names the source's file and byte offset
         cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
+        moved = write_offset_maps(scan, plan, staging.work)
+        builds = shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
+                               sc.default_parallelism, "convert")
     else:
         print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
               f"(records past the committed position were left out); slower than mapping the source scan's",
@@ -166,9 +173,17 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
-    remaps = _remap_tasks(scan, plan, staging.work) if from_source else []
-    results = run_tasks(sc, [*tasks, *copies, *remaps], _out_task, "write commit-log segments", quiet=quiet)
+    # the disk first (the job is bound by it: the largest segment starts at once), then the index files or their
+    # shares beside it, then the other segments by size; the short tasks last
+    index_builds = [b for b in builds if not isinstance(b, CqTask)]
+    tasks.sort(key=lambda t: -t.count)
+    items = [*tasks[:1], *index_builds, *tasks[1:], *copies, *[b for b in builds if isinstance(b, CqTask)]]
+    label = "write commit-log segments" + (" + consume queues + index files" if builds else "")
+    results = run_tasks(sc, items, _out_task, label, quiet=quiet)
     written = [r for r in results if isinstance(r, SegmentWritten)]
+    cq_files, firsts, task_timings = build_results([r for r in results if isinstance(r, tuple)], builds)
+    timings.update({"segment_task_s": sum(w.seconds for w in written),
+                    "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     _copy_tree(store.child("config"), staging.dir.child("config"))
     rewritten = sum(w.prepared_rewritten for w in written)
     write_modes = _write_modes(written)
@@ -191,7 +206,8 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                            f"expected {expect_end}; records {records}); nothing published")
         cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.default_parallelism)
         index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
-    cq_files, firsts, _ = _run_builds(sc, index_tasks + cq_tasks, quiet)
+        cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
+    timings.update(task_timings)
     index_names: list[str] = []
     if plain.message_index_enable:
         index_dir = staging.dir.child("index")
@@ -219,28 +235,13 @@ FROM_SOURCE = "the source scan, offsets mapped"
 FROM_READ_BACK = "a read-back scan of OUT (records past the committed position were left out)"
 
 
-REMAP_PACK = 4  # splits remapped per Spark task (each task costs a scheduling round trip)
-
-
-def _remap_tasks(scan: ScanResult, plan: ConvertPlan, work: Location) -> list[tuple[RemapTask, ...]]:
-    """Each accepted DLedger split with records: its records' old and new offsets; in packs of REMAP_PACK
-    consecutive splits per Spark task."""
-    tasks = []
-    for s in scan.accepted:
-        if s.listed is None or not len(s.listed.sizes):
-            continue
-        lo = int(np.searchsorted(plan.old, s.listed.first))  # the split's records are consecutive in plan.old
-        hi = lo + len(s.listed.sizes)
-        tasks.append(RemapTask(work, s.index, plan.old[lo:hi].copy(), plan.layout.offsets[lo:hi].copy()))
-    return [tuple(tasks[i:i + REMAP_PACK]) for i in range(0, len(tasks), REMAP_PACK)]
-
-
 def _out_task(item):
-    """One task of the write job: a new segment, a plain segment copied, or a pack of splits' work files remapped."""
+    """One task of the write job: a new segment, a plain segment copied, or a consume-queue or index build task
+    (rows read with their new offsets)."""
     if isinstance(item, SegmentTask):
         return write_segment(item)
-    if isinstance(item, tuple) and item and isinstance(item[0], RemapTask):
-        return sum(remap_split(t) for t in item)
+    if isinstance(item, (CqTask, IndexTask, IndexShare)):
+        return build_files(item)
     return _copy_file(item)
 
 

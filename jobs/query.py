@@ -30,8 +30,7 @@ from jobs.pipeline.dump.messages import (Message, RecordReader, host_text, messa
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
 from storage_format.java_hash import index_key_hash_scalar, java_hash  # noqa: E402
 from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from jobs.pipeline.convert.segments import MAP_DIR as CONVERT_MAP_DIR  # noqa: E402
+from jobs.pipeline.convert.msgid_map import MAP_DIR as CONVERT_MAP_DIR, lookup as converted_lookup  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
 from storage_format.multi_dispatch import is_lmq  # noqa: E402
 from storage_format.record import TRAN_ROLLBACK  # noqa: E402
@@ -221,14 +220,7 @@ def query_msg_id(msg_id: str, reader: RecordReader, result: dict,
 def converted_offset(store: Location, msg_id: str) -> dict | None:
     """An id from before `convert` in the converted store's msgId map (CONVERT_MAP_DIR): its old and new
     offsets and new id, or None (no map, or not an old id)."""
-    folder = store.child(CONVERT_MAP_DIR)
-    if not folder.is_dir():
-        return None
-    table = pq.read_table(folder.path, filesystem=folder.fs, filters=[("old_offset_msg_id", "=", msg_id.upper())])
-    if not table.num_rows:
-        return None
-    row = table.slice(0, 1).to_pylist()[0]
-    return {k: row[k] for k in ("old_physical_offset", "new_physical_offset", "new_offset_msg_id")}
+    return converted_lookup(store, msg_id)
 
 
 def msg_id_fallback(args: argparse.Namespace, store: Location, settings: BrokerSettings, reader: RecordReader,

@@ -167,15 +167,28 @@ def _run_builds(sc: TaskRunner, tasks: list,
     """Run both kinds of build task in one Spark job (the longer index tasks first, a large index file cut into
     shares that the cores build side by side: meanwhile consume-queue tasks keep the other cores busy); returns
     the consume-queue files written, the index files' first keys and the per-kind task times."""
+    tasks = shared_builds(tasks, sc.default_parallelism, "rebuild")
+    return build_results(run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet), tasks)
+
+
+def shared_builds(tasks: list, cores: int, job: str) -> list:
+    """The build tasks with large index files cut into shares (share_index_tasks); a note on stderr where OUT
+    takes no side-by-side writes into one file (one_stream_note)."""
     note = one_stream_note(tasks)
     if note:
-        print(f"reput rebuild: note: {note}", file=sys.stderr)
-    tasks = share_index_tasks(tasks, sc.default_parallelism)
+        print(f"reput {job}: note: {note}", file=sys.stderr)
+    return share_index_tasks(tasks, cores)
+
+
+def build_results(results: list,
+                  tasks: list) -> tuple[dict[str, int], list[tuple[int, int | None]], dict[str, float]]:
+    """What build tasks (`tasks`) returned (build_files), gathered: the consume-queue files written, the index
+    files' first keys and the per-kind task times (convert runs its build tasks in its write job)."""
     cq_files: dict[str, int] = {}
     firsts: list[tuple[int, int | None]] = []
     task_seconds = {"consumequeue": 0.0, "index": 0.0}
     longest = {"consumequeue": 0.0, "index": 0.0}
-    for kind, result, seconds in run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet):
+    for kind, result, seconds in results:
         task_seconds[kind] += seconds
         longest[kind] = max(longest[kind], seconds)
         if kind == "index":

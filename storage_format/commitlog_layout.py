@@ -81,22 +81,31 @@ def layout_reference(sizes: np.ndarray, segment_size: int, start: int = 0) -> La
 def layout(sizes: np.ndarray, segment_size: int, start: int = 0) -> Layout:
     """The placement rule over every record, vectorised: a running sum of the sizes, and per segment one binary
     search for the first record that does not fit (a few steps for a whole store: no compiled kernel to load on
-    the driver, which cost seconds there)."""
-    sizes = np.ascontiguousarray(sizes, np.int64)
+    the driver, which cost seconds there). Sizes may be int32 (convert's listing): the sums are int64; one array
+    of n offsets is allocated (the running sum, turned into the offsets in place), since fresh memory is what
+    costs on the driver."""
+    sizes = np.asarray(sizes)
+    if sizes.dtype not in (np.int32, np.int64):
+        sizes = sizes.astype(np.int64)
     _check(sizes, segment_size, start)
     n = len(sizes)
-    ends = np.cumsum(sizes)  # ends[i]: where record i ends, counted from the first record's start
-    offsets = np.subtract(ends, sizes)  # where each starts, counted the same way; moved per segment below
+    ends = np.cumsum(sizes, dtype=np.int64)  # ends[i]: where record i ends, counted from the first record's start
+    pieces = []  # (first record, first record past the segment, shift to the absolute offset)
     blanks = []
+    end = start
     first, seg, used = 0, start, 0  # used: the bytes before record `first`, counted like ends
     while first < n:
         stop = int(np.searchsorted(ends, used + segment_size - END_MARKER, side="right"))  # first that does not fit
-        offsets[first:stop] += seg - used
+        pieces.append((first, stop, seg - used))
         if stop == n:
-            return Layout(offsets, np.asarray(blanks, np.int64), seg + int(ends[-1]) - used, segment_size, start)
+            end = seg + int(ends[-1]) - used
+            break
         blanks.append(seg + int(ends[stop - 1]) - used)
         first, seg, used = stop, seg + segment_size, int(ends[stop - 1])
-    return Layout(offsets, np.asarray(blanks, np.int64), start, segment_size, start)
+    offsets = np.subtract(ends, sizes, out=ends)  # where each starts, counted the same way, then moved per segment
+    for a, b, shift in pieces:
+        offsets[a:b] += shift
+    return Layout(offsets, np.asarray(blanks, np.int64), end, segment_size, start)
 
 
 def blank_record(at: int, segment_size: int) -> bytes:
@@ -135,6 +144,16 @@ def rewrite_reference(src: bytes | memoryview, src_base: int, old: np.ndarray, s
                 struct.pack_into(">q", dst, at, prepared[old_prep])
                 done += 1
     return done
+
+
+def map_offsets_reference(old: np.ndarray, new: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each of `phy` (record offsets among `old`, strictly ascending) as the `new` offset at its place, and the
+    position of the first one not among `old` (-1: none); the reference of `kernels.layout_kernel.map_offsets`
+    (which returns the mapped values up to that position only)."""
+    at = np.searchsorted(old, phy)
+    ok = (at < len(old)) & (old[np.minimum(at, max(len(old) - 1, 0))] == phy) if len(old) else np.zeros(len(phy), bool)
+    bad = np.flatnonzero(~ok)
+    return new[np.where(ok, at, 0)] if len(old) else np.zeros(len(phy), np.int64), int(bad[0]) if len(bad) else -1
 
 
 def hop_entries_reference(buf: bytes | memoryview, base: int, start: int, limit: int, header: int = ENTRY_HEADER_SIZE):

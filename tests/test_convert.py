@@ -54,6 +54,8 @@ def test_layout_kernel_equals_the_reference(sizes, segment_size, first):
     sizes = np.array(sizes, np.int64)
     start = first * segment_size
     a, b = layout(sizes, segment_size, start), layout_reference(sizes, segment_size, start)
+    c = layout(sizes.astype(np.int32), segment_size, start)  # convert's listing gives int32 sizes
+    assert c.offsets.dtype == np.int64 and c.offsets.tolist() == b.offsets.tolist() and c.end == b.end
     assert a.offsets.tolist() == b.offsets.tolist() and a.blanks.tolist() == b.blanks.tolist() and a.end == b.end
     # every record fits its segment with the end marker's 8 bytes to spare
     seg = (a.offsets - a.start) // segment_size
@@ -279,6 +281,36 @@ def _index_entries(store: Path) -> int:
     return sum(struct.unpack_from(">i", p.read_bytes(), 36)[0] - 1 for p in (store / "index").iterdir())
 
 
+def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monkeypatch):
+    """One index file built in shares beside the segment writes (build.stage.share_index_tasks, here at any size:
+    each share maps its keys, the plain part's and the DLedger part's, to OUT's offsets as it reads them) equals
+    reput's rebuild of OUT's commit log, built by one task."""
+    from jobs.convert import main as convert_main
+    from jobs.pipeline.build import stage
+    from jobs.rebuild import main as rebuild_main
+
+    case = "dledger-upgrade-11"
+    out, _, _ = converted[case]
+    keys = _index_entries(out)
+    src = GOLDEN / case
+    one_file = "".join(line for line in (src / "broker.conf").read_text().splitlines(True)
+                       if not line.startswith(("maxIndexNum", "maxHashSlotNum")))
+    one_file += f"maxIndexNum={2 * keys + 2}\nmaxHashSlotNum=4096\n"
+    (tmp_path / "one.conf").write_text(one_file)
+    (tmp_path / "plain.conf").write_text("".join(line for line in one_file.splitlines(True)
+                                                 if "dleger" not in line.lower()))
+    with monkeypatch.context() as m:
+        m.setattr(stage, "MIN_SHARE_KEYS", 1)
+        assert convert_main(["--store", str(src), "--broker-config", str(tmp_path / "one.conf"), "--out",
+                             str(tmp_path / "shared"), "--quiet", "--json"]) == 0
+    report = json.loads((tmp_path / "shared" / "reput-convert-report.json").read_text())
+    assert report["timings"]["index_share_tasks"] >= 2 and len(report["index_files"]) == 1
+    assert rebuild_main(["--store", str(tmp_path / "shared"), "--broker-config", str(tmp_path / "plain.conf"),
+                         "--out", str(tmp_path / "rebuilt"), "--quiet", "--json"]) == 0
+    assert _tree_digest(tmp_path / "shared" / "index") == _tree_digest(tmp_path / "rebuilt" / "index")
+    assert _index_entries(tmp_path / "shared") == keys
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, spark, case, tmp_path):
     """The broker's recovery of OUT truncates nothing; its rebuild of OUT's commit log gives reput's files.
@@ -334,7 +366,9 @@ def test_old_ids_are_found_through_the_map(converted, capsys):
     from jobs.query import main as query_main
 
     out, conf, _ = converted["dledger-upgrade-11"]
-    row = pq.read_table(out / "reput-msgid-map").slice(5, 1).to_pylist()[0]
+    from jobs.pipeline.convert.msgid_map import with_ids
+
+    row = with_ids(pq.read_table(out / "reput-msgid-map")).slice(5, 1).to_pylist()[0]
     capsys.readouterr()
     query_main(["--store", str(out), "--broker-config", str(conf), "--msg-id", row["old_offset_msg_id"], "--json"])
     r = json.loads(capsys.readouterr().out)

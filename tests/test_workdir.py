@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.io.workdir import (cq_columns, cq_file, key_columns, keys_file, read_cq, read_keys, write_cq,
-                                   write_keys)
+from jobs.pipeline.io.workdir import (cq_columns, cq_file, key_columns, keys_file, offset_map, read_cq, read_keys,
+                                   write_cq, write_keys, write_offset_map)
 from storage_format.index_keys import KeyBatch
 from storage_format.split_rows import CqRows
 
@@ -83,6 +83,51 @@ def test_offsets_of_a_split_are_stored_in_four_bytes(tmp_path: Path) -> None:
     write_keys(work, 0, keys)
     assert 16 * n <= Path(cq_file(work, 0).path).stat().st_size < 16 * n + 4096
     assert 12 * n <= Path(keys_file(work, 0).path).stat().st_size < 12 * n + 4096
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 40), min_size=1, max_size=30, unique=True), st.integers(-2 ** 30, 2 ** 30),
+       st.data())
+def test_offset_maps_give_each_listed_offset_its_new_one(tmp_path_factory, olds, shift, data):
+    """convert's per-split offset map (old -> new offsets, ascending): rows read through it get their record's new
+    offset, in any order and repeated (a record with several keys); an offset no record has is an error naming the
+    map file, never passed on unmapped."""
+    import pytest
+
+    work = location(str(tmp_path_factory.mktemp("work")))
+    old = np.array(sorted(olds), np.int64)
+    new = np.maximum(old + shift - np.arange(len(old)) * 48, 0)
+    write_offset_map(work, 7, old, new)
+    m = offset_map(work, 7)
+    rows = data.draw(st.lists(st.integers(0, len(old) - 1), max_size=40))
+    assert m(old[rows]).tolist() == new[rows].tolist()
+    stray = data.draw(st.integers(0, 2 ** 40).filter(lambda v: v not in set(olds)))
+    with pytest.raises(ValueError, match="offsets-000007.arrow: offset .* is no listed record's"):
+        m(np.array([*old[rows].tolist(), stray], np.int64))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 45), max_size=60, unique=True), st.data())
+def test_offset_map_kernel_equals_reference(olds, data):
+    """kernels.layout_kernel.map_offsets == commitlog_layout.map_offsets_reference: rows ascending (a split's keys,
+    repeated per record), in any order, with offsets no record has (the first such row is named), read-only or not."""
+    from storage_format.commitlog_layout import map_offsets_reference
+    from storage_format.kernels.layout_kernel import map_offsets
+
+    old = np.array(sorted(olds), np.int64)
+    new = old * 3 - 5
+    listed = st.sampled_from(olds) if olds else st.nothing()
+    pick = st.one_of(listed, st.integers(-5, 2 ** 45 + 5)) if olds else st.integers(-5, 2 ** 45 + 5)
+    phy = np.array(data.draw(st.lists(pick, max_size=80)), np.int64)
+    if data.draw(st.booleans()):
+        phy = np.sort(phy)
+    if data.draw(st.booleans()):
+        phy.flags.writeable = False
+    want, first_bad = map_offsets_reference(old, new, phy)
+    out = np.zeros(len(phy), np.int64)
+    assert map_offsets(old, new, phy, out) == first_bad
+    upto = len(phy) if first_bad < 0 else first_bad
+    assert out[:upto].tolist() == want[:upto].tolist()
 
 
 def test_reading_work_files_imports_no_pandas(tmp_path: Path) -> None:

@@ -47,7 +47,8 @@ live in storage_format/, Spark column functions in udfs/.
   `convert` (its stages), `convert.records` (listing a DLedger store's records from the
   source scan's decoded bytes; the segment writers' hop),
   `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
-  segment and its part of the msgId map), `convert.remap` (the source scan's work files given the new offsets)
+  segment and its part of the msgId map), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
+  per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets)
 - `catalog`: jobs.catalog
   `catalog.stage` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark

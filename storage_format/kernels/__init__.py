@@ -15,6 +15,7 @@ loads and that each reference and test exists):
 | `lmq_kernel.multi_dispatch_items` | `storage_format.multi_dispatch.lmq_entries` | `tests/test_split_kernel.py::test_kernel_equals_reference_on_generated_lmq` |
 | `kernel_bytes.java_hash` | `storage_format.java_hash.java_hash` | `tests/test_split_kernel.py::test_kernel_hash_is_javas_string_hash` |
 | `crc_kernel.crc32` | `zlib.crc32` | `tests/test_crc_kernel.py::test_kernel_crc_equals_zlib` |
+| `layout_kernel.map_offsets` | `storage_format.commitlog_layout.map_offsets_reference` | `tests/test_workdir.py::test_offset_map_kernel_equals_reference` |
 | `record_search.find_record` | `storage_format.commitlog.find_first_record` | `tests/test_record_search.py::test_kernel_search_equals_reference_on_golden` |
 
 The other helpers of `kernel_bytes` (byte reads, the property scan, topic checks), of `lmq_kernel` (items,

@@ -1,7 +1,8 @@
 """convert's compiled passes (numba): the hop over DLedger entries that lists records (offset, size,
 transaction type, prepared offset), the same hop copying the records to their new offsets with PHYSICALOFFSET
-rewritten and the msgId map's one-host check, and the prepared-offset rewrite. References: commitlog_layout's
-hop_entries_reference, rewrite_reference and one_store_host_reference (hop_copy: all three), tested equal."""
+rewritten and the msgId map's one-host check, the prepared-offset rewrite, and old record offsets given their new
+ones (the build tasks' rows). References: commitlog_layout's hop_entries_reference, rewrite_reference and
+one_store_host_reference (hop_copy: all three), map_offsets_reference, tested equal."""
 from __future__ import annotations
 
 import numpy as np
@@ -152,3 +153,39 @@ def rewrite_prepared(dst: np.ndarray, dst_base: int, new: np.ndarray, keys: np.n
                 _put64(dst, at, values[j])
                 done += 1
     return done
+
+
+@njit()
+def map_offsets(old: np.ndarray, new: np.ndarray, phy: np.ndarray, out: np.ndarray) -> int:
+    """Each of `phy` (record offsets among `old`, strictly ascending) as the `new` offset at its place, into
+    `out`; returns the position of the first one not among `old`, or -1. Rows in ascending order (a split's index
+    keys, a queue's consume-queue rows) gallop from the last match instead of searching the whole map (convert's
+    build tasks read the source scan's rows with OUT's offsets). Reference: commitlog_layout.map_offsets_reference."""
+    n = old.shape[0]
+    j = 0
+    for i in range(phy.shape[0]):
+        v = phy[i]
+        if j < n and old[j] <= v:  # at or past the last match: gallop, keeping old[lo] <= v
+            lo = j
+            hi = j + 1
+            step = 1
+            while hi < n and old[hi] <= v:
+                lo = hi
+                step <<= 1
+                hi = j + step
+            if hi > n:
+                hi = n
+        else:
+            lo = 0
+            hi = n
+        while lo < hi:  # the first place whose offset is >= v
+            mid = (lo + hi) >> 1
+            if old[mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo >= n or old[lo] != v:
+            return i
+        out[i] = new[lo]
+        j = lo
+    return -1

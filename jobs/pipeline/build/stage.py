@@ -25,7 +25,7 @@ from storage_format.settings import BrokerSettings
 from ..runtime.faults import pause_at
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import WorkColumn, cq_columns, key_columns, read_cq
+from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map, read_cq
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -66,6 +66,7 @@ class CqTask:
     work: Location
     out: Location  # the consumequeue/ directory
     file_size: int
+    moved: frozenset[int] = frozenset()  # splits whose rows get new offsets as read (io.workdir.OffsetMap: convert)
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
@@ -162,8 +163,9 @@ def _run_entries(task: CqTask) -> list[CqColumns]:
         runs.append(_RunRows(min(sum(src.rows for src in sources), hi - lo)))
     for split_index in sorted(by_split):  # sources of a run are in split order, so each run's stay in order
         columns = cq_columns(task.work, split_index)
+        moved = offset_map(task.work, split_index) if split_index in task.moved else None
         for i, src in by_split[split_index]:
-            runs[i].add(columns, src, bounds[i])
+            runs[i].add(columns, src, bounds[i], moved)
         del columns
     return [r.columns() for r in runs]
 
@@ -182,8 +184,10 @@ class _RunRows:
                               np.empty(capacity, np.int64))
         self.filled = 0
 
-    def add(self, split: dict[str, WorkColumn], src: QueueSlice, bounds: tuple[int, int]) -> None:
-        """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run)."""
+    def add(self, split: dict[str, WorkColumn], src: QueueSlice, bounds: tuple[int, int],
+            moved: OffsetMap | None = None) -> None:
+        """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run), their
+        offsets through `moved` when given."""
         rows = slice(src.row_start, src.row_start + src.rows)
         keep = None
         if not (bounds[0] <= src.lo and src.hi < bounds[1]):
@@ -194,6 +198,9 @@ class _RunRows:
             self._grow(self.filled + n)
         for name in ("queue_offset", "phy", "size", "tags"):
             split[name].take_into(rows, keep, getattr(self.cols, name)[self.filled:self.filled + n])
+        if moved is not None:
+            phy = self.cols.phy[self.filled:self.filled + n]
+            phy[:] = moved(phy)
         self.filled += n
 
     def _grow(self, need: int) -> None:
@@ -265,7 +272,7 @@ class IndexFilePlan:
     inherited_from: KeySlice | None  # the key just before the file (previous file's last entry)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IndexTask:
     """Consecutive index files built by one task."""
 
@@ -275,6 +282,7 @@ class IndexTask:
     slots: int
     max_entries: int
     empty_count: int = 1  # indexCount of a file without keys (index_file.empty_file_index_count)
+    moved: frozenset[int] = frozenset()  # splits whose keys get new offsets as read (io.workdir.OffsetMap: convert)
 
 
 @dataclass(frozen=True)
@@ -321,19 +329,23 @@ def plan_index(scan: ScanResult, settings: BrokerSettings, work: Location, out: 
         lo, hi = f * per, min(total, (f + 1) * per)
         plans.append(IndexFilePlan(f, slices(lo, hi), slices(lo - 1, lo)[0] if lo > 0 else None))
     group = max(1, TARGET_INDEX_ENTRIES_PER_TASK // per)
-    return [IndexTask(tuple(plans[i:i + group]), work, out, settings.max_hash_slot_num, settings.max_index_num,
-                      empty_count) for i in range(0, len(plans), group)]
+    return [IndexTask(files=tuple(plans[i:i + group]), work=work, out=out, slots=settings.max_hash_slot_num,
+                      max_entries=settings.max_index_num, empty_count=empty_count) for i in range(0, len(plans), group)]
 
 
-def _keys(work: Location, sl: KeySlice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The slice's (key_hash, phy, store_ts) in dispatch order."""
+def _keys(work: Location, sl: KeySlice,
+          moved: frozenset[int] = frozenset()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slice's (key_hash, phy, store_ts) in dispatch order (phy through the split's offset map when moved)."""
     columns, rows = key_columns(work, sl.split_index), slice(sl.lo, sl.hi)
-    return tuple(columns[name].take(rows) for name in ("key_hash", "phy", "store_ts"))
+    key_hash, phy, store_ts = (columns[name].take(rows) for name in ("key_hash", "phy", "store_ts"))
+    if sl.split_index in moved:
+        phy = offset_map(work, sl.split_index)(phy)
+    return key_hash, phy, store_ts
 
 
-def _first_key(work: Location, sl: KeySlice) -> tuple[int, int]:
+def _first_key(work: Location, sl: KeySlice, moved: frozenset[int] = frozenset()) -> tuple[int, int]:
     """(store time, commit-log offset) of the slice's first key, read alone."""
-    _, phy, store_ts = _keys(work, KeySlice(sl.split_index, sl.lo, sl.lo + 1))
+    _, phy, store_ts = _keys(work, KeySlice(sl.split_index, sl.lo, sl.lo + 1), moved)
     return int(store_ts[0]), int(phy[0])
 
 
@@ -396,14 +408,14 @@ def _write_share(task: IndexTask, plan: IndexFilePlan, start: int, end: int, las
     pending file; returns the store time of the file's first key (None for a file without keys)."""
     inherited = IndexState()
     if plan.inherited_from is not None:  # the previous file's last key
-        inherited = IndexState(*_first_key(task.work, plan.inherited_from))
-    first_key = _first_key(task.work, plan.sources[0]) if plan.sources else None
+        inherited = IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
+    first_key = _first_key(task.work, plan.sources[0], task.moved) if plan.sources else None
     own = _cut(plan.sources, start, end)
     before = _cut(plan.sources, 0, start)
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for sl in own:
-            yield _keys(task.work, sl)
+            yield _keys(task.work, sl, task.moved)
 
     def hashes() -> Iterator[np.ndarray]:
         for sl in before:
@@ -434,11 +446,11 @@ def index_file_stream(task: IndexTask, plan: IndexFilePlan,
     and the slot tables however full the file is."""
     inherited = IndexState()
     if plan.inherited_from is not None:  # the previous file's last key
-        inherited = IndexState(*_first_key(task.work, plan.inherited_from))
+        inherited = IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for s in plan.sources:
-            yield _keys(task.work, s)
+            yield _keys(task.work, s, task.moved)
 
     first_ts = _first_key(task.work, plan.sources[0])[0] if plan.sources else None
     return index_file_chunks(chunks, task.slots, task.max_entries, inherited, zero_tail, task.empty_count), first_ts

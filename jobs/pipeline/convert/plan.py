@@ -42,10 +42,10 @@ class ConvertPlan:
     def segment_tasks(self, out_dir: str, map_dir: str) -> list[SegmentTask]:
         """One task per new segment holding records (in offset order)."""
         lay, size = self.layout, self.layout.segment_size
-        seg_of = (lay.offsets - lay.start) // size
         blank_seg = {int((b - lay.start) // size): int(b) for b in lay.blanks.tolist()}
         tasks = []
-        bounds = np.searchsorted(seg_of, np.arange(seg_of[-1] + 2 if len(seg_of) else 0))
+        segments = int((lay.offsets[-1] - lay.start) // size) + 1 if len(lay.offsets) else 0
+        bounds = np.searchsorted(lay.offsets, lay.start + np.arange(segments + 1, dtype=np.int64) * size)
         for k in range(len(bounds) - 1):
             i0, i1 = int(bounds[k]), int(bounds[k + 1])
             if i0 == i1:
@@ -77,8 +77,11 @@ def make_plan(segments: list[Segment], listed: list[FileRecords], segment_size: 
     """The layout of the DLedger part from the data files' listed records (offset order)."""
     data = tuple(s for s in segments if s.header)
     plain = tuple(s for s in segments if not s.header)
-    old = np.concatenate([f.offsets for f in listed]) if listed else np.zeros(0, np.int64)
-    sizes = np.concatenate([f.sizes for f in listed]).astype(np.int64) if listed else np.zeros(0, np.int64)
+    # one part (what jobs.convert gives): no copies; sizes stay int32 (fresh memory is what costs on the driver)
+    old = listed[0].offsets if len(listed) == 1 else \
+        np.concatenate([f.offsets for f in listed]) if listed else np.zeros(0, np.int64)
+    sizes = listed[0].sizes if len(listed) == 1 else \
+        np.concatenate([f.sizes for f in listed]) if listed else np.zeros(0, np.int32)
     start = data[0].start if data else 0
     lay = layout(sizes, segment_size, start)
     end_offsets = np.concatenate([f.end_offsets for f in listed]) if listed else np.zeros(0, np.int64)

@@ -26,6 +26,7 @@ from .fs import Location
 CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size", pa.int32()),
                        ("tags", pa.int64())])
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
+OFFSET_MAP_SCHEMA = pa.schema([("old", pa.int64()), ("new", pa.int64())])
 BASE_KEY = b"reput.base"  # field metadata: the column holds value - base as uint32
 NARROW_SPAN = 1 << 32
 
@@ -60,12 +61,52 @@ def keys_file(work: Location, split_index: int) -> Location:
     return work.child(f"keys-{split_index:06d}.arrow")
 
 
+def offset_map_file(work: Location, split_index: int) -> Location:
+    """Split `split_index`'s records' old and new commit-log offsets (convert: the source's -> OUT's)."""
+    return work.child(f"offsets-{split_index:06d}.arrow")
+
+
 def write_cq(work: Location, split_index: int, rows: CqRows) -> None:
     _write(cq_file(work, split_index), _table(CQ_SCHEMA, rows.queue_offset, rows.phy, rows.size, rows.tags))
 
 
 def write_keys(work: Location, split_index: int, keys: KeyBatch) -> None:
     _write(keys_file(work, split_index), _table(KEY_SCHEMA, keys.key_hash, keys.phy, keys.store_ts))
+
+
+def write_offset_map(work: Location, split_index: int, old: np.ndarray, new: np.ndarray) -> None:
+    """The split's records' offsets before and after (both ascending, one row per record)."""
+    _write(offset_map_file(work, split_index), _table(OFFSET_MAP_SCHEMA, old, new))
+
+
+@dataclass(frozen=True)
+class OffsetMap:
+    """A split's old -> new record offsets (ascending): the rows of its work files given their records' new
+    offsets as they are read (convert builds OUT's consume queues and index from the source scan's rows). The
+    map is monotone, so every order of the rows holds."""
+
+    old: np.ndarray
+    new: np.ndarray
+    where: str  # the map file, for errors
+
+    def __call__(self, phy: np.ndarray) -> np.ndarray:
+        """Each of `phy` (offsets among `old`) as its new offset (compiled: kernels.layout_kernel.map_offsets);
+        an offset not among `old` is an error."""
+        from storage_format.kernels.layout_kernel import map_offsets
+
+        out = np.empty(len(phy), np.int64)
+        bad = map_offsets(self.old, self.new, phy, out)
+        if bad >= 0:
+            raise ValueError(f"{self.where}: offset {int(phy[bad])} is no listed record's: the work files and the "
+                             f"listing disagree")
+        return out
+
+
+def offset_map(work: Location, split_index: int) -> OffsetMap:
+    """Split `split_index`'s offset map as written (write_offset_map)."""
+    loc = offset_map_file(work, split_index)
+    columns = _columns(loc)
+    return OffsetMap(columns["old"].take(), columns["new"].take(), loc.uri)
 
 
 @dataclass(frozen=True)

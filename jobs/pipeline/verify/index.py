@@ -5,7 +5,7 @@ key lookups) only when it differs."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -318,7 +318,7 @@ def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHead
     for t in tasks:
         files: tuple[IndexFilePlan, ...] = tuple(p for p in t.files if p.file_no in pairs)
         if files:
-            checks.append(IndexCheckTask(IndexTask(files, t.work, t.out, t.slots, t.max_entries, t.empty_count),
+            checks.append(IndexCheckTask(replace(t, files=files),
                                          {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
     return checks
 
