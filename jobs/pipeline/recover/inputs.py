@@ -158,7 +158,8 @@ def _load_queues(task: LoadTask) -> list[recovery.QueueLoad] | StoreFormatError:
                                                                     f"{task.file_size} (mappedFileSizeConsumeQueue); "
                                                                     f"the broker refuses to load it")
             ld = recovery.load_queue(q.topic, q.queue_id, [s for s, _ in files],
-                                     lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
+                                     lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size,
+                                     read_range=lambda s, at, n, q=q: Location(q.file_uri(s)).read_range(at, n))
             out.append(replace(ld, removed_at_load=ld.removed_at_load + dropped) if dropped else ld)
     except StoreFormatError as err:
         return err

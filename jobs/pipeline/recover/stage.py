@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import datetime as dt
 from dataclasses import dataclass
+from typing import Callable
 
 from storage_format import confirm_offset
 from storage_format import recovery
@@ -31,7 +32,7 @@ from ..scan.stage import scan_store
 from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
-__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names"]
+__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "RecoveryStart", "recovery_start", "start_of"]
 
 
 def new_index_names(kept: list[recovery.IndexFileInfo], count: int, tz: dt.tzinfo,
@@ -89,9 +90,18 @@ class ValidatedLog:
         return {**self.limit.to_dict(), **self.scan.dispatch_stop().to_dict()}
 
 
-def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
-             split_size: int, quiet: bool) -> ValidatedLog:
-    """Choose the start segment and run the validating scan from it: the truncation point P."""
+@dataclass(frozen=True)
+class RecoveryStart:
+    """Where the broker's recovery starts reading the commit log, chosen before any scan: the segments
+    before `start` are never read nor changed by the recovery."""
+
+    abnormal: bool
+    segments: list[Segment]
+    start: recovery.StartChoice
+
+
+def recovery_start(store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int) -> RecoveryStart:
+    """The commit log's segments and the recovery's start segment (a few record headers read, no scan)."""
     abnormal = markers.abort is not None
     segments = list_segments(store, settings)
     if not segments:
@@ -99,6 +109,20 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                                      f"broker would delete every consume queue); nothing to recover")
     start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
                                           settings, g, abnormal)
+    return RecoveryStart(abnormal, segments, start)
+
+
+def start_of(store: Location, settings: BrokerSettings, generation: int | None = None) -> RecoveryStart:
+    """recovery_start from the store's own markers (what a job may learn before Spark starts)."""
+    markers = StoreMarkers.read(store)
+    return recovery_start(store, settings, markers, markers.generation(generation).generation)
+
+
+def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
+             split_size: int, quiet: bool) -> ValidatedLog:
+    """Choose the start segment and run the validating scan from it: the truncation point P."""
+    first = recovery_start(store, settings, markers, g)
+    abnormal, segments, start = first.abnormal, first.segments, first.start
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
@@ -144,16 +168,20 @@ def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool,
 
 def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                   generation: int | None = None, full_index: bool = False, tz: dt.tzinfo = dt.timezone.utc,
-                  quiet: bool = False, audit: bool = False) -> RecoveryPlan:
+                  quiet: bool = False, audit: bool = False,
+                  on_validated: Callable[[ValidatedLog], None] | None = None) -> RecoveryPlan:
     """Read the store, run the validating scan, gather the facts and apply the broker's recovery sequence;
     writes nothing but the scan's work files. With `audit`, also validate the segments before the start
-    segment (which the broker's recovery never reads) and warn about damage there."""
+    segment (which the broker's recovery never reads) and warn about damage there. `on_validated` is told the
+    validated log as soon as the truncation point is known (recover --out starts copying the kept segments)."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
     markers.checkpoint  # a damaged checkpoint stops recovery here, before any work
     gen = markers.generation(generation)
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
+    if on_validated is not None:
+        on_validated(log)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
