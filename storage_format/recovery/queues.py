@@ -264,8 +264,8 @@ class QueueState:
 
     def changed_files(self) -> list[int]:
         """Files whose bytes differ from the crash-time store (units written or newly created)."""
-        at, _ = self.written_entries()
-        touched = set((at - at % self.file_size).tolist()) | set(self.created)
+        at = np.concatenate(self.written_at) if self.written_at else np.zeros(0, np.int64)
+        touched = set(np.unique(at - at % self.file_size).tolist()) | set(self.created)
         return sorted(f for f in touched if f in self.files)
 
     def deleted_files(self) -> list[int]:

@@ -2,8 +2,8 @@
 
 Consume-queue load state (ConsumeQueue.recover at start-up) is read in Spark tasks, a group of queues
 per task; the re-dispatch tails - consume-queue entries past each queue's maxPhysicOffset and index keys
-past the last kept index file's end - are cut from the scan's per-split Arrow files; in a real crash they
-are a few seconds of traffic, so they are what reaches the driver, never the whole log.
+past the last kept index file's end - are cut by the driver from the scan's per-split Arrow files; in a real
+crash they are a few seconds of traffic, so they are what reaches the driver, never the whole log.
 """
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ class TailTask:
 
 
 def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
-    """Entries of one split whose end is past their queue's maxPhysicOffset (runs in a Spark task)."""
+    """Entries of one split whose end is past their queue's maxPhysicOffset."""
     table = read_cq(task.work, task.split_index)
     out = {}
     for topic, qid, row, rows, max_phy in task.queues:
@@ -205,19 +205,18 @@ def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
     return out
 
 
-def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
-             quiet: bool) -> dict[tuple[str, int], recovery.QueueEntries]:
-    """Per queue, in commit-log order, the scanned entries the broker would not skip."""
-    tasks = []
+def cq_tails(scan: ScanResult, work: Location,
+             max_phy: dict[tuple[str, int], int]) -> dict[tuple[str, int], recovery.QueueEntries]:
+    """Per queue, in commit-log order, the scanned entries the broker would not skip. Read by the driver from
+    the scan's work files (as tail_keys reads the keys): the tails are what the recovery rules need in the
+    driver anyway, and a Spark task would send them back through the JVM (seconds for a large lag)."""
+    parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
     for s in scan.accepted:
         qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
                    for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
         if qs:
-            tasks.append(TailTask(work, s.index, qs))
-    parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
-    for result in run_tasks(sc, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
-        for key, arrays in result.items():
-            parts.setdefault(key, []).append(arrays)
+            for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
+                parts.setdefault(key, []).append(arrays)
     return {k: recovery.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
 
 

@@ -1,7 +1,8 @@
 """Spark side of `jobs.recover`: gather the facts the broker's recovery rules need, then execute the plan.
 
 1. The validating scan (CRC on) runs from the start segment through `scan.scan_store`.
-2. `recovery_inputs` reads the consume queues' load state and cuts the re-dispatch tails in Spark tasks.
+2. `gather_queues` reads the consume queues' load state in Spark tasks and cuts the re-dispatch tails from
+   the scan's work files.
 3. `storage_format.recovery.plan_sequence` decides everything from these facts (pure, tested without Spark);
    this module only names new index files, runs the --full-index scan and the --dry-run audit.
 """
@@ -141,7 +142,7 @@ def gather_queues(sc, log: ValidatedLog,
     queue_dirs = {q.key: q for q in list_queues(log.store, warnings)}
     size = log.settings.consume_queue_file_size
     loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
-    tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
+    tails = cq_tails(log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()})
     return queue_dirs, recovery.QueueFacts(loads, tails, size,
                                            lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 

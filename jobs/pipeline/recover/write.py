@@ -1,9 +1,12 @@
 """Materialise a recovery plan: the files recovery rewrites, creates and deletes, written into a
-directory (a full OUT store, or the in-place staging area) by Spark tasks and the driver.
+directory (a full OUT store, or the in-place staging area) by the driver (a local directory) or Spark tasks.
 
-Rendered files: consume-queue files with re-dispatched units (crash-time bytes + units), the index
+Rendered files: consume-queue files with re-dispatched units (crash-time bytes + units; on a local
+filesystem the crash-time file copied and only the span of written units written over it), the index
 file recovery appends to, new index files (or a whole rebuilt index with --full-index), the
-checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy of the store.
+checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy of the store: on a local
+filesystem made by a background thread (io.background_copy) that starts before Spark does, elsewhere by
+Spark tasks.
 """
 from __future__ import annotations
 
@@ -276,9 +279,9 @@ class CqRenderTask:
 
 
 def _render_cq(task: CqRenderTask) -> int:
-    """Write rewritten / created consume-queue files (runs in a Spark task). A kept file on a local filesystem
-    is copied (io.copy) and only its span of written units rendered over the copy (render_span); elsewhere,
-    and for created files, the whole file is rendered."""
+    """Write rewritten / created consume-queue files (in the driver for a local OUT, else in a Spark task). A
+    kept file on a local filesystem is copied (io.copy) and only its span of written units rendered over the
+    copy (render_span); elsewhere, and for created files, the whole file is rendered."""
     for rel, st, qdir, start in task.items:
         dst = task.dest.child(rel)
         src = Location(f"{qdir}/{file_name(start)}") if qdir is not None else None
@@ -335,8 +338,11 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.defaultParallelism), _render_cq,
-                  "consume queues", quiet=quiet)
+        queues = [v for _, v in sorted(groups.items())]
+        if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
+            _render_cq(_cq_tasks(queues, dest, 1)[0])  # entries pickled into one through the JVM) is worth it
+        else:
+            run_tasks(sc, _cq_tasks(queues, dest, sc.defaultParallelism), _render_cq, "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
     for rel, (chunks, size) in out.render_zero_tailed.items():
