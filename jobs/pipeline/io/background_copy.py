@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from ..runtime import interrupt
+from ..runtime.faults import hold_at
 from .copy import CopyCancelled, copy_file
 from .fs import Location
 
@@ -109,6 +110,7 @@ class BackgroundCopy:
                 return
             with self._lock:
                 self._done[item.rel] = (item, got)
+            hold_at("in-background-copy", self._cancel)
 
     def cancel(self) -> None:
         """Stop the thread between two chunks and wait for it (an error elsewhere, an interrupt)."""
