@@ -168,11 +168,14 @@ def _load_queues(task: LoadTask) -> list[recovery.QueueLoad] | StoreFormatError:
 
 def load_queues(sc, queues: list[QueueDir], file_size: int, quiet: bool,
                 generation: int = 4) -> dict[tuple[str, int], recovery.QueueLoad]:
-    """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
+    """Load state of every queue, computed in Spark tasks (`sc` None: here, in this process); a bad file is
+    raised here."""
     tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
              for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
     out: dict[tuple[str, int], recovery.QueueLoad] = {}
-    for result in run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet):
+    results = ([_load_queues(t) for t in tasks] if sc is None else
+               run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet))
+    for result in results:
         if isinstance(result, StoreFormatError):
             raise result
         out.update({ld.key: ld for ld in result})

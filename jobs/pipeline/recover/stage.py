@@ -1,13 +1,14 @@
 """Spark side of `jobs.recover`: gather the facts the broker's recovery rules need, then execute the plan.
 
 1. The validating scan (CRC on) runs from the start segment through `scan.scan_store`.
-2. `gather_queues` reads the consume queues' load state in Spark tasks and cuts the re-dispatch tails from
-   the scan's work files.
+2. `queues_soon` reads the consume queues' load state while the scan runs (a driver thread for a local store,
+   else Spark tasks); `gather_queues` cuts the re-dispatch tails from the scan's work files.
 3. `storage_format.recovery.plan_sequence` decides everything from these facts (pure, tested without Spark);
    this module only names new index files, runs the --full-index scan and the --dry-run audit.
 """
 from __future__ import annotations
 
+import threading
 import time
 import datetime as dt
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..io.paths import is_local
 from ..io.store_gate import commitlog_dir
 from ..build.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
@@ -135,15 +137,64 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                         quiet=quiet)
 
 
-def gather_queues(sc, log: ValidatedLog,
+@dataclass(frozen=True)
+class QueuesOnDisk:
+    """The consume queues on disk by key, their load state (ConsumeQueue.recover), and the entries the broker
+    skips (warnings)."""
+
+    dirs: dict[tuple[str, int], QueueDir]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
+    warnings: list[str]
+
+
+def read_queues(sc, store: Location, settings: BrokerSettings, g: int, quiet: bool) -> QueuesOnDisk:
+    """List the consume queues and load them: in Spark tasks, or here with `sc` None."""
+    warnings: list[str] = []
+    dirs = {q.key: q for q in list_queues(store, warnings)}
+    loads = load_queues(sc, list(dirs.values()), settings.consume_queue_file_size, quiet, g)
+    return QueuesOnDisk(dirs, loads, warnings)
+
+
+class _Soon:
+    """A result computed by a daemon thread from now on; `result()` waits for it (and raises its error)."""
+
+    def __init__(self, fn: Callable[[], QueuesOnDisk]) -> None:
+        self._value: QueuesOnDisk | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = fn()
+            except BaseException as exc:  # raised by result(), in the caller's thread
+                self._error = exc
+        self._thread = threading.Thread(target=run, name="reput-queue-load", daemon=True)
+        self._thread.start()
+
+    def result(self) -> QueuesOnDisk:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+def queues_soon(sc, store: Location, settings: BrokerSettings, g: int, quiet: bool) -> Callable[[], QueuesOnDisk]:
+    """read_queues, started before the validating scan needs the driver: a local store's queues are read by a
+    driver thread while the scan's tasks run (a few reads per queue, no task round trip); elsewhere they are
+    Spark tasks, run when asked for."""
+    if is_local(store):
+        return _Soon(lambda: read_queues(None, store, settings, g, quiet)).result
+    return lambda: read_queues(sc, store, settings, g, quiet)
+
+
+def gather_queues(log: ValidatedLog, on_disk: QueuesOnDisk,
                   warnings: list[str]) -> tuple[dict[tuple[str, int], QueueDir], recovery.QueueFacts]:
     """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader); entries
     the broker skips are named in `warnings`."""
-    queue_dirs = {q.key: q for q in list_queues(log.store, warnings)}
-    size = log.settings.consume_queue_file_size
-    loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
+    warnings.extend(on_disk.warnings)
+    queue_dirs, loads = on_disk.dirs, on_disk.loads
     tails = cq_tails(log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()})
-    return queue_dirs, recovery.QueueFacts(loads, tails, size,
+    return queue_dirs, recovery.QueueFacts(loads, tails, log.settings.consume_queue_file_size,
                                            lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 
 
@@ -180,13 +231,14 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
     markers = StoreMarkers.read(store)
     markers.checkpoint  # a damaged checkpoint stops recovery here, before any work
     gen = markers.generation(generation)
+    queues_on_disk = queues_soon(sc, store, settings, gen.generation, quiet)  # read while the scan runs
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
     if on_validated is not None:
         on_validated(log)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
-    queue_dirs, queues = gather_queues(sc, log, skipped)
+    queue_dirs, queues = gather_queues(log, queues_on_disk(), skipped)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     index, index_facts = gather_index(sc, log, markers.checkpoint, full_index, skipped)

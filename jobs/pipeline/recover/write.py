@@ -84,7 +84,7 @@ def warm_index_kernels() -> threading.Thread:
                 column.flags.writeable = False
             index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
             index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
-        except Exception:
+        except Exception:  # the first real use raises it
             pass
     thread = threading.Thread(target=warm, name="reput-warm-index-kernels", daemon=True)
     thread.start()
