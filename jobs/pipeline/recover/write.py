@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from .plan import RecoveryPlan
 from .stage import RecoveryStart, ValidatedLog
 from ..runtime.tasks import run_tasks
 
+T = TypeVar("T")
 COPY_TASK_BYTES = 512 << 20
 # our own staging/journal/report entries and an object-storage write marker are never copied
 OWN_PREFIXES = (".reput", "reput-recover", MARKER)
@@ -50,7 +53,7 @@ class RecoveryOutput:
     render_bytes: dict[str, bytes] = field(default_factory=dict)
     # files given as their bytes up to the last non-zero part and their size: the zeros after are a sparse
     # tail where the filesystem has them (the same bytes read back, none written: new and empty index files)
-    render_zero_tailed: dict[str, tuple[tuple[bytes, ...], int]] = field(default_factory=dict)
+    render_zero_tailed: dict[str, tuple[tuple[bytes, ...] | Future, int]] = field(default_factory=dict)
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
     copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
@@ -181,9 +184,19 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
         elif with_copies:
             out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
     for name, t in zip(idx.new_names, idx.resume.new_files):
-        out.render_zero_tailed[f"index/{name}"] = (_new_index_file(t.all_keys(), settings, t.inherited,
-                                                                   plan.generation.generation),
+        out.render_zero_tailed[f"index/{name}"] = (_soon(_new_index_file, t.all_keys(), settings, t.inherited,
+                                                         plan.generation.generation),
                                                    settings.index_file_size)
+
+
+def _soon(fn: Callable[..., T], *args) -> Future:
+    """fn(*args) in a thread from now on (the index kernels run without the GIL: a new index file is rendered
+    while the driver writes the consume-queue files); write_output takes the result."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-index-render")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
@@ -346,6 +359,8 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
     for rel, (chunks, size) in out.render_zero_tailed.items():
+        if isinstance(chunks, Future):
+            chunks = chunks.result()
         dest.child(rel).write_with_zero_tail(chunks, size)
     if background is not None:
         finished = background.finish(wanted)
