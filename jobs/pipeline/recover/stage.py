@@ -8,9 +8,9 @@
 """
 from __future__ import annotations
 
-import threading
 import time
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -155,35 +155,16 @@ def read_queues(sc, store: Location, settings: BrokerSettings, g: int, quiet: bo
     return QueuesOnDisk(dirs, loads, warnings)
 
 
-class _Soon:
-    """A result computed by a daemon thread from now on; `result()` waits for it (and raises its error)."""
-
-    def __init__(self, fn: Callable[[], QueuesOnDisk]) -> None:
-        self._value: QueuesOnDisk | None = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._value = fn()
-            except BaseException as exc:  # raised by result(), in the caller's thread
-                self._error = exc
-        self._thread = threading.Thread(target=run, name="reput-queue-load", daemon=True)
-        self._thread.start()
-
-    def result(self) -> QueuesOnDisk:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
-
-
 def queues_soon(sc, store: Location, settings: BrokerSettings, g: int, quiet: bool) -> Callable[[], QueuesOnDisk]:
     """read_queues, started before the validating scan needs the driver: a local store's queues are read by a
     driver thread while the scan's tasks run (a few reads per queue, no task round trip); elsewhere they are
     Spark tasks, run when asked for."""
     if is_local(store):
-        return _Soon(lambda: read_queues(None, store, settings, g, quiet)).result
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-queue-load")
+        try:
+            return pool.submit(read_queues, None, store, settings, g, quiet).result  # raises its error
+        finally:
+            pool.shutdown(wait=False)
     return lambda: read_queues(sc, store, settings, g, quiet)
 
 
