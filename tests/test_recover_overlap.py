@@ -4,6 +4,7 @@ to its first invalid unit, and a kept consume-queue file written as a copy with 
 over it: each equal to the whole-file way, and the recovered store still the broker's."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -266,3 +267,51 @@ def test_render_span_of_a_file_without_written_units_is_empty():
     state = R.QueueState.start(R.load_queue("T", 0, [0], files.__getitem__, FS), FS)
     at, units = R.render_span(state, 0, lambda at, n: files[0][at:at + n])
     assert at == 0 and len(units) == 0 and units.dtype == np.zeros(0, dtype=Q.CQ_DTYPE).dtype
+
+
+def test_segments_before_the_start_are_copied_from_the_start(golden, spark, tmp_path, monkeypatch):
+    """A crash whose checkpoint puts the recovery's start segment fifth: the four segments before it are known
+    before any scan (start_of, unchanged_segment_copies: sealed, no holes) and are what the thread copies first;
+    OUT equals the OUT made without the thread (copies as Spark tasks), file for file."""
+    import dataclasses
+
+    import jobs.recover as job
+    from jobs.pipeline.recover.inputs import segment_heads
+    from jobs.pipeline.recover.stage import start_of
+    from jobs.pipeline.recover.write import unchanged_segment_copies
+    from jobs.pipeline.store.segments import list_segments
+    from storage_format.checkpoint import checkpoint_bytes, parse_checkpoint
+    from storage_format.settings import load_settings_with_warnings
+
+    from .hostile import tree_digest
+
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    settings = load_settings_with_warnings(CONF).settings
+    segs = list_segments(Location(str(store)), settings)
+    fifth = list(segment_heads(segs))[::-1][4]  # newest first: reversed, the fifth segment's first record
+    raw = (store / "checkpoint").read_bytes()
+    cp = parse_checkpoint(raw)
+    ts = fifth.store_timestamp + 3000  # min_timestamp subtracts the broker's 3 s safety margin
+    cp = dataclasses.replace(cp, physic_msg_timestamp=ts, logics_msg_timestamp=ts, index_msg_timestamp=ts)
+    (store / "checkpoint").write_bytes(checkpoint_bytes(cp, 4, raw))
+    first = start_of(Location(str(store)), settings)
+    assert first.start.offset == segs[4].start
+    early = unchanged_segment_copies(first, settings, link_sealed=False)
+    assert [c.rel for c in early] == [f"commitlog/{s.start:020d}" for s in segs[:4]]
+    assert not any(c.link or c.zero_holes for c in early)
+    assert all(c.link for c in unchanged_segment_copies(first, settings, link_sealed=True))
+
+    def run(out: Path) -> dict[str, str]:
+        assert run_recover("--store", str(store), "--broker-config", str(CONF), "--out", str(out), "--json") == 0
+        digest = tree_digest(out)
+        digest.pop("reput-recover-report.json")
+        index = sorted(k for k in digest if k.startswith("index/") and not k.endswith("/"))
+        named = {f"index/#{i}": digest.pop(k) for i, k in enumerate(index)}  # named by the clock: by order
+        return {**digest, **named}
+    with_thread = run(tmp_path / "with-thread")
+    report = json.loads((tmp_path / "with-thread" / "reput-recover-report.json").read_text())
+    assert report["start_segment"]["offset"] == segs[4].start
+    assert report["copies_while_planning"]["files"] >= 4
+    monkeypatch.setattr(job, "_background", lambda *a: contextlib.nullcontext())
+    assert run(tmp_path / "tasks") == with_thread
+    assert "copies_while_planning" not in json.loads((tmp_path / "tasks" / "reput-recover-report.json").read_text())
