@@ -16,6 +16,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
     guard_startup()
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -31,14 +32,16 @@ from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
+from jobs.pipeline.io.background_copy import BackgroundCopy  # noqa: E402
 from jobs.pipeline.io.copy import link_refusal  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
-from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery  # noqa: E402
-from jobs.pipeline.recover.write import copy_notices, plan_output, write_output  # noqa: E402
+from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
+from jobs.pipeline.recover.write import (copy_notices, kept_segment_copies, plan_output,  # noqa: E402
+                                         unchanged_segment_copies, warm_index_kernels, write_output)
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
@@ -245,35 +248,57 @@ def _print_lines(lines: list[str]) -> None:
 
 def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     """Write the recovered store to OUT through a staging directory renamed into place (on object storage:
-    in place, committed by the report written last)."""
+    in place, committed by the report written last). On local filesystems a background thread copies what
+    recovery does not change while it validates and plans: the segments before the start segment from
+    before Spark starts, the rest of the kept segments once validation has found P, then every other copy."""
     check_outside(store, out, "--out")
     if args.link_sealed_segments:
         _check_link(args, store, out, settings)
     staging = output_for(out, REPORT_NAME, "recover", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc, args.engine_choice = job_runner(args, "recover")
-    started = time.monotonic()
-    with staging, removed_after(_own_work(args, lambda: staging.work)) as work:
-        planner, outputs = _planner(args)
-        plan = planner(sc, store, settings, work, **kw)
-        output = outputs(plan, with_copies=True)
-        t0 = time.monotonic()
-        names = write_output(sc, plan, output, staging.dir, args.json, tz, link_sealed=args.link_sealed_segments)
-        plan.timings["write_s"] = time.monotonic() - t0
-        _check_written(staging.dir, output, names)
-        for line in copy_notices(output.copied):
-            warn("recover", line)
-        summary = plan.to_dict()
-        summary["engine"] = args.engine_choice.to_dict()
-        summary["copies"] = output.copied
-        if names:
-            summary["index"]["to_create"] = names
-        summary["out"] = out.uri
-        summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
-        work.delete_tree()
-        staging.publish(json_bytes(summary))
+    if settings.message_index_enable and not args.full_index:
+        warm_index_kernels()  # the driver renders the new index files
+    with staging, _background(args, store, out, staging.dir) as background:
+        if background is not None:
+            first = start_of(store, settings, args.rocketmq_version)
+            background.add(unchanged_segment_copies(first, settings, args.link_sealed_segments))
+            kw = dict(kw, on_validated=lambda log: background.add(kept_segment_copies(log,
+                                                                                      args.link_sealed_segments)))
+        sc, args.engine_choice = job_runner(args, "recover")
+        started = time.monotonic()
+        with removed_after(_own_work(args, lambda: staging.work)) as work:
+            planner, outputs = _planner(args)
+            plan = planner(sc, store, settings, work, **kw)
+            t0 = time.monotonic()
+            output = outputs(plan, with_copies=True)
+            names = write_output(sc, plan, output, staging.dir, args.json, tz, link_sealed=args.link_sealed_segments,
+                                 background=background)
+            plan.timings["write_s"] = time.monotonic() - t0
+            _check_written(staging.dir, output, names)
+            for line in copy_notices(output.copied):
+                warn("recover", line)
+            summary = plan.to_dict()
+            summary["engine"] = args.engine_choice.to_dict()
+            summary["copies"] = output.copied
+            if output.early:
+                summary["copies_while_planning"] = output.early
+            if names:
+                summary["index"]["to_create"] = names
+            summary["out"] = out.uri
+            summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
+            work.delete_tree()
+            staging.publish(json_bytes(summary))
     _write_plan(args, summary)
     _report(args, plan, summary, f"recovered store written to {out.uri}")
     return EXIT_OK
+
+
+def _background(args, store: Location, out: Location, dest: Location) -> BackgroundCopy | contextlib.nullcontext:
+    """The thread that copies into OUT while recovery plans: local store and OUT, plain commit log (a DLedger
+    store's data files are written by its own output; elsewhere the copies are Spark tasks, spread over the
+    cluster's executors)."""
+    if args.dledger or not (is_local(store) and is_local(out)):
+        return contextlib.nullcontext()
+    return BackgroundCopy(dest)
 
 
 def _check_link(args, store: Location, out: Location, settings) -> None:

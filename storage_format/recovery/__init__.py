@@ -22,7 +22,7 @@ from .checkpoint_after import checkpoint_after
 from .index import (DispatchPass, IndexFileInfo, IndexResume, IndexTarget, index_files_after_load,
                     resume_index)
 from .queues import (QueueEntries, QueueLoad, QueueState, dropped_at_load, load_queue, render_queue_file,
-                     render_units)
+                     render_span, render_units)
 from .sequence import (FullIndexRebuild, IndexFacts, IndexOff, IndexResumeFacts, QueueFacts, QueuePlan, RecoveryFacts,
                    SequencePlan, index_passes, plan_index, plan_queues, plan_sequence)
 from .post_start import post_start_reput_from
@@ -33,7 +33,7 @@ from .start import (END_OF_LOG, SEGMENT_HEAD_BYTES, SegmentHead, StartChoice, Tr
 __all__ = [
     "RecoveryError", "checkpoint_after", "DispatchPass", "IndexFileInfo", "IndexResume", "IndexTarget", "KeyBatch",
     "index_files_after_load", "resume_index", "QueueEntries", "QueueLoad", "QueueState", "dropped_at_load",
-    "load_queue", "render_queue_file", "render_units", "post_start_reput_from", "END_OF_LOG", "SEGMENT_HEAD_BYTES",
+    "load_queue", "render_queue_file", "render_span", "render_units", "post_start_reput_from", "END_OF_LOG", "SEGMENT_HEAD_BYTES",
     "SegmentHead", "StartChoice", "Truncation", "choose_start_segment", "dispatch_settings", "head_matches",
     "read_segment_head", "segments_to_delete", "start_bound", "truncation_point", "FullIndexRebuild", "IndexFacts",
     "IndexOff", "IndexResumeFacts", "QueueFacts", "QueuePlan", "RecoveryFacts", "SequencePlan", "index_passes",

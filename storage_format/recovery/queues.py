@@ -50,10 +50,30 @@ def dropped_at_load(files: list[tuple[int, int]], generation: int) -> tuple[int,
     return ()
 
 
+LOAD_CHUNK_UNITS = 1 << 16  # units of a consume-queue file read at once while looking for its first invalid one
+
+
+def _valid_run(read: Callable[[int, int], bytes], units_in_file: int) -> tuple[int, int]:
+    """(valid units from a file's start, maxPhysicOffset after them or -1), reading the file in growing chunks
+    (`read(byte offset, length)`) and no further than the chunk holding its first invalid unit."""
+    done, step, max_phy = 0, LOAD_CHUNK_UNITS, -1
+    while done < units_in_file:
+        units = unpack_entries(read(done * CQ_UNIT_SIZE, min(step, units_in_file - done) * CQ_UNIT_SIZE))
+        k = _first_invalid_unit(units)
+        if k:
+            max_phy = int(units["phy"][k - 1]) + int(units["size"][k - 1])
+        done += k
+        if k < len(units) or not len(units):
+            break
+        step *= 2
+    return done, max_phy
+
+
 def load_queue(topic: str, queue_id: int, files: list[int], read_file: Callable[[int], bytes],
-               file_size: int) -> QueueLoad:
+               file_size: int, read_range: Callable[[int, int, int], bytes | memoryview] | None = None) -> QueueLoad:
     """ConsumeQueue.recover: walk valid units from the third-last file; files wholly past the end
-    of that run are deleted (MappedFileQueue.truncateDirtyFiles)."""
+    of that run are deleted (MappedFileQueue.truncateDirtyFiles). With `read_range(file start, byte offset,
+    length)` a file is read only up to its first invalid unit (in growing chunks), not whole."""
     files = sorted(files)
     if not files:
         return QueueLoad(topic, queue_id, (), 0, -1)
@@ -61,10 +81,14 @@ def load_queue(topic: str, queue_id: int, files: list[int], read_file: Callable[
     max_phy = -1
     process = files[idx]
     while True:
-        units = unpack_entries(read_file(files[idx]))
-        k = _first_invalid_unit(units)
+        if read_range is None:
+            units = unpack_entries(read_file(files[idx]))
+            k = _first_invalid_unit(units)
+            last = int(units["phy"][k - 1]) + int(units["size"][k - 1]) if k else -1
+        else:
+            k, last = _valid_run(lambda at, n, f=files[idx]: read_range(f, at, n), file_size // CQ_UNIT_SIZE)
         if k:
-            max_phy = int(units["phy"][k - 1]) + int(units["size"][k - 1])
+            max_phy = last
         process = files[idx] + k * CQ_UNIT_SIZE
         if k * CQ_UNIT_SIZE < file_size or idx + 1 >= len(files):
             break
@@ -240,8 +264,8 @@ class QueueState:
 
     def changed_files(self) -> list[int]:
         """Files whose bytes differ from the crash-time store (units written or newly created)."""
-        at, _ = self.written_entries()
-        touched = set((at - at % self.file_size).tolist()) | set(self.created)
+        at = np.concatenate(self.written_at) if self.written_at else np.zeros(0, np.int64)
+        touched = set(np.unique(at - at % self.file_size).tolist()) | set(self.created)
         return sorted(f for f in touched if f in self.files)
 
     def deleted_files(self) -> list[int]:
@@ -265,6 +289,26 @@ def render_units(state: QueueState, file_start: int, read_file: Callable[[int], 
         slot = (at[sel] - file_start) // CQ_UNIT_SIZE
         units["phy"][slot], units["size"][slot], units["tags"][slot] = e.phy[sel], e.size[sel], e.tags[sel]
     return units
+
+
+def render_span(state: QueueState, file_start: int,
+                read_range: Callable[[int, int], bytes | memoryview]) -> tuple[int, np.ndarray]:
+    """A file recovery keeps from the crash (not created) after recovery, as (byte offset, units): the span
+    from its first written unit through its last, rendered as render_units renders it; every byte outside
+    the span is the crash-time file's (so a writer copies the file and writes this span over it).
+    `read_range(byte offset, length)` reads the crash-time file."""
+    if file_start in state.created:
+        raise ValueError(f"{state.name}: file {file_start} is created by recovery; render it whole")
+    at, e = state.written_entries()
+    sel = (at >= file_start) & (at < file_start + state.file_size)
+    if not sel.any():
+        return 0, np.zeros(0, dtype=CQ_DTYPE)
+    slot = (at[sel] - file_start) // CQ_UNIT_SIZE
+    lo, hi = int(slot.min()), int(slot.max()) + 1
+    units = unpack_entries(read_range(lo * CQ_UNIT_SIZE, (hi - lo) * CQ_UNIT_SIZE), (hi - lo) * CQ_UNIT_SIZE).copy()
+    slot -= lo
+    units["phy"][slot], units["size"][slot], units["tags"][slot] = e.phy[sel], e.size[sel], e.tags[sel]
+    return lo * CQ_UNIT_SIZE, units
 
 
 def render_queue_file(state: QueueState, file_start: int, read_file: Callable[[int], bytes]) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 
 import numpy as np
 
@@ -31,6 +32,15 @@ ZERO_BLOCK = 1 << 20  # the unit a zero range becomes a hole in
 
 # copy_file_range refusing the pair (old kernel, cross-filesystem before 5.3, a filesystem without support)
 _NO_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
+
+
+class CopyCancelled(Exception):
+    """A copy stopped between two chunks because its job is stopping (an error elsewhere, an interrupt)."""
+
+
+def _check(cancel: threading.Event | None, src: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise CopyCancelled(f"{src}: copy cancelled")
 
 
 def _local(loc: Location) -> bool:
@@ -81,33 +91,36 @@ def _nonzero_runs(fd: int, start: int, end: int) -> list[tuple[int, int]]:
     return runs
 
 
-def copy_range(src: str, dst: str, zero_holes: bool = False) -> int:
+def copy_range(src: str, dst: str, zero_holes: bool = False, cancel: threading.Event | None = None) -> int:
     """Copy local file src to a new dst with os.copy_file_range, data extents only (holes stay holes: the
     same bytes read back, none written for them); bytes in the file. With `zero_holes` the blocks of zeros
-    in the data are left as holes too (read to find them, never written). OSError when the kernel refuses."""
+    in the data are left as holes too (read to find them, never written). OSError when the kernel refuses;
+    CopyCancelled between two chunks once `cancel` is set."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
         for extent in _data_extents(fin.fileno(), size):
             for start, end in (_nonzero_runs(fin.fileno(), *extent) if zero_holes else [extent]):
-                _copy_extent(fin.fileno(), fout.fileno(), start, end, src)
+                _copy_extent(fin.fileno(), fout.fileno(), start, end, src, cancel)
         os.ftruncate(fout.fileno(), size)
         return size
 
 
-def _copy_extent(fin: int, fout: int, start: int, end: int, src: str) -> None:
+def _copy_extent(fin: int, fout: int, start: int, end: int, src: str, cancel: threading.Event | None = None) -> None:
     done = start
     while done < end:
+        _check(cancel, src)
         n = os.copy_file_range(fin, fout, min(CHUNK, end - done), done, done)
         if n == 0:
             raise OSError(errno.EIO, f"{src} shrank while it was copied")
         done += n
 
 
-def copy_stream(src: Location, dst: Location) -> int:
+def copy_stream(src: Location, dst: Location, cancel: threading.Event | None = None) -> int:
     """Copy byte for byte in chunks through the filesystem layer; bytes copied."""
     total = 0
     with src.fs.open_input_stream(src.path) as fin, dst.fs.open_output_stream(dst.path) as fout:
         while True:
+            _check(cancel, src.uri)
             chunk = fin.read(CHUNK)
             if not chunk:
                 break
@@ -116,24 +129,26 @@ def copy_stream(src: Location, dst: Location) -> int:
     return total
 
 
-def copy_file(src: Location, dst: Location, link: bool = False,
-              zero_holes: bool = False) -> tuple[str, int, str | None]:
+def copy_file(src: Location, dst: Location, link: bool = False, zero_holes: bool = False,
+              cancel: threading.Event | None = None) -> tuple[str, int, str | None]:
     """Copy src to dst (its parent made): (method, bytes, why a local copy fell back to streaming or None).
     `link`: make dst a hard link of src (both local; check_link_allowed first); bytes is then src's size.
-    `zero_holes`: a local copy leaves src's all-zero blocks as holes in dst (COPY_RANGE_HOLES)."""
+    `zero_holes`: a local copy leaves src's all-zero blocks as holes in dst (COPY_RANGE_HOLES). `cancel`: once
+    set, the copy stops between two chunks with CopyCancelled (dst left partial: the caller removes it)."""
     dst.make_parent()
     if link:
         os.link(src.path, dst.path)
         return COPY_LINK, os.stat(dst.path).st_size, None
     if _local(src) and _local(dst) and hasattr(os, "copy_file_range"):
         try:
-            return (COPY_RANGE_HOLES if zero_holes else COPY_RANGE), copy_range(src.path, dst.path, zero_holes), None
+            return ((COPY_RANGE_HOLES if zero_holes else COPY_RANGE),
+                    copy_range(src.path, dst.path, zero_holes, cancel), None)
         except OSError as exc:
             if exc.errno not in _NO_RANGE:
                 raise
             why = f"copy_file_range: {errno.errorcode.get(exc.errno, exc.errno)}"
-            return COPY_STREAM_FALLBACK, copy_stream(src, dst), why
-    return COPY_STREAM, copy_stream(src, dst), None
+            return COPY_STREAM_FALLBACK, copy_stream(src, dst, cancel), why
+    return COPY_STREAM, copy_stream(src, dst, cancel), None
 
 
 def device(path: str) -> int:

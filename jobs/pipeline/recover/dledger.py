@@ -343,7 +343,7 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                                      f"data); reput does not guess")
     last_valid = max((x.last_record_offset for x in scan.accepted if x.last_record_offset is not None), default=None)
     last_dispatched = last_valid if limit is None else scan.dispatch_stop().last_offset
-    tails = cq_tails(sc, scan, work, {k: ld.max_phy for k, ld in loads.items()}, quiet)
+    tails = cq_tails(scan, work, {k: ld.max_phy for k, ld in loads.items()})
     timings["consumequeue_plan_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()

@@ -2,8 +2,8 @@
 
 Consume-queue load state (ConsumeQueue.recover at start-up) is read in Spark tasks, a group of queues
 per task; the re-dispatch tails - consume-queue entries past each queue's maxPhysicOffset and index keys
-past the last kept index file's end - are cut from the scan's per-split Arrow files; in a real crash they
-are a few seconds of traffic, so they are what reaches the driver, never the whole log.
+past the last kept index file's end - are cut by the driver from the scan's per-split Arrow files; in a real
+crash they are a few seconds of traffic, so they are what reaches the driver, never the whole log.
 """
 from __future__ import annotations
 
@@ -158,7 +158,8 @@ def _load_queues(task: LoadTask) -> list[recovery.QueueLoad] | StoreFormatError:
                                                                     f"{task.file_size} (mappedFileSizeConsumeQueue); "
                                                                     f"the broker refuses to load it")
             ld = recovery.load_queue(q.topic, q.queue_id, [s for s, _ in files],
-                                     lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size)
+                                     lambda s, q=q: Location(q.file_uri(s)).read_bytes(), task.file_size,
+                                     read_range=lambda s, at, n, q=q: Location(q.file_uri(s)).read_range(at, n))
             out.append(replace(ld, removed_at_load=ld.removed_at_load + dropped) if dropped else ld)
     except StoreFormatError as err:
         return err
@@ -167,11 +168,14 @@ def _load_queues(task: LoadTask) -> list[recovery.QueueLoad] | StoreFormatError:
 
 def load_queues(sc, queues: list[QueueDir], file_size: int, quiet: bool,
                 generation: int = 4) -> dict[tuple[str, int], recovery.QueueLoad]:
-    """Load state of every queue, computed in Spark tasks; a bad file is raised here."""
+    """Load state of every queue, computed in Spark tasks (`sc` None: here, in this process); a bad file is
+    raised here."""
     tasks = [LoadTask(tuple(queues[i:i + QUEUES_PER_LOAD_TASK]), file_size, generation)
              for i in range(0, len(queues), QUEUES_PER_LOAD_TASK)]
     out: dict[tuple[str, int], recovery.QueueLoad] = {}
-    for result in run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet):
+    results = ([_load_queues(t) for t in tasks] if sc is None else
+               run_tasks(sc, tasks, _load_queues, "consume-queue state", quiet=quiet))
+    for result in results:
         if isinstance(result, StoreFormatError):
             raise result
         out.update({ld.key: ld for ld in result})
@@ -191,7 +195,7 @@ class TailTask:
 
 
 def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
-    """Entries of one split whose end is past their queue's maxPhysicOffset (runs in a Spark task)."""
+    """Entries of one split whose end is past their queue's maxPhysicOffset."""
     table = read_cq(task.work, task.split_index)
     out = {}
     for topic, qid, row, rows, max_phy in task.queues:
@@ -204,19 +208,18 @@ def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
     return out
 
 
-def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int], int],
-             quiet: bool) -> dict[tuple[str, int], recovery.QueueEntries]:
-    """Per queue, in commit-log order, the scanned entries the broker would not skip."""
-    tasks = []
+def cq_tails(scan: ScanResult, work: Location,
+             max_phy: dict[tuple[str, int], int]) -> dict[tuple[str, int], recovery.QueueEntries]:
+    """Per queue, in commit-log order, the scanned entries the broker would not skip. Read by the driver from
+    the scan's work files (as tail_keys reads the keys): the tails are what the recovery rules need in the
+    driver anyway, and a Spark task would send them back through the JVM (seconds for a large lag)."""
+    parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
     for s in scan.accepted:
         qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
                    for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
         if qs:
-            tasks.append(TailTask(work, s.index, qs))
-    parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
-    for result in run_tasks(sc, tasks, _cq_tail, "re-dispatch tails", quiet=quiet):
-        for key, arrays in result.items():
-            parts.setdefault(key, []).append(arrays)
+            for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
+                parts.setdefault(key, []).append(arrays)
     return {k: recovery.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
 
 

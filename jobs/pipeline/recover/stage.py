@@ -1,7 +1,8 @@
 """Spark side of `jobs.recover`: gather the facts the broker's recovery rules need, then execute the plan.
 
 1. The validating scan (CRC on) runs from the start segment through `scan.scan_store`.
-2. `recovery_inputs` reads the consume queues' load state and cuts the re-dispatch tails in Spark tasks.
+2. `queues_soon` reads the consume queues' load state while the scan runs (a driver thread for a local store,
+   else Spark tasks); `gather_queues` cuts the re-dispatch tails from the scan's work files.
 3. `storage_format.recovery.plan_sequence` decides everything from these facts (pure, tested without Spark);
    this module only names new index files, runs the --full-index scan and the --dry-run audit.
 """
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import time
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from storage_format import confirm_offset
 from storage_format import recovery
@@ -20,6 +23,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..io.paths import is_local
 from ..io.store_gate import commitlog_dir
 from ..build.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
@@ -31,7 +35,7 @@ from ..scan.stage import scan_store
 from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
-__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names"]
+__all__ = ["RecoveryPlan", "plan_recovery", "new_index_names", "RecoveryStart", "recovery_start", "start_of"]
 
 
 def new_index_names(kept: list[recovery.IndexFileInfo], count: int, tz: dt.tzinfo,
@@ -89,9 +93,18 @@ class ValidatedLog:
         return {**self.limit.to_dict(), **self.scan.dispatch_stop().to_dict()}
 
 
-def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
-             split_size: int, quiet: bool) -> ValidatedLog:
-    """Choose the start segment and run the validating scan from it: the truncation point P."""
+@dataclass(frozen=True)
+class RecoveryStart:
+    """Where the broker's recovery starts reading the commit log, chosen before any scan: the segments
+    before `start` are never read nor changed by the recovery."""
+
+    abnormal: bool
+    segments: list[Segment]
+    start: recovery.StartChoice
+
+
+def recovery_start(store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int) -> RecoveryStart:
+    """The commit log's segments and the recovery's start segment (a few record headers read, no scan)."""
     abnormal = markers.abort is not None
     segments = list_segments(store, settings)
     if not segments:
@@ -99,6 +112,20 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                                      f"broker would delete every consume queue); nothing to recover")
     start = recovery.choose_start_segment([s.start for s in segments], segment_heads(segments), markers.checkpoint,
                                           settings, g, abnormal)
+    return RecoveryStart(abnormal, segments, start)
+
+
+def start_of(store: Location, settings: BrokerSettings, generation: int | None = None) -> RecoveryStart:
+    """recovery_start from the store's own markers (what a job may learn before Spark starts)."""
+    markers = StoreMarkers.read(store)
+    return recovery_start(store, settings, markers, markers.generation(generation).generation)
+
+
+def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
+             split_size: int, quiet: bool) -> ValidatedLog:
+    """Choose the start segment and run the validating scan from it: the truncation point P."""
+    first = recovery_start(store, settings, markers, g)
+    abnormal, segments, start = first.abnormal, first.segments, first.start
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
@@ -110,15 +137,45 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
                         quiet=quiet)
 
 
-def gather_queues(sc, log: ValidatedLog,
+@dataclass(frozen=True)
+class QueuesOnDisk:
+    """The consume queues on disk by key, their load state (ConsumeQueue.recover), and the entries the broker
+    skips (warnings)."""
+
+    dirs: dict[tuple[str, int], QueueDir]
+    loads: dict[tuple[str, int], recovery.QueueLoad]
+    warnings: list[str]
+
+
+def read_queues(sc, store: Location, settings: BrokerSettings, g: int, quiet: bool) -> QueuesOnDisk:
+    """List the consume queues and load them: in Spark tasks, or here with `sc` None."""
+    warnings: list[str] = []
+    dirs = {q.key: q for q in list_queues(store, warnings)}
+    loads = load_queues(sc, list(dirs.values()), settings.consume_queue_file_size, quiet, g)
+    return QueuesOnDisk(dirs, loads, warnings)
+
+
+def queues_soon(sc, store: Location, settings: BrokerSettings, g: int, quiet: bool) -> Callable[[], QueuesOnDisk]:
+    """read_queues, started before the validating scan needs the driver: a local store's queues are read by a
+    driver thread while the scan's tasks run (a few reads per queue, no task round trip); elsewhere they are
+    Spark tasks, run when asked for."""
+    if is_local(store):
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-queue-load")
+        try:
+            return pool.submit(read_queues, None, store, settings, g, quiet).result  # raises its error
+        finally:
+            pool.shutdown(wait=False)
+    return lambda: read_queues(sc, store, settings, g, quiet)
+
+
+def gather_queues(log: ValidatedLog, on_disk: QueuesOnDisk,
                   warnings: list[str]) -> tuple[dict[tuple[str, int], QueueDir], recovery.QueueFacts]:
     """(consume queues on disk by key, the queue facts: load states, re-dispatch tails, a file reader); entries
     the broker skips are named in `warnings`."""
-    queue_dirs = {q.key: q for q in list_queues(log.store, warnings)}
-    size = log.settings.consume_queue_file_size
-    loads = load_queues(sc, list(queue_dirs.values()), size, log.quiet, log.generation)
-    tails = cq_tails(sc, log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()}, log.quiet)
-    return queue_dirs, recovery.QueueFacts(loads, tails, size,
+    warnings.extend(on_disk.warnings)
+    queue_dirs, loads = on_disk.dirs, on_disk.loads
+    tails = cq_tails(log.scan, log.work, {k: ld.max_phy for k, ld in loads.items()})
+    return queue_dirs, recovery.QueueFacts(loads, tails, log.settings.consume_queue_file_size,
                                            lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes())
 
 
@@ -144,20 +201,25 @@ def gather_index(sc, log: ValidatedLog, cp: Checkpoint, full_index: bool,
 
 def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                   generation: int | None = None, full_index: bool = False, tz: dt.tzinfo = dt.timezone.utc,
-                  quiet: bool = False, audit: bool = False) -> RecoveryPlan:
+                  quiet: bool = False, audit: bool = False,
+                  on_validated: Callable[[ValidatedLog], None] | None = None) -> RecoveryPlan:
     """Read the store, run the validating scan, gather the facts and apply the broker's recovery sequence;
     writes nothing but the scan's work files. With `audit`, also validate the segments before the start
-    segment (which the broker's recovery never reads) and warn about damage there."""
+    segment (which the broker's recovery never reads) and warn about damage there. `on_validated` is told the
+    validated log as soon as the truncation point is known (recover --out starts copying the kept segments)."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     markers = StoreMarkers.read(store)
     markers.checkpoint  # a damaged checkpoint stops recovery here, before any work
     gen = markers.generation(generation)
+    queues_on_disk = queues_soon(sc, store, settings, gen.generation, quiet)  # read while the scan runs
     log = validate(sc, store, settings, markers, gen.generation, work, split_size, quiet)
+    if on_validated is not None:
+        on_validated(log)
     timings["validate_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
-    queue_dirs, queues = gather_queues(sc, log, skipped)
+    queue_dirs, queues = gather_queues(log, queues_on_disk(), skipped)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     index, index_facts = gather_index(sc, log, markers.checkpoint, full_index, skipped)

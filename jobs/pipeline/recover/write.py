@@ -1,14 +1,21 @@
 """Materialise a recovery plan: the files recovery rewrites, creates and deletes, written into a
-directory (a full OUT store, or the in-place staging area) by Spark tasks and the driver.
+directory (a full OUT store, or the in-place staging area) by the driver (a local directory) or Spark tasks.
 
-Rendered files: consume-queue files with re-dispatched units (crash-time bytes + units), the index
+Rendered files: consume-queue files with re-dispatched units (crash-time bytes + units; on a local
+filesystem the crash-time file copied and only the span of written units written over it), the index
 file recovery appends to, new index files (or a whole rebuilt index with --full-index), the
-checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy of the store.
+checkpoint and, for 5.x, `abort.bak`. Everything else in OUT is a verbatim copy of the store: on a local
+filesystem made by a background thread (io.background_copy) that starts before Spark does, elsewhere by
+Spark tasks.
 """
 from __future__ import annotations
 
+import os
 import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -19,13 +26,20 @@ from storage_format.consume_queue import file_name
 from storage_format.index_file import IndexState, append_to_index_file, empty_file_index_count, index_file_chunks
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
+from storage_format.scan_plan import Segment
+from storage_format.settings import BrokerSettings
+
+from ..io.background_copy import BackgroundCopy, CopyItem
 from ..io.commit_marker import MARKER
 from ..io.copy import COPY_LINK, COPY_STREAM_FALLBACK, copy_file
 from ..io.fs import Location
+from ..io.paths import is_local
 from .inputs import QueueDir
 from .plan import RecoveryPlan
+from .stage import RecoveryStart, ValidatedLog
 from ..runtime.tasks import run_tasks
 
+T = TypeVar("T")
 COPY_TASK_BYTES = 512 << 20
 # our own staging/journal/report entries and an object-storage write marker are never copied
 OWN_PREFIXES = (".reput", "reput-recover", MARKER)
@@ -40,7 +54,7 @@ class RecoveryOutput:
     render_bytes: dict[str, bytes] = field(default_factory=dict)
     # files given as their bytes up to the last non-zero part and their size: the zeros after are a sparse
     # tail where the filesystem has them (the same bytes read back, none written: new and empty index files)
-    render_zero_tailed: dict[str, tuple[tuple[bytes, ...], int]] = field(default_factory=dict)
+    render_zero_tailed: dict[str, tuple[tuple[bytes, ...] | Future, int]] = field(default_factory=dict)
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
     copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
@@ -49,12 +63,36 @@ class RecoveryOutput:
     # broker does not preallocate (warmMapedFileEnable off: it leaves that segment sparse past its writes itself)
     zero_holes: set[str] = field(default_factory=set)
     copied: dict = field(default_factory=dict)  # filled by write_output: how the copies were made
+    early: dict = field(default_factory=dict)  # filled by write_output: what a background copy made while planning
     dirs: tuple[str, ...] = ("commitlog", "consumequeue", "index")  # made in OUT even when empty
 
     @property
     def rendered(self) -> list[str]:
         """Store-relative paths of every file recovery writes."""
         return [r for r, *_ in self.render_cq] + list(self.render_bytes) + list(self.render_zero_tailed)
+
+
+def warm_index_kernels() -> threading.Thread:
+    """Load the index kernels (numba, from its on-disk cache) in a thread while the job starts and validates:
+    the driver renders the index files recovery creates, and the first use costs about half a second. An error
+    here is left to that first use (which raises it)."""
+    def warm() -> None:
+        try:
+            import numpy as np
+
+            from storage_format.index_file import SLOT_DTYPE
+            from storage_format.kernels import index_chain
+
+            key_hash, phy, ts = np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
+            for column in (key_hash, phy, ts):  # read-only, as the kernels are called (index_file.read_only)
+                column.flags.writeable = False
+            index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
+            index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
+        except Exception:  # the first real use raises it
+            pass
+    thread = threading.Thread(target=warm, name="reput-warm-index-kernels", daemon=True)
+    thread.start()
+    return thread
 
 
 def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] = ()) -> RecoveryOutput:
@@ -65,18 +103,46 @@ def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] 
     gone = set(plan.segments_deleted)
     out.deleted += [f"commitlog/{segment_name(s)}" for s in sorted(gone)]
     if with_copies:
-        kept = [s for s in plan.segments if s.start not in gone]
-        out.copies += [(f"commitlog/{segment_name(s.start)}", s.path, s.size) for s in kept]
-        # sealed: every kept plain segment but the last, which holds the recovery point the broker appends at
-        out.sealed |= {f"commitlog/{segment_name(s.start)}" for s in kept[:-1] if not s.header}
-        if kept and not kept[-1].header and not plan.settings.warm_maped_file_enable:
-            out.zero_holes.add(f"commitlog/{segment_name(kept[-1].start)}")
+        for c in segment_copies(plan.segments, gone, plan.settings):
+            out.copies.append((c.rel, c.src, c.size))
+            if c.link:
+                out.sealed.add(c.rel)
+            if c.zero_holes:
+                out.zero_holes.add(c.rel)
     _queue_output(plan, out, with_copies)
     _index_output(plan, out, with_copies)
     _marker_output(plan, out, with_copies)
     if with_copies:
         out.copies += _other_root_files(plan.store, handled)
     return out
+
+
+def segment_copies(segments: list[Segment], deleted: set[int], settings: BrokerSettings) -> list[CopyItem]:
+    """The kept commit-log segments as OUT's copies; `link` marks the sealed ones (every kept plain segment but
+    the last, which holds the recovery point the broker appends at: those --link-sealed-segments may link);
+    `zero_holes` the last one when the broker does not preallocate (warmMapedFileEnable off)."""
+    kept = [s for s in segments if s.start not in deleted]
+    return [CopyItem(f"commitlog/{segment_name(s.start)}", s.path, s.size, link=i < len(kept) - 1 and not s.header,
+                     zero_holes=(i == len(kept) - 1 and not s.header and not settings.warm_maped_file_enable))
+            for i, s in enumerate(kept)]
+
+
+def _as_made(items: list[CopyItem], link_sealed: bool) -> list[CopyItem]:
+    """segment_copies as they are made: linked only with --link-sealed-segments."""
+    return [CopyItem(c.rel, c.src, c.size, link=c.link and link_sealed, zero_holes=c.zero_holes) for c in items]
+
+
+def unchanged_segment_copies(first: RecoveryStart, settings: BrokerSettings, link_sealed: bool) -> list[CopyItem]:
+    """The segments before the recovery's start segment: known before any scan, never read nor changed by the
+    recovery (the truncation point lies at or after the start), so OUT's copies of them can start at once."""
+    return _as_made([c for c, s in zip(segment_copies(first.segments, set(), settings), first.segments)
+                     if s.start < first.start.offset], link_sealed)
+
+
+def kept_segment_copies(log: ValidatedLog, link_sealed: bool) -> list[CopyItem]:
+    """Every segment the recovery keeps, once validation has found the truncation point P."""
+    gone = set(recovery.segments_to_delete([s.start for s in log.segments], log.truncation.offset))
+    return _as_made(segment_copies(log.segments, gone, log.settings), link_sealed)
 
 
 def _queue_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
@@ -119,9 +185,19 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
         elif with_copies:
             out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
     for name, t in zip(idx.new_names, idx.resume.new_files):
-        out.render_zero_tailed[f"index/{name}"] = (_new_index_file(t.all_keys(), settings, t.inherited,
-                                                                   plan.generation.generation),
+        out.render_zero_tailed[f"index/{name}"] = (_soon(_new_index_file, t.all_keys(), settings, t.inherited,
+                                                         plan.generation.generation),
                                                    settings.index_file_size)
+
+
+def _soon(fn: Callable[..., T], *args) -> Future:
+    """fn(*args) in a thread from now on (the index kernels run without the GIL: a new index file is rendered
+    while the driver writes the consume-queue files); write_output takes the result."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-index-render")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
@@ -217,14 +293,36 @@ class CqRenderTask:
 
 
 def _render_cq(task: CqRenderTask) -> int:
-    """Write rewritten / created consume-queue files (runs in a Spark task)."""
+    """Write rewritten / created consume-queue files (in the driver for a local OUT, else in a Spark task). A
+    kept file on a local filesystem is copied (io.copy) and only its span of written units rendered over the
+    copy (render_span); elsewhere, and for created files, the whole file is rendered."""
     for rel, st, qdir, start in task.items:
+        dst = task.dest.child(rel)
+        src = Location(f"{qdir}/{file_name(start)}") if qdir is not None else None
+        if src is not None and is_local(src) and is_local(dst):
+            copy_file(src, dst)
+            at, units = recovery.render_span(st, start, src.read_range)
+            _write_at(dst.path, units.tobytes(), at)
+            continue
+
         def read(s: int, qdir=qdir) -> bytes:
             """Crash-time bytes of one file of this queue."""
             return Location(f"{qdir}/{file_name(s)}").read_bytes()
         units = recovery.render_units(st, start, read)
-        task.dest.child(rel).write_with_zero_tail([used_units(units)], units.nbytes)
+        dst.write_with_zero_tail([used_units(units)], units.nbytes)
     return len(task.items)
+
+
+def _write_at(path: str, data: bytes, at: int) -> None:
+    """Write `data` over a local file's bytes from `at` (the file keeps its size)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, at)
+            view, at = view[n:], at + n
+    finally:
+        os.close(fd)
 
 
 def used_units(units: np.ndarray) -> memoryview:
@@ -236,25 +334,39 @@ def used_units(units: np.ndarray) -> memoryview:
 
 
 def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, quiet: bool,
-                 tz=None, link_sealed: bool = False) -> list[str]:
+                 tz=None, link_sealed: bool = False, background: BackgroundCopy | None = None) -> list[str]:
     """Write every rendered file (and, for OUT, every copy) under `dest`; returns the index file names
     a --full-index rebuild created. `link_sealed`: hard-link the sealed commit-log segments (out.sealed)
-    instead of copying them (the caller checked link_refusal). How the copies were made: out.copied."""
+    instead of copying them (the caller checked link_refusal). `background`: the copies go to this thread
+    (started while the job planned) instead of Spark tasks, and are waited for here. How the copies were
+    made: out.copied (and out.early: what the thread had made before writing began)."""
     dest.makedirs()
     for d in out.dirs:
         if out.copies:
             dest.child(d).makedirs()
+    wanted = [CopyItem(rel, src, n, link=link_sealed and rel in out.sealed, zero_holes=rel in out.zero_holes)
+              for rel, src, n in out.copies]
+    if background is not None:
+        background.add(wanted)  # copied while the files below are rendered
     if out.render_cq:
         groups: dict[tuple[str, int], list] = {}
         for rel, st, q, start in out.render_cq:
             groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        run_tasks(sc, _cq_tasks([v for _, v in sorted(groups.items())], dest, sc.default_parallelism), _render_cq,
-                  "consume queues", quiet=quiet)
+        queues = [v for _, v in sorted(groups.items())]
+        if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
+            _render_cq(_cq_tasks(queues, dest, 1)[0])  # entries pickled into one through the JVM) is worth it
+        else:
+            run_tasks(sc, _cq_tasks(queues, dest, sc.default_parallelism), _render_cq, "consume queues", quiet=quiet)
     for rel, data in out.render_bytes.items():
         dest.child(rel).write_bytes(data)
     for rel, (chunks, size) in out.render_zero_tailed.items():
+        if isinstance(chunks, Future):
+            chunks = chunks.result()
         dest.child(rel).write_with_zero_tail(chunks, size)
-    if out.copies:
+    if background is not None:
+        finished = background.finish(wanted)
+        out.copied, out.early = copy_counts(finished.results), finished.to_dict()
+    elif out.copies:
         done = run_tasks(sc, _copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
                          _copy, "copy",
                          total_bytes=sum(s for *_, s in out.copies), quiet=quiet)

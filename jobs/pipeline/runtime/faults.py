@@ -7,7 +7,9 @@ their variable is set (registered in env.py, named on stderr and in the run repo
   Spark task), after-build, before-publish-rename, between-renames (an --overwrite publish: old OUT moved
   aside, new one not yet in place), before-old-delete; on object storage (no rename), before-commit: the
   tree is written, the run report is not. Of a convert:
-  in-convert-write (inside a segment-write task, its segment half written), after-write.
+  in-convert-write (inside a segment-write task, its segment half written), after-write. Of a recover --out:
+  in-background-copy (the background copy thread, after its first file; it waits there, `hold_at`, until the
+  job cancels it, so that a signal then tests the way out).
 - `REPUT_CRASH_AT=<point>`: `crash_point(point)` kills the process with SIGKILL there (an --in-place
   recovery's points: staged, backed-up, journaled, applied, op-<n>).
 - `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after
@@ -19,25 +21,39 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 from . import env
 
 PAUSE_POINTS = ("in-decode-task", "after-decode", "in-build-task", "after-build", "before-publish-rename",
-                "between-renames", "before-old-delete", "before-commit", "in-convert-write", "after-write")
+                "between-renames", "before-old-delete", "before-commit", "in-convert-write", "after-write",
+                "in-background-copy")
 
 
 def pause_at(point: str) -> None:
     """Sleep forever at `point` when REPUT_TEST_PAUSE_AT names it (the test then kills the process)."""
     if env.value("REPUT_TEST_PAUSE_AT") != point:
         return
+    _announce(point)
+    while True:
+        time.sleep(3600)
+
+
+def _announce(point: str) -> None:
     print(f"reput test hook: paused at {point}", file=sys.stderr, flush=True)
     mark = env.value("REPUT_TEST_PAUSE_MARK")
     if mark:
         with open(mark, "w") as f:
             f.write(point)
-    while True:
-        time.sleep(3600)
+
+
+def hold_at(point: str, release: threading.Event) -> None:
+    """pause_at for a thread the job stops itself: announce, then wait until `release` is set."""
+    if env.value("REPUT_TEST_PAUSE_AT") != point:
+        return
+    _announce(point)
+    release.wait()
 
 
 def fail_once() -> None:
