@@ -209,8 +209,7 @@ def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int]
     """Per queue, in commit-log order, the scanned entries the broker would not skip."""
     tasks = []
     for s in scan.accepted:
-        qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
-                   for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
+        qs = tuple((t, q, row, rows, max_phy.get((t, q), -1)) for t, q, row, rows in s.queues.row_slices())
         if qs:
             tasks.append(TailTask(work, s.index, qs))
     parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
@@ -223,7 +222,7 @@ def cq_tails(sc, scan: ScanResult, work: Location, max_phy: dict[tuple[str, int]
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
     """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
     for s in reversed(scan.accepted):
-        if not any(st.cq_rows for st in s.queues.values()):
+        if not s.queues.has_rows:
             continue
         phy = read_cq(work, s.index).column("phy").to_numpy()
         phy = phy[phy >= from_offset]
