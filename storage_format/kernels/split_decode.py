@@ -140,7 +140,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         if found is None:
             return NO_RECORD_START  # the reference's answer is cheap here
         first = found
-    stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
+    stats, queues, rows, keys, pool = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
                                                 np.asarray(delay_levels_ms, np.int64).reshape(-1), header,
                                                 bool(check_crc), *_lmq_rules(multi_dispatch, multi_dispatch_configured))
@@ -159,7 +159,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         detail = bad[1]
     end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, detail=detail,
                   path=path, file_offset=end_at - (base_offset if seg_start is None else seg_start))
-    table, cq = _group(arr, queues, rows)
+    table, cq = _group(pool, queues, rows)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
                      first_position=first if records or reason == END_CRC_MISMATCH or not find_start else None,
@@ -170,14 +170,12 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                      last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None)
 
 
-def _group(arr: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTable, CqRows]:
+def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTable, CqRows]:
     """The split's queue table in (topic, queueId) order and its rows grouped by queue, vectorised: an LMQ
-    split names tens of thousands of queues, none of which becomes a Python object here."""
+    split names tens of thousands of queues, none of which becomes a Python object here. The kernel's name
+    pool holds the topics back to back in queue order: it is the topic column's data as it is."""
     n = len(qs)
-    at, length = qs[:, k.Q_TOPIC_AT], qs[:, k.Q_TOPIC_LEN]
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(length, out=offsets[1:])
-    pool = arr[np.repeat(at - offsets[:-1], length) + np.arange(offsets[-1])]  # each name's bytes, one buffer
+    offsets = np.append(qs[:, k.Q_TOPIC_AT], len(pool)).astype(np.int64)
     topic = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(pool))
     qid = qs[:, k.Q_QID]
     order = key_order(topic, qid)
