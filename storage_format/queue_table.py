@@ -4,7 +4,7 @@ thousands of (topic, queueId)s: arrays keep that work vectorised, never one Pyth
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,7 @@ def key_order(topic: pa.Array, queue_id: np.ndarray) -> np.ndarray:
     return pc.sort_indices(table, sort_keys=[("t", "ascending"), ("q", "ascending")]).to_numpy().astype(np.int64)
 
 
-def _strings(topic) -> pa.LargeStringArray:
+def _strings(topic: pa.Array | Sequence[str]) -> pa.LargeStringArray:
     arr = topic if isinstance(topic, pa.Array) else pa.array(list(topic), pa.large_string())
     return arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
 
@@ -44,8 +44,10 @@ class QueueTable:
     unordered: np.ndarray  # bool
 
     @staticmethod
-    def build(topic, queue_id, records, cq_rows=None, first_row=None, min_offset=None, max_offset=None,
-              unordered=None, *, order: np.ndarray | None = None) -> QueueTable:
+    def build(topic: pa.Array | Sequence[str], queue_id: np.ndarray, records: np.ndarray,
+              cq_rows: np.ndarray | None = None, first_row: np.ndarray | None = None,
+              min_offset: np.ndarray | None = None, max_offset: np.ndarray | None = None,
+              unordered: np.ndarray | None = None, *, order: np.ndarray | None = None) -> QueueTable:
         """A table from unsorted columns (omitted ones: no rows), put in (topic, queueId) order (`order`:
         that order when the caller has it already)."""
         topic = _strings(topic)
