@@ -16,10 +16,12 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   `kernels.record_search` (the first record start in a split that begins mid-segment, eight bytes a step;
   commitlog.find_first_record its reference: a zero-filled segment tail is searched at memory speed),
   `kernels.row_groups` (a split's consume-queue rows grouped by queue: compiled stable counting sort),
-  `kernels.split_decode` (the kernel's Python side: `FastSplit`, `QueueStats`, `CqRows`, or why the reference
+  `kernels.split_decode` (the kernel's Python side: `FastSplit`, its `QueueTable` and `CqRows`, or why the reference
   decodes), `kernels.index_chain` (index slot chains as sequential loops; index_file's vectorised form is the
   reference)
-- `split_rows`: what decoding a split hands on, whichever decoder ran (`CqRows`, `QueueStats`; kernel-free)
+- `split_rows`: what decoding a split hands on, whichever decoder ran (`CqRows`; kernel-free)
+- `queue_table`: per-queue counts and queue-offset ranges as columns: a split's `QueueTable` (either decoder's)
+  and their vectorised merge across splits (`MergedQueues`, what the driver plans consume queues from)
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules

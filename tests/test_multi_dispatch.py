@@ -241,9 +241,11 @@ def test_many_small_lmq_queues_share_few_consume_queue_tasks():
     from jobs.pipeline.build.stage import plan_cq
     from jobs.pipeline.io.fs import location
     from storage_format.settings import BrokerSettings
-    from storage_format.split_rows import QueueStats
-    queues = {(f"%LMQ%q{i:06d}", 0): QueueStats(0, 1, i, i % 5, i % 5) for i in range(100_000)}
-    scan = SimpleNamespace(accepted=[SimpleNamespace(index=0, queues=queues, unordered=set())])
+    from storage_format.queue_table import QueueTable, merge_queue_tables
+    n = 100_000
+    table = QueueTable.build([f"%LMQ%q{i:06d}" for i in range(n)], np.zeros(n), np.zeros(n, np.int64),
+                             np.ones(n, np.int64), np.arange(n), np.arange(n) % 5, np.arange(n) % 5)
+    scan = SimpleNamespace(queue_table=lambda: merge_queue_tables([(0, table)]))
     tasks = plan_cq(scan, BrokerSettings(), location("/nonexistent/work"), location("/nonexistent/out"),
                     target_tasks=4)
     assert sum(len(t.items) for t in tasks) == 100_000 and len(tasks) <= 60

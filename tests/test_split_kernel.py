@@ -70,7 +70,8 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
             got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
             if kernel and summary.error is None:
                 taken[summary.decoder] += 1
-                taken[LMQ_ROWS] += sum(st.cq_rows for (topic, _), st in summary.queues.items()
+                taken[LMQ_ROWS] += sum(rows for (topic, _), rows in zip(summary.queues.keys(),
+                                                                        summary.queues.cq_rows.tolist())
                                        if topic.startswith("%LMQ%") and summary.decoder == DECODER_KERNEL)
                 if summary.fallback:
                     taken["fallback: " + summary.fallback] += 1
@@ -376,15 +377,16 @@ def test_kernel_multi_dispatch_rows_by_hand():
     for rules, names, offsets, want in cases:
         fast = _fast_lmq(f"INNER_MULTI_DISPATCH\x01{names}\x02INNER_MULTI_QUEUE_OFFSET\x01{offsets}\x02", rules)
         assert not isinstance(fast, str), (names, fast)
-        assert list(fast.queues) == sorted(want), names
-        got = {q: fast.cq.queue_offset[st.first_row:st.first_row + st.cq_rows].tolist() for q, st in fast.queues.items()}
+        t = fast.queues
+        assert t.keys() == sorted(want), names
+        got = {q: fast.cq.queue_offset[row:row + n].tolist() for q, row, n in zip(t.keys(), t.first_row.tolist(),
+                                                                                 t.cq_rows.tolist())}
         assert got == want, names
-        assert fast.queues[("LmqParent", 2)].records == 1 and all(st.records == 0 for q, st in fast.queues.items()
-                                                                  if q != ("LmqParent", 2))
+        assert dict(zip(t.keys(), t.records.tolist())) == {q: int(q == ("LmqParent", 2)) for q in want}
         assert set(fast.cq.phy.tolist()) == {0} and set(fast.cq.tags.tolist()) == {tags - (1 << 32) * (tags >> 31)}
     fast = _fast_lmq("INNER_MULTI_DISPATCH\x01%LMQ%a\x02INNER_MULTI_QUEUE_OFFSET\x015\x02", r5,
                      topic="%RETRY%g")  # 5.x: no multi-dispatch for retry topics
-    assert list(fast.queues) == [("%RETRY%g", 2)] and len(fast.cq.phy) == 1
+    assert fast.queues.keys() == [("%RETRY%g", 2)] and len(fast.cq.phy) == 1
 
 
 def test_kernel_leaves_multi_dispatch_edge_cases_to_the_reference():

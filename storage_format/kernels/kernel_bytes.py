@@ -99,10 +99,10 @@ def signed32(h):
 
 
 @njit(inline="always")
-def same_bytes(a, p, q, n):
-    """a[p:p+n] == a[q:q+n]."""
+def same_bytes(a, p, b, q, n):
+    """a[p:p+n] == b[q:q+n]."""
     for k in range(n):
-        if a[p + k] != a[q + k]:
+        if a[p + k] != b[q + k]:
             return False
     return True
 

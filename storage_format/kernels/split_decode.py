@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from . import lmq_kernel as lk, split_kernel as k
 from .record_search import find_record
@@ -24,7 +25,8 @@ from ..record import (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_BLANK, MAGIC_V1
                      TRAN_NOT, TRAN_ROLLBACK)
 from ..index_keys import KeyBatch
 from ..record_columns import RecordColumns
-from ..split_rows import CqRows, QueueStats
+from ..queue_table import QueueTable, key_order
+from ..split_rows import CqRows
 from .row_groups import group_rows
 from ..store_layout import INNER_BATCH_FLAG
 
@@ -79,8 +81,7 @@ class FastSplit:
     last_position: int | None
     last_size: int
     store_ts: tuple[int, int, int, int] | None  # first, last, min, max
-    queues: dict[tuple[str, int], QueueStats]
-    unordered: tuple[tuple[str, int], ...]  # queues whose rows do not step by exactly 1
+    queues: QueueTable
     cq: CqRows
     keys: KeyBatch
     first_entry: int | None = None  # DLedger entry index of the first and last entry (None: plain)
@@ -139,7 +140,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         if found is None:
             return NO_RECORD_START  # the reference's answer is cheap here
         first = found
-    stats, queues, rows, keys = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
+    stats, queues, rows, keys, pool = k.decode_kernel(arr, base_offset, first, stop, segment_end, _rules(*dated),
                                                 _NAMES, _NAME_OFF, _SCHEDULE,
                                                 np.asarray(delay_levels_ms, np.int64).reshape(-1), header,
                                                 bool(check_crc), *_lmq_rules(multi_dispatch, multi_dispatch_configured))
@@ -158,37 +159,35 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         detail = bad[1]
     end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, detail=detail,
                   path=path, file_offset=end_at - (base_offset if seg_start is None else seg_start))
-    table, unordered, cq = _group(arr, queues, rows)
+    table, cq = _group(pool, queues, rows)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
                      first_position=first if records or reason == END_CRC_MISMATCH or not find_start else None,
                      last_position=int(stats[k.S_LAST_POS]) if records else None,
-                     last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, unordered=unordered, cq=cq,
+                     last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, cq=cq,
                      keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
                      first_entry=int(stats[k.S_FIRST_ENTRY]) if header and records else None,
                      last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None)
 
 
-def _group(arr: np.ndarray, qs: np.ndarray,
-           rows: np.ndarray) -> tuple[dict[tuple[str, int], QueueStats], tuple[tuple[str, int], ...], CqRows]:
-    """The queue table in (topic, queueId) order with each queue's stats, the queues whose rows do not
-    step by 1, and the rows grouped by queue. Python work per queue is kept small: an LMQ split names tens
-    of thousands of queues."""
-    q_topic_at, q_topic_len, q_qid, q_rec, q_cq, q_lo, q_hi = (
-        qs[:, c].tolist() for c in (k.Q_TOPIC_AT, k.Q_TOPIC_LEN, k.Q_QID, k.Q_REC, k.Q_CQ, k.Q_LO, k.Q_HI))
-    view = memoryview(arr)
-    keys = [(str(view[s:s + n], "utf-8"), qid) for s, n, qid in zip(q_topic_at, q_topic_len, q_qid)]
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, len(order))
-    table = {}
-    for q, start in zip(order, starts.tolist()):
-        n_cq = q_cq[q]
-        table[keys[q]] = QueueStats(q_rec[q], n_cq, start, q_lo[q], q_hi[q]) if n_cq else QueueStats(q_rec[q])
-    unordered = tuple(keys[q] for q in np.flatnonzero(qs[:, k.Q_UNORD]).tolist())
+def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTable, CqRows]:
+    """The split's queue table in (topic, queueId) order and its rows grouped by queue, vectorised: an LMQ
+    split names tens of thousands of queues, none of which becomes a Python object here. The kernel's name
+    pool holds the topics back to back in queue order: it is the topic column's data as it is."""
+    n = len(qs)
+    offsets = np.append(qs[:, k.Q_TOPIC_AT], len(pool)).astype(np.int64)
+    topic = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(pool))
+    qid = qs[:, k.Q_QID]
+    order = key_order(topic, qid)
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, n)
+    first_row = np.empty(n, np.int64)
+    first_row[order] = starts[:n]
+    table = QueueTable.build(topic, qid, qs[:, k.Q_REC], qs[:, k.Q_CQ], first_row, qs[:, k.Q_LO], qs[:, k.Q_HI],
+                             qs[:, k.Q_UNORD] != 0, order=order)
     qo, phy, size, tags = (np.take(rows[:, c], row_order) for c in (k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS))
-    return table, unordered, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
+    return table, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
 
 
 def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int,

@@ -55,7 +55,10 @@ P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY, P_MULTI_OFFSET = range(6)
 
 
 # Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order): where the
-# topic's bytes start in the buffer and their length (topic_at/topic_len; *_TS names are store timestamps).
+# topic's bytes start in the name pool and their length (topic_at/topic_len; *_TS names are store timestamps).
+# The pool holds each queue's topic once, in queue order: a lookup compares against it (a few hundred KB for
+# tens of thousands of LMQ names) instead of against the name's first record, anywhere in the split (a cache
+# miss per multi-dispatch item).
 Q_TOPIC_AT, Q_TOPIC_LEN, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
 NQ_COLS = 10
 # Columns of the consume-queue rows `rows` and of the index keys `keys`.
@@ -71,13 +74,21 @@ def _grow_rows(x, need):
     return y
 
 
+@njit()
+def _grow_bytes(x, need):
+    """The byte array x in a larger one (at least need bytes, at least twice as many)."""
+    y = np.empty(max(need, 2 * x.shape[0]), x.dtype)
+    y[:x.shape[0]] = x
+    return y
+
+
 @njit(inline="always")
 def _slot_of(th, qid, mask):
     return (th * 1000003 + qid) & mask
 
 
 @njit(inline="always")
-def _find_queue(a, topic_at, topic_len, qid, th, table, qs):
+def _find_queue(a, topic_at, topic_len, qid, th, table, qs, pool):
     """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
     holds queue index + 1 per slot): its index, or -1 - the free slot where a new queue goes."""
     mask = table.shape[0] - 1
@@ -85,7 +96,7 @@ def _find_queue(a, topic_at, topic_len, qid, th, table, qs):
     while table[slot] != 0:
         q = table[slot] - 1
         if (qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TOPIC_LEN] == topic_len
-                and same_bytes(a, qs[q, Q_TOPIC_AT], topic_at, topic_len)):
+                and same_bytes(pool, qs[q, Q_TOPIC_AT], a, topic_at, topic_len)):
             return q
         slot = (slot + 1) & mask
     return -1 - slot
@@ -250,12 +261,12 @@ def _layout(a, pos, end, rules):
 
 
 @njit(inline="always")
-def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs):
+def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs, pool):
     """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
     or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
     passed before). Fills found_lo/found_hi with the wanted properties."""
     th, ok = java_hash(a, np.int64(0), topic_at, topic_at + topic_len)
-    q = _find_queue(a, topic_at, topic_len, qid, th, table, qs) if ok else np.int64(-1)
+    q = _find_queue(a, topic_at, topic_len, qid, th, table, qs, pool) if ok else np.int64(-1)
     if not ok or (q < 0 and unsafe_topic(a, topic_at, topic_len)):
         return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     find_props(a, ps, end, names, name_off, found_lo, found_hi)
@@ -319,14 +330,15 @@ def _note_record(stats, n, pos, size, store_ts):
 # Slots of the walk's `cursor`: where it stands, so that it can stop for larger outputs and go on.
 W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
 W_ROWS_NEED, W_QUEUES_NEED = 8, 9  # rows and queues the next record needs room for (its multi-dispatch ones too)
-N_CURSOR = 10
+W_POOL, W_POOL_NEED = 10, 11  # name pool bytes used, and needed for the next record's new queues
+N_CURSOR = 12
 
 
 @njit()
 def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_off, schedule, delay_ms, header,
                   check_crc, lmq, lmq_text):
     """Walk and decode a[start:...] (see the module doc). Returns (stats, per-queue table, consume-queue
-    rows, index keys); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
+    rows, index keys, the name pool the table's topic_at/topic_len point into); stats[S_FALLBACK] != FB_NONE means the rest is to be ignored. `header`: the bytes of
     the DLedger entry header in front of each record (0: a plain segment); the walk goes entry by entry and
     decodes the record at entry pos + header, so everything it emits is as for a plain record. `check_crc`:
     check body CRCs (a failing record ends the walk, KEND_CRC at its entry/record position). `lmq` and
@@ -334,19 +346,21 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
-    table, qs = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64)
+    table, qs, pool = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64), np.empty(4096, np.uint8)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
     cur = np.zeros(N_CURSOR, np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
     args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
             header, check_crc, lmq, lmq_text)
-    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys):
+    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys, pool):
         if cur[W_ROWS_NEED] > rows.shape[0]:
             rows = _grow_rows(rows, cur[W_ROWS_NEED])
         if cur[W_KEYS_NEED] > keys.shape[0]:
             keys = _grow_rows(keys, cur[W_KEYS_NEED])
         if cur[W_QUEUES_NEED] > qs.shape[0]:
             qs = _grow_rows(qs, cur[W_QUEUES_NEED])
+        if cur[W_POOL_NEED] > pool.shape[0]:
+            pool = _grow_bytes(pool, cur[W_POOL_NEED])
         if 2 * cur[W_QUEUES_NEED] > table.shape[0]:
             size = 2 * table.shape[0]
             while 2 * cur[W_QUEUES_NEED] > size:
@@ -355,17 +369,17 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     pos, n, ncq, nk, nq = cur[W_POS], cur[W_N], cur[W_NCQ], max(cur[W_NK], 0), cur[W_NQ]
     stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
     stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
-    return stats, qs[:nq], rows[:ncq], keys[:nk]
+    return stats, qs[:nq], rows[:ncq], keys[:nk], pool[:cur[W_POOL]]
 
 
 @njit(_nrt=False)
 def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
           lmq, lmq_text,
-          stats, cur, found_lo, found_hi, table, qs, rows, keys):
+          stats, cur, found_lo, found_hi, table, qs, rows, keys, pool):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
     it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
-    pos, n, ncq, nk, nq, ahead = cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD]
+    pos, n, ncq, nk, nq, ahead, pu = cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD], cur[W_POOL]
     done, touched = True, 0
     while True:
         while ahead < min(pos + TOUCH_AHEAD, limit):  # each header's address hangs on the last one's load:
@@ -399,7 +413,7 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
         if fb == FB_NONE:
             fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
-                                               found_lo, found_hi, table, qs)
+                                               found_lo, found_hi, table, qs, pool)
         tran = sys_flag & rules[R_TRAN_MASK]
         own_entry = tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]
         n_multi = np.int64(0)
@@ -413,12 +427,14 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             break
         cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
         cur[W_ROWS_NEED], cur[W_QUEUES_NEED] = ncq + 1 + n_multi, nq + (1 if q < 0 else 0) + n_multi
+        cur[W_POOL_NEED] = pu + topic_len + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0)
         if (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
-                or cur[W_QUEUES_NEED] > qs.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]):
+                or cur[W_QUEUES_NEED] > qs.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
+                or cur[W_POOL_NEED] > pool.shape[0]):
             done = False
             break
         if q < 0:
-            _add_queue(-1 - q, topic_at, topic_len, qid, th, table, qs, nq)
+            pu = _add_queue(-1 - q, a, topic_at, topic_len, qid, th, table, qs, nq, pool, pu)
             q, nq = nq, nq + 1
         qs[q, Q_REC] += 1
         if own_entry:
@@ -428,9 +444,9 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             _cq_row(rows, ncq, q, qs, i64(a, rp + 20), phy, size, tags)
             ncq += 1
             if n_multi > 0:
-                ncq, nq = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI], found_lo[P_MULTI_OFFSET],
-                                               found_hi[P_MULTI_OFFSET], n_multi, qid, phy, size, tags, lmq,
-                                               lmq_text, table, qs, rows, ncq, nq)
+                ncq, nq, pu = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI],
+                                                   found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], n_multi, qid,
+                                                   phy, size, tags, lmq, lmq_text, table, qs, rows, ncq, nq, pool, pu)
                 if ncq < 0:
                     stats[S_FALLBACK] = FB_MULTI_DISPATCH
                     break
@@ -446,18 +462,22 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             stats[S_LAST_ENTRY] = i64(a, pos + 8)
         n += 1
         pos = end
-    cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD] = pos, n, ncq, nk, nq, ahead
+    cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD], cur[W_POOL] = pos, n, ncq, nk, nq, ahead, pu
     cur[W_TOUCHED] += touched  # a sink, so that the touching loads stay
     return done
 
 
 @njit(inline="always")
-def _add_queue(slot, topic_at, topic_len, qid, th, table, qs, nq):
-    """Queue nq (topic at topic_at, queueId, topic hash) into a free slot of the table (both have room)."""
+def _add_queue(slot, a, topic_at, topic_len, qid, th, table, qs, nq, pool, pu):
+    """Queue nq (topic a[topic_at:topic_at + topic_len], queueId, topic hash) into a free slot of the table, its
+    topic appended to the name pool at pu (all have room); returns the pool's new length."""
     for c in range(NQ_COLS):
         qs[nq, c] = 0
-    qs[nq, Q_TOPIC_AT], qs[nq, Q_TOPIC_LEN], qs[nq, Q_QID], qs[nq, Q_HASH] = topic_at, topic_len, qid, th
+    for k in range(topic_len):
+        pool[pu + k] = a[topic_at + k]
+    qs[nq, Q_TOPIC_AT], qs[nq, Q_TOPIC_LEN], qs[nq, Q_QID], qs[nq, Q_HASH] = pu, topic_len, qid, th
     table[slot] = nq + 1
+    return pu + topic_len
 
 
 @njit(inline="always")
@@ -474,11 +494,12 @@ def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
 
 @njit(inline="always")
 def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, qs, rows,
-                         ncq, nq):
+                         ncq, nq, pool, pu):
     """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries):
     the named queue (added to the table when new), the item's offset, the record's phy, size and tags (the
-    outputs have room for every item). Returns the new (row count, queue count), or (-1, -1) when an item
-    is the reference's (an offset the kernel does not parse, a malformed or unsafe name)."""
+    outputs have room for every item, the name pool for all its names). Returns the new (row count, queue
+    count, pool length), or (-1, -1, -1) when an item is the reference's (an offset the kernel does not parse,
+    a malformed or unsafe name)."""
     sep = lmq[L_SEPARATOR]
     np_, op = n_lo, o_lo
     for _ in range(n_items):
@@ -487,15 +508,15 @@ def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size,
             offset, ok = parse_offset(a, op, oe)
             th, ok_name = java_hash(a, np.int64(0), np_, ne)
             if not ok or not ok_name:
-                return np.int64(-1), np.int64(-1)
+                return np.int64(-1), np.int64(-1), np.int64(-1)
             qid = item_queue_id(a, np_, ne, own_qid, lmq, lmq_text)
-            q = _find_queue(a, np_, ne - np_, qid, th, table, qs)
+            q = _find_queue(a, np_, ne - np_, qid, th, table, qs, pool)
             if q < 0:
                 if unsafe_topic(a, np_, ne - np_):
-                    return np.int64(-1), np.int64(-1)
-                _add_queue(-1 - q, np_, ne - np_, qid, th, table, qs, nq)
+                    return np.int64(-1), np.int64(-1), np.int64(-1)
+                pu = _add_queue(-1 - q, a, np_, ne - np_, qid, th, table, qs, nq, pool, pu)
                 q, nq = nq, nq + 1
             _cq_row(rows, ncq, q, qs, offset, phy, size, tags)
             ncq += 1
         np_, op = ne + 1, oe + 1
-    return ncq, nq
+    return ncq, nq, pu

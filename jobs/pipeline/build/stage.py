@@ -74,30 +74,34 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size."""
     file_size = settings.consume_queue_file_size
     units = file_size // CQ_UNIT_SIZE
-    queues: dict[tuple[str, int], list] = {}
-    for s in scan.accepted:
-        for key, st in s.queues.items():
-            if st.cq_rows == 0 or (topics is not None and key[0] not in topics):
-                continue
-            q = queues.setdefault(key, [st.min_offset, st.max_offset, []])
-            q[0], q[1] = min(q[0], st.min_offset), max(q[1], st.max_offset)
-            q[2].append(QueueSlice(s.index, st.first_row, st.cq_rows, st.min_offset, st.max_offset))
+    q = scan.queue_table()
+    names = q.topic.to_pylist()
+    wanted = q.cq_rows > 0
+    if topics is not None:
+        wanted &= np.array([t in topics for t in names], bool)
+    # the queue's entries step by exactly 1 in dispatch order (so each lands at its stored offset)
+    in_step = (~q.unordered & q.sources_adjacent()).tolist()
+    slices = list(map(QueueSlice, q.src_split.tolist(), q.src_row.tolist(), q.src_rows.tolist(), q.src_lo.tolist(),
+                      q.src_hi.tolist()))  # lists once: this loop runs per queue, tens of thousands with LMQ
+    qids, lows, highs, rows, starts = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.cq_rows,
+                                                            q.source_start))
     runs: list[QueueFiles] = []
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
-    unordered = set().union(*(s.unordered for s in scan.accepted))
-    for (topic, qid), (lo, hi, sources) in sorted(queues.items()):
+    for i in np.flatnonzero(wanted).tolist():
+        topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
+        sources = tuple(slices[starts[i]:starts[i + 1]])
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
-        if is_lmq(topic) and not _in_step(sources, (topic, qid) in unordered):
+        if is_lmq(topic) and not in_step[i]:
             # offsets used up without an entry (5.x): one run places the whole queue as the broker does
             runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size, last_file=last * file_size,
-                                   queue_first_offset=lo, sources=tuple(sources), placed=True))
+                                   queue_first_offset=lo, sources=sources, placed=True))
             continue
-        if hi - lo + 1 > sum(src.rows for src in sources):
-            raise queue_gap_error(scan, work, topic, qid, sources)
+        if hi - lo + 1 > rows[i]:
+            raise queue_gap_error(scan, work, topic, qid, list(sources))
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
             runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
-                                   queue_first_offset=lo, sources=tuple(sources)))
+                                   queue_first_offset=lo, sources=sources))
     weights = [_run_weight(r, units, file_size) for r in runs]
     per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
     tasks, current, size = [], [], 0
@@ -117,11 +121,6 @@ def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
     task packs thousands of one-entry LMQ queues but few large queues."""
     files = (run.last_file - run.first_file) // file_size + 1
     return min(files * units, sum(src.rows for src in run.sources)) + files * CQ_FILE_COST
-
-
-def _in_step(sources: list[QueueSlice], unordered: bool) -> bool:
-    """The queue's entries step by exactly 1 in dispatch order (so each lands at its stored offset)."""
-    return not unordered and all(b.lo == a.hi + 1 for a, b in zip(sources, sources[1:]))
 
 
 def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,

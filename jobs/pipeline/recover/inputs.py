@@ -215,8 +215,7 @@ def cq_tails(scan: ScanResult, work: Location,
     driver anyway, and a Spark task would send them back through the JVM (seconds for a large lag)."""
     parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
     for s in scan.accepted:
-        qs = tuple((t, q, st.first_row, st.cq_rows, max_phy.get((t, q), -1))
-                   for (t, q), st in sorted(s.queues.items()) if st.cq_rows)
+        qs = tuple((t, q, row, rows, max_phy.get((t, q), -1)) for t, q, row, rows in s.queues.row_slices())
         if qs:
             for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
                 parts.setdefault(key, []).append(arrays)
@@ -226,7 +225,7 @@ def cq_tails(scan: ScanResult, work: Location,
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
     """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
     for s in reversed(scan.accepted):
-        if not any(st.cq_rows for st in s.queues.values()):
+        if not s.queues.has_rows:
             continue
         phy = read_cq(work, s.index).column("phy").to_numpy()
         phy = phy[phy >= from_offset]

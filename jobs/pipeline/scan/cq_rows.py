@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from storage_format.commitlog import RecordColumns
 from storage_format.consume_queue import unsafe_topic_reason
-from storage_format.split_rows import QueueStats
+from storage_format.queue_table import QueueTable
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LmqEntries,
                                            MultiDispatchError, MultiDispatchRules, lmq_entries)
 
@@ -119,19 +119,27 @@ def unsafe_topics(groups: QueueGroups) -> list[tuple[int, str]]:
     return [min(bad)] if bad else []
 
 
-def queue_ranges(queues: dict[tuple[str, int], QueueStats], unordered: set[tuple[str, int]], groups: QueueGroups,
-                 row_group: np.ndarray, qo: np.ndarray) -> None:
-    """Record per queue where its rows start in the split's sorted consume-queue table, and the
-    smallest and largest queue offset among them."""
-    if not len(row_group):
-        return
-    starts = np.flatnonzero(np.diff(row_group, prepend=-1))
-    counts = np.diff(np.append(starts, len(row_group)))
-    lows, highs = np.minimum.reduceat(qo, starts), np.maximum.reduceat(qo, starts)
-    steps = np.flatnonzero(np.diff(qo) != 1) + 1  # row after a step that is not +1 ...
-    steps = steps[np.diff(row_group)[steps - 1] == 0]  # ... inside one queue
-    unordered.update(groups.keys[g] for g in np.unique(row_group[steps]).tolist())
-    for g, row, n, lo, hi in zip(row_group[starts].tolist(), starts.tolist(), counts.tolist(), lows.tolist(),
-                                 highs.tolist()):
-        key = groups.keys[g]
-        queues[key] = QueueStats(queues[key].records if key in queues else 0, n, row, lo, hi)
+def queue_table(own: QueueGroups, records: np.ndarray, groups: QueueGroups | None = None,
+                row_group: np.ndarray | None = None, qo: np.ndarray | None = None) -> QueueTable:
+    """The split's queue table: its records' own queues with their record counts and, from the split's
+    sorted consume-queue rows (`groups`, each row's group, queue offsets), where each queue's rows start,
+    the smallest and largest queue offset among them and whether they step by exactly 1."""
+    keys = dict.fromkeys(own.keys)
+    if groups is not None:
+        keys.update(dict.fromkeys(groups.keys))
+    at = {key: i for i, key in enumerate(keys)}
+    n = len(at)
+    cols = {c: np.zeros(n, np.int64) for c in ("records", "cq_rows", "first_row", "min_offset", "max_offset")}
+    unordered = np.zeros(n, bool)
+    cols["records"][[at[key] for key in own.keys]] = records
+    if groups is not None and len(row_group):
+        starts = np.flatnonzero(np.diff(row_group, prepend=-1))
+        mine = np.array([at[groups.keys[g]] for g in row_group[starts].tolist()], np.int64)
+        cols["first_row"][mine] = starts
+        cols["cq_rows"][mine] = np.diff(np.append(starts, len(row_group)))
+        cols["min_offset"][mine], cols["max_offset"][mine] = np.minimum.reduceat(qo, starts), np.maximum.reduceat(qo, starts)
+        steps = np.flatnonzero(np.diff(qo) != 1) + 1  # row after a step that is not +1 ...
+        steps = steps[np.diff(row_group)[steps - 1] == 0]  # ... inside one queue
+        unordered[[at[groups.keys[g]] for g in np.unique(row_group[steps]).tolist()]] = True
+    return QueueTable.build([t for t, _ in keys], np.array([q for _, q in keys], np.int64), **cols,
+                            unordered=unordered)

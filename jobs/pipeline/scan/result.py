@@ -2,15 +2,16 @@
 stitched whole the later stages read (ScanResult, DispatchStop). Kept apart from the Spark plumbing in scan.py."""
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from storage_format.commitlog import ScanEnd
 from storage_format.errors import StoreFormatError
 from storage_format.multi_dispatch import MultiDispatchRules, is_lmq
 from storage_format.scan_plan import END_NO_NEXT_SEGMENT, Segment, Split, SplitWalk, Stitched
 from storage_format.settings import BrokerSettings
-from storage_format.split_rows import QueueStats
+from storage_format.queue_table import MergedQueues, QueueTable, merge_queue_tables
 
 from ..io.fs import Location
 
@@ -48,7 +49,8 @@ class SplitSummary:
     last_store_ts: int | None = None
     last_record_offset: int | None = None
     last_record_end: int | None = None
-    queues: dict[tuple[str, int], QueueStats] = field(default_factory=dict)
+    # Per (topic, queueId): records, consume-queue rows and their offset range, whether they step by 1.
+    queues: QueueTable = field(default_factory=QueueTable.empty)
     keys: int = 0
     last_key: tuple[int, int] | None = None  # (store_ts, phy) of the split's last index key
     error: StoreFormatError | None = None
@@ -63,8 +65,6 @@ class SplitSummary:
     last_dispatched_end: int | None = None
     first_held_back: int | None = None
     held_back: int = 0
-    # Queues whose entries in this split do not step by exactly 1 (repeats, or offsets used up elsewhere).
-    unordered: set[tuple[str, int]] = field(default_factory=set)
     # Offset of a record with both multi-dispatch properties while enableMultiDispatch is not configured.
     lmq_unconfigured: int | None = None
     # DLedger data: the entry index of the split's first and last entry (None in a plain segment).
@@ -170,21 +170,18 @@ class ScanResult:
         """Valid DLedger entries (records in DLedger data files)."""
         return sum(s.records for s in self.accepted if s.first_entry_index is not None)
 
+    def queue_table(self) -> MergedQueues:
+        """The accepted splits' queue tables merged per (topic, queueId), their sources in split order."""
+        return merge_queue_tables((s.index, s.queues) for s in self.accepted)
+
     def records_per_queue(self) -> dict[str, dict[int, int]]:
         """Records per topic and queueId (queues only multi-dispatch names have none)."""
-        return self._per_queue("records", lambda topic: True)
+        return self.queue_table().per_topic("records")
 
     def lmq_entries_per_queue(self) -> dict[str, dict[int, int]]:
         """Consume-queue entries multi-dispatch gives each `%LMQ%` queue (before the broker skips a repeat)."""
-        return self._per_queue("cq_rows", is_lmq)
-
-    def _per_queue(self, stat: str, wanted) -> dict[str, dict[int, int]]:
-        out: dict[str, dict[int, int]] = defaultdict(dict)
-        for s in self.accepted:
-            for (topic, qid), stats in s.queues.items():
-                if getattr(stats, stat) and wanted(topic):
-                    out[topic][qid] = out[topic].get(qid, 0) + getattr(stats, stat)
-        return {t: dict(sorted(q.items())) for t, q in sorted(out.items())}
+        q = self.queue_table()
+        return q.per_topic("cq_rows", np.array([is_lmq(t) for t in q.topic.to_pylist()], bool))
 
     def tail_problems(self) -> list[str]:
         """Why the commit log does not end cleanly (an invalid record before the zero-filled tail, or

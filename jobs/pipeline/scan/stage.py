@@ -25,10 +25,10 @@ from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits,
 from storage_format.settings import BrokerSettings
 from storage_format.index_keys import KeyBatch
 from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, decode_fast, record_after_clean_end
-from storage_format.split_rows import CqRows, QueueStats
+from storage_format.split_rows import CqRows
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
-from .cq_rows import cq_table, queue_groups, queue_ranges, split_lmq, unsafe_topics
+from .cq_rows import cq_table, queue_groups, queue_table, split_lmq, unsafe_topics
 from ..convert.records import list_buffer
 from ..runtime import env
 from ..runtime.faults import fail_once, pause_at
@@ -192,11 +192,11 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     summary.last_record_offset = base + fast.last_position
     summary.last_record_end = summary.last_record_offset + fast.last_size
     if task.with_cq:
-        summary.queues, summary.unordered = fast.queues, set(fast.unordered)
+        summary.queues = fast.queues
         if task.work is not None:
             write_cq(task.work, sp.index, fast.cq)
     else:
-        summary.queues = {q: QueueStats(st.records) for q, st in fast.queues.items()}
+        summary.queues = fast.queues.records_only()
     if task.with_keys and task.settings.message_index_enable:
         _summarise_keys(task, summary, fast.keys)
     return summary
@@ -247,8 +247,8 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
         summary.undated_record = cols.base_offset + int(cols.pos[undated[0]])
     dispatched = _dispatched(task, summary, cols)
     cq_mask = has_cq_entry(cols.sys_flag) & dispatched
-    for key, records in zip(groups.keys, np.bincount(groups.group, minlength=len(groups.keys)).tolist()):
-        summary.queues[key] = QueueStats(records)
+    records = np.bincount(groups.group, minlength=len(groups.keys))
+    summary.queues = queue_table(groups, records)
     if task.with_cq:
         tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
                           task.settings.delay_levels_ms)
@@ -261,7 +261,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
             raise StoreFormatError(sp.segment.path, at - sp.segment.start,
                                    f"{err} (record at commit-log offset {at})") from None
         summary.lmq_unconfigured = lmq.unconfigured_at
-        queue_ranges(summary.queues, summary.unordered, cq_groups, row_group, cq.column("queue_offset").to_numpy())
+        summary.queues = queue_table(groups, records, cq_groups, row_group, cq.column("queue_offset").to_numpy())
         if task.work is not None:
             write_cq(task.work, sp.index, CqRows(*(cq.column(c).to_numpy() for c in ("queue_offset", "phy", "size",
                                                                                      "tags"))))
@@ -414,12 +414,12 @@ def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
     (the expected file offset lies below the queue's current end) and drop it with a "Build consume queue
     repeatedly" log line; reput does not guess, and never writes a file named by a negative offset."""
-    bad = [s for s in scan.accepted if any(st.cq_rows and st.min_offset < 0 for st in s.queues.values())]
+    bad = [s for s in scan.accepted if ((s.queues.cq_rows > 0) & (s.queues.min_offset < 0)).any()]
     if not bad or base is None:
         return
     summary = bad[0]
     found = first_record(scan, base, summary, "queue_offset", lambda v: v < 0)
-    offset = found.value if found.value is not None else min(st.min_offset for st in summary.queues.values())
+    offset = found.value if found.value is not None else int(summary.queues.min_offset.min())
     raise StoreFormatError(found.path, found.byte_offset,
                            f"record at commit-log offset {found.offset} has queueOffset {offset}, which the broker "
                            f"never assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
@@ -433,11 +433,12 @@ def find_negative_queue_ids(scan: ScanResult, base: SplitTask | None) -> Negativ
     the jobs say it (a warning, verify a finding) and count it in their reports."""
     records, queues, first = 0, set(), None
     for s in scan.accepted:
-        mine = [(key, st.records) for key, st in s.queues.items() if key[1] < 0 and st.records]
-        if mine:
+        mine = np.flatnonzero((s.queues.queue_id < 0) & (s.queues.records > 0))
+        if len(mine):
             first = first or s
-            records += sum(n for _, n in mine)
-            queues |= {f"{topic}/{qid}" for (topic, qid), _ in mine}
+            records += int(s.queues.records[mine].sum())
+            queues |= {f"{topic}/{qid}" for topic, qid in zip(s.queues.topic.take(pa.array(mine)).to_pylist(),
+                                                               s.queues.queue_id[mine].tolist())}
     if first is None or base is None:
         return None
     found = first_record(scan, base, first, "queue_id", lambda v: v < 0)

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
@@ -151,12 +152,10 @@ def _first_phy(data: bytes, file_size: int) -> int:
 
 def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
     """Per queue with consume-queue entries: one past its highest queue offset in the valid commit log."""
-    ends: dict[tuple[str, int], int] = {}
-    for s in scan.accepted:
-        for key, st in s.queues.items():
-            if st.cq_rows:
-                ends[key] = max(ends.get(key, 0), st.max_offset + 1)
-    return ends
+    q = scan.queue_table()
+    sel = np.flatnonzero(q.cq_rows > 0)
+    return dict(zip(zip(q.topic.take(pa.array(sel)).to_pylist(), q.queue_id[sel].tolist()),
+                    np.maximum(q.max_offset[sel] + 1, 0).tolist()))
 
 
 def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]:
