@@ -19,8 +19,6 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from jobs.pipeline.build.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
@@ -168,7 +166,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                                sc.default_parallelism, "convert")
     else:
         print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
-              f"(records past the committed position were left out); slower than mapping the source scan's",
+              "(records past the committed position were left out); slower than mapping the source scan's",
               file=sys.stderr)
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
