@@ -165,7 +165,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
         builds = shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
                                sc.default_parallelism, "convert")
     else:
-        print(f"reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
+        print("reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
               "(records past the committed position were left out); slower than mapping the source scan's",
               file=sys.stderr)
     direct_io = env.value(DIRECT_IO_ENV) != "0"
