@@ -166,7 +166,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
                                sc.default_parallelism, "convert")
     else:
         print("reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
-              "(records past the committed position were left out); slower than mapping the source scan's",
+              "(records past the committed position were left out); slower than mapping the source scan's work files",
               file=sys.stderr)
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
