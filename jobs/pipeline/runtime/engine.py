@@ -129,7 +129,7 @@ def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineCh
     if choice.name == "local":
         from .local import LocalRunner
 
-        return LocalRunner(choice.workers or 1), choice
+        return LocalRunner(choice.workers or 1).start(), choice
     from .session import job_context
     from .tasks import SparkRunner
 

@@ -5,7 +5,8 @@ function (nothing is pickled on the way in), hands them item numbers one at a ti
 free, as Spark's scheduler does), and takes back the pickled results (small descriptors: the heavy data stays in
 the workers, which read and write through the filesystem layer; a worker runs one task at a time, so memory per
 task is bounded as in a Spark worker). Results come back in item order. A single item runs in the driver.
-The compiled kernels are loaded once in the driver before the first fork, so every worker shares them.
+The compiled kernels are loaded once in the driver when the engine starts (`start`, before the job's timed work)
+or at the latest before the first fork, so every worker shares them.
 
 A task's exception is raised in the driver as itself (its worker's traceback attached as the cause, shown with
 REPUT_DEBUG=1), or, when it cannot be pickled, as `TaskFailed` holding the worker's traceback text, which
@@ -54,6 +55,12 @@ class LocalRunner:
 
     def __init__(self, workers: int) -> None:
         self.workers = max(int(workers), 1)
+
+    def start(self) -> "LocalRunner":
+        """The engine's start-up: the kernels (and pandas) its tasks share loaded now, before the job's timed
+        work, as the Spark engine's warm daemon loads them while the JVM starts."""
+        _warm_once()
+        return self
 
     @property
     def default_parallelism(self) -> int:
