@@ -13,6 +13,7 @@ kit's scripts run from the directory the build's relative classpath entries reso
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -103,7 +104,29 @@ def crashed_store(kit: Path, build: Path, store: Path, root: Path, records: int,
         crash = json.loads(line)
         Path(str(out) + ".lagrun.log").unlink(missing_ok=True)  # the kit's broker log of its rebuild
         marker.write_text(json.dumps(crash))
+    _sparse_last_segment(out)
     return CrashedStore(out, store, records, data_bytes, crash)
+
+
+def _sparse_last_segment(crashed: Path) -> None:
+    """The crashed store's last segment sparse past its data again, as a killed broker leaves it (without
+    warmMapedFileEnable it maps the file and never writes the tail; make_crash.py's shutil.copyfile fills the
+    holes with written zeros). Same bytes; a new file replaces the old name (the source store's inode is left
+    alone); done once, named on stdout."""
+    from jobs.pipeline.io.copy import copy_range
+
+    segments = sorted((crashed / "commitlog").iterdir())
+    if not segments:
+        return
+    last = segments[-1]
+    st = last.stat()
+    if st.st_blocks * 512 < st.st_size:  # holes already
+        return
+    tmp = last.with_name(last.name + ".sparse")
+    copy_range(str(last), str(tmp), zero_holes=True)
+    os.replace(tmp, last)
+    print(f"[bench] {last}: made sparse past its data again, as the broker leaves its last segment "
+          f"(make_crash.py's copy wrote the zeros)", flush=True)
 
 
 def run_broker_recovery(kit: Path, build: Path, crashed: Path, work: Path) -> dict:

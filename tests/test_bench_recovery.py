@@ -12,7 +12,7 @@ from bench.broker import kit_cwd
 from bench.compare import compare_stores, same_bytes, union
 from bench.iocount import IoCounts, parse_proc_io
 from bench.iomodel import Place, StageBytes, bytes_table, estimate, model_table
-from bench.recovery import RecoveryRuns, _links_hold, parse_kit_output, scale_lines, table
+from bench.recovery import RecoveryRuns, _links_hold, _sparse_last_segment, parse_kit_output, scale_lines, table
 
 
 def _store(root: Path, files: dict[str, bytes]) -> Path:
@@ -211,3 +211,23 @@ def test_crash_lag_flag_parses_sizes():
     from bench.__main__ import parse_args
     assert parse_args(["--crash-lag-bytes", "512m"]).crash_lag_bytes == 512 << 20
     assert parse_args([]).crash_lag_bytes == 4 << 20
+
+
+def test_the_crashed_stores_last_segment_is_made_sparse_with_the_same_bytes(tmp_path) -> None:
+    """make_crash.py's copy writes the last segment's zero tail; the bench makes it a hole again (as a killed
+    broker leaves it), the bytes unchanged, the other segments and a second call untouched."""
+    log = tmp_path / "commitlog"
+    log.mkdir()
+    sealed, last = log / "00000000000000000000", log / "00000000000004194304"
+    sealed.write_bytes(b"\x01" * (4 << 20))
+    data = os.urandom(100_000) + b"\0" * ((4 << 20) - 100_000)
+    last.write_bytes(data)
+    assert last.stat().st_blocks * 512 >= len(data)
+    sealed_ino = sealed.stat().st_ino
+    _sparse_last_segment(tmp_path)
+    assert last.read_bytes() == data
+    assert last.stat().st_blocks * 512 < 2 << 20
+    assert sealed.stat().st_ino == sealed_ino
+    ino = last.stat().st_ino
+    _sparse_last_segment(tmp_path)
+    assert last.stat().st_ino == ino
