@@ -47,7 +47,7 @@ def _local(loc: Location) -> bool:
     return isinstance(loc.fs, pafs.LocalFileSystem)
 
 
-def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     """[start, end) ranges of a local file that hold data (lseek SEEK_DATA/SEEK_HOLE); the whole file where
     the filesystem cannot tell. A broker's last segment is sparse past its write position (mapped, not written)."""
     if not hasattr(os, "SEEK_DATA"):
@@ -98,7 +98,7 @@ def copy_range(src: str, dst: str, zero_holes: bool = False, cancel: threading.E
     CopyCancelled between two chunks once `cancel` is set."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
-        for extent in _data_extents(fin.fileno(), size):
+        for extent in data_extents(fin.fileno(), size):
             for start, end in (_nonzero_runs(fin.fileno(), *extent) if zero_holes else [extent]):
                 _copy_extent(fin.fileno(), fout.fileno(), start, end, src, cancel)
         os.ftruncate(fout.fileno(), size)

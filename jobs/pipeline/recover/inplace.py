@@ -36,12 +36,13 @@ import hashlib
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
-from ..io.copy import copy_range
+from ..io.copy import copy_range, data_extents
 from ..runtime.failure import JobError
 from ..runtime.faults import crash_point
 
@@ -76,17 +77,39 @@ def fingerprint(path: Path) -> str:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
+COMPARE_CHUNK = 1 << 20
+
+
 def same_bytes(a: Path, b: Path) -> bool:
-    """Byte-for-byte equality of two files, read in 1 MiB chunks up to the first difference."""
-    if os.path.getsize(a) != os.path.getsize(b):
+    """Byte-for-byte equality of two files, read in 1 MiB chunks up to the first difference: only where either
+    file holds data (a range that is a hole in both reads as zeros in both), from the end backwards (recovery
+    changes a consume-queue or index file at the end of its data, so a rewritten file differs within a chunk)."""
+    size = os.path.getsize(a)
+    if size != os.path.getsize(b):
         return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
+    fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDONLY)
+    try:
+        for start, end in reversed(_union(data_extents(fa, size) + data_extents(fb, size))):
+            while end > start:
+                at = max(start, end - COMPARE_CHUNK)
+                if os.pread(fa, end - at, at) != os.pread(fb, end - at, at):
+                    return False
+                end = at
+        return True
+    finally:
+        os.close(fa)
+        os.close(fb)
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching [start, end) ranges merged, in order."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def same_filesystem(store: Path, backup: Path) -> bool:
@@ -114,6 +137,17 @@ def _fsync_dir(path: Path) -> None:
     except OSError as exc:  # some filesystems do not allow fsync on a directory
         if exc.errno not in (errno.EINVAL, errno.EBADF, errno.EACCES):
             raise
+
+
+SYNC_THREADS = 8  # fsyncs issued at once: the filesystem's journal commits them together (one wait, not one each)
+
+
+def _fsync_all(paths: list[Path], dirs: bool = False) -> None:
+    """fsync many files (or directories) concurrently; every one is durable when this returns."""
+    if not paths:
+        return
+    with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(paths)), thread_name_prefix="reput-fsync") as pool:
+        list(pool.map(_fsync_dir if dirs else _fsync_file, paths))
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -237,10 +271,12 @@ def prepare_staging(store: Path) -> Path:
 
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory under root (the staged files before the switch)."""
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            _fsync_file(Path(dirpath) / f)
-        _fsync_dir(Path(dirpath))
+    files, dirs = [], []
+    for dirpath, _, names in os.walk(root):
+        files.extend(Path(dirpath) / f for f in names)
+        dirs.append(Path(dirpath))
+    _fsync_all(files)
+    _fsync_all(dirs, dirs=True)
 
 
 def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict) -> dict:
@@ -282,7 +318,11 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
 
 
 def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
-    """Apply the operations in order; idempotent, so resume can run it again."""
+    """Apply the operations in order; idempotent, so resume can run it again. The renames and unlinks in the
+    store's subdirectories (consume queues, index, commit log) are made durable together, by one concurrent
+    fsync of their directories, before the first file of the store's root (checkpoint, abort.bak, abort: the
+    last steps) changes, and each root step is durable before the next: `abort` still goes last."""
+    pending: set[Path] = set()
     for n, op in enumerate(ops, 1):
         target = store / op.path
         if op.op in (REPLACE, CREATE):
@@ -294,8 +334,14 @@ def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
                 raise JobError(f"{target}: cannot finish: neither the staged file nor the new content is there")
         elif target.exists():
             target.unlink()
-        _fsync_dir(target.parent)
+        if target.parent == store:
+            _fsync_all(sorted(pending), dirs=True)
+            pending.clear()
+            _fsync_dir(store)
+        else:
+            pending.add(target.parent)
         crash_point(f"op-{n}")
+    _fsync_all(sorted(pending), dirs=True)
 
 
 def _finish(store: Path, staging: Path) -> None:
