@@ -260,3 +260,25 @@ def test_workers_die_with_a_killed_driver(tmp_path):
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("submitted,quiet,printed", [(False, False, True), (False, True, False), (True, False, False)])
+def test_the_engine_line_is_on_stderr_except_quiet_or_under_spark_submit(monkeypatch, capsys, submitted, quiet,
+                                                                         printed) -> None:
+    """Under spark-submit PySpark's launcher merges the driver's stderr into its stdout: the engine line there
+    would break a --json report (tests/test_cluster.py's inspect); the report's `engine` field still says it."""
+    import argparse
+
+    from jobs.pipeline.runtime import engine, session
+
+    if submitted:
+        monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
+    else:
+        monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(session, "job_context", lambda args, job: object())
+    args = argparse.Namespace(master="local[2]", engine="spark", quiet=quiet)
+    _, choice = engine.job_runner(args, "inspect")
+    assert choice.name == "spark"
+    err = capsys.readouterr()
+    assert ("reput inspect: note: engine spark" in err.err) == printed
+    assert "engine" not in err.out

@@ -120,11 +120,12 @@ def add_engine_flag(p: argparse.ArgumentParser, job: str) -> None:
 
 def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineChoice]:
     """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
-    choice (named on stderr: one line, unless --quiet)."""
+    choice (named on stderr: one line, unless --quiet or under spark-submit, where the engine is always Spark and
+    PySpark's launcher merges the driver's stderr into stdout, so a --json report would not parse)."""
     master = args.master or env.value("REPUT_SPARK_MASTER")
-    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, under_spark_submit(),
-                           spark_running())
-    if not args.quiet:
+    submitted = under_spark_submit()
+    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, submitted, spark_running())
+    if not args.quiet and not submitted:  # spark-submit: always Spark, and its driver's stderr joins stdout
         print(f"reput {job}: note: {choice.line()}", file=sys.stderr, flush=True)
     if choice.name == "local":
         from .local import LocalRunner
