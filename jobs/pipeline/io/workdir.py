@@ -159,7 +159,7 @@ def _table(schema: pa.Schema, *columns: np.ndarray) -> pa.Table:
     Not through pa.array, which imports pandas to probe its argument (0.2 s in each worker's first task)."""
     fields, arrays = [], []
     for field, values in zip(schema, columns):
-        a = np.ascontiguousarray(values, dtype=field.type.to_pandas_dtype())
+        a = np.ascontiguousarray(values, dtype=_dtype(field.type))
         if field.type == pa.int64() and len(a):
             lo = int(a.min())
             if int(a.max()) - lo < NARROW_SPAN:
@@ -168,6 +168,15 @@ def _table(schema: pa.Schema, *columns: np.ndarray) -> pa.Table:
         fields.append(field)
         arrays.append(_arrow(field.type, a))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+_NUMPY_TYPES = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64), pa.uint32(): np.dtype(np.uint32)}
+
+
+def _dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a work-file column type (int32, int64, the narrowed uint32). Not through
+    DataType.to_pandas_dtype, which imports pandas on some pyarrow versions (19)."""
+    return _NUMPY_TYPES[arrow_type]
 
 
 def _arrow(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
@@ -187,7 +196,7 @@ def _columns(loc: Location) -> dict[str, WorkColumn]:
 def _numpy(column: pa.ChunkedArray) -> np.ndarray:
     """A work file's column (fixed width, no nulls) as read-only numpy values, zero-copy for one chunk.
     Not through Array.to_numpy, which imports pandas: 0.2-0.7 s in the first build task of every worker."""
-    dtype = np.dtype(column.type.to_pandas_dtype())
+    dtype = _dtype(column.type)
     parts = []
     for chunk in column.chunks:
         if chunk.null_count:
@@ -199,7 +208,7 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _widened(schema: pa.Schema, columns: dict[str, WorkColumn]) -> pa.Table:
-    arrays = [_arrow(f.type, np.ascontiguousarray(columns[f.name].take(), dtype=f.type.to_pandas_dtype()))
+    arrays = [_arrow(f.type, np.ascontiguousarray(columns[f.name].take(), dtype=_dtype(f.type)))
               for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
