@@ -2,65 +2,17 @@
 queues by path, index files by content in name order (the broker names new ones by its clock), the
 checkpoint, the abort marker and the commit-log segments by name.
 
-Files are compared on the union of their data ranges (SEEK_DATA/SEEK_HOLE): outside it both read as
-zeros. A broker's consume-queue file is 6,000,000 bytes with a few pages written, and an LMQ store has
-thousands of them; reading every hole would read gigabytes of zeros.
+Files are compared by `jobs.pipeline.io.compare.same_bytes`, on the union of their data ranges only (a broker's
+consume-queue file is 6,000,000 bytes with a few pages written, and an LMQ store has thousands of them).
 """
 from __future__ import annotations
 
-import errno
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.pipeline.io.compare import same_bytes
+
 GROUPS = ("consumequeue", "index", "checkpoint", "abort", "commitlog")
-BLOCK = 8 << 20
-
-
-def _data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
-    """The [start, stop) ranges of a file that may hold data (all of it where holes cannot be asked for)."""
-    out, pos = [], 0
-    try:
-        while pos < size:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-            stop = os.lseek(fd, start, os.SEEK_HOLE)
-            out.append((start, min(stop, size)))
-            pos = stop
-    except OSError as e:
-        if e.errno == errno.ENXIO:  # no data at or after pos: the rest is a hole
-            return out
-        return [(0, size)]  # this filesystem cannot say: compare everything
-    return out
-
-
-def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The union of two lists of [start, stop) ranges, sorted and merged."""
-    merged: list[tuple[int, int]] = []
-    for start, stop in sorted(a + b):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-        else:
-            merged.append((start, stop))
-    return merged
-
-
-def same_bytes(a: Path, b: Path) -> bool:
-    """Whether two files hold the same bytes (the same file, by hard link, trivially)."""
-    sa, sb = a.stat(), b.stat()
-    if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
-        return True
-    if sa.st_size != sb.st_size:
-        return False
-    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
-        ranges = union(_data_ranges(fa.fileno(), sa.st_size), _data_ranges(fb.fileno(), sb.st_size))
-        for start, stop in ranges:
-            pos = start
-            while pos < stop:
-                n = min(BLOCK, stop - pos)
-                if os.pread(fa.fileno(), n, pos) != os.pread(fb.fileno(), n, pos):
-                    return False
-                pos += n
-    return True
 
 
 @dataclass

@@ -9,7 +9,8 @@ import pytest
 
 from bench.__main__ import parse_args
 from bench.broker import kit_cwd
-from bench.compare import compare_stores, same_bytes, union
+from bench.compare import compare_stores, same_bytes
+from jobs.pipeline.io.compare import union
 from bench.iocount import IoCounts, parse_proc_io
 from bench.iomodel import Place, StageBytes, bytes_table, estimate, model_table
 from bench.recovery import RecoveryRuns, _links_hold, _sparse_last_segment, parse_kit_output, scale_lines, table

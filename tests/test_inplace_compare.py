@@ -1,4 +1,4 @@
-"""recover --in-place leaves a file it rewrote with its own bytes alone: `inplace.same_bytes` must say equal
+"""recover --in-place leaves a file it rewrote with its own bytes alone: `io.compare.same_bytes` (which inplace uses) must say equal
 exactly when the bytes are equal, whatever the holes (a sparse tail and written zeros are the same bytes) and
 wherever a difference lies (it reads from the end, and only where either file holds data)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jobs.pipeline.recover.inplace import COMPARE_CHUNK, same_bytes
+from jobs.pipeline.io.compare import COMPARE_CHUNK, same_bytes
 
 SIZE = 3 * COMPARE_CHUNK + 4096 * 3 + 17
 

@@ -21,6 +21,7 @@ live in storage_format/, Spark column functions in udfs/.
   (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT),
   `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link),
   `io.background_copy` (files copied in a thread while the job still plans, joined before publish),
+  `io.compare` (two local files byte for byte, read only where either holds data),
   `io.direct` (a large output file written from one aligned buffer, O_DIRECT where the filesystem takes it)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of

@@ -42,7 +42,8 @@ from pathlib import Path
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
-from ..io.copy import copy_range, data_extents
+from ..io.compare import same_bytes
+from ..io.copy import copy_range
 from ..runtime.failure import JobError
 from ..runtime.faults import crash_point
 
@@ -75,41 +76,6 @@ def fingerprint(path: Path) -> str:
     which some filesystems renumber across the reboot after a crash."""
     st = os.stat(path)
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
-COMPARE_CHUNK = 1 << 20
-
-
-def same_bytes(a: Path, b: Path) -> bool:
-    """Byte-for-byte equality of two files, read in 1 MiB chunks up to the first difference: only where either
-    file holds data (a range that is a hole in both reads as zeros in both), from the end backwards (recovery
-    changes a consume-queue or index file at the end of its data, so a rewritten file differs within a chunk)."""
-    size = os.path.getsize(a)
-    if size != os.path.getsize(b):
-        return False
-    fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDONLY)
-    try:
-        for start, end in reversed(_union(data_extents(fa, size) + data_extents(fb, size))):
-            while end > start:
-                at = max(start, end - COMPARE_CHUNK)
-                if os.pread(fa, end - at, at) != os.pread(fb, end - at, at):
-                    return False
-                end = at
-        return True
-    finally:
-        os.close(fa)
-        os.close(fb)
-
-
-def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Overlapping or touching [start, end) ranges merged, in order."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
 
 
 def same_filesystem(store: Path, backup: Path) -> bool:
