@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -37,6 +39,8 @@ PATIENCE_S, TERM_PATIENCE_S, KILL_PATIENCE_S = 15.0, 10.0, 5.0
 _cleanups: dict[int, Callable[[], None]] = {}
 _owned: list[tuple[subprocess.Popen, bool]] = []  # processes to see gone, each with "and its process group"
 _exit_files: list[str] = []  # files to remove whenever this process leaves (sockets it listens on)
+_socket_dirs: list[tuple[str, float]] = []  # (directory, since): where our JVM binds Unix sockets, and from when
+_SPARK_SOCKET = re.compile(r"^\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.sock$")
 _installed = False  # a job runs under run_main (not, e.g., a test calling main() itself)
 _spark_context = None  # the SparkContext to cancel and stop, once there is one
 _signalled = False  # a signal reached the running phase (its KeyboardInterrupt may be replaced on the way up)
@@ -144,6 +148,44 @@ def remove_at_exit(path: str) -> None:
     _exit_files.append(path)
 
 
+def sweep_sockets_in(directory: str, since: float) -> None:
+    """After an interrupt, once the job's JVM is gone: remove the Unix sockets Spark names `.<uuid>.sock` in
+    `directory`, made since `since`, that no process has bound any more (a JVM killed between binding one for
+    its Python side and unlinking it leaves it behind). A socket another job still listens on is bound, and kept."""
+    _socket_dirs.append((directory, since))
+
+
+def _sweep_sockets() -> None:
+    bound = _bound_unix_paths()
+    if bound is None:  # no /proc/net/unix: which sockets are in use cannot be told, so none is removed
+        return
+    while _socket_dirs:
+        directory, since = _socket_dirs.pop()
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                st = os.lstat(path)
+                if (_SPARK_SOCKET.match(name) and stat.S_ISSOCK(st.st_mode) and st.st_mtime >= since
+                        and path not in bound):
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
+def _bound_unix_paths() -> set[str] | None:
+    """Paths of the Unix sockets bound by any process (Linux's /proc/net/unix); None where it cannot be read."""
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)
+            return {parts[7] for parts in (line.split() for line in f) if len(parts) >= 8}
+    except OSError:
+        return None
+
+
 def remove_exit_files() -> None:
     while _exit_files:
         try:
@@ -177,6 +219,7 @@ def finish(job: str, note: str | None) -> int:
             pass
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the clean-ups run to their end
+    _sweep_sockets()  # every process the job started is gone: a socket nobody binds is a leftover
     for remove in reversed(list(_cleanups.values())):
         try:
             remove()

@@ -159,6 +159,8 @@ def _start(create: Callable[[], T], conf: dict[str, str], level: str, quiet: boo
         sc = made if isinstance(made, SparkContext) else made.sparkContext
         if fresh:
             _own_accumulator_server(sc)
+            if launched:
+                _own_socket_dir(sc)
         interrupt.arm(sc)
     sc.setLogLevel(level)
     return made
@@ -169,6 +171,16 @@ def _own_jvm(gateway) -> None:
     proc = getattr(gateway, "proc", None)
     if proc is not None:
         interrupt.own_process(proc)
+
+
+def _own_socket_dir(sc: SparkContext) -> None:
+    """After an interrupt, the Unix sockets the driver JVM this job launched bound in its java.io.tmpdir for the
+    Python side and never removed (a JVM killed between a bind and its unlink) are swept (interrupt.sweep_sockets)."""
+    try:
+        directory = str(sc._jvm.java.lang.System.getProperty("java.io.tmpdir"))
+    except Exception:  # noqa: BLE001 - no answer: nothing to sweep
+        return
+    interrupt.sweep_sockets_in(directory, time.time() - 1)
 
 
 def _own_accumulator_server(sc: SparkContext) -> None:
