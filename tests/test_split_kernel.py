@@ -310,7 +310,10 @@ def test_kernel_equals_reference_on_generated_lmq(tmp_path_factory):
     lmq_rows, kernel_stores = [], []
     seg_size = 1 << 13
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # derandomized: the coverage guard below counts over the whole draw, whose spread from run to run (12-32 of 80
+    # stores with %LMQ% rows) crossed its bound about once in twenty runs; a fixed draw keeps CI deterministic
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+              database=None)
     @given(msgs=st.lists(st.one_of(lmq_messages(), lmq_messages(), messages()), min_size=3, max_size=20),
            split_size=st.sampled_from([0, 0, 700]), rules=LMQ_RULES)
     def check(msgs, split_size, rules):
