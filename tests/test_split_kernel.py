@@ -453,3 +453,42 @@ def test_kernel_grows_its_outputs(tmp_path):
     settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size)
     taken = compare_store(tmp_path / "store", settings_, 0, tmp_path / "work")
     assert taken[DECODER_KERNEL] == 1 and taken[KERNEL_RECORDS] == 1500  # every record, by the kernel
+
+
+def test_kernel_tells_queues_apart_by_every_byte(tmp_path):
+    """The kernel's queue lookup filters on a hash and keeps a topic's first bytes inline (split_kernel
+    HOT_NAME): names equal in their first 40 bytes and different after, names of one Java hash ("Aa" and "BB"
+    hash alike: so do the topics and queueIds mixed from them), one name under two queueIds, all among enough
+    queues for the table to grow: every queue kept apart, as the reference keeps them."""
+    from storage_format.kernels.split_kernel import HOT_NAME
+
+    long = "%LMQ%" + "x" * (HOT_NAME - 5)  # exactly HOT_NAME bytes: a longer name goes on in the pool
+    assert _java_hash("Aa") == _java_hash("BB")
+    names = [long, long + "Aa", long + "BB", long + "AaBB", long + "BBAa", long[:-1] + "y", "%LMQ%Aa", "%LMQ%BB",
+             "TopicAa", "TopicBB"] + [f"%LMQ%q{i}" + "z" * (i % 50) for i in range(1200)]
+    seg_size = 1 << 20
+    msgs, next_offset = [], {}
+    for i in range(1500):
+        picked = sorted({names[(i * 7 + j * 13) % len(names)] for j in range(1 + i % 3)}
+                        | ({names[i % 10]} if i % 2 else set()))
+        offsets = []
+        for n in picked:
+            offsets.append(str(next_offset.get(n, 0)))
+            next_offset[n] = next_offset.get(n, 0) + 1
+        props = f"INNER_MULTI_DISPATCH\x01{','.join(picked)}\x02INNER_MULTI_QUEUE_OFFSET\x01{','.join(offsets)}\x02"
+        msgs.append(Message(topic=("TopicAa", "TopicBB", "LmqParent")[i % 3], queue_id=i % 4, queue_offset=i // 12,
+                            store_timestamp=1_650_000_000_000, properties=props + "TAGS\x01t\x02"))
+    root = tmp_path / "store"
+    root.mkdir()
+    generated_store(root, msgs, "zeros", -1, seg_size)
+    for enable_lmq in (True, False):  # without enableLmq, every name takes the record's own queueId
+        settings_ = BrokerSettings(mapped_file_size_commitlog=seg_size, enable_multi_dispatch=True,
+                                   enable_lmq=enable_lmq)
+        rules = MultiDispatchRules(4, enable_lmq, True)
+        taken = compare_store(root, settings_, 0, tmp_path / f"work-{enable_lmq}", rules=rules)
+        assert taken[DECODER_KERNEL] == 1 and taken[KERNEL_RECORDS] == 1500, taken
+        (sp,) = plan_splits(list_segments(location(str(root)), settings_), 0)
+        summary = decode_split(SplitTask(split=sp, settings=settings_, lmq=rules))
+        keys = summary.queues.keys()
+        assert len(keys) == len(set(keys)) and {t for t, _ in keys} >= set(names[:10]), len(keys)
+        assert len(keys) >= (len(names) if enable_lmq else 2 * len(names)), len(keys)

@@ -54,16 +54,27 @@ N_STATS = 18
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY, P_MULTI_OFFSET = range(6)
 
 
-# Columns of the per-queue table `qs` (one row per (topic, queueId) of the split, first-seen order): where the
-# topic's bytes start in the name pool and their length (topic_at/topic_len; *_TS names are store timestamps).
-# The pool holds each queue's topic once, in queue order: a lookup compares against it (a few hundred KB for
-# tens of thousands of LMQ names) instead of against the name's first record, anywhere in the split (a cache
-# miss per multi-dispatch item).
-Q_TOPIC_AT, Q_TOPIC_LEN, Q_QID, Q_HASH, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(10)
-NQ_COLS = 10
+# Columns of the per-queue table `qs` the kernel returns (one row per (topic, queueId) of the split, first-seen
+# order): where the topic's bytes start in the name pool and their length (topic_at/topic_len; *_TS names are
+# store timestamps). The pool holds each queue's topic once, in queue order.
+Q_TOPIC_AT, Q_TOPIC_LEN, Q_QID, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(9)
+NQ_COLS = 9
 # Columns of the consume-queue rows `rows` and of the index keys `keys`.
 C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
 K_HASH, K_PHY, K_TS = range(3)
+
+# The walk's queue lookup, a few random cache lines per multi-dispatch item among tens of thousands of LMQ
+# queues (measured: the lookup's chained loads were most of an item's cost). `table` (open addressing, a power
+# of two) holds per used slot the queue's 31-bit key hash (topic hash and queueId mixed, _key_of) above its
+# index + 1, so a probe landing on another queue's slot ends there; `hot` holds one cache-line row per queue
+# (first-seen order, 64-byte aligned): queueId, where its topic is in the name pool and its length, its
+# records, and the topic's first HOT_NAME bytes inline, so a found queue costs its slot and one line (the pool
+# is read only for longer names). The consume-queue statistics per queue are counted after the walk
+# (_queue_stats), off the per-item path.
+HOT_ROW = 64  # bytes per hot row
+H_QID, H_TOPIC, H_REC = 0, 1, 2  # its int64 words; H_TOPIC: pool position << 16 | topic length (<= 255)
+HOT_NAME_AT, HOT_NAME = 24, 40  # where the inline topic bytes are in a row, and how many
+KEY_BITS = 0x7FFFFFFF
 
 
 @njit()
@@ -82,36 +93,61 @@ def _grow_bytes(x, need):
     return y
 
 
-@njit(inline="always")
-def _slot_of(th, qid, mask):
-    return (th * 1000003 + qid) & mask
-
-
-@njit(inline="always")
-def _find_queue(a, topic_at, topic_len, qid, th, table, qs, pool):
-    """The record's queue in the split's table (open addressing on the topic hash and queueId; `table`
-    holds queue index + 1 per slot): its index, or -1 - the free slot where a new queue goes."""
-    mask = table.shape[0] - 1
-    slot = _slot_of(th, qid, mask)
-    while table[slot] != 0:
-        q = table[slot] - 1
-        if (qs[q, Q_QID] == qid and qs[q, Q_HASH] == th and qs[q, Q_TOPIC_LEN] == topic_len
-                and same_bytes(pool, qs[q, Q_TOPIC_AT], a, topic_at, topic_len)):
-            return q
-        slot = (slot + 1) & mask
-    return -1 - slot
+@njit()
+def _hot_rows(n):
+    """Room for n hot rows: a zeroed, 64-byte aligned byte array (n * HOT_ROW bytes)."""
+    raw = np.zeros(n * HOT_ROW + HOT_ROW, np.uint8)
+    at = (-raw.ctypes.data) % HOT_ROW
+    return raw[at:at + n * HOT_ROW]
 
 
 @njit()
-def _rehashed(qs, nq, size):
-    """A table of `size` slots (a power of two) holding queues 0..nq-1 of qs."""
-    table = np.zeros(size, np.int64)
-    for q in range(nq):
-        slot = _slot_of(qs[q, Q_HASH], qs[q, Q_QID], size - 1)
-        while table[slot] != 0:
-            slot = (slot + 1) & (size - 1)
-        table[slot] = q + 1
-    return table
+def _grow_hot(hot, need):
+    """The hot rows in room for at least need rows (at least twice as many)."""
+    y = _hot_rows(max(need, 2 * (hot.shape[0] // HOT_ROW)))
+    y[:hot.shape[0]] = hot
+    return y
+
+
+@njit(inline="always")
+def _key_of(th, qid):
+    """The lookup's key hash of (topic hash, queueId): its low bits pick the slot, all of it is the slot's tag."""
+    return (th * 1000003 + qid) & KEY_BITS
+
+
+@njit(inline="always")
+def _find_queue(a, topic_at, topic_len, qid, key, table, hot, hot8, pool):
+    """The record's queue in the split's table (see `hot` above): its index, or -1 - the free slot where a new
+    queue goes."""
+    mask = table.shape[0] - 1
+    slot = key & mask
+    while True:
+        v = table[slot]
+        if v == 0:
+            return -1 - slot
+        if (v >> 32) == key:
+            q = (v & 0xFFFFFFFF) - 1
+            w = q * (HOT_ROW // 8)
+            if hot[w + H_QID] == qid and (hot[w + H_TOPIC] & 0xFFFF) == topic_len:
+                inline = min(topic_len, HOT_NAME)
+                if (same_bytes(hot8, q * HOT_ROW + HOT_NAME_AT, a, topic_at, inline)
+                        and same_bytes(pool, (hot[w + H_TOPIC] >> 16) + inline, a, topic_at + inline,
+                                       topic_len - inline)):
+                    return q
+        slot = (slot + 1) & mask
+
+
+@njit()
+def _rehashed(table, size):
+    """The queues of `table` in a table of `size` slots (a power of two)."""
+    out = np.zeros(size, np.int64)
+    for v in table:
+        if v != 0:
+            slot = (v >> 32) & (size - 1)
+            while out[slot] != 0:
+                slot = (slot + 1) & (size - 1)
+            out[slot] = v
+    return out
 
 
 # Slots of the `rules` argument: the broker constants the kernel applies, passed in from their homes.
@@ -261,12 +297,13 @@ def _layout(a, pos, end, rules):
 
 
 @njit(inline="always")
-def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, qs, pool):
+def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, hot, hot8,
+            pool):
     """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
     or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
     passed before). Fills found_lo/found_hi with the wanted properties."""
     th, ok = java_hash(a, np.int64(0), topic_at, topic_at + topic_len)
-    q = _find_queue(a, topic_at, topic_len, qid, th, table, qs, pool) if ok else np.int64(-1)
+    q = _find_queue(a, topic_at, topic_len, qid, _key_of(th, qid), table, hot, hot8, pool) if ok else np.int64(-1)
     if not ok or (q < 0 and unsafe_topic(a, topic_at, topic_len)):
         return FB_TOPIC, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     find_props(a, ps, end, names, name_off, found_lo, found_hi)
@@ -282,18 +319,33 @@ def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, fou
 
 
 @njit(inline="always")
-def _cq_row(rows, ncq, q, qs, qo, phy, size, tags):
-    """Write consume-queue row ncq (of queue q; rows has room) and update the queue's statistics."""
+def _cq_row(rows, ncq, q, qo, phy, size, tags):
+    """Write consume-queue row ncq (of queue q; rows has room)."""
     rows[ncq, C_QUEUE], rows[ncq, C_QO], rows[ncq, C_PHY], rows[ncq, C_SIZE], rows[ncq, C_TAGS] = q, qo, phy, size, tags
-    first = qs[q, Q_CQ] == 0
-    if not first and qo != qs[q, Q_LAST] + 1:
-        qs[q, Q_UNORD] = 1  # entries of the queue do not step by exactly 1
-    qs[q, Q_LAST] = qo
-    if first or qo < qs[q, Q_LO]:
-        qs[q, Q_LO] = qo
-    if first or qo > qs[q, Q_HI]:
-        qs[q, Q_HI] = qo
-    qs[q, Q_CQ] += 1
+
+
+@njit()
+def _queues_out(hot, nq, rows, ncq):
+    """The per-queue table `qs` the kernel returns, from the hot rows and the consume-queue rows (in walk
+    order): per queue its rows, smallest, largest and last queue offset, and whether they do not step by
+    exactly 1."""
+    qs = np.zeros((nq, NQ_COLS), np.int64)
+    for q in range(nq):
+        w = q * (HOT_ROW // 8)
+        qs[q, Q_TOPIC_AT], qs[q, Q_TOPIC_LEN] = hot[w + H_TOPIC] >> 16, hot[w + H_TOPIC] & 0xFFFF
+        qs[q, Q_QID], qs[q, Q_REC] = hot[w + H_QID], hot[w + H_REC]
+    for r in range(ncq):
+        q, qo = rows[r, C_QUEUE], rows[r, C_QO]
+        first = qs[q, Q_CQ] == 0
+        if not first and qo != qs[q, Q_LAST] + 1:
+            qs[q, Q_UNORD] = 1  # entries of the queue do not step by exactly 1
+        qs[q, Q_LAST] = qo
+        if first or qo < qs[q, Q_LO]:
+            qs[q, Q_LO] = qo
+        if first or qo > qs[q, Q_HI]:
+            qs[q, Q_HI] = qo
+        qs[q, Q_CQ] += 1
+    return qs
 
 
 @njit(inline="always")
@@ -346,36 +398,39 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
     rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
-    table, qs, pool = np.zeros(1024, np.int64), np.zeros((64, NQ_COLS), np.int64), np.empty(4096, np.uint8)
+    table, hot8, pool = np.zeros(1024, np.int64), _hot_rows(64), np.empty(4096, np.uint8)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
     cur = np.zeros(N_CURSOR, np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
     args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
             header, check_crc, lmq, lmq_text)
-    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, qs, rows, keys, pool):
+    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, hot8.view(np.int64), hot8, rows, keys, pool):
         if cur[W_ROWS_NEED] > rows.shape[0]:
             rows = _grow_rows(rows, cur[W_ROWS_NEED])
         if cur[W_KEYS_NEED] > keys.shape[0]:
             keys = _grow_rows(keys, cur[W_KEYS_NEED])
-        if cur[W_QUEUES_NEED] > qs.shape[0]:
-            qs = _grow_rows(qs, cur[W_QUEUES_NEED])
+        if cur[W_QUEUES_NEED] * HOT_ROW > hot8.shape[0]:
+            hot8 = _grow_hot(hot8, cur[W_QUEUES_NEED])
         if cur[W_POOL_NEED] > pool.shape[0]:
             pool = _grow_bytes(pool, cur[W_POOL_NEED])
         if 2 * cur[W_QUEUES_NEED] > table.shape[0]:
             size = 2 * table.shape[0]
             while 2 * cur[W_QUEUES_NEED] > size:
                 size *= 2
-            table = _rehashed(qs, cur[W_NQ], size)
+            table = _rehashed(table, size)
     pos, n, ncq, nk, nq = cur[W_POS], cur[W_N], cur[W_NCQ], max(cur[W_NK], 0), cur[W_NQ]
     stats[S_FALLBACK_POS], stats[S_END_POS] = pos, pos
     stats[S_RECORDS], stats[S_CQ], stats[S_KEYS], stats[S_QUEUES] = n, ncq, nk, nq
-    return stats, qs[:nq], rows[:ncq], keys[:nk], pool[:cur[W_POOL]]
+    pu = cur[W_POOL]
+    if stats[S_FALLBACK] != FB_NONE:  # the reference makes the outputs (the counts may be -1 here)
+        nq, ncq, nk, pu = 0, 0, 0, 0
+    return stats, _queues_out(hot8.view(np.int64), nq, rows, ncq), rows[:ncq], keys[:nk], pool[:pu]
 
 
 @njit(_nrt=False)
 def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
           lmq, lmq_text,
-          stats, cur, found_lo, found_hi, table, qs, rows, keys, pool):
+          stats, cur, found_lo, found_hi, table, hot, hot8, rows, keys, pool):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
     it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
@@ -413,7 +468,7 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
         if fb == FB_NONE:
             fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
-                                               found_lo, found_hi, table, qs, pool)
+                                               found_lo, found_hi, table, hot, hot8, pool)
         tran = sys_flag & rules[R_TRAN_MASK]
         own_entry = tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]
         n_multi = np.int64(0)
@@ -429,24 +484,25 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         cur[W_ROWS_NEED], cur[W_QUEUES_NEED] = ncq + 1 + n_multi, nq + (1 if q < 0 else 0) + n_multi
         cur[W_POOL_NEED] = pu + topic_len + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0)
         if (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
-                or cur[W_QUEUES_NEED] > qs.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
+                or cur[W_QUEUES_NEED] * HOT_ROW > hot8.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
                 or cur[W_POOL_NEED] > pool.shape[0]):
             done = False
             break
         if q < 0:
-            pu = _add_queue(-1 - q, a, topic_at, topic_len, qid, th, table, qs, nq, pool, pu)
+            pu = _add_queue(-1 - q, a, topic_at, topic_len, qid, _key_of(th, qid), table, hot, hot8, nq, pool, pu)
             q, nq = nq, nq + 1
-        qs[q, Q_REC] += 1
+        hot[q * (HOT_ROW // 8) + H_REC] += 1
         if own_entry:
             tags = signed32(tags_h)
             if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
                 tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-            _cq_row(rows, ncq, q, qs, i64(a, rp + 20), phy, size, tags)
+            _cq_row(rows, ncq, q, i64(a, rp + 20), phy, size, tags)
             ncq += 1
             if n_multi > 0:
                 ncq, nq, pu = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI],
                                                    found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], n_multi, qid,
-                                                   phy, size, tags, lmq, lmq_text, table, qs, rows, ncq, nq, pool, pu)
+                                                   phy, size, tags, lmq, lmq_text, table, hot, hot8, rows, ncq, nq,
+                                                   pool, pu)
                 if ncq < 0:
                     stats[S_FALLBACK] = FB_MULTI_DISPATCH
                     break
@@ -468,15 +524,17 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
 
 
 @njit(inline="always")
-def _add_queue(slot, a, topic_at, topic_len, qid, th, table, qs, nq, pool, pu):
-    """Queue nq (topic a[topic_at:topic_at + topic_len], queueId, topic hash) into a free slot of the table, its
-    topic appended to the name pool at pu (all have room); returns the pool's new length."""
-    for c in range(NQ_COLS):
-        qs[nq, c] = 0
+def _add_queue(slot, a, topic_at, topic_len, qid, key, table, hot, hot8, nq, pool, pu):
+    """Queue nq (topic a[topic_at:topic_at + topic_len] of at most 255 bytes, queueId, key hash) into a free
+    slot of the table and its hot row, its topic appended to the name pool at pu (all have room); returns the
+    pool's new length."""
+    w = nq * (HOT_ROW // 8)
+    hot[w + H_QID], hot[w + H_TOPIC], hot[w + H_REC] = qid, pu << 16 | topic_len, 0
+    for k in range(min(topic_len, HOT_NAME)):
+        hot8[nq * HOT_ROW + HOT_NAME_AT + k] = a[topic_at + k]
     for k in range(topic_len):
         pool[pu + k] = a[topic_at + k]
-    qs[nq, Q_TOPIC_AT], qs[nq, Q_TOPIC_LEN], qs[nq, Q_QID], qs[nq, Q_HASH] = pu, topic_len, qid, th
-    table[slot] = nq + 1
+    table[slot] = (key << 32) | (nq + 1)
     return pu + topic_len
 
 
@@ -493,8 +551,8 @@ def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
 
 
 @njit(inline="always")
-def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, qs, rows,
-                         ncq, nq, pool, pu):
+def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, hot,
+                         hot8, rows, ncq, nq, pool, pu):
     """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries):
     the named queue (added to the table when new), the item's offset, the record's phy, size and tags (the
     outputs have room for every item, the name pool for all its names). Returns the new (row count, queue
@@ -510,13 +568,14 @@ def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size,
             if not ok or not ok_name:
                 return np.int64(-1), np.int64(-1), np.int64(-1)
             qid = item_queue_id(a, np_, ne, own_qid, lmq, lmq_text)
-            q = _find_queue(a, np_, ne - np_, qid, th, table, qs, pool)
+            key = _key_of(th, qid)
+            q = _find_queue(a, np_, ne - np_, qid, key, table, hot, hot8, pool)
             if q < 0:
                 if unsafe_topic(a, np_, ne - np_):
                     return np.int64(-1), np.int64(-1), np.int64(-1)
-                pu = _add_queue(-1 - q, a, np_, ne - np_, qid, th, table, qs, nq, pool, pu)
+                pu = _add_queue(-1 - q, a, np_, ne - np_, qid, key, table, hot, hot8, nq, pool, pu)
                 q, nq = nq, nq + 1
-            _cq_row(rows, ncq, q, qs, offset, phy, size, tags)
+            _cq_row(rows, ncq, q, offset, phy, size, tags)
             ncq += 1
         np_, op = ne + 1, oe + 1
     return ncq, nq, pu
