@@ -9,7 +9,8 @@ moved or undated record, a record running past the buffer, non-ASCII hashed stri
 SCHEDULE_TOPIC_XXXX, a multi-dispatch record lmq_kernel cannot settle) makes it return a fallback reason, and
 the caller decodes the split with the numpy reference (commitlog.decode_buffer) instead. A multi-dispatch
 record's extra consume-queue entries (lmq_kernel's rules) follow its own entry, in name order, as the
-reference emits them. With `check_crc` (checkCRCOnRecover) it checks each record's body CRC (crc_kernel)
+reference emits them; their queues are looked up a few dozen items at a time (_resolve), so that the cache
+misses of lookups among tens of thousands of LMQ queues overlap. With `check_crc` (checkCRCOnRecover) it checks each record's body CRC (crc_kernel)
 before its other checks, and the first that fails ends the walk (KEND_CRC), as
 commitlog.first_invalid_record orders the broker's checks. The rules' constants come from their
 homes and are passed in, so this module defines none of them.
