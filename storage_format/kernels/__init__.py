@@ -20,5 +20,8 @@ loads and that each reference and test exists):
 
 The other helpers of `kernel_bytes` (byte reads, the property scan, topic checks), of `lmq_kernel` (items,
 offsets, queueIds of multi-dispatch names) and `crc_kernel`'s record check are inlined into decode_kernel and
-tested through it (`tests/test_crc_kernel.py` too).
+tested through it (`tests/test_crc_kernel.py` too); so are split_kernel's own (its queue lookup `_find_queue`,
+the batched `_resolve` of multi-dispatch items, `_queues_out`'s per-queue statistics:
+`tests/test_split_kernel.py::test_kernel_tells_queues_apart_by_every_byte` besides the golden and generated
+comparisons).
 """
