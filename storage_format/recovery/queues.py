@@ -264,8 +264,14 @@ class QueueState:
 
     def changed_files(self) -> list[int]:
         """Files whose bytes differ from the crash-time store (units written or newly created)."""
-        at = np.concatenate(self.written_at) if self.written_at else np.zeros(0, np.int64)
-        touched = set(np.unique(at - at % self.file_size).tolist()) | set(self.created)
+        touched = set(self.created)
+        for at in self.written_at:  # each run's offsets ascend: its files are where the file changes
+            starts = at - at % self.file_size
+            if len(starts) > 1 and bool((starts[1:] >= starts[:-1]).all()):
+                touched.update(starts[np.flatnonzero(starts[1:] != starts[:-1]) + 1].tolist())
+                touched.add(int(starts[0]))
+            else:
+                touched.update(np.unique(starts).tolist())
         return sorted(f for f in touched if f in self.files)
 
     def deleted_files(self) -> list[int]:

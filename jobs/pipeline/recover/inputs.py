@@ -24,7 +24,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import read_cq, read_keys
+from ..io.workdir import WorkColumn, key_columns, read_cq
 from ..runtime.tasks import run_tasks
 
 QUEUES_PER_LOAD_TASK = 256
@@ -237,7 +237,9 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
 
 
 def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBatch:
-    """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only)."""
+    """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only). A split's
+    keys lie in commit-log order, so the tail is a suffix of its work file's columns: sliced, not masked (no
+    copy of a lag's millions of keys but the one widening the stored values)."""
     batches = []
     for s in reversed(scan.accepted):
         if s.last_key is None or not s.keys:
@@ -246,12 +248,26 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBa
             continue
         if s.last_key[1] < from_phy:
             break
-        t = read_keys(work, s.index)
-        phy = t.column("phy").to_numpy()
-        sel = phy >= from_phy
-        batches.append(recovery.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
-                                         t.column("store_ts").to_numpy()[sel]))
+        cols = key_columns(work, s.index)
+        rows = at_or_after(cols["phy"], from_phy)
+        batches.append(recovery.KeyBatch(cols["key_hash"].take(rows), cols["phy"].take(rows),
+                                         cols["store_ts"].take(rows)))
     return recovery.KeyBatch.concat(batches[::-1])
+
+
+def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
+    """The rows of a work-file column whose value is >= `offset`: a slice from the first one when the values
+    ascend (a split's keys and records are in commit-log order), else a mask."""
+    values = column.values
+    low = offset - column.base  # the stored values are value - base (uint32 when narrowed)
+    if not len(values) or low <= 0:
+        return slice(0, len(values))
+    if low > np.iinfo(values.dtype).max:
+        return slice(len(values), len(values))
+    low = values.dtype.type(low)
+    if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
+        return values >= low
+    return slice(int(np.searchsorted(values, low, side="left")), len(values))
 
 
 def record_store_timestamp(segments: list[Segment], offset: int) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
@@ -37,6 +37,7 @@ from ..io.paths import is_local
 from .inputs import QueueDir
 from .plan import RecoveryPlan
 from .stage import RecoveryStart, ValidatedLog
+from ..runtime.faults import hold_at
 from ..runtime.tasks import run_tasks
 
 T = TypeVar("T")
@@ -348,21 +349,27 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
               for rel, src, n in out.copies]
     if background is not None:
         background.add(wanted)  # copied while the files below are rendered
-    if out.render_cq:
-        groups: dict[tuple[str, int], list] = {}
-        for rel, st, q, start in out.render_cq:
-            groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        queues = [v for _, v in sorted(groups.items())]
-        if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
-            _render_cq(_cq_tasks(queues, dest, 1)[0])  # entries pickled into one through the JVM) is worth it
-        else:
-            run_tasks(sc, _cq_tasks(queues, dest, sc.default_parallelism), _render_cq, "consume queues", quiet=quiet)
-    for rel, data in out.render_bytes.items():
-        dest.child(rel).write_bytes(data)
-    for rel, (chunks, size) in out.render_zero_tailed.items():
-        if isinstance(chunks, Future):
-            chunks = chunks.result()
-        dest.child(rel).write_with_zero_tail(chunks, size)
+    stop = threading.Event()  # set when the job stops (an error, an interrupt): the index writer writes no more
+    index_written = _soon(_write_zero_tailed, out.render_zero_tailed, dest, stop)  # beside the CQ renders
+    try:
+        if out.render_cq:
+            groups: dict[tuple[str, int], list] = {}
+            for rel, st, q, start in out.render_cq:
+                groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None,
+                                                                                 start))
+            queues = [v for _, v in sorted(groups.items())]
+            if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
+                _render_cq(_cq_tasks(queues, dest, 1)[0])  # entries pickled into one through the JVM) is worth it
+            else:
+                run_tasks(sc, _cq_tasks(queues, dest, sc.default_parallelism), _render_cq, "consume queues",
+                          quiet=quiet)
+        for rel, data in out.render_bytes.items():
+            dest.child(rel).write_bytes(data)
+        index_written.result()  # its error raised here
+    except BaseException:
+        stop.set()
+        wait([index_written])  # nothing is written into `dest` once the caller removes it
+        raise
     if background is not None:
         finished = background.finish(wanted)
         out.copied, out.early = copy_counts(finished.results), finished.to_dict()
@@ -374,6 +381,19 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     if out.full_index:
         return _rebuild_index(sc, plan, dest.child("index"), quiet, tz)
     return []
+
+
+def _write_zero_tailed(files: dict[str, tuple[tuple[bytes, ...] | Future, int]], dest: Location,
+                       stop: threading.Event) -> None:
+    """The new and empty index files under `dest`: each up to its last entry, the zeros after left sparse (run in
+    a thread beside the consume-queue renders, whose writes release the GIL); none once `stop` is set."""
+    for rel, (chunks, size) in files.items():
+        if isinstance(chunks, Future):
+            chunks = chunks.result()
+        hold_at("in-index-write", stop)
+        if stop.is_set():
+            return
+        dest.child(rel).write_with_zero_tail(chunks, size)
 
 
 def _cq_tasks(queues: list[list], dest: Location, slots: int) -> list[CqRenderTask]:

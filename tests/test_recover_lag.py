@@ -1,0 +1,169 @@
+"""recover --out with much dispatch lag (issue 23, item 7): the re-dispatch tail's index keys sliced rather than
+masked and copied, the files a queue's written units touch found without hashing every unit, and the new index
+files written by a thread beside the consume-queue renders; each equal to the plain way, and a failing or
+interrupted index write leaving no OUT and no staging."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from jobs.pipeline.io.fs import Location
+from jobs.pipeline.io.workdir import WorkColumn
+from jobs.pipeline.recover.inputs import at_or_after
+from storage_format.index_keys import KeyBatch
+from storage_format.recovery import queues as Q
+
+from .conftest import GOLDEN, REPO, private_temp_env
+from .test_recovery import CONF, assert_matches_recovered, run_recover, writable_copy
+
+CASE = "unclean-11"
+
+
+def _staging_left(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".reput-staging-" in p.name]
+
+
+# ---------------------------------------------------------------------------------------------
+# the tail of index keys: a suffix slice where the offsets ascend, the mask elsewhere
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 5000), max_size=60), st.integers(-10, 5100), st.booleans(),
+       st.integers(0, 1 << 40))
+def test_at_or_after_selects_what_the_mask_selects(values, offset, ascending, base):
+    """Stored as they are (int64) or narrowed above a base (uint32), ascending or not: the rows chosen are the
+    rows whose value is >= offset, and a slice when the values ascend."""
+    raw = np.array(sorted(values) if ascending else values, np.int64)
+    for column, wide in ((WorkColumn(raw), raw), (WorkColumn(raw.astype(np.uint32), base), raw + base)):
+        at = offset + (column.base if column.values.dtype == np.uint32 else 0)
+        rows = at_or_after(column, at)
+        assert np.array_equal(column.take(rows), wide[wide >= at])
+        if ascending or len(raw) < 2:
+            assert isinstance(rows, slice)
+
+
+def test_at_or_after_beyond_the_narrowed_range():
+    """An offset past what a uint32 above the base can hold selects nothing; one below the base everything."""
+    column = WorkColumn(np.array([0, 5, 7], np.uint32), 1 << 40)
+    assert column.take(at_or_after(column, (1 << 40) + (1 << 33))).size == 0
+    assert column.take(at_or_after(column, 3)).tolist() == [(1 << 40), (1 << 40) + 5, (1 << 40) + 7]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 1000), max_size=50), st.integers(-5, 1005), st.booleans())
+def test_key_batch_from_offset_equals_the_mask(phys, offset, ascending):
+    phy = np.array(sorted(phys) if ascending else phys, np.int64)
+    keys = KeyBatch(np.arange(len(phy), dtype=np.int32), phy, phy * 3)
+    got, expect = keys.from_offset(offset), keys.take(phy >= offset)
+    for a, b in ((got.key_hash, expect.key_hash), (got.phy, expect.phy), (got.store_ts, expect.store_ts)):
+        assert np.array_equal(a, b) and a.dtype == b.dtype
+
+
+def test_concat_of_one_batch_is_that_batch():
+    one = KeyBatch(np.zeros(3, np.int32), np.arange(3), np.arange(3))
+    assert KeyBatch.concat([one]) is one
+    two = KeyBatch.concat([one, one])
+    assert len(two) == 6 and two.phy.tolist() == [0, 1, 2, 0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# the files a queue's written units touch
+
+
+def _state_with_runs(runs: list[list[int]], file_size: int) -> Q.QueueState:
+    load = Q.QueueLoad("T", 0, tuple(range(0, 10 * file_size, file_size)), 0, -1)
+    st_ = Q.QueueState.start(load, file_size)
+    st_.written_at = [np.array(r, np.int64) for r in runs]
+    return st_
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 49), max_size=30), st.booleans()), max_size=5))
+def test_changed_files_are_the_files_of_every_written_unit(runs):
+    """Runs whose offsets ascend (as dispatch writes them) or not: the changed files are exactly the files
+    holding a written unit (file size 100: 5 units), as np.unique over every offset finds them."""
+    fs = 100
+    offsets = [sorted(u * 20 for u in r) if asc else [u * 20 for u in r] for r, asc in runs]
+    st_ = _state_with_runs(offsets, fs)
+    every = np.array([o for r in offsets for o in r], np.int64)
+    assert st_.changed_files() == sorted(set(np.unique(every - every % fs).tolist()))
+
+
+# ---------------------------------------------------------------------------------------------
+# the new index files written beside the consume-queue renders
+
+
+def test_recover_out_writes_the_index_beside_the_queues(golden, spark, tmp_path):
+    out = tmp_path / "out"
+    assert run_recover("--store", str(GOLDEN / CASE), "--broker-config", str(CONF), "--out", str(out), "--json") == 0
+    assert_matches_recovered(out, CASE)
+
+
+def test_a_failing_index_write_leaves_no_out_and_no_staging(golden, spark, tmp_path, monkeypatch):
+    """The index writer thread's error (a full disk) fails the job with it; OUT is absent, no staging left."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    real = Location.write_with_zero_tail
+    failed = []
+
+    def full_disk(self, chunks, size):
+        if "/index/" in self.path:
+            failed.append(self.path)
+            raise OSError(errno.ENOSPC, "No space left on device", self.path)
+        return real(self, chunks, size)
+    monkeypatch.setattr(Location, "write_with_zero_tail", full_disk)
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    with pytest.raises(OSError, match="No space left on device"):
+        run_recover("--store", str(store), "--broker-config", str(CONF), "--out", str(parent / "out"), "--json")
+    assert failed  # the case creates an index file
+    assert not (parent / "out").exists() and _staging_left(parent) == []
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_during_the_index_write_leaves_no_out_and_no_staging(golden, tmp_path, sig, status):
+    """A signal while the index writer thread is held at its test hook (the consume queues rendered, the job
+    waiting for it): exit 130/143 with the one line, the thread stopped before the staging directory goes, OUT
+    absent, no staging left, the store unchanged."""
+    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    temp = Path(tempfile.mkdtemp(prefix="reput-index-interrupt-"))
+    env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT="in-index-write",
+               REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"), PYTHONPATH=str(REPO))
+    argv = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", str(CONF),
+            "--out", str(parent / "out"), "--master", "local[2]"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "paused").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "never paused"
+            time.sleep(0.05)
+        assert _staging_left(parent)
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == status, lines[-5:]
+    assert lines[-1].startswith("reput recover: interrupted"), lines[-5:]
+    assert "Traceback" not in err.decode()
+    assert not (parent / "out").exists() and _staging_left(parent) == []
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
