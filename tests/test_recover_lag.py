@@ -24,6 +24,7 @@ from storage_format.index_keys import KeyBatch
 from storage_format.recovery import queues as Q
 
 from .conftest import GOLDEN, REPO, private_temp_env
+from .test_live_broker import locked  # noqa: F401 (a fixture)
 from .test_recovery import CONF, assert_matches_recovered, run_recover, writable_copy
 
 CASE = "unclean-11"
@@ -167,3 +168,104 @@ def test_interrupt_during_the_index_write_leaves_no_out_and_no_staging(golden, t
     assert "Traceback" not in err.decode()
     assert not (parent / "out").exists() and _staging_left(parent) == []
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+# ---------------------------------------------------------------------------------------------
+# a kept consume-queue file's span: read from the crash-time file only where a unit in it is not written
+
+
+def _span_state(at: list[int], crash: bytes) -> Q.QueueState:
+    load = Q.QueueLoad("T", 0, (0,), 0, -1)
+    st_ = Q.QueueState.start(load, len(crash))
+    n = len(at)
+    st_.written_at = [np.array(at, np.int64)]
+    st_.written = [Q.QueueEntries(np.arange(n, dtype=np.int64), 5000 + np.arange(n, dtype=np.int64) * 7,
+                                  np.full(n, 7, np.int32), np.arange(n, dtype=np.int64) + 90)]
+    return st_
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=14))
+def test_render_span_reads_only_where_a_unit_is_not_written(slots):
+    """Units written at any slots (gaps, repeats, any order): the span is the crash-time bytes with the written
+    units on top (the last write of a slot wins), as render_units renders it; the crash-time file is read only
+    when some unit between the first and last written one is not written."""
+    crash = bytes(range(200))  # 10 units of recognisable bytes
+    reads = []
+
+    def read_range(at: int, n: int) -> bytes:
+        reads.append((at, n))
+        return crash[at:at + n]
+    state = _span_state([s * 20 for s in slots], crash)
+    at, units = Q.render_span(state, 0, read_range)
+    got = bytearray(crash)
+    got[at:at + units.nbytes] = units.tobytes()
+    assert bytes(got) == Q.render_units(state, 0, lambda f: crash).tobytes()
+    lo, hi = min(slots), max(slots) + 1
+    assert (reads == []) == (set(slots) == set(range(lo, hi)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the segments from the start segment on, copied while the validating scan runs
+
+
+def test_segments_from_the_start_are_copied_as_if_p_lies_in_the_last(golden, spark, tmp_path):
+    """Before any scan every segment is queued as it is made when P lies in the last one (all sealed but the last,
+    which keeps its zero blocks as holes). unclean-11's P lies in the segment before an empty one the broker
+    pre-allocated: OUT has no copy of that one, and its predecessor, now the last kept, is made again with holes;
+    OUT is the broker's recovery."""
+    from jobs.pipeline.io.copy import COPY_RANGE_HOLES
+    from jobs.pipeline.recover.stage import start_of
+    from jobs.pipeline.recover.write import likely_segment_copies
+    from jobs.pipeline.store.segments import list_segments
+    from storage_format.settings import load_settings_with_warnings
+
+    import json
+
+    settings = load_settings_with_warnings(CONF).settings
+    store = Location(str(GOLDEN / CASE))
+    segs = list_segments(store, settings)
+    first = start_of(store, settings)
+    likely = likely_segment_copies(first, settings, link_sealed=False)
+    assert [c.rel for c in likely] == [f"commitlog/{s.start:020d}" for s in segs]
+    assert [c.zero_holes for c in likely] == [False] * (len(segs) - 1) + [True] and not any(c.link for c in likely)
+    linked = likely_segment_copies(first, settings, link_sealed=True)
+    assert [c.link for c in linked] == [True] * (len(segs) - 1) + [False]
+    out = tmp_path / "out"
+    assert run_recover("--store", str(GOLDEN / CASE), "--broker-config", str(CONF), "--out", str(out), "--json") == 0
+    assert_matches_recovered(out, CASE)
+    kept = sorted(p.name for p in (out / "commitlog").iterdir())
+    assert len(kept) < len(segs)  # the pre-allocated segment after P is not in OUT
+    report = json.loads((out / "reput-recover-report.json").read_text())
+    assert report["copies"][COPY_RANGE_HOLES]["files"] == 1
+    assert report["copies_while_planning"]["files"] >= len(kept) - 1
+
+
+def test_a_running_broker_s_segments_are_copied_once_p_is_known(golden, spark, locked, tmp_path, monkeypatch):
+    """--force on a store whose broker still writes: before the scan only the segments before the start segment
+    are queued (never written again); the rest once validation has found P. Without the broker, every segment
+    is queued at once."""
+    from jobs.pipeline.io import background_copy as bgmod
+    from jobs.pipeline.recover.stage import start_of
+    from storage_format.settings import load_settings_with_warnings
+
+    settings = load_settings_with_warnings(CONF).settings
+    first_adds: list[list[str]] = []
+    real = bgmod.BackgroundCopy.add
+
+    def spy(self, items):
+        if not getattr(self, "_spied", False):
+            self._spied = True
+            first_adds.append([c.rel for c in items])
+        return real(self, items)
+    monkeypatch.setattr(bgmod.BackgroundCopy, "add", spy)
+    for running in (True, False):
+        store = locked(CASE) if running else writable_copy(GOLDEN / CASE, tmp_path / "free")
+        first = start_of(Location(str(store)), settings)
+        out = tmp_path / f"out-{running}"
+        args = ["--store", str(store), "--broker-config", str(CONF), "--out", str(out), "--json"]
+        assert run_recover(*args, *(["--force"] if running else [])) == 0
+        before_start = [f"commitlog/{s.start:020d}" for s in first.segments if s.start < first.start.offset]
+        every = [f"commitlog/{s.start:020d}" for s in first.segments]
+        assert first_adds[-1] == (before_start if running else every)
+        assert_matches_recovered(out, CASE)

@@ -311,10 +311,23 @@ def render_span(state: QueueState, file_start: int,
         return 0, np.zeros(0, dtype=CQ_DTYPE)
     slot = (at[sel] - file_start) // CQ_UNIT_SIZE
     lo, hi = int(slot.min()), int(slot.max()) + 1
-    units = unpack_entries(read_range(lo * CQ_UNIT_SIZE, (hi - lo) * CQ_UNIT_SIZE), (hi - lo) * CQ_UNIT_SIZE).copy()
     slot -= lo
+    if len(slot) >= hi - lo and _covers(slot, hi - lo):  # every unit of the span is written: nothing to read
+        units = np.zeros(hi - lo, dtype=CQ_DTYPE)
+    else:
+        units = unpack_entries(read_range(lo * CQ_UNIT_SIZE, (hi - lo) * CQ_UNIT_SIZE),
+                               (hi - lo) * CQ_UNIT_SIZE).copy()
     units["phy"][slot], units["size"][slot], units["tags"][slot] = e.phy[sel], e.size[sel], e.tags[sel]
     return lo * CQ_UNIT_SIZE, units
+
+
+def _covers(slots: np.ndarray, n: int) -> bool:
+    """Every one of 0..n-1 is among `slots` (values in that range)."""
+    if len(slots) == n and (n < 2 or bool((slots[1:] > slots[:-1]).all())):
+        return True  # ascending without repeats over n values: each exactly once
+    seen = np.zeros(n, bool)
+    seen[slots] = True
+    return bool(seen.all())
 
 
 def render_queue_file(state: QueueState, file_start: int, read_file: Callable[[int], bytes]) -> bytes:

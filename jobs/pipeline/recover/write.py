@@ -140,6 +140,15 @@ def unchanged_segment_copies(first: RecoveryStart, settings: BrokerSettings, lin
                      if s.start < first.start.offset], link_sealed)
 
 
+def likely_segment_copies(first: RecoveryStart, settings: BrokerSettings, link_sealed: bool) -> list[CopyItem]:
+    """Every segment as OUT's copies are made when the truncation point lies in the last segment (a crash tears
+    the log's end): known before any scan, so the segments the validating scan reads are copied while it runs
+    instead of after it (with much dispatch lag the last segment's copy was the job's tail). Where validation
+    finds P earlier, `BackgroundCopy.finish` removes the copies of deleted segments and makes again the one whose
+    flags differ (the new last kept segment)."""
+    return _as_made(segment_copies(first.segments, set(), settings), link_sealed)
+
+
 def kept_segment_copies(log: ValidatedLog, link_sealed: bool) -> list[CopyItem]:
     """Every segment the recovery keeps, once validation has found the truncation point P."""
     gone = set(recovery.segments_to_delete([s.start for s in log.segments], log.truncation.offset))
