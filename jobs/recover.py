@@ -41,7 +41,8 @@ from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
 from jobs.pipeline.recover.write import (copy_notices, kept_segment_copies, likely_segment_copies,  # noqa: E402
-                                         plan_output, unchanged_segment_copies, warm_index_kernels, write_output)
+                                         plan_output, queue_file_copies, unchanged_segment_copies,
+                                         warm_index_kernels, write_output)
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
@@ -262,8 +263,11 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
             first = start_of(store, settings, args.rocketmq_version)
             # the segments before the start segment are never changed; those from it on are copied as they are
             # when P lies in the last one, unless a broker still writes them (--force: copied once P is known)
-            early = unchanged_segment_copies if args.broker.running else likely_segment_copies
-            background.add(early(first, settings, args.link_sealed_segments))
+            if args.broker.running:
+                background.add(unchanged_segment_copies(first, settings, args.link_sealed_segments))
+            else:  # the consume-queue files first (small; the rewritten ones are their crash-time bytes patched)
+                background.add(queue_file_copies(store) + likely_segment_copies(first, settings,
+                                                                                args.link_sealed_segments))
             kw = dict(kw, on_validated=lambda log: background.add(kept_segment_copies(log,
                                                                                       args.link_sealed_segments)))
         sc, args.engine_choice = job_runner(args, "recover")

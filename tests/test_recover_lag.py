@@ -243,8 +243,8 @@ def test_segments_from_the_start_are_copied_as_if_p_lies_in_the_last(golden, spa
 
 def test_a_running_broker_s_segments_are_copied_once_p_is_known(golden, spark, locked, tmp_path, monkeypatch):
     """--force on a store whose broker still writes: before the scan only the segments before the start segment
-    are queued (never written again); the rest once validation has found P. Without the broker, every segment
-    is queued at once."""
+    are queued (never written again); the rest once validation has found P. Without the broker, every
+    consume-queue file and every segment is queued at once."""
     from jobs.pipeline.io import background_copy as bgmod
     from jobs.pipeline.recover.stage import start_of
     from storage_format.settings import load_settings_with_warnings
@@ -267,5 +267,8 @@ def test_a_running_broker_s_segments_are_copied_once_p_is_known(golden, spark, l
         assert run_recover(*args, *(["--force"] if running else [])) == 0
         before_start = [f"commitlog/{s.start:020d}" for s in first.segments if s.start < first.start.offset]
         every = [f"commitlog/{s.start:020d}" for s in first.segments]
-        assert first_adds[-1] == (before_start if running else every)
+        queued = first_adds[-1]
+        assert [r for r in queued if r.startswith("commitlog/")] == (before_start if running else every)
+        queues = sorted(str(p.relative_to(store)) for p in (store / "consumequeue").rglob("*") if p.is_file())
+        assert sorted(r for r in queued if r.startswith("consumequeue/")) == ([] if running else queues)
         assert_matches_recovered(out, CASE)

@@ -3,13 +3,15 @@
 
 Items are added as soon as the job knows them (`add`); `finish(wanted)` takes the final list: copies the
 thread has not been given yet, or made with other flags, are made now, and copies no longer wanted are
-removed. A failure in the thread is raised by `finish` in the main thread (the job's one-line error); an
-error elsewhere or an interrupt stops the thread between two chunks and waits for it (`cancel`) before the
-staging directory is removed, so that nothing is written after it is gone.
+removed (with the directories below the top level they leave empty). A failure in the thread is raised by
+`finish` in the main thread (the job's one-line error); an error elsewhere or an interrupt stops the thread
+between two chunks and waits for it (`cancel`) before the staging directory is removed, so that nothing is
+written after it is gone.
 """
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -121,6 +123,17 @@ class BackgroundCopy:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
+    def _prune(self, rel: str) -> None:
+        """The directories below the top level that a removed copy leaves empty (a queue whose files recovery
+        deletes) go too: OUT holds no directory the copies without the thread would not have made."""
+        parts = rel.split("/")[:-1]
+        while len(parts) > 1:
+            try:
+                os.rmdir(self.dest.child(*parts).path)
+            except OSError:  # not empty (or not there): the directories above stay too
+                return
+            parts.pop()
+
     def finish(self, wanted: list[CopyItem]) -> Finished:
         """Every copy in `wanted` made under `dest`, none other: the thread's work is waited for (its error
         raised here), then what it was not given (or given with other flags) is copied here, what is no longer
@@ -140,6 +153,7 @@ class BackgroundCopy:
                 results.append(got)
             else:
                 self.dest.child(rel).delete_tree()
+                self._prune(rel)
         early = [got for rel, (item, got) in self._done.items() if rel in want and want[rel].how == item.how]
         for rel, w in want.items():
             done = self._done.get(rel)
