@@ -272,3 +272,41 @@ def test_a_running_broker_s_segments_are_copied_once_p_is_known(golden, spark, l
         queues = sorted(str(p.relative_to(store)) for p in (store / "consumequeue").rglob("*") if p.is_file())
         assert sorted(r for r in queued if r.startswith("consumequeue/")) == ([] if running else queues)
         assert_matches_recovered(out, CASE)
+
+
+def test_queue_file_copies_list_every_consume_queue_file_or_none(tmp_path):
+    """Every regular file of consumequeue/<topic>/<queueId>/ named by its 20-digit offset, with its size and the
+    URI the plan copies it from; nothing at all when a name is not a consume-queue file's (the plan's listing
+    refuses or names it) or the directory is missing."""
+    from jobs.pipeline.recover.write import queue_file_copies
+
+    store = tmp_path / "store"
+    for topic, qid, names in (("T1", "0", ["00000000000000000000", "00000000000006000000"]), ("T2", "3", ["0" * 20])):
+        d = store / "consumequeue" / topic / qid
+        d.mkdir(parents=True)
+        for i, n in enumerate(names):
+            (d / n).write_bytes(b"x" * (10 + i))
+    got = queue_file_copies(Location(str(store)))
+    assert [(c.rel, c.size, c.link, c.zero_holes) for c in got] == [
+        ("consumequeue/T1/0/00000000000000000000", 10, False, False),
+        ("consumequeue/T1/0/00000000000006000000", 11, False, False),
+        ("consumequeue/T2/3/00000000000000000000", 10, False, False)]
+    assert got[0].src == Location(str(store)).child("consumequeue", "T1", "0").uri + "/00000000000000000000"
+    (store / "consumequeue" / "T2" / "3" / "stray.txt").write_bytes(b"")
+    assert queue_file_copies(Location(str(store))) == []
+    assert queue_file_copies(Location(str(tmp_path / "none"))) == []
+
+
+def test_a_removed_copy_takes_the_directories_it_leaves_empty(tmp_path):
+    """A copy made early and no longer wanted goes with the directories below the top level it leaves empty (a
+    queue whose files recovery deletes); a directory still holding a wanted copy, and the top level, stay."""
+    from jobs.pipeline.io.background_copy import BackgroundCopy, CopyItem
+
+    src = tmp_path / "f"
+    src.write_bytes(b"data")
+    dest = tmp_path / "dest"
+    with BackgroundCopy(Location(str(dest))) as bg:
+        items = [CopyItem(rel, str(src), 4) for rel in ("cq/T/0/a", "cq/U/1/b", "cq/U/2/c")]
+        bg.add(items)
+        bg.finish([items[2]])
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["cq", "cq/U", "cq/U/2", "cq/U/2/c"]
