@@ -238,9 +238,9 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
 
 def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBatch:
     """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only). A split's
-    keys lie in commit-log order, so the tail is a suffix of its work file's columns: sliced, not masked (no
-    copy of a lag's millions of keys but the one widening the stored values)."""
-    batches = []
+    keys lie in commit-log order, so its tail is a suffix of its work file's columns: sliced, not masked, and
+    widened straight into the one batch returned (a lag's millions of keys are copied once)."""
+    parts = []
     for s in reversed(scan.accepted):
         if s.last_key is None or not s.keys:
             if s.last_record_offset is not None and s.last_record_offset < from_phy:
@@ -250,9 +250,19 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBa
             break
         cols = key_columns(work, s.index)
         rows = at_or_after(cols["phy"], from_phy)
-        batches.append(recovery.KeyBatch(cols["key_hash"].take(rows), cols["phy"].take(rows),
-                                         cols["store_ts"].take(rows)))
-    return recovery.KeyBatch.concat(batches[::-1])
+        if isinstance(rows, slice):
+            parts.append((cols, rows, None, rows.stop - rows.start))
+        else:
+            parts.append((cols, slice(None), rows, int(rows.sum())))
+    parts.reverse()
+    total = sum(n for *_, n in parts)
+    out = recovery.KeyBatch(np.empty(total, np.int32), np.empty(total, np.int64), np.empty(total, np.int64))
+    at = 0
+    for cols, rows, keep, n in parts:
+        for name in ("key_hash", "phy", "store_ts"):
+            cols[name].take_into(rows, keep, getattr(out, name)[at:at + n])
+        at += n
+    return out
 
 
 def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
