@@ -310,3 +310,14 @@ def test_a_removed_copy_takes_the_directories_it_leaves_empty(tmp_path):
         bg.add(items)
         bg.finish([items[2]])
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["cq", "cq/U", "cq/U/2", "cq/U/2/c"]
+
+
+def test_queue_entries_taken_whole_are_not_copied():
+    """A mask selecting every entry (dispatch's skip rule with much lag) gives the same entries back; any
+    other selection the selected rows."""
+    e = Q.QueueEntries(np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int64) * 10, np.full(4, 10, np.int32),
+                       np.zeros(4, np.int64))
+    assert e.take(np.ones(4, bool)) is e
+    part = e.take(np.array([False, True, True, False]))
+    assert part.phy.tolist() == [10, 20] and part.size.dtype == np.int32
+    assert e.take(slice(1, 3)).queue_offset.tolist() == [1, 2]

@@ -103,7 +103,9 @@ class QueueEntries(CqColumns):
     """Consume-queue entries of one queue in dispatch order (commit-log order)."""
 
     def take(self, mask: np.ndarray) -> "QueueEntries":
-        """The rows selected by a mask or slice."""
+        """The rows selected by a mask or slice (all of them: these entries, not a copy)."""
+        if isinstance(mask, np.ndarray) and mask.dtype == bool and len(mask) == len(self.phy) and mask.all():
+            return self
         return QueueEntries(self.queue_offset[mask], self.phy[mask], self.size[mask], self.tags[mask])
 
     @staticmethod

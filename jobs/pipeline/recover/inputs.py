@@ -24,7 +24,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import WorkColumn, key_columns, read_cq
+from ..io.workdir import WorkColumn, cq_columns, key_columns
 from ..runtime.tasks import run_tasks
 
 QUEUES_PER_LOAD_TASK = 256
@@ -195,16 +195,20 @@ class TailTask:
 
 
 def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
-    """Entries of one split whose end is past their queue's maxPhysicOffset."""
-    table = read_cq(task.work, task.split_index)
+    """Entries of one split whose end is past their queue's maxPhysicOffset (read from the work file's columns
+    as stored, each queue's rows widened once: with much lag nearly every row is in the tail)."""
+    cols = cq_columns(task.work, task.split_index)
     out = {}
     for topic, qid, row, rows, max_phy in task.queues:
-        t = table.slice(row, rows)
-        phy = t.column("phy").to_numpy()
-        size = t.column("size").to_numpy()
+        part = slice(row, row + rows)
+        phy = cols["phy"].take(part)
+        size = cols["size"].take(part)
         sel = phy.astype(np.int64) + size > max_phy
-        if sel.any():
-            out[(topic, qid)] = tuple(t.column(c).to_numpy()[sel] for c in ("queue_offset", "phy", "size", "tags"))
+        if sel.all():
+            out[(topic, qid)] = (cols["queue_offset"].take(part), phy, size, cols["tags"].take(part))
+        elif sel.any():
+            out[(topic, qid)] = (cols["queue_offset"].take(part)[sel], phy[sel], size[sel],
+                                 cols["tags"].take(part)[sel])
     return out
 
 
@@ -219,7 +223,8 @@ def cq_tails(scan: ScanResult, work: Location,
         if qs:
             for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
                 parts.setdefault(key, []).append(arrays)
-    return {k: recovery.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
+    return {k: recovery.QueueEntries(*(v[0][i] if len(v) == 1 else np.concatenate([p[i] for p in v])
+                                       for i in range(4))) for k, v in parts.items()}
 
 
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
@@ -227,7 +232,7 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
     for s in reversed(scan.accepted):
         if not s.queues.has_rows:
             continue
-        phy = read_cq(work, s.index).column("phy").to_numpy()
+        phy = cq_columns(work, s.index)["phy"].take()
         phy = phy[phy >= from_offset]
         if len(phy):
             return int(phy.max())
