@@ -321,3 +321,41 @@ def test_queue_entries_taken_whole_are_not_copied():
     part = e.take(np.array([False, True, True, False]))
     assert part.phy.tolist() == [10, 20] and part.size.dtype == np.int32
     assert e.take(slice(1, 3)).queue_offset.tolist() == [1, 2]
+
+
+def test_finish_copies_beside_the_thread_and_drops_what_is_no_longer_wanted(tmp_path, monkeypatch):
+    """At finish the calling thread takes the queued copies beside the background thread (two at once at the
+    end), and a queued copy no longer wanted is never made; the result is exactly the wanted copies."""
+    import threading
+
+    from jobs.pipeline.io import background_copy as bgmod
+    from jobs.pipeline.io.background_copy import BackgroundCopy, CopyItem
+
+    srcs = []
+    for i in range(6):
+        p = tmp_path / f"s{i}"
+        p.write_bytes(bytes([i]) * (1000 + i))
+        srcs.append(p)
+    who: dict[str, str] = {}
+    real = bgmod.copy_file
+
+    def slow(src, dst, link=False, zero_holes=False, cancel=None):
+        who[dst.path.rsplit("/", 1)[-1]] = threading.current_thread().name
+        if threading.current_thread().name == "reput-background-copy":
+            time.sleep(0.3)  # the thread is busy: the caller takes what is queued
+        return real(src, dst, link, zero_holes, cancel=cancel)
+    monkeypatch.setattr(bgmod, "copy_file", slow)
+    dest = tmp_path / "dest"
+    items = [CopyItem(f"d/f{i}", str(p), p.stat().st_size) for i, p in enumerate(srcs)]
+    with BackgroundCopy(Location(str(dest))) as bg:
+        bg.add(items)
+        while "f0" not in who:  # the thread is busy with its first copy
+            time.sleep(0.01)
+        done = bg.finish(items[:5])  # f5 is no longer wanted
+    assert sorted(p.name for p in (dest / "d").iterdir()) == [f"f{i}" for i in range(5)]
+    for i in range(5):
+        assert (dest / "d" / f"f{i}").read_bytes() == srcs[i].read_bytes()
+    assert "f5" not in who  # dropped from the queue, never copied
+    assert who["f0"] == "reput-background-copy" and all(who[f"f{i}"] == threading.current_thread().name
+                                                        for i in range(1, 5))
+    assert len(done.results) == 5 and done.early_files == 1

@@ -134,20 +134,40 @@ class BackgroundCopy:
                 return
             parts.pop()
 
+    def _help(self, want: dict[str, CopyItem]) -> dict[str, tuple[CopyItem, tuple[str, int, str | None]]]:
+        """The calling thread takes queued copies beside the thread until none is left (two copies at once at
+        the end, where the job only waits); a queued copy no longer wanted is dropped, never made."""
+        helped = {}
+        while True:
+            with self._lock:
+                if self._cancel.is_set() or not self._items:
+                    return helped
+                item = self._items.popleft()
+            w = want.get(item.rel)
+            if w is None or w.how != item.how:
+                continue
+            try:
+                helped[item.rel] = (item, copy_file(Location(item.src), self.dest.child(item.rel), item.link,
+                                                    item.zero_holes, cancel=self._cancel))
+            except CopyCancelled:  # the thread failed: finish raises its error
+                return helped
+
     def finish(self, wanted: list[CopyItem]) -> Finished:
-        """Every copy in `wanted` made under `dest`, none other: the thread's work is waited for (its error
-        raised here), then what it was not given (or given with other flags) is copied here, what is no longer
+        """Every copy in `wanted` made under `dest`, none other: the copies still queued are made here beside
+        the thread (those no longer wanted dropped), the thread's work is waited for (its error raised here),
+        then what it was not given (or given with other flags) is copied here, what it made and is no longer
         wanted removed."""
         want = {w.rel: w for w in wanted}
         with self._lock:
             self._closed = True
             self._lock.notify_all()
         t0 = time.monotonic()
+        helped = self._help(want)
         self._thread.join()
         wait = time.monotonic() - t0
         if self._error is not None:
             raise self._error
-        results = []
+        results = [got for _, got in helped.values()]
         for rel, (item, got) in self._done.items():
             if rel in want and want[rel].how == item.how:
                 results.append(got)
@@ -156,7 +176,7 @@ class BackgroundCopy:
                 self._prune(rel)
         early = [got for rel, (item, got) in self._done.items() if rel in want and want[rel].how == item.how]
         for rel, w in want.items():
-            done = self._done.get(rel)
+            done = self._done.get(rel) or helped.get(rel)
             if done is None or done[0].how != w.how:
                 results.append(copy_file(Location(w.src), self.dest.child(rel), w.link, w.zero_holes))
         return Finished(results, len(early), sum(n for _, n, _ in early), wait)
