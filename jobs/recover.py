@@ -265,9 +265,10 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
             # when P lies in the last one, unless a broker still writes them (--force: copied once P is known)
             if args.broker.running:
                 background.add(unchanged_segment_copies(first, settings, args.link_sealed_segments))
-            else:  # the consume-queue files first (small; the rewritten ones are their crash-time bytes patched)
-                background.add(queue_file_copies(store) + likely_segment_copies(first, settings,
-                                                                                args.link_sealed_segments))
+            else:  # the small consume-queue files last: what is left of them when the plan is made, the job
+                # copies itself beside the thread's last segment (BackgroundCopy.finish)
+                background.add(likely_segment_copies(first, settings, args.link_sealed_segments)
+                               + queue_file_copies(store))
             kw = dict(kw, on_validated=lambda log: background.add(kept_segment_copies(log,
                                                                                       args.link_sealed_segments)))
         sc, args.engine_choice = job_runner(args, "recover")
