@@ -40,8 +40,9 @@ from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
 from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
-from jobs.pipeline.recover.write import (copy_notices, kept_segment_copies, plan_output,  # noqa: E402
-                                         unchanged_segment_copies, warm_index_kernels, write_output)
+from jobs.pipeline.recover.write import (copy_notices, kept_segment_copies, likely_segment_copies,  # noqa: E402
+                                         plan_output, queue_file_copies, unchanged_segment_copies,
+                                         warm_index_kernels, write_output)
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
@@ -260,7 +261,14 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
     with staging, _background(args, store, out, staging.dir) as background:
         if background is not None:
             first = start_of(store, settings, args.rocketmq_version)
-            background.add(unchanged_segment_copies(first, settings, args.link_sealed_segments))
+            # the segments before the start segment are never changed; those from it on are copied as they are
+            # when P lies in the last one, unless a broker still writes them (--force: copied once P is known)
+            if args.broker.running:
+                background.add(unchanged_segment_copies(first, settings, args.link_sealed_segments))
+            else:  # the small consume-queue files last: what is left of them when the plan is made, the job
+                # copies itself beside the thread's last segment (BackgroundCopy.finish)
+                background.add(likely_segment_copies(first, settings, args.link_sealed_segments)
+                               + queue_file_copies(store))
             kw = dict(kw, on_validated=lambda log: background.add(kept_segment_copies(log,
                                                                                       args.link_sealed_segments)))
         sc, args.engine_choice = job_runner(args, "recover")

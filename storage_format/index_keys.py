@@ -35,12 +35,22 @@ class KeyBatch:
         """The rows selected by a mask or slice."""
         return KeyBatch(self.key_hash[sel], self.phy[sel], self.store_ts[sel])
 
+    def from_offset(self, offset: int) -> "KeyBatch":
+        """The keys of records at or after `offset`: a slice (views, no copy) when the offsets ascend, as keys
+        in dispatch order do, else the masked rows."""
+        phy = self.phy
+        if len(phy) > 1 and not bool((phy[1:] >= phy[:-1]).all()):
+            return self.take(phy >= offset)
+        return self.take(slice(int(np.searchsorted(phy, offset, side="left")), len(phy)))
+
     @staticmethod
     def concat(batches: list["KeyBatch"]) -> "KeyBatch":
-        """Batches joined in order."""
+        """Batches joined in order (one batch is returned as it is: no copy of its arrays)."""
         if not batches:
             z = np.zeros(0, np.int64)
             return KeyBatch(z.astype(np.int32), z, z)
+        if len(batches) == 1:
+            return batches[0]
         return KeyBatch(np.concatenate([b.key_hash for b in batches]), np.concatenate([b.phy for b in batches]),
                         np.concatenate([b.store_ts for b in batches]))
 

@@ -61,6 +61,9 @@ def test_finish_makes_exactly_the_wanted_copies(tmp_path):
     with BackgroundCopy(dest) as bg:
         bg.add([CopyItem("x/a", str(a), a.stat().st_size), CopyItem("x/b", str(b), b.stat().st_size),
                 CopyItem("x/c", str(c), c.stat().st_size)])
+        deadline = time.monotonic() + 60
+        while len(bg._done) < 3 and time.monotonic() < deadline:  # made early (else finish takes them itself)
+            time.sleep(0.01)
         done = bg.finish([CopyItem("x/a", str(a), a.stat().st_size),
                           CopyItem("x/b", str(b), b.stat().st_size, zero_holes=True),
                           CopyItem("x/d", str(d), d.stat().st_size, link=True)])
@@ -84,6 +87,7 @@ def test_a_failing_copy_is_raised_by_finish_and_stops_the_thread(tmp_path, monke
     bg = BackgroundCopy(Location(str(tmp_path / "dest")))
     with bg:
         bg.add([CopyItem("a", str(a), 1), CopyItem("b", str(b), 1)])
+        bg._thread.join(timeout=60)  # the thread stops at its first error (finish would otherwise take "b" itself)
         with pytest.raises(OSError, match="No space left"):
             bg.finish([])
     assert calls == [str(a)]  # the thread stopped at its first error

@@ -110,7 +110,7 @@ def resume_index(last_kept: IndexFileInfo | None, passes: list[DispatchPass], ma
         if cur is None or is_write_full(cur.count, max_entries):
             roll()
         skip_below = cur.end_phy
-        keys = p.keys.take((p.keys.phy >= skip_below) & (p.keys.phy >= p.first_offset)) if len(p.keys) else p.keys
+        keys = p.keys.from_offset(max(skip_below, p.first_offset)) if len(p.keys) else p.keys
         if len(keys) and int(keys.phy[0]) == skip_below and skip_below > 0:
             boundary.append({"pass": p.name, "record_offset": skip_below,
                              "keys": int((keys.phy == skip_below).sum())})

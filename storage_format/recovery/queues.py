@@ -103,7 +103,9 @@ class QueueEntries(CqColumns):
     """Consume-queue entries of one queue in dispatch order (commit-log order)."""
 
     def take(self, mask: np.ndarray) -> "QueueEntries":
-        """The rows selected by a mask or slice."""
+        """The rows selected by a mask or slice (all of them: these entries, not a copy)."""
+        if isinstance(mask, np.ndarray) and mask.dtype == bool and len(mask) == len(self.phy) and mask.all():
+            return self
         return QueueEntries(self.queue_offset[mask], self.phy[mask], self.size[mask], self.tags[mask])
 
     @staticmethod
@@ -264,8 +266,14 @@ class QueueState:
 
     def changed_files(self) -> list[int]:
         """Files whose bytes differ from the crash-time store (units written or newly created)."""
-        at = np.concatenate(self.written_at) if self.written_at else np.zeros(0, np.int64)
-        touched = set(np.unique(at - at % self.file_size).tolist()) | set(self.created)
+        touched = set(self.created)
+        for at in self.written_at:  # each run's offsets ascend: its files are where the file changes
+            starts = at - at % self.file_size
+            if len(starts) > 1 and bool((starts[1:] >= starts[:-1]).all()):
+                touched.update(starts[np.flatnonzero(starts[1:] != starts[:-1]) + 1].tolist())
+                touched.add(int(starts[0]))
+            else:
+                touched.update(np.unique(starts).tolist())
         return sorted(f for f in touched if f in self.files)
 
     def deleted_files(self) -> list[int]:
@@ -305,10 +313,23 @@ def render_span(state: QueueState, file_start: int,
         return 0, np.zeros(0, dtype=CQ_DTYPE)
     slot = (at[sel] - file_start) // CQ_UNIT_SIZE
     lo, hi = int(slot.min()), int(slot.max()) + 1
-    units = unpack_entries(read_range(lo * CQ_UNIT_SIZE, (hi - lo) * CQ_UNIT_SIZE), (hi - lo) * CQ_UNIT_SIZE).copy()
     slot -= lo
+    if len(slot) >= hi - lo and _covers(slot, hi - lo):  # every unit of the span is written: nothing to read
+        units = np.zeros(hi - lo, dtype=CQ_DTYPE)
+    else:
+        units = unpack_entries(read_range(lo * CQ_UNIT_SIZE, (hi - lo) * CQ_UNIT_SIZE),
+                               (hi - lo) * CQ_UNIT_SIZE).copy()
     units["phy"][slot], units["size"][slot], units["tags"][slot] = e.phy[sel], e.size[sel], e.tags[sel]
     return lo * CQ_UNIT_SIZE, units
+
+
+def _covers(slots: np.ndarray, n: int) -> bool:
+    """Every one of 0..n-1 is among `slots` (values in that range)."""
+    if len(slots) == n and (n < 2 or bool((slots[1:] > slots[:-1]).all())):
+        return True  # ascending without repeats over n values: each exactly once
+    seen = np.zeros(n, bool)
+    seen[slots] = True
+    return bool(seen.all())
 
 
 def render_queue_file(state: QueueState, file_start: int, read_file: Callable[[int], bytes]) -> bytes:

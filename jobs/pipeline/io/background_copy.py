@@ -3,13 +3,15 @@
 
 Items are added as soon as the job knows them (`add`); `finish(wanted)` takes the final list: copies the
 thread has not been given yet, or made with other flags, are made now, and copies no longer wanted are
-removed. A failure in the thread is raised by `finish` in the main thread (the job's one-line error); an
-error elsewhere or an interrupt stops the thread between two chunks and waits for it (`cancel`) before the
-staging directory is removed, so that nothing is written after it is gone.
+removed (with the directories below the top level they leave empty). A failure in the thread is raised by
+`finish` in the main thread (the job's one-line error); an error elsewhere or an interrupt stops the thread
+between two chunks and waits for it (`cancel`) before the staging directory is removed, so that nothing is
+written after it is gone.
 """
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -121,28 +123,60 @@ class BackgroundCopy:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
+    def _prune(self, rel: str) -> None:
+        """The directories below the top level that a removed copy leaves empty (a queue whose files recovery
+        deletes) go too: OUT holds no directory the copies without the thread would not have made."""
+        parts = rel.split("/")[:-1]
+        while len(parts) > 1:
+            try:
+                os.rmdir(self.dest.child(*parts).path)
+            except OSError:  # not empty (or not there): the directories above stay too
+                return
+            parts.pop()
+
+    def _help(self, want: dict[str, CopyItem]) -> dict[str, tuple[CopyItem, tuple[str, int, str | None]]]:
+        """The calling thread takes queued copies beside the thread until none is left (two copies at once at
+        the end, where the job only waits); a queued copy no longer wanted is dropped, never made."""
+        helped = {}
+        while True:
+            with self._lock:
+                if self._cancel.is_set() or not self._items:
+                    return helped
+                item = self._items.popleft()
+            w = want.get(item.rel)
+            if w is None or w.how != item.how:
+                continue
+            try:
+                helped[item.rel] = (item, copy_file(Location(item.src), self.dest.child(item.rel), item.link,
+                                                    item.zero_holes, cancel=self._cancel))
+            except CopyCancelled:  # the thread failed: finish raises its error
+                return helped
+
     def finish(self, wanted: list[CopyItem]) -> Finished:
-        """Every copy in `wanted` made under `dest`, none other: the thread's work is waited for (its error
-        raised here), then what it was not given (or given with other flags) is copied here, what is no longer
+        """Every copy in `wanted` made under `dest`, none other: the copies still queued are made here beside
+        the thread (those no longer wanted dropped), the thread's work is waited for (its error raised here),
+        then what it was not given (or given with other flags) is copied here, what it made and is no longer
         wanted removed."""
         want = {w.rel: w for w in wanted}
         with self._lock:
             self._closed = True
             self._lock.notify_all()
         t0 = time.monotonic()
+        helped = self._help(want)
         self._thread.join()
         wait = time.monotonic() - t0
         if self._error is not None:
             raise self._error
-        results = []
+        results = [got for _, got in helped.values()]
         for rel, (item, got) in self._done.items():
             if rel in want and want[rel].how == item.how:
                 results.append(got)
             else:
                 self.dest.child(rel).delete_tree()
+                self._prune(rel)
         early = [got for rel, (item, got) in self._done.items() if rel in want and want[rel].how == item.how]
         for rel, w in want.items():
-            done = self._done.get(rel)
+            done = self._done.get(rel) or helped.get(rel)
             if done is None or done[0].how != w.how:
                 results.append(copy_file(Location(w.src), self.dest.child(rel), w.link, w.zero_holes))
         return Finished(results, len(early), sum(n for _, n, _ in early), wait)

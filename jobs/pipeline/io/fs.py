@@ -188,6 +188,9 @@ class Location:
             os.close(fd)
 
     def makedirs(self) -> None:
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            os.makedirs(self.path, exist_ok=True)  # one call, not pyarrow's check per level (a file per queue)
+            return
         self.fs.create_dir(self.path, recursive=True)
 
     def make_parent(self) -> None:

@@ -24,7 +24,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import read_cq, read_keys
+from ..io.workdir import WorkColumn, cq_columns, key_columns
 from ..runtime.tasks import run_tasks
 
 QUEUES_PER_LOAD_TASK = 256
@@ -195,16 +195,20 @@ class TailTask:
 
 
 def _cq_tail(task: TailTask) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
-    """Entries of one split whose end is past their queue's maxPhysicOffset."""
-    table = read_cq(task.work, task.split_index)
+    """Entries of one split whose end is past their queue's maxPhysicOffset (read from the work file's columns
+    as stored, each queue's rows widened once: with much lag nearly every row is in the tail)."""
+    cols = cq_columns(task.work, task.split_index)
     out = {}
     for topic, qid, row, rows, max_phy in task.queues:
-        t = table.slice(row, rows)
-        phy = t.column("phy").to_numpy()
-        size = t.column("size").to_numpy()
+        part = slice(row, row + rows)
+        phy = cols["phy"].take(part)
+        size = cols["size"].take(part)
         sel = phy.astype(np.int64) + size > max_phy
-        if sel.any():
-            out[(topic, qid)] = tuple(t.column(c).to_numpy()[sel] for c in ("queue_offset", "phy", "size", "tags"))
+        if sel.all():
+            out[(topic, qid)] = (cols["queue_offset"].take(part), phy, size, cols["tags"].take(part))
+        elif sel.any():
+            out[(topic, qid)] = (cols["queue_offset"].take(part)[sel], phy[sel], size[sel],
+                                 cols["tags"].take(part)[sel])
     return out
 
 
@@ -219,7 +223,8 @@ def cq_tails(scan: ScanResult, work: Location,
         if qs:
             for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
                 parts.setdefault(key, []).append(arrays)
-    return {k: recovery.QueueEntries(*(np.concatenate([p[i] for p in v]) for i in range(4))) for k, v in parts.items()}
+    return {k: recovery.QueueEntries(*(v[0][i] if len(v) == 1 else np.concatenate([p[i] for p in v])
+                                       for i in range(4))) for k, v in parts.items()}
 
 
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
@@ -227,7 +232,7 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
     for s in reversed(scan.accepted):
         if not s.queues.has_rows:
             continue
-        phy = read_cq(work, s.index).column("phy").to_numpy()
+        phy = cq_columns(work, s.index)["phy"].take()
         phy = phy[phy >= from_offset]
         if len(phy):
             return int(phy.max())
@@ -237,8 +242,10 @@ def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) ->
 
 
 def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBatch:
-    """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only)."""
-    batches = []
+    """Index keys of scanned records at or after `from_phy`, in dispatch order (newest splits only). A split's
+    keys lie in commit-log order, so its tail is a suffix of its work file's columns: sliced, not masked, and
+    widened straight into the one batch returned (a lag's millions of keys are copied once)."""
+    parts = []
     for s in reversed(scan.accepted):
         if s.last_key is None or not s.keys:
             if s.last_record_offset is not None and s.last_record_offset < from_phy:
@@ -246,12 +253,36 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBa
             continue
         if s.last_key[1] < from_phy:
             break
-        t = read_keys(work, s.index)
-        phy = t.column("phy").to_numpy()
-        sel = phy >= from_phy
-        batches.append(recovery.KeyBatch(t.column("key_hash").to_numpy()[sel].astype(np.int32), phy[sel],
-                                         t.column("store_ts").to_numpy()[sel]))
-    return recovery.KeyBatch.concat(batches[::-1])
+        cols = key_columns(work, s.index)
+        rows = at_or_after(cols["phy"], from_phy)
+        if isinstance(rows, slice):
+            parts.append((cols, rows, None, rows.stop - rows.start))
+        else:
+            parts.append((cols, slice(None), rows, int(rows.sum())))
+    parts.reverse()
+    total = sum(n for *_, n in parts)
+    out = recovery.KeyBatch(np.empty(total, np.int32), np.empty(total, np.int64), np.empty(total, np.int64))
+    at = 0
+    for cols, rows, keep, n in parts:
+        for name in ("key_hash", "phy", "store_ts"):
+            cols[name].take_into(rows, keep, getattr(out, name)[at:at + n])
+        at += n
+    return out
+
+
+def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
+    """The rows of a work-file column whose value is >= `offset`: a slice from the first one when the values
+    ascend (a split's keys and records are in commit-log order), else a mask."""
+    values = column.values
+    low = offset - column.base  # the stored values are value - base (uint32 when narrowed)
+    if not len(values) or low <= 0:
+        return slice(0, len(values))
+    if low > np.iinfo(values.dtype).max:
+        return slice(len(values), len(values))
+    low = values.dtype.type(low)
+    if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
+        return values >= low
+    return slice(int(np.searchsorted(values, low, side="left")), len(values))
 
 
 def record_store_timestamp(segments: list[Segment], offset: int) -> int:

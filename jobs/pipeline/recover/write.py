@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
@@ -27,6 +27,7 @@ from storage_format.index_file import IndexState, append_to_index_file, empty_fi
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
 from storage_format.scan_plan import Segment
+from storage_format.segment_names import parse_segment_name
 from storage_format.settings import BrokerSettings
 
 from ..io.background_copy import BackgroundCopy, CopyItem
@@ -37,6 +38,7 @@ from ..io.paths import is_local
 from .inputs import QueueDir
 from .plan import RecoveryPlan
 from .stage import RecoveryStart, ValidatedLog
+from ..runtime.faults import hold_at
 from ..runtime.tasks import run_tasks
 
 T = TypeVar("T")
@@ -137,6 +139,40 @@ def unchanged_segment_copies(first: RecoveryStart, settings: BrokerSettings, lin
     recovery (the truncation point lies at or after the start), so OUT's copies of them can start at once."""
     return _as_made([c for c, s in zip(segment_copies(first.segments, set(), settings), first.segments)
                      if s.start < first.start.offset], link_sealed)
+
+
+def queue_file_copies(store: Location) -> list[CopyItem]:
+    """Every consume-queue file of a local store as a verbatim copy into OUT, listed before any scan: most stay
+    unchanged, a rewritten one is its crash-time bytes with the re-dispatched span written over them once the copy
+    is made (write_output), and those recovery deletes are removed again by `BackgroundCopy.finish`. None where
+    the listing fails or finds what the broker would not load as it is (the plan's own listing names it)."""
+    root = store.child("consumequeue")
+    out: list[CopyItem] = []
+    try:
+        for topic in sorted(os.scandir(root.path), key=lambda e: e.name):
+            if not topic.is_dir(follow_symlinks=False):
+                continue
+            for queue in sorted(os.scandir(topic.path), key=lambda e: e.name):
+                if not queue.is_dir(follow_symlinks=False):
+                    continue
+                qdir = root.child(topic.name, queue.name)
+                for f in sorted(os.scandir(queue.path), key=lambda e: e.name):
+                    if not f.is_file(follow_symlinks=False) or parse_segment_name(f.name) is None:
+                        return []
+                    out.append(CopyItem(f"consumequeue/{topic.name}/{queue.name}/{f.name}", f"{qdir.uri}/{f.name}",
+                                        f.stat(follow_symlinks=False).st_size))
+    except OSError:
+        return []
+    return out
+
+
+def likely_segment_copies(first: RecoveryStart, settings: BrokerSettings, link_sealed: bool) -> list[CopyItem]:
+    """Every segment as OUT's copies are made when the truncation point lies in the last segment (a crash tears
+    the log's end): known before any scan, so the segments the validating scan reads are copied while it runs
+    instead of after it (with much dispatch lag the last segment's copy was the job's tail). Where validation
+    finds P earlier, `BackgroundCopy.finish` removes the copies of deleted segments and makes again the one whose
+    flags differ (the new last kept segment)."""
+    return _as_made(segment_copies(first.segments, set(), settings), link_sealed)
 
 
 def kept_segment_copies(log: ValidatedLog, link_sealed: bool) -> list[CopyItem]:
@@ -290,17 +326,19 @@ class CqRenderTask:
     """Consume-queue files one Spark task renders."""
     items: tuple[tuple[str, recovery.QueueState, str | None, int], ...]  # rel, state, queue dir URI, file start
     dest: Location
+    copied: bool = False  # the kept files' crash-time bytes are in `dest` already (the background copy made them)
 
 
 def _render_cq(task: CqRenderTask) -> int:
     """Write rewritten / created consume-queue files (in the driver for a local OUT, else in a Spark task). A
-    kept file on a local filesystem is copied (io.copy) and only its span of written units rendered over the
-    copy (render_span); elsewhere, and for created files, the whole file is rendered."""
+    kept file on a local filesystem is copied (io.copy; or was, `copied`) and only its span of written units
+    rendered over the copy (render_span); elsewhere, and for created files, the whole file is rendered."""
     for rel, st, qdir, start in task.items:
         dst = task.dest.child(rel)
         src = Location(f"{qdir}/{file_name(start)}") if qdir is not None else None
         if src is not None and is_local(src) and is_local(dst):
-            copy_file(src, dst)
+            if not task.copied:
+                copy_file(src, dst)
             at, units = recovery.render_span(st, start, src.read_range)
             _write_at(dst.path, units.tobytes(), at)
             continue
@@ -346,26 +384,29 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
             dest.child(d).makedirs()
     wanted = [CopyItem(rel, src, n, link=link_sealed and rel in out.sealed, zero_holes=rel in out.zero_holes)
               for rel, src, n in out.copies]
-    if background is not None:
+    # with the background thread a kept consume-queue file's crash-time bytes are one of its copies (queued
+    # before the scan: queue_file_copies), and only its span is written once the copies are made
+    patched = background is not None
+    if patched:
+        wanted += [CopyItem(rel, q.file_uri(start), dict(q.files)[start]) for rel, _, q, start in out.render_cq
+                   if q is not None]
         background.add(wanted)  # copied while the files below are rendered
-    if out.render_cq:
-        groups: dict[tuple[str, int], list] = {}
-        for rel, st, q, start in out.render_cq:
-            groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
-        queues = [v for _, v in sorted(groups.items())]
-        if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
-            _render_cq(_cq_tasks(queues, dest, 1)[0])  # entries pickled into one through the JVM) is worth it
-        else:
-            run_tasks(sc, _cq_tasks(queues, dest, sc.default_parallelism), _render_cq, "consume queues", quiet=quiet)
-    for rel, data in out.render_bytes.items():
-        dest.child(rel).write_bytes(data)
-    for rel, (chunks, size) in out.render_zero_tailed.items():
-        if isinstance(chunks, Future):
-            chunks = chunks.result()
-        dest.child(rel).write_with_zero_tail(chunks, size)
+    stop = threading.Event()  # set when the job stops (an error, an interrupt): the index writer writes no more
+    index_written = _soon(_write_zero_tailed, out.render_zero_tailed, dest, stop)  # beside the CQ renders
+    try:
+        if not patched:
+            _write_queues(sc, out, dest, quiet, copied=False)
+        for rel, data in out.render_bytes.items():
+            dest.child(rel).write_bytes(data)
+        index_written.result()  # its error raised here
+    except BaseException:
+        stop.set()
+        wait([index_written])  # nothing is written into `dest` once the caller removes it
+        raise
     if background is not None:
-        finished = background.finish(wanted)
+        finished = background.finish(wanted)  # before the queues: finish removes what it made and is not wanted
         out.copied, out.early = copy_counts(finished.results), finished.to_dict()
+        _write_queues(sc, out, dest, quiet, copied=True)
     elif out.copies:
         done = run_tasks(sc, _copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
                          _copy, "copy",
@@ -376,11 +417,40 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     return []
 
 
-def _cq_tasks(queues: list[list], dest: Location, slots: int) -> list[CqRenderTask]:
+def _write_zero_tailed(files: dict[str, tuple[tuple[bytes, ...] | Future, int]], dest: Location,
+                       stop: threading.Event) -> None:
+    """The new and empty index files under `dest`: each up to its last entry, the zeros after left sparse (run in
+    a thread beside the consume-queue renders, whose writes release the GIL); none once `stop` is set."""
+    for rel, (chunks, size) in files.items():
+        if isinstance(chunks, Future):
+            chunks = chunks.result()
+        hold_at("in-index-write", stop)
+        if stop.is_set():
+            return
+        dest.child(rel).write_with_zero_tail(chunks, size)
+
+
+def _write_queues(sc, out: RecoveryOutput, dest: Location, quiet: bool, copied: bool) -> None:
+    """The consume-queue files recovery writes, grouped by queue: created ones whole; kept ones (`copied`: their
+    crash-time bytes already copied into `dest`) as a copy with their span of written units over it."""
+    if not out.render_cq:
+        return
+    groups: dict[tuple[str, int], list] = {}
+    for rel, st, q, start in out.render_cq:
+        groups.setdefault((st.load.topic, st.load.queue_id), []).append((rel, st, q.uri if q else None, start))
+    queues = [v for _, v in sorted(groups.items())]
+    if is_local(dest):  # kept files copied in the kernel and patched: no Spark task (nor the re-dispatched
+        _render_cq(_cq_tasks(queues, dest, 1, copied)[0])  # entries pickled into one through the JVM) is worth it
+    else:
+        run_tasks(sc, _cq_tasks(queues, dest, sc.default_parallelism, copied), _render_cq, "consume queues",
+                  quiet=quiet)
+
+
+def _cq_tasks(queues: list[list], dest: Location, slots: int, copied: bool = False) -> list[CqRenderTask]:
     """The queues' files to render dealt round-robin into at most `slots` tasks (the cluster's default
     parallelism): a Spark task per queue costs a round trip each, tens of ms, more than rendering a queue."""
     n = max(1, min(len(queues), slots))
-    return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest) for i in range(n)]
+    return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest, copied) for i in range(n)]
 
 
 def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
