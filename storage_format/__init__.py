@@ -27,6 +27,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
 - `java_hash`: Java `String.hashCode()` over many UTF-8 strings (tagsCode, index key hashes)
 - `ragged`: ragged byte slices of one buffer as Arrow arrays
+- `arrow_numpy`: numpy <-> Arrow columns from their buffers, without pyarrow's pandas import (job start-up)
 - `consume_queue`: consume-queue entries, tagsCode, where an entry lands in its queue, file layout
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)

@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_numpy import large_strings, to_arrow, to_numpy
+
 _QID_BIAS = 2**31  # a signed queueId as a non-negative 32-bit key part (signed order kept)
 
 
@@ -18,12 +20,12 @@ def key_order(topic: pa.Array, queue_id: np.ndarray) -> np.ndarray:
     points), queue ids as signed ints."""
     if not len(topic):
         return np.zeros(0, np.int64)
-    table = pa.table({"t": topic, "q": pa.array(np.asarray(queue_id, np.int32))})
-    return pc.sort_indices(table, sort_keys=[("t", "ascending"), ("q", "ascending")]).to_numpy().astype(np.int64)
+    table = pa.table({"t": topic, "q": to_arrow(np.asarray(queue_id), pa.int32())})
+    return to_numpy(pc.sort_indices(table, sort_keys=[("t", "ascending"), ("q", "ascending")])).astype(np.int64)
 
 
 def _strings(topic: pa.Array | Sequence[str]) -> pa.LargeStringArray:
-    arr = topic if isinstance(topic, pa.Array) else pa.array(list(topic), pa.large_string())
+    arr = topic if isinstance(topic, pa.Array) else large_strings(topic)
     return arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
 
 
@@ -60,7 +62,7 @@ class QueueTable:
         if order is None:
             order = key_order(topic, qid)
         has = cols[1][order] > 0
-        return QueueTable(topic=topic.take(pa.array(order)), queue_id=qid[order],
+        return QueueTable(topic=topic.take(to_arrow(order)), queue_id=qid[order],
                           records=cols[0][order].astype(np.int64), cq_rows=cols[1][order].astype(np.int64),
                           first_row=np.where(has, cols[2][order], 0).astype(np.int64),
                           min_offset=np.where(has, cols[3][order], 0).astype(np.int64),
@@ -69,7 +71,7 @@ class QueueTable:
 
     @staticmethod
     def empty() -> QueueTable:
-        return QueueTable.build(pa.array([], pa.large_string()), np.zeros(0, np.int32), np.zeros(0, np.int64))
+        return QueueTable.build(large_strings([]), np.zeros(0, np.int32), np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.queue_id)
@@ -98,7 +100,7 @@ class QueueTable:
     def row_slices(self) -> list[tuple[str, int, int, int]]:
         """(topic, queueId, first row, rows) of each queue with consume-queue rows, in (topic, queueId) order."""
         sel = np.flatnonzero(self.cq_rows > 0)
-        return list(zip(self.topic.take(pa.array(sel)).to_pylist(), self.queue_id[sel].tolist(),
+        return list(zip(self.topic.take(to_arrow(sel)).to_pylist(), self.queue_id[sel].tolist(),
                         self.first_row[sel].tolist(), self.cq_rows[sel].tolist()))
 
 
@@ -141,7 +143,7 @@ class MergedQueues:
         values = getattr(self, column)
         sel = np.flatnonzero((values != 0) & (True if queues is None else queues))
         out: dict[str, dict[int, int]] = {}
-        for topic, qid, n in zip(self.topic.take(pa.array(sel)).to_pylist(), self.queue_id[sel].tolist(),
+        for topic, qid, n in zip(self.topic.take(to_arrow(sel)).to_pylist(), self.queue_id[sel].tolist(),
                                  values[sel].tolist()):
             out.setdefault(topic, {})[qid] = n
         return out
@@ -161,7 +163,7 @@ def merge_queue_tables(tables: Iterable[tuple[int, QueueTable]]) -> MergedQueues
     name_order = key_order(names, np.zeros(len(names), np.int32))
     rank = np.empty(len(names), np.int64)
     rank[name_order] = np.arange(len(names))
-    code = rank[encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+    code = rank[to_numpy(encoded.indices).astype(np.int64)]
     key = (code << 32) | (cat["queue_id"].astype(np.int64) + _QID_BIAS)
     uniq, inv = np.unique(key, return_inverse=True)
     inv = inv.reshape(-1)
@@ -180,7 +182,7 @@ def merge_queue_tables(tables: Iterable[tuple[int, QueueTable]]) -> MergedQueues
     np.cumsum(np.bincount(inv[has], minlength=n), out=start[1:])
     records = np.zeros(n, np.int64)
     np.add.at(records, inv, cat["records"])
-    return MergedQueues(topic=names.take(pa.array(name_order)).take(pa.array(uniq >> 32)).cast(pa.large_string()),
+    return MergedQueues(topic=names.take(to_arrow(name_order)).take(to_arrow(uniq >> 32)).cast(pa.large_string()),
                         queue_id=((uniq & 0xFFFFFFFF) - _QID_BIAS).astype(np.int32), records=records, cq_rows=rows,
                         min_offset=np.where(any_rows, lo, 0), max_offset=np.where(any_rows, hi, 0),
                         unordered=np.bincount(inv[cat["unordered"]], minlength=n) > 0, source_start=start,

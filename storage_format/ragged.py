@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_numpy import to_arrow
+
 
 def plain_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One plain Arrow array: chunks combined (none: an empty array of the type), dictionaries decoded."""
@@ -40,9 +42,9 @@ def slices_to_binary(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray,
     if np.any(np.diff(offsets) < 0):
         raise ValueError("slices must be ascending and non-overlapping")
     view = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), buf])
-    out = pc.take(view, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    out = pc.take(view, to_arrow(np.arange(0, 2 * n, 2, dtype=np.int64)))
     if nulls:  # attach the validity bitmap (no second copy of the bytes)
-        bitmap = pa.array(np.asarray(valid, dtype=bool)).buffers()[1]
+        bitmap = to_arrow(np.asarray(valid, dtype=bool)).buffers()[1]
         out = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [bitmap] + out.buffers()[1:],
                                                null_count=int(n - np.count_nonzero(valid)))
     return out

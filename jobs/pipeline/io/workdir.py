@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storage_format.arrow_numpy import numpy_dtype, to_arrow, to_numpy
 from storage_format.index_keys import KeyBatch
 from storage_format.split_rows import CqRows
 
@@ -159,29 +160,15 @@ def _table(schema: pa.Schema, *columns: np.ndarray) -> pa.Table:
     Not through pa.array, which imports pandas to probe its argument (0.2 s in each worker's first task)."""
     fields, arrays = [], []
     for field, values in zip(schema, columns):
-        a = np.ascontiguousarray(values, dtype=_dtype(field.type))
+        a = np.ascontiguousarray(values, dtype=numpy_dtype(field.type))
         if field.type == pa.int64() and len(a):
             lo = int(a.min())
             if int(a.max()) - lo < NARROW_SPAN:
                 a = (a - lo).astype(np.uint32)
                 field = pa.field(field.name, pa.uint32(), metadata={BASE_KEY: str(lo).encode()})
         fields.append(field)
-        arrays.append(_arrow(field.type, a))
+        arrays.append(to_arrow(a, field.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-_NUMPY_TYPES = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64), pa.uint32(): np.dtype(np.uint32)}
-
-
-def _dtype(arrow_type: pa.DataType) -> np.dtype:
-    """The numpy dtype of a work-file column type (int32, int64, the narrowed uint32). Not through
-    DataType.to_pandas_dtype, which imports pandas on some pyarrow versions (19)."""
-    return _NUMPY_TYPES[arrow_type]
-
-
-def _arrow(arrow_type: pa.DataType, values: np.ndarray) -> pa.Array:
-    """A contiguous numpy array as an Arrow array of that type, zero-copy."""
-    return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
 
 
 def _columns(loc: Location) -> dict[str, WorkColumn]:
@@ -189,27 +176,12 @@ def _columns(loc: Location) -> dict[str, WorkColumn]:
     out = {}
     for field, column in zip(table.schema, table.columns):
         base = int((field.metadata or {}).get(BASE_KEY, b"0"))
-        out[field.name] = WorkColumn(_numpy(column), base)
+        out[field.name] = WorkColumn(to_numpy(column), base)
     return out
 
 
-def _numpy(column: pa.ChunkedArray) -> np.ndarray:
-    """A work file's column (fixed width, no nulls) as read-only numpy values, zero-copy for one chunk.
-    Not through Array.to_numpy, which imports pandas: 0.2-0.7 s in the first build task of every worker."""
-    dtype = _dtype(column.type)
-    parts = []
-    for chunk in column.chunks:
-        if chunk.null_count:
-            raise ValueError(f"work file column of {chunk.type} has {chunk.null_count} nulls")
-        parts.append(np.frombuffer(chunk.buffers()[1], dtype, len(chunk), chunk.offset * dtype.itemsize))
-    values = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
-    values.flags.writeable = False
-    return values
-
-
 def _widened(schema: pa.Schema, columns: dict[str, WorkColumn]) -> pa.Table:
-    arrays = [_arrow(f.type, np.ascontiguousarray(columns[f.name].take(), dtype=_dtype(f.type)))
-              for f in schema]
+    arrays = [to_arrow(columns[f.name].take(), f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -57,8 +57,8 @@ class LocalRunner:
         self.workers = max(int(workers), 1)
 
     def start(self) -> "LocalRunner":
-        """The engine's start-up: the kernels (and pandas) its tasks share loaded now, before the job's timed
-        work, as the Spark engine's warm daemon loads them while the JVM starts."""
+        """The engine's start-up: the kernels its tasks share loaded now, before the job's timed work, as the
+        Spark engine's warm daemon loads them while the JVM starts (pandas never: see storage_format.arrow_numpy)."""
         _warm_once()
         return self
 
@@ -92,7 +92,6 @@ def _warm_once() -> None:
     stage shares them (forked) instead of loading them itself (what the Spark engine's warm daemon does)."""
     global _warmed
     if not _warmed:
-        import pandas  # noqa: F401 - pyarrow's to_numpy() imports it: once here, not in every worker of every stage
         from storage_format.kernels.warm import warm
 
         warm()

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage_format.arrow_numpy import large_strings, to_numpy
 from storage_format.commitlog import RecordColumns
 from storage_format.consume_queue import unsafe_topic_reason
 from storage_format.queue_table import QueueTable
@@ -100,7 +101,7 @@ def queue_groups(topic: pa.Array, queue_id: np.ndarray) -> QueueGroups:
     order = sorted(range(len(names)), key=names.__getitem__)
     rank_of_code = np.empty(len(names), np.int64)
     rank_of_code[order] = np.arange(len(names))
-    codes = encoded.indices.to_numpy()
+    codes = to_numpy(encoded.indices)
     topic_rank = rank_of_code[codes]
     first_of_code = np.full(len(names), len(codes), np.int64)
     np.minimum.at(first_of_code, codes, np.arange(len(codes)))
@@ -108,7 +109,7 @@ def queue_groups(topic: pa.Array, queue_id: np.ndarray) -> QueueGroups:
     uniq, group = np.unique((topic_rank << 32) | qid, return_inverse=True)
     sorted_names = [names[i] for i in order]
     keys = [(sorted_names[k >> 32], (k & 0xFFFFFFFF) - 2**31) for k in uniq.tolist()]
-    return QueueGroups(keys, group.reshape(-1), pa.array(sorted_names, pa.large_string()), topic_rank,
+    return QueueGroups(keys, group.reshape(-1), large_strings(sorted_names), topic_rank,
                        first_of_code[order].tolist())
 
 

@@ -6,8 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
+from storage_format.arrow_numpy import to_arrow
 from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
@@ -154,7 +154,7 @@ def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
     """Per queue with consume-queue entries: one past its highest queue offset in the valid commit log."""
     q = scan.queue_table()
     sel = np.flatnonzero(q.cq_rows > 0)
-    return dict(zip(zip(q.topic.take(pa.array(sel)).to_pylist(), q.queue_id[sel].tolist()),
+    return dict(zip(zip(q.topic.take(to_arrow(sel)).to_pylist(), q.queue_id[sel].tolist()),
                     np.maximum(q.max_offset[sel] + 1, 0).tolist()))
 
 
