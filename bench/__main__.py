@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--cold", action="store_true",
                    help="recovery comparison with a cold page cache: every file of the store a run reads is "
                         "fsynced and evicted (POSIX_FADV_DONTNEED) before it, the broker's and reput's alike, "
-                        "as after a reboot (default: the commit log read into the cache before each run)")
+                        "as after a reboot (default: every file of the store read into the cache before each run)")
     r.add_argument("--lmq-compare-share", type=float, default=0.2,
                    help="LMQ comparison: share of messages naming 1-3 %%LMQ%% queues (default 0.2)")
     r.add_argument("--lmq-compare-queues", type=int, default=18_000,

@@ -13,7 +13,7 @@ untimed, never hard-linked: the switch rewrites and deletes the store's files, a
 inodes with the bench store), its backup directory checked to exist. The kit's scripts run from the directory
 the build's relative classpath entries resolve against.
 
-Page cache (`cold`): warm runs read the crashed store's commit log once before each timed run; cold runs
+Page cache (`cold`): warm runs read every file of the store they work on once before each timed run; cold runs
 fsync and evict every file of the store the run reads (POSIX_FADV_DONTNEED, no root needed), as after a
 reboot. The broker's cold run is the kit's method done here (the same links and copies, synced, evicted,
 then the same java command timed), since the kit's script copies the store it times (leaving it cached).
@@ -35,7 +35,6 @@ from .broker import JAVA_OPENS, BrokerRunError, _raise_open_files, engines, kit_
 from .compare import StoreComparison, compare_stores
 from .cpu import CpuWatch
 from .report import progress
-from .stages import warm_page_cache
 
 DEFAULT_KIT = Path(__file__).resolve().parents[1].parent / "shared" / "oracle"  # ../shared/oracle of the repo
 BROKER_FIGURES = ("load_s", "dispatch_s", "flush_s", "end_to_end_s", "process_wall_s")
@@ -159,6 +158,16 @@ def evict(root: Path) -> int:
     return len(files)
 
 
+def warm_store(root: Path) -> None:
+    """Read every file of a store once, holes included (the consume queues' zero tails too, which the queue
+    load reads): a store copied just before its run starts as warm as one read by earlier runs."""
+    block = bytearray(1 << 20)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(block):
+                pass
+
+
 def _durable_copy(src: Path, dst: Path) -> None:
     """src copied to a new dst, data extents only (holes stay holes), mode and times kept, fsynced."""
     from jobs.pipeline.io.copy import copy_range
@@ -272,7 +281,7 @@ def run_reput_in_place(crashed: Path, copy: Path, backup: Path, master: str, spl
     if cold:
         evict(copy)
     else:
-        warm_page_cache(copy)
+        warm_store(copy)
     figures = run_job("recover", copy, None, master, split_size, ("--in-place", "--backup-dir", str(backup), *extra))
     if not (backup / "reput-backup.json").is_file():
         raise BrokerRunError(f"recover --in-place left no backup manifest in {backup}")
@@ -354,7 +363,7 @@ def side_by_side(kit: Path, build: Path, crashed: CrashedStore, root: Path, pair
                  split_size: int, recover_args: tuple[str, ...] = (), mode: str = OUT,
                  cold: bool = False) -> RecoveryRuns:
     """`pairs` interleaved rounds of the broker and jobs.recover (--out, --in-place or both: `mode`), each run
-    after warming the page cache with the crashed store's commit log (`cold`: after evicting the store it reads);
+    after reading every file of the store it works on (`cold`: after evicting them);
     the first round's outputs compared byte for byte."""
     result = RecoveryRuns(crashed.records, crashed.data_bytes, crashed.crash, recover_args=recover_args, mode=mode,
                           cold=cold)
@@ -368,7 +377,7 @@ def side_by_side(kit: Path, build: Path, crashed: CrashedStore, root: Path, pair
                 progress(f"recovery side by side, {crashed.records:,} messages ({who})", per_round * i + j, total,
                          started)
                 if not cold and who != "in-place":
-                    warm_page_cache(crashed.path)
+                    warm_store(crashed.path)
                 if who == "broker":
                     result.broker.append(run_broker_recovery(kit, build, crashed.path, work, cold))
                 elif who == "reput":
@@ -408,7 +417,7 @@ def table(s: RecoveryRuns) -> str:
         if ran:
             outputs.append(f"{flag if s.mode == BOTH else ''}{'not compared' if c is None else c.summary()}")
     cache = ("cold page cache (every file the run reads evicted before it)" if s.cold
-             else "warm page cache (commit log read before each run)")
+             else "warm page cache (every file of the store read before each run)")
     lines = [f"recovery side by side with RocketMQ 4.9.8: {s.records:,} messages, {s.data_bytes / 1e6:,.1f} MB of "
              f"commit log, crashed by the kit's make_crash.py ({what})",
              f"  {len(s.broker)} interleaved rounds, jobs.recover {'--out and --in-place' if s.mode == BOTH else '--' + s.mode}, "
