@@ -197,3 +197,43 @@ def test_rollback_refuses_a_patched_file_written_since_the_switch(golden, tmp_pa
     assert back.returncode == 2 and "changed since the recovery" in back.stderr and op["path"] in back.stderr
     assert "Traceback" not in back.stderr and len(back.stderr.strip().splitlines()) == 1
     assert tree(store) == before
+
+
+def test_an_index_file_rewritten_at_its_size_is_patched_in_its_changed_pages(tmp_path):
+    """An index file recovery appends keys to (rendered whole, same size) becomes a patch of the pages that
+    differ (header, slots, entries), applied over the same inode; the checkpoint stays a whole-file
+    replacement; rollback restores the old bytes and the old modification time."""
+    from jobs.pipeline.recover import inplace
+    from jobs.pipeline.recover.write import RecoveryOutput
+
+    store = tmp_path / "store"
+    (store / "index").mkdir(parents=True)
+    old = os.urandom(40 * inplace.PAGE + 123)
+    new = bytearray(old)
+    new[0:40] = bytes(40)  # header
+    new[17 * inplace.PAGE + 5] ^= 0xFF  # a hash slot
+    new[-100:] = os.urandom(100)  # appended entries in the short last page
+    (store / "index" / "20261126000000000").write_bytes(old)
+    (store / "checkpoint").write_bytes(b"\0" * 4096)
+    output = RecoveryOutput(render_bytes={"index/20261126000000000": bytes(new), "checkpoint": b"\1" * 4096})
+    patches, rest = inplace.split_patches(output, store)
+    assert list(rest.render_bytes) == ["checkpoint"] and output.render_bytes.keys() == {"index/20261126000000000",
+                                                                                          "checkpoint"}
+    (p,) = patches
+    assert p.ranges == ((0, inplace.PAGE), (17 * inplace.PAGE, inplace.PAGE), (40 * inplace.PAGE, 123))
+    target = store / "index" / "20261126000000000"
+    before = os.stat(target)
+    staging = inplace.prepare_staging(store)
+    (staging / "checkpoint").write_bytes(b"\1" * 4096)
+    ops = inplace.build_ops(store, staging, ["checkpoint"], [], hashed=False,
+                            patched=inplace.stage_patches(store, staging, patches))
+    assert [o.op for o in ops] == ["patch", "replace"]
+    backup = tmp_path / "backup"
+    manifest = inplace.apply(store, staging, backup, ops, {})
+    assert target.read_bytes() == bytes(new) and os.stat(target).st_ino == before.st_ino
+    assert manifest["backup"]["patched_bytes"] == 2 * inplace.PAGE + 123
+    assert (backup / inplace.PATCHES_OLD).stat().st_size == 2 * inplace.PAGE + 123
+    assert not (store / inplace.STAGING).exists()
+    inplace.rollback(store, backup)
+    assert target.read_bytes() == old and os.stat(target).st_mtime_ns == before.st_mtime_ns
+    assert (store / "checkpoint").read_bytes() == b"\0" * 4096
