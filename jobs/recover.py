@@ -347,7 +347,9 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         staging = inplace.prepare_staging(path)
         t0 = time.monotonic()
         patches, output = inplace.split_patches(outputs(plan, with_copies=False), path)  # changed spans only
-        patched = inplace.stage_patches(path, staging, patches)
+        patch_bytes: dict[str, tuple[bytes, bytes]] = {}
+        patched = inplace.stage_patches(path, staging, patches, patch_bytes)
+        del patches
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()
@@ -357,7 +359,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     if names:
         summary["index"]["to_create"] = names
     try:
-        manifest = inplace.apply(path, staging, backup, ops, summary)
+        manifest = inplace.apply(path, staging, backup, ops, summary, patch_bytes)
     except KeyboardInterrupt:
         if (path / inplace.JOURNAL).exists():
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "

@@ -203,11 +203,13 @@ class Op:
 @dataclass(frozen=True)
 class Patch:
     """A store file's new bytes in some ranges (the rest of the file and its size unchanged): `ranges` as
-    [offset, length], `data` their new bytes concatenated in order."""
+    [offset, length], `data` their new bytes concatenated in order; `old` their bytes when read (None: read
+    them again)."""
 
     path: str
     ranges: tuple[tuple[int, int], ...]
     data: bytes
+    old: bytes | None = None
 
 
 def changed_ranges(old: memoryview | bytes, new: memoryview | bytes) -> tuple[tuple[int, int], ...]:
@@ -286,14 +288,19 @@ def split_patches(output, store: Path):
         if qdir is None or not target.is_file():
             cq.append(item)
             continue
+        read: dict[tuple[int, int], bytes] = {}
+
+        def pread(off: int, n: int, fd: int) -> bytes:
+            read[(off, n)] = os.pread(fd, n, off)
+            return read[(off, n)]
         fd = os.open(target, os.O_RDONLY)
         try:
-            at, units = recovery.render_span(st, start, lambda off, n, fd=fd: os.pread(fd, n, off))
+            at, units = recovery.render_span(st, start, lambda off, n, fd=fd: pread(off, n, fd))
         finally:
             os.close(fd)
         if len(units):
             data = units.tobytes()
-            patches.append(Patch(rel, ((at, len(data)),), data))
+            patches.append(Patch(rel, ((at, len(data)),), data, read.get((at, len(data)))))
     whole = {}
     for rel, data in output.render_bytes.items():
         target = store / rel
@@ -302,16 +309,19 @@ def split_patches(output, store: Path):
                 old = f.read()
             ranges = changed_ranges(old, data)
             if ranges:
-                view = memoryview(data)
-                patches.append(Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges)))
+                view, was = memoryview(data), memoryview(old)
+                patches.append(Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
+                                     b"".join(was[a:a + n] for a, n in ranges)))
             continue
         whole[rel] = data
     return patches, dataclasses.replace(output, render_cq=cq, render_bytes=whole)
 
 
-def stage_patches(store: Path, staging: Path, patches: list[Patch]) -> list[Op]:
+def stage_patches(store: Path, staging: Path, patches: list[Patch],
+                  keep: dict[str, tuple[bytes, bytes]] | None = None) -> list[Op]:
     """Stage every patch's new bytes, one after another in STAGING/patches.new (flushed by apply), and make
-    their PATCH ops; a patch that changes no byte is no op."""
+    their PATCH ops; a patch that changes no byte is no op. `keep` gets each op's (old, new) bytes by path,
+    for apply (which then neither reads them again nor hashes them while the file is as staged)."""
     import time
 
     ops, packed, at = [], [], 0
@@ -321,14 +331,16 @@ def stage_patches(store: Path, staging: Path, patches: list[Patch]) -> list[Op]:
             raise ValueError(f"{p.path}: patch data does not fill its ranges")
         if any(a + n > os.stat(target).st_size for a, n in p.ranges):
             raise JobError(f"{target}: a patch reaches past the end of the file")
-        old = _read_ranges(target, p.ranges)
+        old_file = fingerprint(target)
+        old = p.old if p.old is not None and len(p.old) == len(p.data) else _read_ranges(target, p.ranges)
         if old == p.data:
             continue
-        old_file = fingerprint(target)
         new_file, _ = _patched_id(old_file, time.time_ns())
         ops.append(Op(op=PATCH, path=p.path, old_sha256=hashlib.sha256(old).hexdigest(),
                       new_sha256=hashlib.sha256(p.data).hexdigest(), old_file=old_file, new_file=new_file,
                       ranges=p.ranges, packed_at=at))
+        if keep is not None:
+            keep[p.path] = (old, p.data)
         packed.append(p.data)
         at += len(p.data)
     if ops:
@@ -474,12 +486,14 @@ def fsync_tree(root: Path) -> None:
     _fsync_all(files + dirs)
 
 
-def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict) -> dict:
+def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
+          patch_bytes: dict[str, tuple[bytes, bytes]] | None = None) -> dict:
     """Steps 2-5 of the protocol; returns the backup manifest. The waits for the disk are batched: the staged
     files and the backup's entries are made durable together (one concurrent batch, the backup made while
     the staged files are flushed), the manifest and the journal are flushed together (the journal renamed
     into place only once the manifest is durable), and the switch waits once for the data files and once
-    for the store root before `abort` goes."""
+    for the store root before `abort` goes. `patch_bytes`: stage_patches' `keep` (a patched file still as
+    staged, by its fingerprint, is backed up and written from these bytes, not read and hashed again)."""
     backup.mkdir(parents=True, exist_ok=True)
     if (backup / BACKUP_MANIFEST).exists():
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
@@ -494,8 +508,11 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
         spans: list[tuple[int, bytes]] = []
         for op in ops:
             if op.op == PATCH:  # the old bytes of its ranges, checked against what stage_patches read
-                old = _read_ranges(store / op.path, op.ranges)
-                if hashlib.sha256(old).hexdigest() != op.old_sha256:
+                kept = (patch_bytes or {}).get(op.path)
+                if kept is not None and fingerprint(store / op.path) == op.old_file:
+                    old = kept[0]  # the file as staged: the bytes stage_patches read and hashed
+                elif hashlib.sha256(old := _read_ranges(store / op.path, op.ranges)).hexdigest() \
+                        != op.old_sha256:
                     raise JobError(f"{store / op.path}: changed while recovery ran (its bytes to be patched "
                                    f"differ from those read when staging); run recovery again")
                 spans.append((op.packed_at, old))
@@ -529,7 +546,7 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     _write_pair(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode(),
                 store / JOURNAL, json.dumps(journal, indent=2).encode())
     crash_point("journaled")
-    _run_ops(store, staging, ops)
+    _run_ops(store, staging, ops, {k: new for k, (_, new) in (patch_bytes or {}).items()})
     crash_point("applied")
     _finish(store, staging)
     return manifest
@@ -550,7 +567,7 @@ def _write_pair(first: Path, first_data: bytes, then: Path, then_data: bytes) ->
     _fsync_dir(then.parent)
 
 
-def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
+def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, bytes] | None = None) -> None:
     """Apply the operations in order; idempotent, so resume can run it again. The data files' changes (renames
     and unlinks in consume queues, index, commit log; patched files) are made durable together, by one
     concurrent fsync, before the first file of the store's root (checkpoint, abort.bak, lock) changes; those
@@ -569,7 +586,7 @@ def _run_ops(store: Path, staging: Path, ops: list[Op]) -> None:
                 root_changed = False
         if op.op == PATCH:
             if fingerprint(target) != op.new_file:
-                new = _staged_new(target, op)
+                new = (new_bytes or {}).get(op.path) or _staged_new(target, op)
                 if new is None:
                     raise JobError(f"{target}: cannot finish: the staged bytes of its patch are missing or damaged")
                 _write_ranges(target, op.ranges, new, _mtime_of(op.new_file))
