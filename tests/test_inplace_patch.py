@@ -237,3 +237,19 @@ def test_an_index_file_rewritten_at_its_size_is_patched_in_its_changed_pages(tmp
     inplace.rollback(store, backup)
     assert target.read_bytes() == old and os.stat(target).st_mtime_ns == before.st_mtime_ns
     assert (store / "checkpoint").read_bytes() == b"\0" * 4096
+
+
+@pytest.mark.parametrize("case", ["lmq-unclean-11", "v5-lmq-unclean-11", "v5-controller-unclean-11"])
+def test_golden_crashes_recovered_in_place_with_patches_equal_the_brokers(golden, tmp_path, case):
+    """Golden crashes whose recovery re-dispatches into kept consume-queue files (LMQ queues, 5.x controller
+    mode): in place, those files are patched, and the store equals RocketMQ's own recovery byte for byte."""
+    from .test_recovery import assert_matches_recovered
+
+    store = writable_copy(golden / case, tmp_path / "store")
+    done = subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config",
+                           str(golden / case / "broker.conf"), "--in-place", "--backup-dir", str(tmp_path / "bk"),
+                           "--master", "local[1]", "--json"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["in_place"]["backup"]["patched"] > 0
+    assert_matches_recovered(store, case)
