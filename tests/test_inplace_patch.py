@@ -185,7 +185,9 @@ def test_rollback_refuses_a_patched_file_written_since_the_switch(golden, tmp_pa
     rollback with exit 2 and a one-line error naming the file; the store is left as it is."""
     store = lagging_store(golden, tmp_path / "store")
     backup = tmp_path / "backup"
-    assert cli(store, "--in-place", "--backup-dir", str(backup)).returncode == 0
+    done = cli(store, "--in-place", "--backup-dir", str(backup))
+    assert done.returncode == 0 and "2 files patched in place (the old bytes of their changed ranges saved)" in \
+        done.stdout, done.stdout
     op = next(o for o in ops_of(backup) if o["op"] == "patch")
     target = store / op["path"]
     end = max(a + n for a, n in op["ranges"])
