@@ -71,8 +71,13 @@ def ops_of(backup: Path) -> list[dict]:
     return json.loads((backup / "reput-backup.json").read_text())["ops"]
 
 
-def test_changed_ranges_are_whole_pages_merged_with_a_short_tail() -> None:
+@pytest.mark.parametrize("chunk_pages", [4096, 2, 1])
+def test_changed_ranges_are_whole_pages_merged_with_a_short_tail(monkeypatch, chunk_pages) -> None:
+    """Also when the comparison's chunks cut between merged pages."""
+    from jobs.pipeline.recover import inplace
     from jobs.pipeline.recover.inplace import PAGE, changed_ranges
+
+    monkeypatch.setattr(inplace, "COMPARE_PAGES", chunk_pages)
 
     old = bytes(5 * PAGE + 100)
     new = bytearray(old)
@@ -81,6 +86,8 @@ def test_changed_ranges_are_whole_pages_merged_with_a_short_tail() -> None:
     new[3 * PAGE] = 3  # page 3 alone
     new[5 * PAGE + 99] = 4  # the short tail
     assert changed_ranges(old, bytes(new)) == ((0, 2 * PAGE), (3 * PAGE, PAGE), (5 * PAGE, 100))
+    new[4 * PAGE] = 5  # page 4 joins page 3 and the tail
+    assert changed_ranges(old, bytes(new)) == ((0, 2 * PAGE), (3 * PAGE, 2 * PAGE + 100))
     assert changed_ranges(old, old) == ()
     with pytest.raises(ValueError):
         changed_ranges(old, old[:-1])

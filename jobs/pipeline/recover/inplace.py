@@ -45,6 +45,7 @@ import datetime as dt
 import errno
 import hashlib
 import json
+import mmap
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -212,24 +213,36 @@ class Patch:
     old: bytes | None = None
 
 
-def changed_ranges(old: memoryview | bytes, new: memoryview | bytes) -> tuple[tuple[int, int], ...]:
-    """The PAGE-aligned ranges in which two equal-sized buffers differ (adjacent pages merged)."""
+COMPARE_PAGES = 4096  # pages compared at once by changed_ranges (16 MiB: the temporaries stay small)
+
+
+def changed_ranges(old, new) -> tuple[tuple[int, int], ...]:
+    """The PAGE-aligned ranges in which two equal-sized buffers (bytes, mmap) differ, adjacent pages merged;
+    compared COMPARE_PAGES pages at a time."""
     import numpy as np
 
     a, b = np.frombuffer(old, np.uint8), np.frombuffer(new, np.uint8)
     if a.shape != b.shape:
         raise ValueError("changed_ranges: buffers of different sizes")
+    pages: list[int] = []
     full = len(a) // PAGE * PAGE
-    diff = np.flatnonzero((a[:full].reshape(-1, PAGE) != b[:full].reshape(-1, PAGE)).any(axis=1))
-    pages = [(int(p) * PAGE, PAGE) for p in diff]
-    if full < len(a) and (a[full:] != b[full:]).any():
-        pages.append((full, len(a) - full))
+    step = COMPARE_PAGES * PAGE
+    for lo in range(0, full, step):
+        hi = min(full, lo + step)
+        differ = (a[lo:hi].reshape(-1, PAGE) != b[lo:hi].reshape(-1, PAGE)).any(axis=1)
+        pages.extend(lo // PAGE + int(p) for p in np.flatnonzero(differ))
     out: list[tuple[int, int]] = []
-    for at, n in pages:
-        if out and out[-1][0] + out[-1][1] == at:
-            out[-1] = (out[-1][0], out[-1][1] + n)
+    for p in pages:
+        if out and out[-1][0] + out[-1][1] == p * PAGE:
+            out[-1] = (out[-1][0], out[-1][1] + PAGE)
         else:
-            out.append((at, n))
+            out.append((p * PAGE, PAGE))
+    if full < len(a) and (a[full:] != b[full:]).any():
+        if out and out[-1][0] + out[-1][1] == full:
+            out[-1] = (out[-1][0], out[-1][1] + len(a) - full)
+        else:
+            out.append((full, len(a) - full))
+    del a, b
     return tuple(out)
 
 
@@ -304,14 +317,14 @@ def split_patches(output, store: Path):
     whole = {}
     for rel, data in output.render_bytes.items():
         target = store / rel
-        if rel.startswith("index/") and target.is_file() and os.stat(target).st_size == len(data):
-            with open(target, "rb") as f:
-                old = f.read()
-            ranges = changed_ranges(old, data)
+        if rel.startswith("index/") and target.is_file() and os.stat(target).st_size == len(data) and data:
+            with open(target, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as old:
+                ranges = changed_ranges(old, data)
+                view = memoryview(data)
+                patch = Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
+                              b"".join(old[a:a + n] for a, n in ranges))
             if ranges:
-                view, was = memoryview(data), memoryview(old)
-                patches.append(Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
-                                     b"".join(was[a:a + n] for a, n in ranges)))
+                patches.append(patch)
             continue
         whole[rel] = data
     return patches, dataclasses.replace(output, render_cq=cq, render_bytes=whole)
