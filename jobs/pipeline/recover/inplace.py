@@ -598,6 +598,8 @@ def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, byt
                 _fsync_dir(store)
                 root_changed = False
         if op.op == PATCH:
+            if not target.is_file():
+                raise JobError(f"{target}: cannot finish: the file to patch is gone")
             if fingerprint(target) != op.new_file:
                 new = (new_bytes or {}).get(op.path) or _staged_new(target, op)
                 if new is None:
