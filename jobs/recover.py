@@ -349,7 +349,6 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         patches, output = inplace.split_patches(outputs(plan, with_copies=False), path)  # changed spans only
         patch_bytes: dict[str, tuple[bytes, bytes]] = {}
         patched = inplace.stage_patches(path, staging, patches, patch_bytes)
-        del patches
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()

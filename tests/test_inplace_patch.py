@@ -226,6 +226,7 @@ def test_an_index_file_rewritten_at_its_size_is_patched_in_its_changed_pages(tmp
     (store / "checkpoint").write_bytes(b"\0" * 4096)
     output = RecoveryOutput(render_bytes={"index/20261126000000000": bytes(new), "checkpoint": b"\1" * 4096})
     patches, rest = inplace.split_patches(output, store)
+    patches = list(patches)  # rendered when taken
     assert list(rest.render_bytes) == ["checkpoint"] and output.render_bytes.keys() == {"index/20261126000000000",
                                                                                           "checkpoint"}
     (p,) = patches

@@ -51,6 +51,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
@@ -291,75 +292,85 @@ def split_patches(output, store: Path):
     writes them over a copy) and existing index files rewritten at their size (the pages keys were appended
     to: hash slots, header, entries). The checkpoint and markers stay whole-file replacements (one page each,
     renamed atomically). `output` is a recover.write.RecoveryOutput; the rest is a copy without the patched
-    files."""
+    files. The patches are an iterator, each rendered when taken (stage_patches writes them out one by one:
+    memory holds one file's span, not every re-dispatched unit at once)."""
+    kept_cq, cq = [], []
+    for item in output.render_cq:
+        rel, _, qdir, _ = item
+        (kept_cq if qdir is not None and (store / rel).is_file() else cq).append(item)
+    index, whole = [], {}
+    for rel, data in output.render_bytes.items():
+        target = store / rel
+        if rel.startswith("index/") and data and target.is_file() and os.stat(target).st_size == len(data):
+            index.append((rel, data))
+        else:
+            whole[rel] = data
+    return _patches(store, kept_cq, index), dataclasses.replace(output, render_cq=cq, render_bytes=whole)
+
+
+def _patches(store: Path, kept_cq: list, index: list[tuple[str, bytes]]) -> Iterator[Patch]:
+    """split_patches' patches, rendered one at a time."""
     from storage_format import recovery
 
-    patches, cq = [], []
-    for item in output.render_cq:
-        rel, st, qdir, start = item
-        target = store / rel
-        if qdir is None or not target.is_file():
-            cq.append(item)
-            continue
+    for rel, st, _, start in kept_cq:
         read: dict[tuple[int, int], bytes] = {}
 
         def pread(off: int, n: int, fd: int) -> bytes:
             read[(off, n)] = os.pread(fd, n, off)
             return read[(off, n)]
-        fd = os.open(target, os.O_RDONLY)
+        fd = os.open(store / rel, os.O_RDONLY)
         try:
             at, units = recovery.render_span(st, start, lambda off, n, fd=fd: pread(off, n, fd))
         finally:
             os.close(fd)
         if len(units):
             data = units.tobytes()
-            patches.append(Patch(rel, ((at, len(data)),), data, read.get((at, len(data)))))
-    whole = {}
-    for rel, data in output.render_bytes.items():
-        target = store / rel
-        if rel.startswith("index/") and target.is_file() and os.stat(target).st_size == len(data) and data:
-            with open(target, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as old:
-                ranges = changed_ranges(old, data)
-                view = memoryview(data)
-                patch = Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
-                              b"".join(old[a:a + n] for a, n in ranges))
-            if ranges:
-                patches.append(patch)
-            continue
-        whole[rel] = data
-    return patches, dataclasses.replace(output, render_cq=cq, render_bytes=whole)
+            yield Patch(rel, ((at, len(data)),), data, read.get((at, len(data))))
+    for rel, data in index:
+        with open(store / rel, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as old:
+            ranges = changed_ranges(old, data)
+            view = memoryview(data)
+            patch = Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
+                          b"".join(old[a:a + n] for a, n in ranges))
+        if ranges:
+            yield patch
 
 
-def stage_patches(store: Path, staging: Path, patches: list[Patch],
+KEEP_BYTES = 256 << 20  # patch bytes stage_patches keeps in memory for apply; past it apply reads them again
+
+
+def stage_patches(store: Path, staging: Path, patches: Iterable[Patch],
                   keep: dict[str, tuple[bytes, bytes]] | None = None) -> list[Op]:
     """Stage every patch's new bytes, one after another in STAGING/patches.new (flushed by apply), and make
-    their PATCH ops; a patch that changes no byte is no op. `keep` gets each op's (old, new) bytes by path,
-    for apply (which then neither reads them again nor hashes them while the file is as staged)."""
+    their PATCH ops; a patch that changes no byte is no op. `keep` gets each op's (old, new) bytes by path, up
+    to KEEP_BYTES in all, for apply (which then neither reads them again nor hashes them while the file is as
+    staged)."""
     import time
 
-    ops, packed, at = [], [], 0
-    for p in patches:
-        target = store / p.path
-        if sum(n for _, n in p.ranges) != len(p.data):
-            raise ValueError(f"{p.path}: patch data does not fill its ranges")
-        if any(a + n > os.stat(target).st_size for a, n in p.ranges):
-            raise JobError(f"{target}: a patch reaches past the end of the file")
-        old_file = fingerprint(target)
-        old = p.old if p.old is not None and len(p.old) == len(p.data) else _read_ranges(target, p.ranges)
-        if old == p.data:
-            continue
-        new_file, _ = _patched_id(old_file, time.time_ns())
-        ops.append(Op(op=PATCH, path=p.path, old_sha256=hashlib.sha256(old).hexdigest(),
-                      new_sha256=hashlib.sha256(p.data).hexdigest(), old_file=old_file, new_file=new_file,
-                      ranges=p.ranges, packed_at=at))
-        if keep is not None:
-            keep[p.path] = (old, p.data)
-        packed.append(p.data)
-        at += len(p.data)
-    if ops:
-        with open(staging / PATCHES_NEW, "wb") as f:
-            for data in packed:
-                f.write(data)
+    ops, at, kept = [], 0, 0
+    packed = staging / PATCHES_NEW
+    with open(packed, "wb") as out:
+        for p in patches:
+            target = store / p.path
+            if sum(n for _, n in p.ranges) != len(p.data):
+                raise ValueError(f"{p.path}: patch data does not fill its ranges")
+            if any(a + n > os.stat(target).st_size for a, n in p.ranges):
+                raise JobError(f"{target}: a patch reaches past the end of the file")
+            old_file = fingerprint(target)
+            old = p.old if p.old is not None and len(p.old) == len(p.data) else _read_ranges(target, p.ranges)
+            if old == p.data:
+                continue
+            new_file, _ = _patched_id(old_file, time.time_ns())
+            ops.append(Op(op=PATCH, path=p.path, old_sha256=hashlib.sha256(old).hexdigest(),
+                          new_sha256=hashlib.sha256(p.data).hexdigest(), old_file=old_file, new_file=new_file,
+                          ranges=p.ranges, packed_at=at))
+            if keep is not None and kept + 2 * len(p.data) <= KEEP_BYTES:
+                keep[p.path] = (old, p.data)
+                kept += 2 * len(p.data)
+            out.write(p.data)
+            at += len(p.data)
+    if not ops:
+        packed.unlink()
     return ops
 
 
