@@ -21,11 +21,10 @@ Protocol (local POSIX store only; every step is fsynced):
 Patches: a file recovery changes in a few byte ranges and whose size stays (a kept consume-queue file with
 re-dispatched units, an index file keys are appended to) is not staged whole and renamed: its new bytes of
 those ranges are staged (all patches' in one file, STAGING/patches.new), its old bytes of them backed up
-(DIR/reput-patches.old, at the same offsets; each patch checked by sha256),
-and apply writes the new bytes over the store's file, then sets its modification time to the one the
-journal recorded and fsyncs it (the broker's own recovery writes these files in place too). Killed
-mid-write, a patched file holds each range's old or new bytes block by block: resume writes the new bytes
-again, rollback the old ones.
+(DIR/reput-patches.old, at the same offsets; each patch checked by sha256), and apply writes the new bytes
+over the store's file, then sets its modification time to the one the journal recorded and fsyncs it (the
+broker's own recovery writes these files in place too). Killed mid-write, a patched file holds each range's
+old or new bytes page by page: resume writes the new bytes again, rollback the old ones.
 Way back: `rollback` restores the backup (works during and after a run, as long as DIR exists);
 `resume` finishes an interrupted apply from the staging area.
 
@@ -124,9 +123,9 @@ def _fsync_dir(path: Path) -> None:
 SYNC_THREADS = 8  # fsyncs issued at once: the filesystem's journal commits them together (one wait, not one each)
 
 
-def _fsync_all(paths: list[Path], dirs: bool = False) -> None:
-    """fsync many files and directories concurrently; every one is durable when this returns. (`dirs` is
-    kept for callers: a directory is always flushed where its filesystem allows it.)"""
+def _fsync_all(paths: list[Path]) -> None:
+    """fsync many files and directories concurrently (a directory where its filesystem allows it); every one
+    is durable when this returns."""
     if not paths:
         return
     if len(paths) == 1:
@@ -504,12 +503,6 @@ def _tree(root: Path) -> tuple[list[Path], list[Path]]:
     return files, dirs
 
 
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory under root, all in one concurrent batch."""
-    files, dirs = _tree(root)
-    _fsync_all(files + dirs)
-
-
 def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
           patch_bytes: dict[str, tuple[bytes, bytes]] | None = None) -> dict:
     """Steps 2-5 of the protocol; returns the backup manifest. The waits for the disk are batched: the staged
@@ -523,7 +516,7 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
     files, dirs = _tree(staging)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-staged-sync") as flusher:
-        staged = flusher.submit(_fsync_all, files + dirs, False)  # the staged area flushed while backing up
+        staged = flusher.submit(_fsync_all, files + dirs)  # the staged area flushed while backing up
         linked = same_filesystem(store, backup)
         if not linked:  # copies are checked by sha256: ops built for links get the old file's hash first
             ops = [o if o.op == CREATE or o.old_sha256 else
