@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,9 @@ OUT, IN_PLACE, BOTH = "out", "in-place", "both"
 RECOVER_MODES = (OUT, IN_PLACE, BOTH)  # --recover-mode: which jobs.recover runs beside the broker
 # what the kit's run_broker_store.sh leaves out of its copy of the store
 KIT_SKIPPED = {"commitlog", "broker.conf", "bench-store.json", "expected.json", "lock"}
+# a broker run that has not ended by then is stopped (its whole process group): one seen hanging in start(),
+# its HA service unable to bind port 10912 while another developer's broker held it
+BROKER_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,23 @@ def kit_prepare(crashed: Path, work: Path) -> Path:
     return work
 
 
+def run_bounded(cmd: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with the output captured, in a process group of its own that is killed whole (the kit's
+    script and the java it starts) when it has not ended after `timeout` seconds (BROKER_TIMEOUT_S):
+    BrokerRunError then."""
+    timeout = BROKER_TIMEOUT_S if timeout is None else timeout
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise BrokerRunError(f"{' '.join(cmd[:2])}...: no end after {timeout:.0f} s, stopped (another broker on "
+                                 f"this machine holding its HA port 10912?)") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _broker_cold(build: Path, crashed: Path, work: Path) -> subprocess.CompletedProcess:
     """The kit's method with the page cache evicted between the copy and the timed java run; the output as the
     script prints it (RebuildTimer's JSON line, then `process_wall_s`)."""
@@ -233,8 +254,7 @@ def _broker_cold(build: Path, crashed: Path, work: Path) -> subprocess.Completed
            "-Drocketmq.client.logUseSlf4j=true", "-cp", kit_classpath(build), "RebuildTimer", str(work),
            str(crashed / "broker.conf")]
     t0 = time.monotonic()
-    done = subprocess.run(cmd, cwd=kit_cwd(build), capture_output=True, text=True, preexec_fn=_raise_open_files,
-                          env=dict(os.environ, ROCKETMQ_LOG=str(log)))
+    done = run_bounded(cmd, cwd=kit_cwd(build), preexec_fn=_raise_open_files, env=dict(os.environ, ROCKETMQ_LOG=str(log)))
     wall = time.monotonic() - t0
     done.stdout += f"\n{{\"process_wall_s\": {wall:.3f}}}\n"
     return done
@@ -249,7 +269,7 @@ def run_broker_recovery(kit: Path, build: Path, crashed: Path, work: Path, cold:
         if cold:
             done = _broker_cold(build, crashed, work)
         else:
-            done = subprocess.run(cmd, cwd=kit_cwd(build), capture_output=True, text=True)
+            done = run_bounded(cmd, cwd=kit_cwd(build))
     figures = parse_kit_output(done.stdout)
     if done.returncode != 0 or "end_to_end_s" not in figures or "process_wall_s" not in figures:
         raise BrokerRunError(f"broker recovery failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")

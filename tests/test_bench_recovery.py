@@ -301,3 +301,31 @@ def test_kit_prepare_links_sealed_segments_and_copies_the_rest_as_the_script_doe
     assert (work / "config/topics.json").read_bytes() == b"{}" and (work / "abort").exists()
     assert not (work / "broker.conf").exists() and not (work / "lock").exists()
     assert (work / "consumequeue/T/0/00000000000000000000").read_bytes() == BASE["consumequeue/T/0/00000000000000000000"]
+
+
+def test_a_broker_run_that_does_not_end_is_stopped_with_its_children(tmp_path) -> None:
+    """run_bounded kills the whole process group (the kit's script and the java it started) after the timeout
+    and says so; a run that ends is returned as it is."""
+    import signal
+    import time
+
+    from bench.broker import BrokerRunError
+    from bench.recovery import run_bounded
+
+    done = run_bounded(["bash", "-c", "echo '{\"process_wall_s\": 1.5}'"], timeout=30)
+    assert done.returncode == 0 and parse_kit_output(done.stdout) == {"process_wall_s": 1.5}
+    pid_file = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    with pytest.raises(BrokerRunError, match="no end after 1 s"):
+        run_bounded(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], timeout=1)
+    assert time.monotonic() - t0 < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the script's child outlived the timeout")
