@@ -102,7 +102,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "--lag-bytes: the broker re-dispatches that much single-threaded; default 4m, the kit's)")
     r.add_argument("--recover-args", default="",
                    help="more flags for jobs.recover in the recovery comparison and stage recover, given "
-                        "with =, e.g. --recover-args=--link-sealed-segments (default none: plain --out)")
+                        "with =, e.g. --recover-args=--link-sealed-segments (default none: plain --out; --out runs only)")
+    r.add_argument("--recover-mode", choices=recovery.RECOVER_MODES, default=recovery.OUT,
+                   help="the recovery comparison's jobs.recover: --out (default), --in-place (each run on a fresh "
+                        "full copy of the crashed store, made untimed) or both, interleaved with the broker")
+    r.add_argument("--cold", action="store_true",
+                   help="recovery comparison with a cold page cache: every file of the store a run reads is "
+                        "fsynced and evicted (POSIX_FADV_DONTNEED) before it, the broker's and reput's alike, "
+                        "as after a reboot (default: every file of the store read into the cache before each run)")
     r.add_argument("--lmq-compare-share", type=float, default=0.2,
                    help="LMQ comparison: share of messages naming 1-3 %%LMQ%% queues (default 0.2)")
     r.add_argument("--lmq-compare-queues", type=int, default=18_000,
@@ -312,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if crashed is not None and "recovery" in compares:
         runs = _compare("recovery side by side", failures, True,
                         lambda: recovery.side_by_side(args.oracle_kit, args.broker_build, crashed, args.root,
-                                                      args.pairs, args.master, args.split_size, args.recover_args),
+                                                      args.pairs, args.master, args.split_size, args.recover_args,
+                                                      args.recover_mode, args.cold),
                         recovery.table)
         if runs is not None:
             recovery_runs.append(runs)
@@ -325,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        large_info["records"], large_info["data_bytes"],
                                                        args.crash_lag_bytes)
                 return recovery.side_by_side(args.oracle_kit, args.broker_build, large_crashed, args.root,
-                                             args.pairs, args.master, args.split_size, args.recover_args)
+                                             args.pairs, args.master, args.split_size, args.recover_args,
+                                             args.recover_mode, args.cold)
             runs = _compare("recovery side by side on the larger store", failures, True, larger, recovery.table)
             if runs is not None:
                 recovery_runs.append(runs)

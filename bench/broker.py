@@ -131,12 +131,15 @@ def run_broker(build: Path, store: Path, work: Path) -> dict:
     return figures
 
 
-def run_job(job: str, store: Path, out: Path, master: str, split_size: int, extra: tuple[str, ...] = ()) -> dict:
-    """One timed `python -m jobs.<job>` whole process of `store` into `out` (plus `extra` flags): its report's
-    timings, the process wall time and the other processes' load during it."""
-    shutil.rmtree(out, ignore_errors=True)
+def run_job(job: str, store: Path, out: Path | None, master: str, split_size: int, extra: tuple[str, ...] = ()) -> dict:
+    """One timed `python -m jobs.<job>` whole process of `store` into `out` (None: no --out, e.g. recover
+    --in-place given in `extra`; plus `extra` flags): its report's timings, the process wall time and the other
+    processes' load during it."""
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", f"jobs.{job}", "--store", str(store), "--broker-config", str(store / "broker.conf"),
-           "--out", str(out), "--master", master, "--split-size", str(split_size), "--json", *extra]
+           *(["--out", str(out)] if out is not None else []), "--master", master, "--split-size", str(split_size),
+           "--json", *extra]
     with CpuWatch() as cpu:
         t0 = time.monotonic()
         done = subprocess.run(cmd, capture_output=True, text=True)

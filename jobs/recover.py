@@ -353,18 +353,20 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
             return EXIT_OK
         staging = inplace.prepare_staging(path)
-        output = outputs(plan, with_copies=False)
         t0 = time.monotonic()
+        patches, output = inplace.split_patches(outputs(plan, with_copies=False), path)  # changed spans only
+        patch_bytes: dict[str, tuple[bytes, bytes]] = {}
+        patched = inplace.stage_patches(path, staging, patches, patch_bytes)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()
     rendered = output.rendered + [f"index/{n}" for n in names]
-    ops = inplace.build_ops(path, staging, rendered, output.deleted,
+    ops = inplace.build_ops(path, staging, rendered, output.deleted, patched=patched,
                             hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
     if names:
         summary["index"]["to_create"] = names
     try:
-        manifest = inplace.apply(path, staging, backup, ops, summary)
+        manifest = inplace.apply(path, staging, backup, ops, summary, patch_bytes)
     except KeyboardInterrupt:
         if (path / inplace.JOURNAL).exists():
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "

@@ -232,3 +232,100 @@ def test_the_crashed_stores_last_segment_is_made_sparse_with_the_same_bytes(tmp_
     ino = last.stat().st_ino
     _sparse_last_segment(tmp_path)
     assert last.stat().st_ino == ino
+
+
+def test_round_order_rotates_who_goes_first() -> None:
+    from bench.recovery import round_order
+    assert [round_order(i, "out") for i in range(2)] == [("reput", "broker"), ("broker", "reput")]
+    assert [round_order(i, "in-place") for i in range(2)] == [("in-place", "broker"), ("broker", "in-place")]
+    assert [round_order(i, "both")[0] for i in range(3)] == ["reput", "broker", "in-place"]
+    assert all(sorted(round_order(i, "both")) == ["broker", "in-place", "reput"] for i in range(3))
+
+
+def test_recover_mode_and_cold_flags() -> None:
+    a = parse_args(["--broker-build", "b"])
+    assert a.recover_mode == "out" and a.cold is False
+    a = parse_args(["--broker-build", "b", "--recover-mode", "both", "--cold"])
+    assert a.recover_mode == "both" and a.cold is True
+    with pytest.raises(SystemExit):
+        parse_args(["--recover-mode", "sideways"])
+
+
+def test_in_place_table_names_the_mode_the_cache_and_both_ratios() -> None:
+    r = _runs()
+    r.mode, r.cold = "both", True
+    r.in_place = [{"validate_s": 0.5, "switch_s": 0.1, "total_s": t, "process_wall_s": w, "other_load_cores": 0.5}
+                  for t, w in ((1.5, 4.0), (2.0, 4.5), (1.0, 3.0))]
+    text = table(r)
+    assert "jobs.recover --out and --in-place, cold page cache" in text
+    assert "jobs.recover --in-place switch_s" in text and "jobs.recover --out total_s" in text
+    assert "ratio reput --in-place/broker, whole process" in text
+    assert "ratio --in-place/--out total_s" in text and "--in-place not compared" in text
+    d = r.to_dict()
+    assert d["recover_mode"] == "both" and d["page_cache"] == "cold"
+    assert d["in_place_over_out"] == {"total_s": round(1.5 / 3.5, 3), "process_wall_s": round(4.0 / 6.0, 3)}
+    assert d["ratios_in_place_over_broker"] == {"whole_process": 0.5, "after_start_up": 0.25}
+    only = _runs()
+    only.mode, only.reput, only.in_place = "in-place", [], r.in_place
+    assert only.ratios() == {"whole_process": 0.5, "after_start_up": 0.25}
+    assert "--out" not in table(only).split("\n", 3)[1]
+
+
+def test_fresh_copy_is_independent_sparse_and_evict_drops_the_pages(tmp_path) -> None:
+    """The in-place run's store: every file copied (no shared inode with the crashed store, holes kept); evict
+    fsyncs and drops each file's pages (fincore-free check: mincore through mmap is not portable, so only that
+    it runs over every file and leaves the bytes)."""
+    from bench.recovery import evict, fresh_copy
+    src = _store(tmp_path / "crash", BASE)
+    with open(src / "commitlog" / "00000000000004194304", "wb") as f:
+        f.write(b"\7" * 4096)
+        f.truncate(4 << 20)
+    dst = fresh_copy(src, tmp_path / "copy")
+    for p in src.rglob("*"):
+        if p.is_file():
+            q = dst / p.relative_to(src)
+            assert q.read_bytes() == p.read_bytes() and q.stat().st_ino != p.stat().st_ino
+    assert (dst / "commitlog" / "00000000000004194304").stat().st_blocks * 512 < 1 << 20
+    assert evict(dst) == len([p for p in src.rglob("*") if p.is_file()])
+    assert (dst / "checkpoint").read_bytes() == BASE["checkpoint"]
+
+
+def test_kit_prepare_links_sealed_segments_and_copies_the_rest_as_the_script_does(tmp_path) -> None:
+    from bench.recovery import kit_prepare
+    src = _store(tmp_path / "crash", {**BASE, "commitlog/00000000000004194304": b"last", "broker.conf": b"x=1",
+                                      "config/topics.json": b"{}", "abort": b"", "lock": b"l"})
+    work = kit_prepare(src, tmp_path / "work")
+    assert (work / "commitlog/00000000000000000000").stat().st_ino == (src / "commitlog/00000000000000000000").stat().st_ino
+    last = work / "commitlog/00000000000004194304"
+    assert last.read_bytes() == b"last" and last.stat().st_ino != (src / "commitlog/00000000000004194304").stat().st_ino
+    assert (work / "config/topics.json").read_bytes() == b"{}" and (work / "abort").exists()
+    assert not (work / "broker.conf").exists() and not (work / "lock").exists()
+    assert (work / "consumequeue/T/0/00000000000000000000").read_bytes() == BASE["consumequeue/T/0/00000000000000000000"]
+
+
+def test_a_broker_run_that_does_not_end_is_stopped_with_its_children(tmp_path) -> None:
+    """run_bounded kills the whole process group (the kit's script and the java it started) after the timeout
+    and says so; a run that ends is returned as it is."""
+    import signal
+    import time
+
+    from bench.broker import BrokerRunError
+    from bench.recovery import run_bounded
+
+    done = run_bounded(["bash", "-c", "echo '{\"process_wall_s\": 1.5}'"], timeout=30)
+    assert done.returncode == 0 and parse_kit_output(done.stdout) == {"process_wall_s": 1.5}
+    pid_file = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    with pytest.raises(BrokerRunError, match="no end after 1 s"):
+        run_bounded(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], timeout=1)
+    assert time.monotonic() - t0 < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the script's child outlived the timeout")

@@ -640,8 +640,9 @@ def test_inplace_end_to_end_with_a_kill_then_resume_then_rollback(golden, tmp_pa
     assert done.stdout.startswith(f"resumed: {store} recovered in place (") and "{" not in done.stdout
     assert_matches_recovered(store, "unclean-torn-11")
     manifest_ops = json.loads((backup / "reput-backup.json").read_text())["ops"]
-    assert {o["path"] for o in manifest_ops if o["op"] != "create"} <= {
+    assert {o["path"] for o in manifest_ops if o["op"] not in ("create", "patch")} <= {
         str(p.relative_to(backup)) for p in backup.rglob("*") if p.is_file()}
+    assert (backup / "reput-patches.old").exists() == any(o["op"] == "patch" for o in manifest_ops)
     back = subprocess.run(cmd[:5] + ["--rollback", "--backup-dir", str(backup)], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert back.returncode == 0, back.stderr

@@ -225,7 +225,10 @@ def result_lines(summary: dict, headline: str) -> list[str]:
     lines = [headline]
     if summary.get("in_place"):
         ip = summary["in_place"]
-        lines.append(f"  {ip['operations']} file operations; every replaced or removed file was copied to "
+        patched = (ip.get("backup") or {}).get("patched", 0)
+        what = (f"; {patched} files patched in place (the old bytes of their changed ranges saved)" if patched
+                else "")
+        lines.append(f"  {ip['operations']} file operations{what}; every replaced or removed file was kept in "
                      f"{ip['backup_dir']} first (undo: --rollback --backup-dir {ip['backup_dir']})")
     return lines + plan_lines(summary, title="recovered")
 
