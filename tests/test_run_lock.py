@@ -125,3 +125,38 @@ def test_in_place_recovery_is_one_run_per_store(golden, tmp_path):
                 recover_main(["--store", str(store), "--broker-config", conf, *extra])
         assert {k: v for k, v in tree_digest(store).items() if k != IN_PLACE_LOCK} == before
     assert not (store / IN_PLACE_LOCK).exists()
+
+
+@pytest.mark.parametrize("busy_tries,removed", [(2, True), (99, False)], ids=["stops-writing", "never-stops"])
+def test_a_failed_run_reports_its_own_error_while_tasks_still_write(tmp_path, monkeypatch, capsys, busy_tries,
+                                                                      removed):
+    """A job that fails while a failed Spark job's other tasks still write work files into the staging
+    directory (its removal meets a directory that is not empty): the removal is tried again, and the job's own
+    error is what leaves the block, never the removal's; what stays is named on stderr (the next run removes it)."""
+    import errno
+
+    from jobs.pipeline.io import publish
+
+    monkeypatch.setattr(publish, "UNDO_PAUSE_S", 0.0)
+    out = tmp_path / "out"
+    real_delete = Location.delete_tree
+    calls = {"n": 0}
+
+    def busy_delete(self):
+        if publish.STAGING_MARK in self.path:
+            calls["n"] += 1
+            if calls["n"] <= busy_tries:
+                raise OSError(errno.ENOTEMPTY, f"Cannot delete directory '{self.path}': Directory not empty")
+        return real_delete(self)
+
+    monkeypatch.setattr(Location, "delete_tree", busy_delete)
+    with pytest.raises(RuntimeError, match="the task's own failure"):
+        with output_for(Location(str(out)), "report.json", "rebuild") as staging:
+            staging.work.child("cq-0.arrow").write_bytes(b"x")
+            raise RuntimeError("the task's own failure")
+    left = [p.name for p in tmp_path.iterdir() if publish.STAGING_MARK in p.name]
+    assert not out.exists()
+    assert (left == []) is removed
+    err = capsys.readouterr().err
+    assert ("not removed after the error" in err) is (not removed)
+    assert calls["n"] == (3 if removed else publish.UNDO_TRIES)

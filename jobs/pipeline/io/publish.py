@@ -14,6 +14,7 @@ instead: the tree is written in place and committed by the run report, written l
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from .run_lock import RunLock, beside
 
 STAGING_MARK = ".reput-staging-"
 OLD_MARK = ".reput-old-"
+UNDO_TRIES = 5  # removals of the staging directory after an error, while a failed Spark job's other tasks stop
+UNDO_PAUSE_S = 0.1  # before the next try, times the tries so far
 
 
 def output_for(out: Location, report: str, job: str, overwrite: bool = False) -> "Output":
@@ -70,10 +73,26 @@ class Staging:
             return  # interrupt.finish undoes it once Spark has stopped writing (deleting now races its tasks)
         try:
             if exc_type is not None:
-                self._undo()
+                self._undo_after_error()
             interrupt.forget(self)
         finally:
             self.release()
+
+    def _undo_after_error(self) -> None:
+        """_undo after the job failed: when a Spark task failed, Spark is still stopping the job's other tasks,
+        which may write work files into the staging directory for a moment (the removal then meets a directory
+        that is not empty); tried again a few times. It never hides the job's own error: what cannot be removed
+        is named on stderr, and the next run for OUT removes it."""
+        for attempt in range(1, UNDO_TRIES + 1):
+            try:
+                self._undo()
+                return
+            except OSError as err:
+                if attempt == UNDO_TRIES:
+                    print(f"reput: note: {self.dir.uri}: not removed after the error ({err}); the next run for "
+                          f"{self.out.uri} removes it", file=sys.stderr, flush=True)
+                    return
+                time.sleep(UNDO_PAUSE_S * attempt)
 
     def _undo(self) -> None:
         """Remove the staging directory; an --overwrite publish cut between its renames puts the previous
