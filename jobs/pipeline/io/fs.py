@@ -179,9 +179,7 @@ class Location:
                 view = memoryview(data).cast("B")
                 if at + len(view) > size:
                     raise ValueError(f"{self.uri}: bytes {at}..{at + len(view)} lie past the file size {size}")
-                while len(view):
-                    done = os.pwrite(fd, view, at)
-                    view, at = view[done:], at + done
+                pwrite_all(fd, view, at)
             if os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
         finally:
@@ -210,6 +208,14 @@ class Location:
 
 
 MMAP_MIN_BYTES = 1 << 20
+
+
+def pwrite_all(fd: int, data, at: int) -> None:
+    """Write all of `data` (bytes-like) at byte offset `at` of an open file (pwrite may write less at once)."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        done = os.pwrite(fd, view, at)
+        view, at = view[done:], at + done
 _RENAMING = tuple(c for c in (pafs.LocalFileSystem, getattr(pafs, "HadoopFileSystem", None)) if c is not None)
 
 

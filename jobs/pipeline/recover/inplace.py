@@ -56,6 +56,7 @@ from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
 from ..io.compare import same_bytes
 from ..io.copy import copy_range
+from ..io.fs import pwrite_all
 from ..runtime.failure import JobError
 from ..runtime.faults import crash_point
 
@@ -262,10 +263,7 @@ def _write_ranges(path: Path, ranges: tuple[tuple[int, int], ...], data: bytes, 
     try:
         view, pos = memoryview(data), 0
         for at, n in ranges:
-            part = view[pos:pos + n]
-            while part:
-                w = os.pwrite(fd, part, at)
-                part, at = part[w:], at + w
+            pwrite_all(fd, view[pos:pos + n], at)
             pos += n
         st = os.fstat(fd)
         os.utime(fd, ns=(st.st_atime_ns, mtime_ns))
@@ -545,10 +543,7 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
             fd = os.open(backup / PATCHES_OLD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 for at, old in spans:
-                    view = memoryview(old)
-                    while view:
-                        n = os.pwrite(fd, view, at)
-                        view, at = view[n:], at + n
+                    pwrite_all(fd, old, at)
             finally:
                 os.close(fd)
         _fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))

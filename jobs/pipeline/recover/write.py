@@ -33,7 +33,7 @@ from storage_format.settings import BrokerSettings
 from ..io.background_copy import BackgroundCopy, CopyItem
 from ..io.commit_marker import MARKER
 from ..io.copy import COPY_LINK, COPY_STREAM_FALLBACK, copy_file
-from ..io.fs import Location
+from ..io.fs import Location, pwrite_all
 from ..io.paths import is_local
 from .inputs import QueueDir
 from .plan import RecoveryPlan
@@ -355,10 +355,7 @@ def _write_at(path: str, data: bytes, at: int) -> None:
     """Write `data` over a local file's bytes from `at` (the file keeps its size)."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(fd, view, at)
-            view, at = view[n:], at + n
+        pwrite_all(fd, data, at)
     finally:
         os.close(fd)
 
