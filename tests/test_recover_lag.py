@@ -5,13 +5,8 @@ interrupted index write leaving no OUT and no staging."""
 from __future__ import annotations
 
 import errno
-import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,15 +18,12 @@ from jobs.pipeline.recover.inputs import at_or_after
 from storage_format.index_keys import KeyBatch
 from storage_format.recovery import queues as Q
 
-from .conftest import GOLDEN, REPO, private_temp_env
+from .conftest import GOLDEN
 from .test_live_broker import locked  # noqa: F401 (a fixture)
+from .test_recover_overlap import _staging_left, interrupted_recover_leaves_nothing
 from .test_recovery import CONF, assert_matches_recovered, run_recover, writable_copy
 
 CASE = "unclean-11"
-
-
-def _staging_left(parent: Path) -> list[str]:
-    return [p.name for p in parent.iterdir() if ".reput-staging-" in p.name]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,37 +129,7 @@ def test_interrupt_during_the_index_write_leaves_no_out_and_no_staging(golden, t
     """A signal while the index writer thread is held at its test hook (the consume queues rendered, the job
     waiting for it): exit 130/143 with the one line, the thread stopped before the staging directory goes, OUT
     absent, no staging left, the store unchanged."""
-    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
-    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
-    parent = tmp_path / "outs"
-    parent.mkdir()
-    temp = Path(tempfile.mkdtemp(prefix="reput-index-interrupt-"))
-    env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT="in-index-write",
-               REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"), PYTHONPATH=str(REPO))
-    argv = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", str(CONF),
-            "--out", str(parent / "out"), "--master", "local[2]"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "paused").exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "never paused"
-            time.sleep(0.05)
-        assert _staging_left(parent)
-        time.sleep(0.3)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    lines = err.decode().strip().splitlines()
-    assert proc.returncode == status, lines[-5:]
-    assert lines[-1].startswith("reput recover: interrupted"), lines[-5:]
-    assert "Traceback" not in err.decode()
-    assert not (parent / "out").exists() and _staging_left(parent) == []
-    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    interrupted_recover_leaves_nothing(tmp_path, "in-index-write", 0.3, sig, status)
 
 
 # ---------------------------------------------------------------------------------------------

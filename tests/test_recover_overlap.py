@@ -153,16 +153,16 @@ def test_recover_out_reports_the_background_copy(golden, spark, tmp_path):
     assert 0 < early["bytes"] <= total
 
 
-@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_during_the_background_copy_leaves_no_out_and_no_staging(golden, tmp_path, sig, status):
-    """A signal while the background thread copies (held at its test hook): exit 130/143 with the one line,
-    the thread stopped before the staging directory goes, OUT absent, no staging left, the store unchanged."""
+def interrupted_recover_leaves_nothing(tmp_path: Path, hook: str, settle_s: float, sig: int, status: int) -> None:
+    """recover --out of a copy of CASE held at test hook `hook` (after `settle_s` more), then signalled: exit
+    `status` with the one interrupted line and no traceback, OUT absent, no staging left (while paused, the
+    staging directory existed), the store unchanged."""
     store = writable_copy(GOLDEN / CASE, tmp_path / "store")
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     parent = tmp_path / "outs"
     parent.mkdir()
-    temp = Path(tempfile.mkdtemp(prefix="reput-bg-interrupt-"))
-    env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT="in-background-copy",
+    temp = Path(tempfile.mkdtemp(prefix=f"reput-{hook}-"))
+    env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT=hook,
                REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"), PYTHONPATH=str(REPO))
     argv = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", str(CONF),
             "--out", str(parent / "out"), "--master", "local[2]"]
@@ -174,8 +174,8 @@ def test_interrupt_during_the_background_copy_leaves_no_out_and_no_staging(golde
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "never paused"
             time.sleep(0.05)
-        assert _staging_left(parent)  # the thread copies into the staging directory
-        time.sleep(1.0)  # somewhere in the JVM's start or the validation
+        assert _staging_left(parent)
+        time.sleep(settle_s)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -188,6 +188,14 @@ def test_interrupt_during_the_background_copy_leaves_no_out_and_no_staging(golde
     assert "Traceback" not in err.decode()
     assert not (parent / "out").exists() and _staging_left(parent) == []
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_during_the_background_copy_leaves_no_out_and_no_staging(golden, tmp_path, sig, status):
+    """A signal while the background thread copies (held at its test hook; 1 s later, somewhere in the JVM's
+    start or the validation): exit 130/143 with the one line, the thread stopped before the staging directory
+    goes, OUT absent, no staging left, the store unchanged."""
+    interrupted_recover_leaves_nothing(tmp_path, "in-background-copy", 1.0, sig, status)
 
 
 # ---------------------------------------------------------------------------------------------
