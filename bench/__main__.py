@@ -27,14 +27,15 @@ from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, stages
-from . import scale
+from . import lmq_decode, scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
 from .iocount import IoWatch
 from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
-STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")  # convert: DLedger stores only;
+STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")
+EXTRA_STAGES = ("lmq-decode",)  # only when named in --stages  # convert: DLedger stores only;
 # recover: on the crashed store made with --broker-build
 BROKER_COMPARISONS = ("rebuild", "recovery", "lmq")
 LMQ_LIMIT = 20_000  # 4.9.8's default maxLmqConsumeQueueNum, and about what it can open here (one fd per CQ file)
@@ -74,7 +75,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r = p.add_argument_group("run")
     r.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     r.add_argument("--split-size", type=_size, default=DEFAULT_SPLIT_SIZE, help="bytes per decode task (default 128m)")
-    r.add_argument("--stages", default=",".join(STAGES), help=f"which stages to run (default {','.join(STAGES)})")
+    r.add_argument("--stages", default=",".join(STAGES),
+                   help=f"which stages to run (default {','.join(STAGES)}; also lmq-decode: the rebuild's decode "
+                        f"stage on the bench store and its LMQ twin (--lmq-compare-share/--lmq-compare-queues), "
+                        f"interleaved --pairs rounds, time per message compared)")
     r.add_argument("--repeat", type=int, default=1,
                    help="runs per stage; the fastest is reported, all are kept in the JSON (default 1)")
     r.add_argument("--json-out", type=Path, help="JSON result file (default ROOT/bench-result.json)")
@@ -150,9 +154,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.recovery_scale_messages is not None and args.recovery_scale_messages <= args.messages:
         p.error(f"--recovery-scale-messages {args.recovery_scale_messages:,}: more than --messages "
                 f"{args.messages:,} (the larger store)")
-    unknown = set(args.stages.split(",")) - set(STAGES)
+    unknown = set(args.stages.split(",")) - set(STAGES) - set(EXTRA_STAGES)
     if unknown:
-        p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
+        p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES + EXTRA_STAGES}")
+    if "lmq-decode" in args.stages.split(",") and (args.lmq_share > 0 or args.dledger):
+        p.error("stage lmq-decode compares the plain bench store with its LMQ twin (--lmq-compare-share, "
+                "--lmq-compare-queues): run it without --lmq-share and --dledger")
     return args
 
 
@@ -271,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     results.append(startup)
     records, data_bytes = info["records"], info["data_bytes"]
     scale_runs = None
+    decode_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -301,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         elif "recover" in wanted and args.stages != ",".join(STAGES):
             print("bench: note: stage recover runs on the crashed store made with --broker-build; skipped",
                   file=sys.stderr)
+        if "lmq-decode" in wanted:
+            lmq_twin = ensure_store(args.root, dataclasses.replace(spec, lmq_share=args.lmq_compare_share,
+                                                                   lmq_queues=args.lmq_compare_queues), args.regenerate)
+            decode_runs = lmq_decode.side_by_side(spark, store, lmq_twin, args.root, args.pairs, args.split_size,
+                                                  records, args.lmq_compare_queues)
+            _show(lmq_decode.table(decode_runs))
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
                                             args.split_size, args.master, args.scale_settle)
@@ -382,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     if lmq_side is not None:
         print()
         print(broker.table(lmq_side, lmq_title))
+    if decode_runs is not None:
+        print()
+        print(lmq_decode.table(decode_runs))
     if io_text:
         print()
         print(io_text)
@@ -406,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["recovery_side_by_side"] = [r.to_dict() for r in recovery_runs]
     if lmq_side is not None:
         figures["lmq_side_by_side"] = {"store_dir": str(lmq_store), **lmq_side.to_dict()}
+    if decode_runs is not None:
+        figures["lmq_decode_against_plain"] = decode_runs.to_dict()
     if moved:
         figures["bytes_per_stage"] = [{**dataclasses.asdict(b)} for b in moved]
     if failures:

@@ -237,3 +237,41 @@ def test_convert_pairs_alternate_and_give_the_ratio_of_the_medians(tmp_path, mon
     assert s["pair_ratios"] == [3.0, 1.5, 1.5] and s["target"] == 1.5
     text = convert_pairs.table(runs)
     assert "convert / rebuild: 1.875 (pairs: 3.0, 1.5, 1.5); issue 21's target <= 1.5" in text
+
+
+def test_lmq_decode_stage_refuses_a_store_that_is_not_the_plain_twin(capsys) -> None:
+    """Stage lmq-decode compares the plain bench store with its LMQ twin: an LMQ or DLedger bench store is refused."""
+    from bench.__main__ import parse_args
+
+    for flags in (["--lmq-share", "0.2"], ["--dledger"]):
+        with pytest.raises(SystemExit):
+            parse_args(["--stages", "lmq-decode", *flags])
+        assert "stage lmq-decode compares the plain bench store" in capsys.readouterr().err
+
+
+def test_lmq_decode_rounds_alternate_and_the_ratio_is_per_message_against_the_target(tmp_path, spark) -> None:
+    """Interleaved rounds on two small generated stores: the plain one's rows are its messages, the LMQ twin's
+    more (its multi-dispatch entries), no split left to the reference, and the table states the ratio of the
+    medians against the 1.5 target."""
+    from bench import lmq_decode
+    from storegen.synth import StoreSpec, write_bench_store
+
+    spec = StoreSpec(messages=3000, segment_size=1 << 20)
+    plain, lmq = tmp_path / "plain", tmp_path / "lmq"
+    write_bench_store(plain, spec, progress=False)
+    write_bench_store(lmq, StoreSpec(messages=3000, segment_size=1 << 20, lmq_share=0.5, lmq_queues=50),
+                      progress=False)
+    runs = lmq_decode.side_by_side(spark, plain, lmq, tmp_path, 2, 1 << 20, 3000, 50)
+    assert [len(runs.runs[k]) for k in ("plain", "lmq")] == [2, 2]
+    assert {r["cq_rows"] for r in runs.runs["plain"]} == {3000}
+    assert min(r["cq_rows"] for r in runs.runs["lmq"]) > 3000 + 3000 * 0.5 * 0.9  # 1-3 names each
+    assert all(r["fallback_splits"] == 0 and r["records"] == 3000 for k in runs.runs for r in runs.runs[k])
+    text = lmq_decode.table(runs)
+    assert f"LMQ / plain per message: {runs.ratio():.2f} (target <= 1.5: " in text
+    assert not (tmp_path / "decode-work").exists()
+    fake = lmq_decode.DecodeRuns(10, 5, {"plain": [{"seconds": s, "cq_rows": 10, "fallback_splits": 0,
+                                                    "other_load": 0.0} for s in (1.0, 2.0, 3.0)],
+                                         "lmq": [{"seconds": s, "cq_rows": 15, "fallback_splits": 1,
+                                                  "other_load": 0.0} for s in (3.0, 4.0, 9.0)]})
+    assert fake.ratio() == 2.0
+    assert "2.00 (target <= 1.5: NOT met)" in lmq_decode.table(fake) and "3 split decodes fell back" in lmq_decode.table(fake)

@@ -46,11 +46,11 @@ def test_the_driver_starts_without_numba():
     numba unimported (a third of a second of every job's start-up), and a kernel call then brings it."""
     script = ("import sys, jobs.rebuild, jobs.verify, jobs.recover, jobs.query, jobs.inspect, jobs.catalog, jobs.dump; "
               "before = 'numba' in sys.modules; import numpy as np; from storage_format.kernels import row_groups; "
-              "order, counts = row_groups.group_rows(np.array([1, 0, 1]), np.array([1, 0]), 2); "
-              "print(before, 'numba' in sys.modules, order.tolist(), counts.tolist())")
+              "out, counts = row_groups.group_rows(np.array([[1, 10], [0, 20], [1, 30]]), 0, np.array([1]), "
+              "np.array([1, 0]), 2); print(before, 'numba' in sys.modules, out[0].tolist(), counts.tolist())")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[1])
-    assert done.stdout.split() == ["False", "True", "[0,", "2,", "1]", "[0,", "2,", "3]"]
+    assert done.stdout.split() == ["False", "True", "[10,", "30,", "20]", "[0,", "2,", "3]"]
 
 
 def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
@@ -98,7 +98,7 @@ import json, os, sys
 {before}
 import numpy as np
 from storage_format.kernels import jit, row_groups
-row_groups.group_rows(np.array([1, 0, 1]), np.array([1, 0]), 2)
+row_groups.group_rows(np.array([[1, 10], [0, 20], [1, 30]]), 0, np.array([1]), np.array([1, 0]), 2)
 print(json.dumps([row_groups.group_rows.stats.cache_path, jit.kernel_key(), os.environ[jit.LOCATORS_ENV]]))
 """
 

@@ -10,7 +10,8 @@ live in storage_format/, Spark column functions in udfs/.
   embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
   `runtime.tasks` (small work items as tasks of the job's engine, with progress; the Spark engine's runner),
   `runtime.engine` (the TaskRunner contract, --engine and auto's choice), `runtime.local` (the local engine:
-  forked worker processes, no JVM), `runtime.env` (the one registry of
+  forked worker processes, no JVM), `runtime.heap` (task processes keep the memory a task frees for the next
+  one), `runtime.env` (the one registry of
   REPUT_* variables: name, default, effect; non-default values noted and reported), `runtime.package` (the zip and env
   spark-submit ships to a cluster)
 - `io`: where bytes come from and go

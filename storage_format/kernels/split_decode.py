@@ -44,6 +44,7 @@ _WANTED = (TAGS, KEYS, UNIQ_KEY, INNER_MULTI_DISPATCH, DELAY, INNER_MULTI_QUEUE_
 _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
+_CQ_COLUMNS = np.array([k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS], np.int64)  # the CqRows columns, in their order
 FILE_SEPARATOR = "/"  # java.io.File.separator on the brokers' platforms: 5.x skips names holding it
 
 
@@ -181,13 +182,12 @@ def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTab
     order = key_order(topic, qid)
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
-    row_order, starts = group_rows(np.ascontiguousarray(rows[:, k.C_QUEUE]), rank, n)
+    (qo, phy, size, tags), starts = group_rows(rows, k.C_QUEUE, _CQ_COLUMNS, rank, n)
     first_row = np.empty(n, np.int64)
     first_row[order] = starts[:n]
     table = QueueTable.build(topic, qid, qs[:, k.Q_REC], qs[:, k.Q_CQ], first_row, qs[:, k.Q_LO], qs[:, k.Q_HI],
                              qs[:, k.Q_UNORD] != 0, order=order)
-    qo, phy, size, tags = (np.take(rows[:, c], row_order) for c in (k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS))
-    return table, CqRows(qo, phy, size.astype(np.int32), tags)  # column takes: 5x a 2-D row gather
+    return table, CqRows(qo, phy, size.astype(np.int32), tags)
 
 
 def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int,

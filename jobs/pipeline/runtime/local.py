@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection, Pipe, wait
 from typing import Callable, Sequence, TypeVar
 
 from . import interrupt
+from .heap import keep_freed_memory
 from .tasks import progress_line
 from .worker_daemon import die_with_parent
 
@@ -217,6 +218,7 @@ def _serve(conn: Connection, items: list, fn: Callable, driver: int) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
         die_with_parent(driver)
+        keep_freed_memory()
         while True:
             try:
                 i = conn.recv()

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
+from .heap import keep_freed_memory
+
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
@@ -84,6 +86,12 @@ def run_tasks(sc: TaskRunner, items: Sequence[T], fn: Callable[[T], R], label: s
     return sc.run_tasks(items, fn, label, total_bytes=total_bytes, quiet=quiet)
 
 
+def _in_worker(fn: Callable[[T], R], item: T) -> R:
+    """fn(item) in a Spark Python worker, under the task processes' heap policy (heap.keep_freed_memory)."""
+    keep_freed_memory()
+    return fn(item)
+
+
 class SparkRunner:
     """The Spark engine's TaskRunner: one Spark task per item on the job's SparkContext (`.context`)."""
 
@@ -101,7 +109,7 @@ class SparkRunner:
             return []
         sc = self.context
         rdd = sc.parallelize(list(enumerate(items)), len(items))
-        job = rdd.map(lambda pair: (pair[0], fn(pair[1])))
+        job = rdd.map(lambda pair: (pair[0], _in_worker(fn, pair[1])))
         if quiet:
             pairs = job.collect()
         else:
