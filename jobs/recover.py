@@ -24,6 +24,8 @@ from typing import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from jobs.pipeline.recover import inplace  # noqa: E402
+from jobs.pipeline.recover.journal import JOURNAL  # noqa: E402
+from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
                                print_json, progress_quiet, run_process, settings_from, time_zone, warn)
@@ -354,9 +356,9 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             return EXIT_OK
         staging = inplace.prepare_staging(path)
         t0 = time.monotonic()
-        patches, output = inplace.split_patches(outputs(plan, with_copies=False), path)  # changed spans only
+        patches, output = split_patches(outputs(plan, with_copies=False), path)  # changed spans only
         patch_bytes: dict[str, tuple[bytes, bytes]] = {}
-        patched = inplace.stage_patches(path, staging, patches, patch_bytes)
+        patched = stage_patches(path, staging, patches, patch_bytes)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()
@@ -368,7 +370,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     try:
         manifest = inplace.apply(path, staging, backup, ops, summary, patch_bytes)
     except KeyboardInterrupt:
-        if (path / inplace.JOURNAL).exists():
+        if (path / JOURNAL).exists():
             raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
                               f"with --rollback --backup-dir {backup}") from None
         raise

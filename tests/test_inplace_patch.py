@@ -74,10 +74,10 @@ def ops_of(backup: Path) -> list[dict]:
 @pytest.mark.parametrize("chunk_pages", [4096, 2, 1])
 def test_changed_ranges_are_whole_pages_merged_with_a_short_tail(monkeypatch, chunk_pages) -> None:
     """Also when the comparison's chunks cut between merged pages."""
-    from jobs.pipeline.recover import inplace
-    from jobs.pipeline.recover.inplace import PAGE, changed_ranges
+    from jobs.pipeline.recover import patches
+    from jobs.pipeline.recover.patches import PAGE, changed_ranges
 
-    monkeypatch.setattr(inplace, "COMPARE_PAGES", chunk_pages)
+    monkeypatch.setattr(patches, "COMPARE_PAGES", chunk_pages)
 
     old = bytes(5 * PAGE + 100)
     new = bytearray(old)
@@ -158,18 +158,21 @@ def test_a_patch_written_part_way_is_finished_or_undone(golden, tmp_path, expect
     """Killed while a patch was being written (its first page new, the rest old, the modification time not yet
     set): resume finishes it, rollback restores the old bytes; a page holding neither stops the rollback."""
     from jobs.pipeline.recover import inplace
+    from jobs.pipeline.recover.journal import Op
+    from jobs.pipeline.recover.op_state import patch_state
+    from jobs.pipeline.recover.patches import PAGE, staged_new
 
     store = lagging_store(golden, tmp_path / "store")
     old = tree(store)
     backup = tmp_path / "backup"
     assert cli(store, "--in-place", "--backup-dir", str(backup), crash_at="journaled").returncode == -signal.SIGKILL
-    op = next(inplace.Op(**o) for o in ops_of(backup) if o["op"] == "patch")
-    new = inplace._staged_new(store / op.path, op)
+    op = next(Op(**o) for o in ops_of(backup) if o["op"] == "patch")
+    new = staged_new(store / op.path, op)
     at, n = op.ranges[0]
     with open(store / op.path, "r+b") as f:  # a torn write: the first page of the range only
         f.seek(at)
-        f.write(new[:min(n, inplace.PAGE)])
-    assert inplace._patch_state(store / op.path, op, backup, interrupted=True) in ("torn", "new")
+        f.write(new[:min(n, PAGE)])
+    assert patch_state(store / op.path, op, backup, interrupted=True) in ("torn", "new")
     if way == "rollback":
         with open(store / op.path, "r+b") as f:
             f.seek(at)
@@ -213,37 +216,39 @@ def test_an_index_file_rewritten_at_its_size_is_patched_in_its_changed_pages(tmp
     differ (header, slots, entries), applied over the same inode; the checkpoint stays a whole-file
     replacement; rollback restores the old bytes and the old modification time."""
     from jobs.pipeline.recover import inplace
+    from jobs.pipeline.recover.journal import PATCHES_OLD, STAGING
+    from jobs.pipeline.recover.patches import PAGE, split_patches, stage_patches
     from jobs.pipeline.recover.write import RecoveryOutput
 
     store = tmp_path / "store"
     (store / "index").mkdir(parents=True)
-    old = os.urandom(40 * inplace.PAGE + 123)
+    old = os.urandom(40 * PAGE + 123)
     new = bytearray(old)
     new[0:40] = bytes(40)  # header
-    new[17 * inplace.PAGE + 5] ^= 0xFF  # a hash slot
+    new[17 * PAGE + 5] ^= 0xFF  # a hash slot
     new[-100:] = os.urandom(100)  # appended entries in the short last page
     (store / "index" / "20261126000000000").write_bytes(old)
     (store / "checkpoint").write_bytes(b"\0" * 4096)
     output = RecoveryOutput(render_bytes={"index/20261126000000000": bytes(new), "checkpoint": b"\1" * 4096})
-    patches, rest = inplace.split_patches(output, store)
+    patches, rest = split_patches(output, store)
     patches = list(patches)  # rendered when taken
     assert list(rest.render_bytes) == ["checkpoint"] and output.render_bytes.keys() == {"index/20261126000000000",
                                                                                           "checkpoint"}
     (p,) = patches
-    assert p.ranges == ((0, inplace.PAGE), (17 * inplace.PAGE, inplace.PAGE), (40 * inplace.PAGE, 123))
+    assert p.ranges == ((0, PAGE), (17 * PAGE, PAGE), (40 * PAGE, 123))
     target = store / "index" / "20261126000000000"
     before = os.stat(target)
     staging = inplace.prepare_staging(store)
     (staging / "checkpoint").write_bytes(b"\1" * 4096)
     ops = inplace.build_ops(store, staging, ["checkpoint"], [], hashed=False,
-                            patched=inplace.stage_patches(store, staging, patches))
+                            patched=stage_patches(store, staging, patches))
     assert [o.op for o in ops] == ["patch", "replace"]
     backup = tmp_path / "backup"
     manifest = inplace.apply(store, staging, backup, ops, {})
     assert target.read_bytes() == bytes(new) and os.stat(target).st_ino == before.st_ino
-    assert manifest["backup"]["patched_bytes"] == 2 * inplace.PAGE + 123
-    assert (backup / inplace.PATCHES_OLD).stat().st_size == 2 * inplace.PAGE + 123
-    assert not (store / inplace.STAGING).exists()
+    assert manifest["backup"]["patched_bytes"] == 2 * PAGE + 123
+    assert (backup / PATCHES_OLD).stat().st_size == 2 * PAGE + 123
+    assert not (store / STAGING).exists()
     inplace.rollback(store, backup)
     assert target.read_bytes() == old and os.stat(target).st_mtime_ns == before.st_mtime_ns
     assert (store / "checkpoint").read_bytes() == b"\0" * 4096

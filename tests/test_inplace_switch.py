@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.pipeline.recover.journal import STAGING
 from jobs.pipeline.runtime.tasks import SparkRunner
 
 from .test_recovery import CONF, REPO, assert_matches_recovered, tree, writable_copy
@@ -23,8 +24,9 @@ APPLY = """
 import json, sys
 from pathlib import Path
 from jobs.pipeline.recover import inplace
+from jobs.pipeline.recover.journal import STAGING
 store, backup, rendered, deleted = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
-staging = store / inplace.STAGING
+staging = store / STAGING
 inplace.apply(store, staging, backup, inplace.build_ops(store, staging, rendered, deleted, hashed=False), {})
 """
 
@@ -61,24 +63,25 @@ def fresh(staged, tmp: Path) -> Path:
 def ops_for(staged, store: Path, hashed: bool = False):
     from jobs.pipeline.recover import inplace
 
-    return inplace.build_ops(store, store / inplace.STAGING, staged[2], staged[3], hashed=hashed)
+    return inplace.build_ops(store, store / STAGING, staged[2], staged[3], hashed=hashed)
 
 
 def test_linked_switch_records_identities_and_hashes_nothing(staged, tmp_path, monkeypatch):
     """Ops built for a hard-linked backup carry fingerprints (before/after) and no sha256, and no file is
     hashed on the way; the applied store equals the broker's recovery."""
-    from jobs.pipeline.recover import inplace
+    from jobs.pipeline.recover import inplace, op_state
 
     store = fresh(staged, tmp_path)
     hashed = []
     real = inplace.sha256_file
-    monkeypatch.setattr(inplace, "sha256_file", lambda p: hashed.append(p) or real(p))
+    for module in (inplace, op_state):  # every module of the switch that hashes files
+        monkeypatch.setattr(module, "sha256_file", lambda p: hashed.append(p) or real(p))
     ops = ops_for(staged, store)
     assert {o.op for o in ops} == {"create", "replace", "delete"}
     for o in ops:
         assert o.old_sha256 is None and o.new_sha256 is None
         assert (o.old_file is None) == (o.op == "create") and (o.new_file is None) == (o.op == "delete")
-    manifest = inplace.apply(store, store / inplace.STAGING, tmp_path / "backup", ops, {})
+    manifest = inplace.apply(store, store / STAGING, tmp_path / "backup", ops, {})
     assert hashed == [] and manifest["backup"]["hard_linked"] > 0 and manifest["backup"]["copied"] == 0
     assert_matches_recovered(store, CASE)
 
@@ -134,7 +137,7 @@ def test_rollback_refuses_a_file_written_since_and_repeats_safely(staged, tmp_pa
     backup = tmp_path / "backup"
     old = {k: v for k, v in tree(store).items() if not k.startswith(".reput")}
     ops = ops_for(staged, store)
-    inplace.apply(store, store / inplace.STAGING, backup, ops, {})
+    inplace.apply(store, store / STAGING, backup, ops, {})
     target = store / "checkpoint"
     assert any(o.op == "replace" and o.path == "checkpoint" for o in ops)
     with open(target, "r+b") as f:  # a broker started since writes its checkpoint in place
@@ -159,7 +162,7 @@ def test_backup_on_another_filesystem_is_copied_and_checked_by_sha256(staged, tm
     backup = tmp_path / "backup"
     old = {k: v for k, v in tree(store).items() if not k.startswith(".reput")}
     monkeypatch.setattr(inplace, "same_filesystem", lambda *_: False)
-    manifest = inplace.apply(store, store / inplace.STAGING, backup, ops_for(staged, store), {})
+    manifest = inplace.apply(store, store / STAGING, backup, ops_for(staged, store), {})
     assert manifest["backup"]["copied"] > 0 and manifest["backup"]["hard_linked"] == 0
     for o in manifest["ops"]:
         if o["op"] != "create":

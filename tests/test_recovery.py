@@ -542,8 +542,9 @@ APPLY_SNIPPET = """
 import json, sys
 from pathlib import Path
 from jobs.pipeline.recover import inplace
+from jobs.pipeline.recover.journal import Op
 store, staging, backup, ops = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4])
-inplace.apply(store, staging, backup, [inplace.Op(**o) for o in ops], {})
+inplace.apply(store, staging, backup, [Op(**o) for o in ops], {})
 """
 
 

@@ -23,7 +23,9 @@ live in storage_format/, Spark column functions in udfs/.
   `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link),
   `io.background_copy` (files copied in a thread while the job still plans, joined before publish),
   `io.compare` (two local files byte for byte, read only where either holds data),
-  `io.direct` (a large output file written from one aligned buffer, O_DIRECT where the filesystem takes it)
+  `io.direct` (a large output file written from one aligned buffer, O_DIRECT where the filesystem takes it),
+  `io.durable` (local files made durable: batched fsyncs of files and directories, a hard link, a copy fsynced
+  and renamed), `io.file_id` (a local file known again: its sha256, or its fingerprint with nothing read)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
@@ -42,8 +44,10 @@ live in storage_format/, Spark column functions in udfs/.
 - `recover`: jobs.recover
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
-  recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: backup, journal,
-  resume, rollback), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
+  recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: the switch's
+  steps, backup, journal, resume, rollback), `recover.journal` (the switch's file operations, their JSON form,
+  its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
+  `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
   of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.timer` (the 5.x timer store:
   warnings, verify's timer findings, what --repair-timer writes)
 - `convert`: jobs.convert (a DLedger store to a plain commit log)

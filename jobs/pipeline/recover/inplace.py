@@ -36,37 +36,32 @@ checked by sha256 instead (the manifest then holds both hashes). Files the plan 
 own bytes are left alone (compared byte for byte, not hashed). A patched file keeps its inode and size; its
 identity after the switch is the modification time apply sets (recorded before the switch), so a write
 since (a broker's) still shows.
+The records (`Op`, file names) are recover.journal's, patches recover.patches', and how resume and rollback
+judge each op's file recover.op_state's.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import errno
 import hashlib
 import json
-import mmap
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
 from ..io.compare import same_bytes
-from ..io.copy import copy_range
+from ..io.durable import copy_durable, fsync_all, fsync_dir, fsync_file, link
+from ..io.file_id import fingerprint, mtime_of, sha256_file
 from ..io.fs import pwrite_all
 from ..runtime.failure import JobError
 from ..runtime.faults import crash_point
-
-JOURNAL = ".reput-recover.journal"
-STAGING = ".reput-recover.staging"
-BACKUP_MANIFEST = "reput-backup.json"
-REPLACE, CREATE, DELETE, PATCH = "replace", "create", "delete", "patch"
-PAGE = 4096  # the unit changed ranges are found in, and a torn patched range is judged by
-PATCHES_NEW = "patches.new"  # STAGING/: every patch's new bytes, one after another (one file to flush)
-PATCHES_OLD = "reput-patches.old"  # DIR/: their old bytes, at the same offsets
+from .journal import (BACKUP_MANIFEST, CREATE, DELETE, JOURNAL, PATCH, PATCHES_OLD, REPLACE, STAGING, Op,
+                      write_pair)
+from .op_state import is_recorded, rollback_state
+from .patches import read_packed, read_ranges, staged_new, write_ranges
 
 
 def local_store(uri: str) -> Path:
@@ -78,22 +73,6 @@ def local_store(uri: str) -> Path:
     return Path(uri[len("file://"):] if uri.startswith("file://") else uri).resolve()
 
 
-def sha256_file(path: Path) -> str:
-    """sha256 of a file, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def fingerprint(path: Path) -> str:
-    """A file's identity without reading it: inode, size, modification time (ns); not the device number,
-    which some filesystems renumber across the reboot after a crash."""
-    st = os.stat(path)
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def same_filesystem(store: Path, backup: Path) -> bool:
     """DIR (or, before it exists, the directory it will be made in) lies on the store's filesystem, so the
     backup can be hard links."""
@@ -101,331 +80,6 @@ def same_filesystem(store: Path, backup: Path) -> bool:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     return os.stat(store).st_dev == os.stat(probe).st_dev
-
-
-def _fsync_file(path: Path) -> None:
-    """Flush one file to stable storage."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Flush a directory (its entries) to stable storage where the filesystem allows it."""
-    try:
-        _fsync_file(path)
-    except OSError as exc:  # some filesystems do not allow fsync on a directory
-        if exc.errno not in (errno.EINVAL, errno.EBADF, errno.EACCES):
-            raise
-
-
-SYNC_THREADS = 8  # fsyncs issued at once: the filesystem's journal commits them together (one wait, not one each)
-
-
-def _fsync_all(paths: list[Path]) -> None:
-    """fsync many files and directories concurrently (a directory where its filesystem allows it); every one
-    is durable when this returns."""
-    if not paths:
-        return
-    if len(paths) == 1:
-        _fsync_path(paths[0])
-        return
-    with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(paths)), thread_name_prefix="reput-fsync") as pool:
-        list(pool.map(_fsync_path, paths))
-
-
-def _fsync_path(path: Path) -> None:
-    """fsync a file, or a directory where its filesystem allows it."""
-    (_fsync_dir if path.is_dir() else _fsync_file)(path)
-
-
-def _link(src: Path, dst: Path) -> None:
-    """Back src up as a hard link dst (same filesystem): the switch replaces or unlinks the store's name and
-    never writes the old inode, so the backup keeps the old bytes without copying them. The caller fsyncs
-    dst's directory (once per directory, before the manifest)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        dst.unlink()
-    os.link(src, dst)
-
-
-def _copy_durable(src: Path, dst: Path) -> None:
-    """Copy src to dst through a temporary name, fsynced, then renamed (dst is whole or absent)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".reput-tmp")
-    try:
-        copy_range(str(src), str(tmp))  # in the kernel (a reflink where the filesystem shares extents)
-    except OSError:
-        shutil.copyfile(src, tmp)  # os.sendfile, itself falling back to read/write
-    with open(tmp, "rb+") as fout:
-        os.fsync(fout.fileno())
-    shutil.copystat(src, tmp)
-    os.replace(tmp, dst)
-    _fsync_dir(dst.parent)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Op:
-    """One file operation of the switch: the file before (`old_*`, None when created) and after (`new_*`,
-    None when deleted), by sha256 and/or by `fingerprint` (manifests before fingerprints have hashes only).
-    A PATCH names its byte `ranges` ([offset, length] each) and where its bytes lie in the packed files
-    (`packed_at`: STAGING/patches.new, DIR/reput-patches.old); its hashes are of those ranges' bytes, old and
-    new, each concatenated in order."""
-
-    op: str
-    path: str
-    old_sha256: str | None
-    new_sha256: str | None
-    old_file: str | None = None
-    new_file: str | None = None
-    ranges: tuple[tuple[int, int], ...] | None = None
-    packed_at: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.ranges is not None:  # JSON gives lists
-            object.__setattr__(self, "ranges", tuple((int(a), int(n)) for a, n in self.ranges))
-
-    def to_dict(self) -> dict:
-        """JSON form for the journal and the backup manifest."""
-        d = {"op": self.op, "path": self.path, "old_sha256": self.old_sha256, "new_sha256": self.new_sha256,
-             "old_file": self.old_file, "new_file": self.new_file}
-        if self.ranges is not None:
-            d["ranges"] = [list(r) for r in self.ranges]
-            d["packed_at"] = self.packed_at
-        return d
-
-    @property
-    def span_bytes(self) -> int:
-        """Bytes a PATCH writes."""
-        return sum(n for _, n in self.ranges or ())
-
-
-@dataclass(frozen=True)
-class Patch:
-    """A store file's new bytes in some ranges (the rest of the file and its size unchanged): `ranges` as
-    [offset, length], `data` their new bytes concatenated in order; `old` their bytes when read (None: read
-    them again)."""
-
-    path: str
-    ranges: tuple[tuple[int, int], ...]
-    data: bytes
-    old: bytes | None = None
-
-
-COMPARE_PAGES = 4096  # pages compared at once by changed_ranges (16 MiB: the temporaries stay small)
-
-
-def changed_ranges(old, new) -> tuple[tuple[int, int], ...]:
-    """The PAGE-aligned ranges in which two equal-sized buffers (bytes, mmap) differ, adjacent pages merged;
-    compared COMPARE_PAGES pages at a time."""
-    import numpy as np
-
-    a, b = np.frombuffer(old, np.uint8), np.frombuffer(new, np.uint8)
-    if a.shape != b.shape:
-        raise ValueError("changed_ranges: buffers of different sizes")
-    pages: list[int] = []
-    full = len(a) // PAGE * PAGE
-    step = COMPARE_PAGES * PAGE
-    for lo in range(0, full, step):
-        hi = min(full, lo + step)
-        differ = (a[lo:hi].reshape(-1, PAGE) != b[lo:hi].reshape(-1, PAGE)).any(axis=1)
-        pages.extend(lo // PAGE + int(p) for p in np.flatnonzero(differ))
-    out: list[tuple[int, int]] = []
-    for p in pages:
-        if out and out[-1][0] + out[-1][1] == p * PAGE:
-            out[-1] = (out[-1][0], out[-1][1] + PAGE)
-        else:
-            out.append((p * PAGE, PAGE))
-    if full < len(a) and (a[full:] != b[full:]).any():
-        if out and out[-1][0] + out[-1][1] == full:
-            out[-1] = (out[-1][0], out[-1][1] + len(a) - full)
-        else:
-            out.append((full, len(a) - full))
-    del a, b
-    return tuple(out)
-
-
-def _read_ranges(path: Path, ranges: tuple[tuple[int, int], ...]) -> bytes:
-    """A file's bytes in `ranges`, concatenated (short where the file is shorter)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return b"".join(os.pread(fd, n, at) for at, n in ranges)
-    finally:
-        os.close(fd)
-
-
-def _write_ranges(path: Path, ranges: tuple[tuple[int, int], ...], data: bytes, mtime_ns: int) -> None:
-    """Write `data` over a file's `ranges` (its size unchanged), then set its modification time; the caller
-    fsyncs it."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        view, pos = memoryview(data), 0
-        for at, n in ranges:
-            pwrite_all(fd, view[pos:pos + n], at)
-            pos += n
-        st = os.fstat(fd)
-        os.utime(fd, ns=(st.st_atime_ns, mtime_ns))
-    finally:
-        os.close(fd)
-
-
-def _patched_id(old_file: str, now_ns: int) -> tuple[str, int]:
-    """A patched file's fingerprint after the switch, and the modification time that makes it: inode and size
-    kept, the time later than the old one (so the old and new fingerprints differ)."""
-    ino, size, mtime = (int(x) for x in old_file.split(":"))
-    new_mtime = max(now_ns, mtime + 1)
-    return f"{ino}:{size}:{new_mtime}", new_mtime
-
-
-def _mtime_of(file_id: str) -> int:
-    return int(file_id.split(":")[2])
-
-
-def split_patches(output, store: Path):
-    """(patches, the rest of the output): of what recovery renders, the files the switch patches instead of
-    replacing: kept consume-queue files (their span of written units, `recovery.render_span`, as recover --out
-    writes them over a copy) and existing index files rewritten at their size (the pages keys were appended
-    to: hash slots, header, entries). The checkpoint and markers stay whole-file replacements (one page each,
-    renamed atomically). `output` is a recover.write.RecoveryOutput; the rest is a copy without the patched
-    files. The patches are an iterator, each rendered when taken (stage_patches writes them out one by one:
-    memory holds one file's span, not every re-dispatched unit at once)."""
-    kept_cq, cq = [], []
-    for item in output.render_cq:
-        rel, _, qdir, _ = item
-        (kept_cq if qdir is not None and (store / rel).is_file() else cq).append(item)
-    index, whole = [], {}
-    for rel, data in output.render_bytes.items():
-        target = store / rel
-        if rel.startswith("index/") and data and target.is_file() and os.stat(target).st_size == len(data):
-            index.append((rel, data))
-        else:
-            whole[rel] = data
-    return _patches(store, kept_cq, index), dataclasses.replace(output, render_cq=cq, render_bytes=whole)
-
-
-def _patches(store: Path, kept_cq: list, index: list[tuple[str, bytes]]) -> Iterator[Patch]:
-    """split_patches' patches, rendered one at a time."""
-    from storage_format import recovery
-
-    for rel, st, _, start in kept_cq:
-        read: dict[tuple[int, int], bytes] = {}
-
-        def pread(off: int, n: int, fd: int) -> bytes:
-            read[(off, n)] = os.pread(fd, n, off)
-            return read[(off, n)]
-        fd = os.open(store / rel, os.O_RDONLY)
-        try:
-            at, units = recovery.render_span(st, start, lambda off, n, fd=fd: pread(off, n, fd))
-        finally:
-            os.close(fd)
-        if len(units):
-            data = units.tobytes()
-            yield Patch(rel, ((at, len(data)),), data, read.get((at, len(data))))
-    for rel, data in index:
-        with open(store / rel, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as old:
-            ranges = changed_ranges(old, data)
-            view = memoryview(data)
-            patch = Patch(rel, ranges, b"".join(view[a:a + n] for a, n in ranges),
-                          b"".join(old[a:a + n] for a, n in ranges))
-        if ranges:
-            yield patch
-
-
-KEEP_BYTES = 256 << 20  # patch bytes stage_patches keeps in memory for apply; past it apply reads them again
-
-
-def stage_patches(store: Path, staging: Path, patches: Iterable[Patch],
-                  keep: dict[str, tuple[bytes, bytes]] | None = None) -> list[Op]:
-    """Stage every patch's new bytes, one after another in STAGING/patches.new (flushed by apply), and make
-    their PATCH ops; a patch that changes no byte is no op. `keep` gets each op's (old, new) bytes by path, up
-    to KEEP_BYTES in all, for apply (which then neither reads them again nor hashes them while the file is as
-    staged)."""
-    import time
-
-    ops, at, kept = [], 0, 0
-    packed = staging / PATCHES_NEW
-    with open(packed, "wb") as out:
-        for p in patches:
-            target = store / p.path
-            if sum(n for _, n in p.ranges) != len(p.data):
-                raise ValueError(f"{p.path}: patch data does not fill its ranges")
-            if any(a + n > os.stat(target).st_size for a, n in p.ranges):
-                raise JobError(f"{target}: a patch reaches past the end of the file")
-            old_file = fingerprint(target)
-            old = p.old if p.old is not None and len(p.old) == len(p.data) else _read_ranges(target, p.ranges)
-            if old == p.data:
-                continue
-            new_file, _ = _patched_id(old_file, time.time_ns())
-            ops.append(Op(op=PATCH, path=p.path, old_sha256=hashlib.sha256(old).hexdigest(),
-                          new_sha256=hashlib.sha256(p.data).hexdigest(), old_file=old_file, new_file=new_file,
-                          ranges=p.ranges, packed_at=at))
-            if keep is not None and kept + 2 * len(p.data) <= KEEP_BYTES:
-                keep[p.path] = (old, p.data)
-                kept += 2 * len(p.data)
-            out.write(p.data)
-            at += len(p.data)
-    if not ops:
-        packed.unlink()
-    return ops
-
-
-def _packed(path: Path, op: Op) -> bytes | None:
-    """A PATCH's bytes in a packed file (new: STAGING/patches.new, old: DIR/reput-patches.old), None where
-    the file is missing or short."""
-    if op.packed_at is None or not path.is_file():
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.pread(fd, op.span_bytes, op.packed_at)
-    finally:
-        os.close(fd)
-    return data if len(data) == op.span_bytes else None
-
-
-def _patch_state(target: Path, op: Op, backup: Path | None, interrupted: bool) -> str | None:
-    """What a patched file holds: "new" or "old" (by fingerprint), or None (written since). Only while a
-    switch is `interrupted` (its journal present) may a patched file be between the two: then it is judged
-    by its ranges' bytes, "new", "old", or "torn" (each PAGE of them old or new: a write killed part-way)."""
-    fp = fingerprint(target)
-    if fp == op.new_file:
-        return "new"
-    if fp == op.old_file:
-        return "old"
-    if not interrupted or op.old_file is not None and fp.split(":")[:2] != op.old_file.split(":")[:2]:
-        return None  # written since the switch, or another inode or size: not the file the switch patched
-    now = _read_ranges(target, op.ranges)
-    digest = hashlib.sha256(now).hexdigest()
-    if digest == op.new_sha256:
-        return "new"
-    if digest == op.old_sha256:
-        return "old"
-    old = _packed(backup / PATCHES_OLD, op) if backup is not None else None
-    new = _staged_new(target, op)
-    if old is None or new is None or hashlib.sha256(old).hexdigest() != op.old_sha256:
-        return None
-    for at in range(0, len(now), PAGE):
-        block = now[at:at + PAGE]
-        if block != old[at:at + PAGE] and block != new[at:at + PAGE]:
-            return None
-    return "torn"
-
-
-def _staged_new(target: Path, op: Op) -> bytes | None:
-    """A PATCH's new bytes from the store's staging area (there until the switch finishes), checked."""
-    store = target
-    for _ in Path(op.path).parts:
-        store = store.parent
-    data = _packed(store / STAGING / PATCHES_NEW, op)
-    return data if data is not None and hashlib.sha256(data).hexdigest() == op.new_sha256 else None
-
-
-def _is(path: Path, sha: str | None, file_id: str | None) -> bool:
-    """path is the file an Op recorded: the same fingerprint, else (when the Op has one) the same sha256."""
-    if file_id is not None and fingerprint(path) == file_id:
-        return True
-    return sha is not None and sha256_file(path) == sha
 
 
 def _order(path: str) -> int:
@@ -514,7 +168,7 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
     files, dirs = _tree(staging)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-staged-sync") as flusher:
-        staged = flusher.submit(_fsync_all, files + dirs)  # the staged area flushed while backing up
+        staged = flusher.submit(fsync_all, files + dirs)  # the staged area flushed while backing up
         linked = same_filesystem(store, backup)
         if not linked:  # copies are checked by sha256: ops built for links get the old file's hash first
             ops = [o if o.op == CREATE or o.old_sha256 else
@@ -526,17 +180,17 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
                 kept = (patch_bytes or {}).get(op.path)
                 if kept is not None and fingerprint(store / op.path) == op.old_file:
                     old = kept[0]  # the file as staged: the bytes stage_patches read and hashed
-                elif hashlib.sha256(old := _read_ranges(store / op.path, op.ranges)).hexdigest() \
+                elif hashlib.sha256(old := read_ranges(store / op.path, op.ranges)).hexdigest() \
                         != op.old_sha256:
                     raise JobError(f"{store / op.path}: changed while recovery ran (its bytes to be patched "
                                    f"differ from those read when staging); run recovery again")
                 spans.append((op.packed_at, old))
             elif op.op in (REPLACE, DELETE):
-                if linked:
-                    _link(store / op.path, backup / op.path)
+                if linked:  # the switch replaces or unlinks the store's name and never writes the old inode,
+                    link(store / op.path, backup / op.path)  # so the link keeps the old bytes without a copy
                     backup_dirs.add((backup / op.path).parent)
                 else:
-                    _copy_durable(store / op.path, backup / op.path)
+                    copy_durable(store / op.path, backup / op.path)
                     if sha256_file(backup / op.path) != op.old_sha256:
                         raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
         if spans:  # each at the offset its op names, as stage_patches packed the new bytes
@@ -546,7 +200,7 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
                     pwrite_all(fd, old, at)
             finally:
                 os.close(fd)
-        _fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))
+        fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))
         staged.result()
     crash_point("staged")
     saved = sum(o.op in (REPLACE, DELETE) for o in ops)
@@ -555,28 +209,13 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     manifest = {"store": str(store), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                 "ops": [o.to_dict() for o in ops], "plan": plan_summary, "backup": backed}
     journal = {"state": "applying", "backup_dir": str(backup), "staging": str(staging), "ops": manifest["ops"]}
-    _write_pair(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode(),
-                store / JOURNAL, json.dumps(journal, indent=2).encode())
+    write_pair(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode(),
+               store / JOURNAL, json.dumps(journal, indent=2).encode())
     crash_point("journaled")
     _run_ops(store, staging, ops, {k: new for k, (_, new) in (patch_bytes or {}).items()})
     crash_point("applied")
     _finish(store, staging)
     return manifest
-
-
-def _write_pair(first: Path, first_data: bytes, then: Path, then_data: bytes) -> None:
-    """Two small files each written through a temporary name and renamed, flushed together; `then` appears only once `first` is durable (the
-    backup manifest before the journal that points at it)."""
-    tmps = [first.with_name(first.name + ".tmp"), then.with_name(then.name + ".tmp")]
-    for tmp, data in zip(tmps, (first_data, then_data)):
-        with open(tmp, "wb") as f:
-            f.write(data)
-    _fsync_all(tmps)
-    os.replace(tmps[0], first)
-    _fsync_dir(first.parent)
-    crash_point("backed-up")
-    os.replace(tmps[1], then)
-    _fsync_dir(then.parent)
 
 
 def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, bytes] | None = None) -> None:
@@ -590,27 +229,27 @@ def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, byt
     for n, op in enumerate(ops, 1):
         target = store / op.path
         if target.parent == store and (patched or pending) or op.path == ABORT and root_changed:
-            _fsync_all(patched + sorted(pending))
+            fsync_all(patched + sorted(pending))
             pending.clear()
             patched.clear()
             if root_changed:
-                _fsync_dir(store)
+                fsync_dir(store)
                 root_changed = False
         if op.op == PATCH:
             if not target.is_file():
                 raise JobError(f"{target}: cannot finish: the file to patch is gone")
             if fingerprint(target) != op.new_file:
-                new = (new_bytes or {}).get(op.path) or _staged_new(target, op)
+                new = (new_bytes or {}).get(op.path) or staged_new(target, op)
                 if new is None:
                     raise JobError(f"{target}: cannot finish: the staged bytes of its patch are missing or damaged")
-                _write_ranges(target, op.ranges, new, _mtime_of(op.new_file))
+                write_ranges(target, op.ranges, new, mtime_of(op.new_file))
                 patched.append(target)
         elif op.op in (REPLACE, CREATE):
             staged = staging / op.path
             if staged.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged, target)
-            elif not target.exists() or not _is(target, op.new_sha256, op.new_file):
+            elif not target.exists() or not is_recorded(target, op.new_sha256, op.new_file):
                 raise JobError(f"{target}: cannot finish: neither the staged file nor the new content is there")
         elif target.exists():
             target.unlink()
@@ -619,15 +258,15 @@ def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, byt
         elif op.op != PATCH:
             pending.add(target.parent)
         crash_point(f"op-{n}")
-    _fsync_all(patched + sorted(pending))
+    fsync_all(patched + sorted(pending))
     if root_changed:
-        _fsync_dir(store)
+        fsync_dir(store)
 
 
 def _finish(store: Path, staging: Path) -> None:
     """Drop the journal (the store is now new) and the staging area."""
     (store / JOURNAL).unlink()
-    _fsync_dir(store)
+    fsync_dir(store)
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -650,25 +289,6 @@ def resume(store: Path) -> dict:
     return {"resumed": len(ops), "backup_dir": info["backup_dir"]}
 
 
-def _rollback_state(target: Path, op: Op, backup: Path, interrupted: bool = False) -> str | None:
-    """What the store holds at an Op's path: "old", "new", "absent" (where the Op allows that), or None for
-    anything else (a file changed since the recovery). A file an earlier rollback restored is a copy of
-    the backup: "old" by its bytes."""
-    if op.op == PATCH:
-        return _patch_state(target, op, backup, interrupted) if target.exists() else None
-    if not target.exists():
-        return "absent" if op.old_sha256 is None and op.old_file is None or op.op == DELETE else None
-    if op.new_file is not None or op.new_sha256 is not None:
-        if _is(target, op.new_sha256, op.new_file):
-            return "new"
-    if op.op != CREATE:
-        if _is(target, op.old_sha256, op.old_file):
-            return "old"
-        if op.old_sha256 is None and (backup / op.path).exists() and same_bytes(target, backup / op.path):
-            return "old"
-    return None
-
-
 def rollback(store: Path, backup: Path) -> dict:
     """Restore the state before recovery from the backup (during or after an in-place run)."""
     manifest_path = backup / BACKUP_MANIFEST
@@ -680,7 +300,7 @@ def rollback(store: Path, backup: Path) -> dict:
         raise JobError(f"{manifest_path} is a backup of {manifest['store']}, not of {store}")
     ops = [Op(**o) for o in manifest["ops"]]
     interrupted = (store / JOURNAL).exists()
-    state = {op.path: _rollback_state(store / op.path, op, backup, interrupted) for op in ops}
+    state = {op.path: rollback_state(store / op.path, op, backup, interrupted) for op in ops}
     foreign = [op.path for op in ops if state[op.path] is None]
     if foreign:
         raise JobError(f"files changed since the recovery (a broker may have run on the store): "
@@ -690,21 +310,21 @@ def rollback(store: Path, backup: Path) -> dict:
         if op.op == CREATE:
             if target.exists():
                 target.unlink()
-                _fsync_dir(target.parent)
+                fsync_dir(target.parent)
             _remove_empty_parents(target.parent, store)
         elif op.op == PATCH:
             if state[op.path] != "old":
-                old = _packed(backup / PATCHES_OLD, op)
+                old = read_packed(backup / PATCHES_OLD, op)
                 if old is None or hashlib.sha256(old).hexdigest() != op.old_sha256:
                     raise JobError(f"{backup / PATCHES_OLD}: backup of {op.path} is missing or damaged (it differs "
                                    f"from the manifest's sha256)")
-                _write_ranges(target, op.ranges, old, _mtime_of(op.old_file))
-                _fsync_file(target)
+                write_ranges(target, op.ranges, old, mtime_of(op.old_file))
+                fsync_file(target)
         elif state[op.path] != "old":
-            if not _is(backup / op.path, op.old_sha256, op.old_file):
+            if not is_recorded(backup / op.path, op.old_sha256, op.old_file):
                 raise JobError(f"{backup / op.path}: backup copy is damaged (it differs from the manifest's "
                                f"{'sha256' if op.old_sha256 else 'record of the file'})")
-            _copy_durable(backup / op.path, target)
+            copy_durable(backup / op.path, target)
     if (store / JOURNAL).exists():
         _finish(store, store / STAGING)
     else:
