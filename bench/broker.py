@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.pipeline.recover.inplace import sha256_file
+from jobs.pipeline.io.file_id import sha256_file
 
 from .compare import compare_stores
 from .cpu import CpuWatch
