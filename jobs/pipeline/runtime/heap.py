@@ -10,7 +10,6 @@ the split size bounds, not the store size) between tasks. Where the C library is
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # malloc.h
 MMAP_ABOVE = 256 << 20  # blocks above this still come from mmap (none of a task's arrays at the default split)
@@ -24,8 +23,8 @@ def keep_freed_memory() -> bool:
     if _applied is None:
         _applied = False
         try:
-            mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-        except (OSError, AttributeError):  # no glibc (musl, macOS): their defaults stay
+            mallopt = ctypes.CDLL(None).mallopt  # the C library the process runs on (no ldconfig subprocess)
+        except (OSError, AttributeError):  # no mallopt (musl, macOS): their defaults stay
             return False
         _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
     return _applied
