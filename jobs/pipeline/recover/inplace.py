@@ -61,7 +61,7 @@ from ..runtime.faults import crash_point
 from .journal import (BACKUP_MANIFEST, CREATE, DELETE, JOURNAL, PATCH, PATCHES_OLD, REPLACE, STAGING, Op,
                       write_pair)
 from .op_state import is_recorded, rollback_state
-from .patches import read_packed, read_ranges, staged_new, write_ranges
+from .patches import backed_up_old, read_ranges, staged_new, write_ranges
 
 
 def local_store(uri: str) -> Path:
@@ -314,8 +314,8 @@ def rollback(store: Path, backup: Path) -> dict:
             _remove_empty_parents(target.parent, store)
         elif op.op == PATCH:
             if state[op.path] != "old":
-                old = read_packed(backup / PATCHES_OLD, op)
-                if old is None or hashlib.sha256(old).hexdigest() != op.old_sha256:
+                old = backed_up_old(backup, op)
+                if old is None:
                     raise JobError(f"{backup / PATCHES_OLD}: backup of {op.path} is missing or damaged (it differs "
                                    f"from the manifest's sha256)")
                 write_ranges(target, op.ranges, old, mtime_of(op.old_file))

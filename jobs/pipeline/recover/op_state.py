@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ..io.compare import same_bytes
 from ..io.file_id import fingerprint, sha256_file
-from .journal import CREATE, DELETE, PATCH, PATCHES_OLD, Op
-from .patches import PAGE, read_packed, read_ranges, staged_new
+from .journal import CREATE, DELETE, PATCH, Op
+from .patches import PAGE, backed_up_old, read_ranges, staged_new
 
 
 def rollback_state(target: Path, op: Op, backup: Path, interrupted: bool = False) -> str | None:
@@ -47,9 +47,9 @@ def patch_state(target: Path, op: Op, backup: Path | None, interrupted: bool) ->
         return "new"
     if digest == op.old_sha256:
         return "old"
-    old = read_packed(backup / PATCHES_OLD, op) if backup is not None else None
+    old = backed_up_old(backup, op) if backup is not None else None
     new = staged_new(target, op)
-    if old is None or new is None or hashlib.sha256(old).hexdigest() != op.old_sha256:
+    if old is None or new is None:
         return None
     for at in range(0, len(now), PAGE):
         block = now[at:at + PAGE]

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 from ..io.file_id import fingerprint
 from ..io.fs import pwrite_all
 from ..runtime.failure import JobError
-from .journal import PATCH, PATCHES_NEW, STAGING, Op
+from .journal import PATCH, PATCHES_NEW, PATCHES_OLD, STAGING, Op
 
 PAGE = 4096  # the unit changed ranges are found in, and a torn patched range is judged by
 
@@ -190,6 +190,13 @@ def read_packed(path: Path, op: Op) -> bytes | None:
         return None
     data = read_ranges(path, ((op.packed_at, op.span_bytes),))
     return data if len(data) == op.span_bytes else None
+
+
+def backed_up_old(backup: Path, op: Op) -> bytes | None:
+    """A PATCH's old bytes from the backup directory (DIR/reput-patches.old), checked against the manifest's
+    sha256: None where missing, short or damaged."""
+    data = read_packed(backup / PATCHES_OLD, op)
+    return data if data is not None and hashlib.sha256(data).hexdigest() == op.old_sha256 else None
 
 
 def staged_new(target: Path, op: Op) -> bytes | None:
