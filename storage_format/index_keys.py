@@ -20,6 +20,14 @@ from .record import TRAN_MASK, TRAN_ROLLBACK
 HASH_CHAR = ord("#")
 
 
+def rows_at_or_after(offsets: np.ndarray, low) -> slice | np.ndarray:
+    """The rows of record offsets that are >= low: a slice from the first one when they ascend, as keys in
+    dispatch order do (searched, nothing copied), else a mask."""
+    if len(offsets) > 1 and not bool((offsets[1:] >= offsets[:-1]).all()):
+        return offsets >= low
+    return slice(int(np.searchsorted(offsets, low, side="left")), len(offsets))
+
+
 @dataclass(frozen=True)
 class KeyBatch:
     """Index keys in dispatch order (key hash, record offset, store time)."""
@@ -36,12 +44,8 @@ class KeyBatch:
         return KeyBatch(self.key_hash[sel], self.phy[sel], self.store_ts[sel])
 
     def from_offset(self, offset: int) -> "KeyBatch":
-        """The keys of records at or after `offset`: a slice (views, no copy) when the offsets ascend, as keys
-        in dispatch order do, else the masked rows."""
-        phy = self.phy
-        if len(phy) > 1 and not bool((phy[1:] >= phy[:-1]).all()):
-            return self.take(phy >= offset)
-        return self.take(slice(int(np.searchsorted(phy, offset, side="left")), len(phy)))
+        """The keys of records at or after `offset` (rows_at_or_after: views, no copy, in dispatch order)."""
+        return self.take(rows_at_or_after(self.phy, offset))
 
     @staticmethod
     def concat(batches: list["KeyBatch"]) -> "KeyBatch":

@@ -18,6 +18,7 @@ from storage_format.commitlog import parse_segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import HEADER_SIZE, IndexHeader, is_name
+from storage_format.index_keys import rows_at_or_after
 from storage_format.log_sources import QUEUE_DIR_SKIPPED, LogFile, broker_consequence, queue_dir_verdict
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import java_parse_long
@@ -301,10 +302,7 @@ def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
         return slice(0, len(values))
     if low > np.iinfo(values.dtype).max:
         return slice(len(values), len(values))
-    low = values.dtype.type(low)
-    if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
-        return values >= low
-    return slice(int(np.searchsorted(values, low, side="left")), len(values))
+    return rows_at_or_after(values, values.dtype.type(low))
 
 
 def record_store_timestamp(segments: list[Segment], offset: int) -> int:
