@@ -42,7 +42,10 @@ def pause_at(point: str) -> None:
 
 
 def _announce(point: str) -> None:
-    print(f"reput test hook: paused at {point}", file=sys.stderr, flush=True)
+    # one write of the whole line: Spark runs Python workers unbuffered (PYTHONUNBUFFERED), where print's text and
+    # its newline are two writes, between which another process's line can land on the shared stderr
+    sys.stderr.write(f"reput test hook: paused at {point}\n")
+    sys.stderr.flush()
     mark = env.value("REPUT_TEST_PAUSE_MARK")
     if mark:
         with open(mark, "w") as f:
