@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo test test-floors test-cluster test-boundscheck bench package clean
+.PHONY: venv system-deps demo test test-full test-floors test-cluster test-boundscheck bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,15 @@ demo: venv
 	$(PY) -m jobs.verify --store $(DEMO)/checked --broker-config $(DEMO)/store/broker.conf
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
 
+# The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`).
 test: venv system-deps
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not full and not cluster" tests
 
-# Every dependency at its floor in pyproject.toml (a venv outside the repository), then the fast suite there.
+# Everything, the whole matrices too (docs/testing.md): run before each release note.
+test-full: venv system-deps
+	$(PY) -m pytest -q -m "not cluster" tests
+
+# Every dependency at its floor in pyproject.toml (a venv outside the repository), then the tests marked `floors` there.
 test-floors:
 	PYTHON=$(PYTHON) .ci/floors
 

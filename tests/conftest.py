@@ -133,3 +133,39 @@ def pid_gone(pid: int, within_s: float) -> bool:
             pass
         time.sleep(0.1)
     return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """What the temp directory holds before the run (tests/leftovers.py): the end compares against it."""
+    from tests.leftovers import temp_entries
+
+    session.config.stash[_BEFORE] = temp_entries()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Nothing left behind: a run that leaves `reput-*` or Spark socket entries in the temp directory, or a process
+    below this one (other than the suite's own Spark JVM, which ends with this process), fails, naming each."""
+    import sys
+
+    from tests.leftovers import left_behind
+
+    if exitstatus == pytest.ExitCode.INTERRUPTED or _BEFORE not in session.config.stash:
+        return
+    spared: set[int] = set()
+    context = sys.modules.get("pyspark") and sys.modules["pyspark"].SparkContext
+    gateway = getattr(context, "_gateway", None) if context else None
+    if getattr(gateway, "proc", None) is not None:
+        spared.add(gateway.proc.pid)
+    left = left_behind(session.config.stash[_BEFORE], os.getpid(), spared)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the run left these behind (tests/leftovers.py):\n" + left.describe()
+        if reporter is not None:
+            reporter.section("left behind", sep="=", red=True)
+            reporter.line(text)
+        else:
+            print(text, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[set]()

@@ -67,6 +67,8 @@ def test_nulls_are_refused(arr: pa.Array) -> None:
 
 _WATCH = """
 import os, runpy, sys
+
+pytestmark = pytest.mark.floors  # Arrow buffers and casts: make test-floors runs it at the dependency floors
 class Watch:
     def find_spec(self, name, path=None, target=None):
         if name == "pandas":

@@ -26,6 +26,8 @@ from storage_format.msg_id import decode_offset_msg_ids
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN, expected_scan, manifest
 
+pytestmark = pytest.mark.floors  # deltalake commits: make test-floors runs it at the dependency floors
+
 SMALL = "clean-small-11"
 
 

@@ -8,10 +8,13 @@ import re
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from jobs.catalog import main as catalog_main
 from tests.conftest import GOLDEN, REPO, manifest
+
+pytestmark = pytest.mark.floors  # deltalake commits read from Spark: make test-floors runs it at the dependency floors
 
 CASE = "v5-clean-small-11"  # has a topic longer than the partition directory name can hold
 

@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from jobs.pipeline.convert.msgid_map import (MAP_DIR, ID_COLUMNS, lookup, map_part, map_writer, with_ids)
@@ -16,6 +17,8 @@ from jobs.pipeline.io.fs import Location
 from storage_format.commitlog_layout import AT_SYS_FLAG, store_host_at
 from storage_format.msg_id import encode_offset_msg_id
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
+
+pytestmark = pytest.mark.floors  # Parquet reads: make test-floors runs it at the dependency floors
 
 RECORD = 120  # room for the fields read (sysFlag, born host, store host: at most 48 + 20 + 8 + 20 bytes)
 

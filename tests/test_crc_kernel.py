@@ -14,6 +14,8 @@ from storage_format.kernels.split_decode import decode_fast
 from storage_format.record import FLAG_COMPRESSED, Message
 from storegen.encoder import encode_record
 
+pytestmark = pytest.mark.floors  # numba's code for the CRC kernel: make test-floors runs it at the dependency floors
+
 
 def _kernel_crc(data: bytes, lo: int = 0, hi: int | None = None) -> int:
     arr = np.frombuffer(data, np.uint8)  # read-only, as the segment buffers the kernel walks

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.floors  # the floors themselves: make test-floors runs it at the dependency floors
+
 
 def _floors():
     spec = importlib.util.spec_from_file_location("ci_floors", REPO / ".ci" / "floors.py")

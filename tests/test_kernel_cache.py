@@ -13,8 +13,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from jobs.pipeline.runtime.package import build_zip
 from storage_format.kernels import jit
+
+FLOORS = pytest.mark.floors  # numba's cache locator: make test-floors runs these at the dependency floors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,18 +33,7 @@ def _warm_from(zip_path: Path, cache: Path) -> tuple[str, dict[str, int]]:
     return origin, misses
 
 
-def test_kernels_from_a_moved_zip_do_not_recompile(tmp_path):
-    """First application compiles; a second one, with the same zip at another path, loads every kernel."""
-    cache = tmp_path / "numba-cache"
-    first_zip, second_zip = tmp_path / "app-1" / "reput.zip", tmp_path / "app-2" / "reput.zip"
-    build_zip(first_zip)
-    build_zip(second_zip)
-    origin, misses = _warm_from(first_zip, cache)
-    assert origin.startswith(str(first_zip)) and all(n > 0 for n in misses.values())
-    origin, misses = _warm_from(second_zip, cache)
-    assert origin.startswith(str(second_zip)) and misses == {name: 0 for name in misses}
-
-
+@FLOORS
 def test_the_driver_starts_without_numba():
     """Kernels are compiled (or loaded) at their first call: importing every job, as a driver does, leaves
     numba unimported (a third of a second of every job's start-up), and a kernel call then brings it."""
@@ -53,43 +46,37 @@ def test_the_driver_starts_without_numba():
     assert done.stdout.split() == ["False", "True", "[10,", "30,", "20]", "[0,", "2,", "3]"]
 
 
-def test_a_changed_helper_module_recompiles_the_kernel(tmp_path):
-    """numba checks a cached kernel against its own module only; the kernel's inlined byte helpers
-    (kernel_bytes) are in its stamp too, so editing them cannot leave a stale kernel in the cache."""
-    tree, cache = tmp_path / "tree", tmp_path / "numba-cache"
-    shutil.copytree(Path(__file__).parents[1] / "storage_format", tree / "storage_format",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    helper = tree / "storage_format" / "kernels" / "kernel_bytes.py"
-    original = helper.read_text()
-    runs = []
-    for source in (original, original, original + "# edited\n", original):
-        helper.write_text(source)
-        env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache))
-        done = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, env=env, cwd=tmp_path,
-                              check=True)
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1])[1]["decode_kernel"])
-    # the edit compiles anew; the tree back at the first source loads that source's kernels (keyed by source)
-    assert runs[0] > 0 and runs[1] == 0 and runs[2] > 0 and runs[3] == 0, runs
-
-
-def test_two_versions_at_one_zip_location_keep_one_cache_each(tmp_path):
-    """Two reput versions with different kernel sources, shipped one after the other as the same zip path with
-    one NUMBA_CACHE_DIR (two applications of two releases on one executor): each compiles once, then both
-    load; neither recompiles the other's kernels (a cache keyed by the package's name alone did)."""
-    cache, zip_path = tmp_path / "numba-cache", tmp_path / "app" / "reput.zip"
-    versions = {}
-    for name, edit in (("a", ""), ("b", "# b\n")):
+def test_the_cache_follows_the_kernel_source_not_the_zip_path(tmp_path):
+    """One NUMBA_CACHE_DIR, the zips of two reput versions whose sources differ only in an inlined helper module
+    (kernel_bytes; numba itself checks a cached kernel against its own module only):
+    - version A compiles at its first application; the same zip at another path (Spark gives each application
+      a new directory) loads every kernel;
+    - version B, shipped as the same zip path, compiles (editing a helper cannot leave a stale kernel);
+    - then A and B both load from there on: neither recompiles the other's kernels (a cache keyed by the
+      package's name alone did), one cache directory per kernel source.
+    Two compilations in all (each costs tens of seconds), for what were three tests and five compilations."""
+    cache = tmp_path / "numba-cache"
+    trees = {}
+    for name, edit in (("a", ""), ("b", "# edited\n")):
         tree = tmp_path / name
         shutil.copytree(REPO / "storage_format", tree / "storage_format", ignore=shutil.ignore_patterns("__pycache__"))
-        with open(tree / "storage_format" / "kernels" / "split_kernel.py", "a") as f:
+        with open(tree / "storage_format" / "kernels" / "kernel_bytes.py", "a") as f:
             f.write(edit)
-        versions[name] = tree
-    misses = {}
-    for step, name in enumerate("abab"):
-        build_zip(zip_path, repo=versions[name])
-        misses[step] = _warm_from(zip_path, cache)[1]
-    assert misses[0]["decode_kernel"] > 0 and misses[1]["decode_kernel"] > 0, misses  # each version compiles
-    assert misses[2] == misses[3] == {name: 0 for name in misses[0]}, misses  # then neither compiles again
+        trees[name] = tree
+    first_zip, moved_zip = tmp_path / "app-1" / "reput.zip", tmp_path / "app-2" / "reput.zip"
+    build_zip(first_zip, repo=trees["a"])
+    origin, misses = _warm_from(first_zip, cache)
+    assert origin.startswith(str(first_zip)) and all(n > 0 for n in misses.values()), misses  # A compiles
+    loaded = {name: 0 for name in misses}
+    runs = []
+    for name in "abab":  # the moved path; A loads, B compiles once, then both load
+        build_zip(moved_zip, repo=trees[name])
+        origin, misses = _warm_from(moved_zip, cache)
+        assert origin.startswith(str(moved_zip))
+        runs.append(misses)
+    assert runs[0] == loaded, runs[0]  # the same source at another path: nothing compiled
+    assert runs[1]["decode_kernel"] > 0, runs[1]  # the helper's edit compiles anew
+    assert runs[2] == runs[3] == loaded, runs  # then neither version compiles again
     assert len(list((cache / jit.CACHE_NAME).iterdir())) == 2  # one directory per kernel source
 
 
@@ -103,6 +90,7 @@ print(json.dumps([row_groups.group_rows.stats.cache_path, jit.kernel_key(), os.e
 """
 
 
+@FLOORS
 def test_the_cache_is_placed_through_numbas_public_variable_over_a_users_value(tmp_path):
     """NUMBA_CACHE_LOCATOR_CLASSES set by the user, and numba imported before reput's first kernel: reput's
     locator goes first (the user's list after it, for every other function), and the kernels are cached in
@@ -124,6 +112,7 @@ def _first_call_error(tmp_path: Path, before: str) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.startswith("RuntimeError: ")]
 
 
+@FLOORS
 def test_a_numba_without_the_public_variable_is_refused_in_one_line(tmp_path):
     """numba before 0.62 has no NUMBA_CACHE_LOCATOR_CLASSES: the first kernel call says so, naming the version
     found, instead of caching where each application recompiles."""
@@ -132,6 +121,7 @@ def test_a_numba_without_the_public_variable_is_refused_in_one_line(tmp_path):
                      "which places reput's kernel cache: install numba>=0.62"]
 
 
+@FLOORS
 def test_a_private_option_numba_does_not_take_is_refused_in_one_line(tmp_path):
     """The kernels' one private numba option (`_nrt`) has no public equivalent: a numba that no longer takes a
     private option fails the first kernel call in one line naming it (here an option no numba has)."""
@@ -142,6 +132,7 @@ def test_a_private_option_numba_does_not_take_is_refused_in_one_line(tmp_path):
     assert lines[0].endswith("does not take the njit option(s) _no_such_option that reput's kernels are compiled with")
 
 
+@FLOORS
 def test_the_cache_key_covers_every_kernel_module_and_numbas_floor_is_pyprojects():
     """Every module of the package that defines a kernel is in the key's sources (else editing it could leave
     a stale kernel), and the numba floor the first call checks is pyproject.toml's."""

@@ -16,6 +16,8 @@ from jobs.rebuild import main as rebuild_main
 from storegen.sample import write_sample_store
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.floors  # nbclient and matplotlib: make test-floors runs it at the dependency floors
+
 NOTEBOOKS = REPO / "notebooks"
 AUDIT = NOTEBOOKS / "audit.ipynb"
 FIGURES = ("records_per_topic", "records_per_queue", "volume_per_minute", "size_distribution")

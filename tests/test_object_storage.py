@@ -35,6 +35,8 @@ from tests.rebuild_helpers import golden_consume_queue_hashes, golden_index_hash
 from tests.test_catalog import per_topic_queue
 from tests.test_query import carries, records_by_offset, sample_keys
 
+pytestmark = pytest.mark.floors  # S3 copies (pyarrow's filesystem, moto): make test-floors runs it at the dependency floors
+
 BUCKET = "reput"
 CLEAN, TORN = "clean-small-11", "unclean-torn-11"
 PAUSE_TIMEOUT_S = 300

@@ -17,6 +17,8 @@ from jobs.rebuild import main as rebuild_main
 from storegen.sample import write_sample_store
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.floors  # a smoke of every job: make test-floors runs it at the dependency floors
+
 README = REPO / "README.md"
 
 

@@ -9,6 +9,8 @@ from tests.conftest import GOLDEN, case_params, expected_scan, golden_cases, man
 from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
                                    index_hashes, report, run_rebuild)
 
+pytestmark = pytest.mark.floors  # a byte-exact rebuild per golden case: make test-floors runs it at the dependency floors
+
 # Every store the broker wrote from a clean dispatch (not crashed inputs, not recovered outputs: recovery
 # indexes one record twice and leaves stale entries, which a rebuild does not reproduce). A store the broker
 # reopened after keeping `abort` (manifest `recovered_from`) is a recovered output too: see REOPENED.

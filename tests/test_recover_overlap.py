@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,6 +183,7 @@ def interrupted_recover_leaves_nothing(tmp_path: Path, hook: str, settle_s: floa
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)  # the job's own temp files went with it (test_signals checks that)
     lines = err.decode().strip().splitlines()
     assert proc.returncode == status, lines[-5:]
     assert lines[-1].startswith("reput recover: interrupted"), lines[-5:]

@@ -105,6 +105,7 @@ def _kernel_takes(sp, data: bytes, settings: BrokerSettings, lmq, check_crc: boo
     return None if isinstance(fast, str) else fast.records
 
 
+@pytest.mark.floors  # numba's code generation: the kernel at the floor numba against the reference
 @pytest.mark.parametrize("check_crc", [False, True], ids=["no-crc", "crc"])
 @pytest.mark.parametrize("case", case_params(golden_cases(), passing=frozenset({"dledger-unclean-11"})))
 def test_kernel_equals_reference_on_golden(case, check_crc, tmp_path):

@@ -37,6 +37,8 @@ from storage_format.settings import BrokerSettings, load_settings
 from tests import golden_walk
 from tests.conftest import GOLDEN, manifest
 
+pytestmark = pytest.mark.floors  # Spark's Arrow UDFs: make test-floors runs it at the dependency floors
+
 CASES = ("clean-small-11", "v5-clean-small-11")
 ROLLBACK = 0xC
 

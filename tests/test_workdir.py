@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,8 @@ from jobs.pipeline.io.workdir import (cq_columns, cq_file, key_columns, keys_fil
                                    write_cq, write_keys, write_offset_map)
 from storage_format.index_keys import KeyBatch
 from storage_format.split_rows import CqRows
+
+pytestmark = pytest.mark.floors  # Arrow IPC work files: make test-floors runs it at the dependency floors
 
 I64 = st.integers(-2 ** 63, 2 ** 63 - 1)
 
