@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from storage_format.arrow_numpy import large_strings, numpy_dtype, to_arrow, to_numpy
 
+pytestmark = pytest.mark.floors  # Arrow buffers and casts: make test-floors runs it at the dependency floors
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT.parent / "shared" / "golden"
 
@@ -68,7 +70,6 @@ def test_nulls_are_refused(arr: pa.Array) -> None:
 _WATCH = """
 import os, runpy, sys
 
-pytestmark = pytest.mark.floors  # Arrow buffers and casts: make test-floors runs it at the dependency floors
 class Watch:
     def find_spec(self, name, path=None, target=None):
         if name == "pandas":
