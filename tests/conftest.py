@@ -144,7 +144,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Nothing left behind: a run that leaves `reput-*` or Spark socket entries in the temp directory, or a process
-    below this one (other than the suite's own Spark JVM, which ends with this process), fails, naming each."""
+    below this one, fails, naming each; the suite's own Spark JVM and its warm daemon's socket directory end with
+    this process (tests/test_leftovers.py checks they are gone after a run)."""
     import sys
 
     from tests.leftovers import left_behind
@@ -156,7 +157,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gateway = getattr(context, "_gateway", None) if context else None
     if getattr(gateway, "proc", None) is not None:
         spared.add(gateway.proc.pid)
-    left = left_behind(session.config.stash[_BEFORE], os.getpid(), spared)
+    before = set(session.config.stash[_BEFORE])
+    from jobs.pipeline.runtime.worker_daemon import WARM_ENV
+    if os.environ.get(WARM_ENV):  # the suite's own warm daemon's socket: it goes with the suite's JVM, at exit
+        before.add(os.path.basename(os.path.dirname(os.environ[WARM_ENV])))
+    left = left_behind(before, os.getpid(), spared)
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         text = "the run left these behind (tests/leftovers.py):\n" + left.describe()

@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 from tests.leftovers import left_behind, temp_entries
 
@@ -31,3 +33,43 @@ def test_new_temp_entries_and_running_children_are_found(tmp_path):
         child.kill()
         child.wait()
     assert not left_behind(temp_entries(tmp_path), os.getpid(), wait_s=0, temp=tmp_path)
+
+
+def test_a_spark_session_leaves_nothing_once_its_process_ends(tmp_path):
+    """What the session's end spares (the suite's Spark JVM and its warm daemon's socket directory) is gone once
+    the process that started them has ended: a process that runs one Spark job leaves nothing in its temp
+    directory, and no process, within 30 s of its exit."""
+    from tests.conftest import REPO, private_temp_env
+
+    temp = tmp_path / "t"
+    temp.mkdir()
+    script = ("import os; from jobs.pipeline.runtime.session import get_spark; "
+              "from jobs.pipeline.runtime.worker_daemon import WARM_ENV; "
+              "s = get_spark('leftovers', master='local[1]'); assert s.sparkContext.parallelize([1, 2]).count() == 2; "
+              "print(os.environ.get(WARM_ENV, '')); s.stop()")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **private_temp_env(temp), "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith(str(temp)), done.stdout  # the warm daemon's socket was in `temp`
+    def theirs() -> list[str]:  # processes started with this temp directory in their environment
+        return [f"{p}: {_cmdline(int(p))}" for p in os.listdir("/proc") if p.isdigit() and str(temp) in _environ(int(p))]
+
+    deadline = time.monotonic() + 30
+    while (temp_entries(temp) or theirs()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert temp_entries(temp) == set() and theirs() == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
