@@ -11,12 +11,13 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.leftovers import left_behind, temp_entries
+from tests.leftovers import descendants, left_behind, temp_entries
 
 
 def test_new_temp_entries_and_running_children_are_found(tmp_path):
     (tmp_path / "reput-old").mkdir()
     before = temp_entries(tmp_path)
+    running = set(descendants(os.getpid()))  # the suite's own Spark JVM, when it has started
     (tmp_path / "reput-in-index-write-x").mkdir()
     (tmp_path / "unrelated").mkdir()
     sock = socket.socket(socket.AF_UNIX)
@@ -25,14 +26,14 @@ def test_new_temp_entries_and_running_children_are_found(tmp_path):
     sock.close()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        left = left_behind(before, os.getpid(), wait_s=0, temp=tmp_path)
+        left = left_behind(before, os.getpid(), running, wait_s=0, temp=tmp_path)
         assert left.entries == tuple(sorted(["reput-in-index-write-x", name]))
         assert child.pid in left.processes and "time.sleep(60)" in left.processes[child.pid]
-        assert child.pid not in left_behind(before, os.getpid(), spared={child.pid}, wait_s=0, temp=tmp_path).processes
+        assert not left_behind(before, os.getpid(), running | {child.pid}, wait_s=0, temp=tmp_path).processes
     finally:
         child.kill()
         child.wait()
-    assert not left_behind(temp_entries(tmp_path), os.getpid(), wait_s=0, temp=tmp_path)
+    assert not left_behind(temp_entries(tmp_path), os.getpid(), running, wait_s=5, temp=tmp_path)
 
 
 def test_a_spark_session_leaves_nothing_once_its_process_ends(tmp_path):
