@@ -21,6 +21,7 @@ import time  # noqa: E402
 
 from jobs.pipeline.build.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
+from jobs.pipeline.convert import bad_crc  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import concat  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
@@ -33,11 +34,12 @@ from jobs.pipeline.io.publish import output_for  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
                                        check_store, emit,
                                        json_bytes, parser, progress_quiet, run_process, settings_from,
-                                       time_zone)
+                                       time_zone, warn)
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
+from jobs.pipeline.scan import crc_audit  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
@@ -60,6 +62,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                                                           "that change, transactions and schedule messages); "
                                                           "write nothing")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--accept-bad-crc", action="store_true",
+                   help="convert records whose body CRC fails (DLedger never checks it; a plain broker's recovery "
+                        "cuts its log at the first it checks): the report lists each and what the broker will do")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
     add_generation_flag(p)
     add_dledger_flag(p)
@@ -83,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"directory): nothing to convert")
     out = location(args.out)
     refuse_if_running(store, force=False, forceable=False)
+    if StoreMarkers.read(store).abort is not None:
+        raise JobError(f"{store.child('abort').uri} exists: the broker did not shut down cleanly, and its recovery "
+                       f"decides where the log ends and what the checkpoint says; run `reput recover` first (or start "
+                       f"and stop the DLedger broker once), then convert")
     check_outside(store, out, "--out")
     report_loc = check_report(args, store)
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
@@ -103,15 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         problems = scan.tail_problems()
         if problems:
             raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
+        if scan.negative_queue_ids is not None:  # as rebuild and inspect say it (issue 36 item 4)
+            warn("convert", scan.negative_queue_ids.describe())
         end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
         t0 = time.monotonic()
         plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
                          [concat([s.listed for s in scan.accepted if s.listed is not None])],
                          settings.mapped_file_size_commitlog)
         timings["layout_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        bad_crc = _bad_crc(args, sc, scan, settings, plan, end, quiet, writing)
+        timings["crc_audit_s"] = time.monotonic() - t0
         dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
         left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
-        summary = plan_report(plan, scan, left_out)
+        summary = {**plan_report(plan, scan, left_out), "bad_crc_records": bad_crc}
         if left_out:
             print(f"reput convert: note: {left_out} records past the DLedger committed position (reading "
                   f"'{dledger['committed_reading']['reading']}') are not committed and are left out of OUT; pass "
@@ -131,11 +145,29 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _bad_crc(args, sc, scan: ScanResult, settings: BrokerSettings, plan: ConvertPlan, end: int, quiet: bool,
+             writing: bool) -> dict:
+    """Every converted record's body CRC checked (convert.bad_crc): a failing one refuses the conversion unless
+    --accept-bad-crc, which goes on and says so; the report's form."""
+    audit = crc_audit.audit(sc, scan, settings, quiet)
+    starts = sorted([s.start for s in plan.plain_segments] + plan.layout.segment_starts)
+    bad = bad_crc.describe_all(audit, {s.path: s.header for s in scan.segments}, plan, starts, end)
+    count = len(bad) + audit.count - len(audit.listed)
+    if bad and writing and not args.accept_bad_crc:
+        raise JobError(bad_crc.refusal(bad[0], count))
+    if bad:
+        print(f"reput convert: warning: {count} records fail their body CRC check, the first in {bad[0]['file']} at "
+              f"byte offset {bad[0]['byte_offset']}: {bad[0]['broker_will']}"
+              + ("" if writing else f" (convert refuses them unless {bad_crc.ACCEPT_FLAG})"), file=sys.stderr)
+    return {"count": count, "accepted": bool(bad and args.accept_bad_crc), "records": bad}
+
+
 def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
     """The plan's figures plus what moves: schedule messages and the transaction topics' records."""
     per_queue = scan.records_per_queue()
     count = lambda topic: sum(per_queue.get(topic, {}).values())  # noqa: E731
-    return {**plan.to_dict(), "schedule_messages_moved": count(SCHEDULE_TOPIC),
+    return {**plan.to_dict(), "negative_queue_ids": scan.negative_queue_ids.to_dict()
+            if scan.negative_queue_ids is not None else None, "schedule_messages_moved": count(SCHEDULE_TOPIC),
             "half_messages_moved": count(HALF_TOPIC), "op_half_messages_moved": count(OP_TOPIC),
             "pending_transactions_at_most": max(0, count(HALF_TOPIC) - count(OP_TOPIC)),
             "records_past_committed_position_left_out": left_out}

@@ -70,7 +70,10 @@ class ScanEnd:
         where = f"commit-log offset {self.offset}"
         if self.path:
             where += f" ({self.path} at byte offset {self.file_offset})"
-        what = {END_BAD_MAGIC: f"bad magic code 0x{(self.magic or 0) & 0xFFFFFFFF:08X}"}.get(self.reason, self.reason)
+        if self.is_clean:  # the zero-filled tail: where a healthy log ends, not damage
+            what = "end of data (the zero-filled rest of the file)"
+        else:
+            what = {END_BAD_MAGIC: f"bad magic code 0x{(self.magic or 0) & 0xFFFFFFFF:08X}"}.get(self.reason, self.reason)
         return f"{what} at {where}" + (f": {self.detail}" if self.detail else "")
 
     def as_list(self) -> list:
@@ -171,7 +174,7 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
     unpack = _ENTRY_HEAD.unpack_from
     buf_len = len(buf)
     limit = min(buf_len, segment_end)
-    pos, blanks, prev = start, 0, None
+    pos, blanks, prev, prev_term = start, 0, None, None
     end: ScanEnd
     while True:
         if pos >= stop:
@@ -214,10 +217,9 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
             why = f"no commit-log record behind the entry header (magic 0x{record_magic:08X})"
         if why is None and size < h + MIN_RECORD_SIZE:
             why = f"entry size {size} is below the smallest record ({MIN_RECORD_SIZE}) + {h}"
-        index = dledger.entry_index_at(buf, pos + h)
-        if why is None and prev is not None and index != prev + 1:
-            why = f"entry index {index} follows entry index {prev} (a gap)"
-        prev = index
+        index, term = dledger.entry_index_at(buf, pos + h), dledger.entry_term_at(buf, pos + h)
+        why = why or dledger.sequence_problem(index, term, prev, prev_term)
+        prev, prev_term = index, term
         if why:
             end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail=why)
             break

@@ -58,13 +58,29 @@ def index_unit(header: EntryHeader) -> bytes:
     return _UNIT.pack(ENTRY_MAGIC, header.pos, header.size, header.index, header.term)
 
 
+COMMITTED_INDEX = "committedIndex"  # the one key DLedger reads back from its checkpoint (loadCheckPoint)
+
+
 def parse_checkpoint(text: str) -> dict[str, int]:
-    """`dledger-<id>/checkpoint` as DLedger writes it (java.util.Properties lines `committedIndex=<n>`)."""
+    """`dledger-<id>/checkpoint` as DLedger reads it (java.util.Properties lines `key=value` or `key:value`; DLedger
+    0.3.1.2 reads committedIndex alone, Long.valueOf of its trimmed value). Other keys are kept when their value is
+    a number (endIndex, which DLedger writes) and otherwise ignored, as DLedger ignores them; a committedIndex that
+    is not a number is a ValueError naming it (DLedger's Long.valueOf throws there)."""
     out: dict[str, int] = {}
     for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and not line.lstrip().startswith(("#", "!")):
-            out[name.strip()] = int(value.strip())
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "!")):
+            continue
+        cut = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            continue
+        name, value = stripped[:cut].strip(), stripped[cut + 1:].strip()
+        try:
+            out[name] = int(value)
+        except ValueError:
+            if name == COMMITTED_INDEX:
+                raise ValueError(f"{COMMITTED_INDEX}={value!r} is not a number (DLedger's Long.valueOf fails on it)") \
+                    from None
     return out
 
 
@@ -124,6 +140,23 @@ def entry_index_at(buf: bytes | memoryview, record_pos: int) -> int:
     return struct.unpack_from(">q", buf, record_pos - ENTRY_HEADER_SIZE + AT_INDEX)[0]
 
 
+def entry_term_at(buf: bytes | memoryview, record_pos: int) -> int:
+    """The term of the entry whose record starts at buf[record_pos]."""
+    return struct.unpack_from(">q", buf, record_pos - ENTRY_HEADER_SIZE + AT_TERM)[0]
+
+
+def sequence_problem(index: int, term: int, prev_index: int | None, prev_term: int | None) -> str | None:
+    """Why an entry cannot follow the one before it in DLedger's log (None: it can): its index must be the next
+    one, and its term must not go down. DLedger's recovery walk checks both on every start and ends the log at
+    the first entry that fails (DLedgerMmapFileStore.recover), so nothing from there on is ever dispatched."""
+    if prev_index is not None and index != prev_index + 1:
+        return f"entry index {index} follows entry index {prev_index} (a gap)"
+    if prev_term is not None and term < prev_term:
+        return (f"entry term {term} is below the previous entry's term {prev_term} (DLedger's recovery ends the log "
+                f"there)")
+    return None
+
+
 def peer_count(peers: str | None) -> int:
     """Members of the group named by dLegerPeers (n0-host:port;n1-host:port); 0 when unset."""
     return len([p for p in (peers or "").split(PEER_SPLITTER) if p.strip()])
@@ -177,6 +210,11 @@ def committed_reading(peers: str | None, committed_index: int | None, flag: str 
         return CommittedReading(reading=flag, explicit=True, peers=n, committed_index=committed_index)
     reading = READING_SURVIVING if n <= 1 or committed_index is None else READING_CHECKPOINT
     return CommittedReading(reading=reading, explicit=False, peers=n, committed_index=committed_index)
+
+
+def unit_fields(unit: bytes) -> dict[str, int]:
+    """A 32-byte DLedger index unit's fields by name (UNIT_FIELDS)."""
+    return dict(zip(UNIT_FIELDS, _UNIT.unpack(unit.ljust(INDEX_UNIT_SIZE, b"\0")[:INDEX_UNIT_SIZE])))
 
 
 def committed_end(index_unit_bytes: bytes) -> int:

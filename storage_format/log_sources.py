@@ -22,7 +22,8 @@ class LogFile:
     name: str
     size: int
     path: str
-    regular: bool = True  # a regular file (not a directory, FIFO, socket, device)
+    regular: bool = True  # a regular file (not a directory, FIFO, socket, device, dangling symbolic link)
+    kind: str = ""  # what it is when not regular ("a directory", "a symbolic link to a missing file", ...)
 
 
 LOADERS = {"segment": "MappedFileQueue.load", "DLedger data file": "DLedger's MmapFileList.load",
@@ -99,8 +100,10 @@ def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> l
     out = []
     for f in files:
         start = parse_segment_name(f.name)
-        if not f.regular:
-            continue  # a directory or device with a segment name: named by the store checks (store_layout)
+        if not f.regular:  # every job refuses it, as the broker's loader does (issue 35 item 4, issue 36 item 2)
+            raise StoreFormatError(f.path, 0, f"{f.kind or 'not a regular file'} named like a {what}: "
+                                              f"{broker_consequence(f, file_size, starts, what)}; move it out of the "
+                                              f"directory")
         if f.size != file_size:
             raise StoreFormatError(f.path, min(f.size, file_size),
                                    f"{what} is {f.size} bytes, expected {file_size} (mappedFileSizeCommitLog; the "
@@ -117,6 +120,12 @@ def plan_log(plain: list[LogFile], dledger: list[LogFile] | None, file_size: int
     if dledger is None:
         return plain_segs
     data = _segments(dledger, file_size, ENTRY_HEADER_SIZE, "DLedger data file")
+    for a, b in zip(data, data[1:]):  # MmapFileList.checkSelf: DLedger does not start on a gap between data files
+        if b.start != a.start + file_size:
+            raise StoreFormatError(b.path, 0, f"DLedger data file {segment_name(b.start)} does not follow "
+                                              f"{segment_name(a.start)} ({file_size}-byte files, so the next starts at "
+                                              f"{a.start + file_size}): DLedger refuses to start ('check data file "
+                                              f"order failed before recovery')")
     if data and plain_segs:
         divided = data[0].start
         above = [s for s in plain_segs if s.start + s.size > divided]

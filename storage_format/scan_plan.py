@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from .commitlog import END_BAD_ENTRY, END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
+from .dledger import sequence_problem
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # bytes of commit log per decode task
 END_NO_NEXT_SEGMENT = "no_next_segment"
@@ -71,6 +72,8 @@ class SplitWalk:
     blanks: int = 0
     first_entry: int | None = None  # DLedger entry index of the first and last entry walked (None: plain)
     last_entry: int | None = None
+    first_term: int | None = None  # and their terms
+    last_term: int | None = None
 
 
 @dataclass
@@ -110,7 +113,7 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
     if not splits:
         return out
     expect = splits[0].segment.start
-    last_entry = None  # the chain's last DLedger entry index: the next entry must be the one after it
+    last_entry = last_term = None  # the chain's last DLedger entry: the next must follow it (dledger.sequence_problem)
     for sp in splits:
         walk = walks[sp.index]
         seg = sp.segment
@@ -139,12 +142,13 @@ def stitch(splits: list[Split], walks: dict[int, SplitWalk]) -> Stitched:
         if walk.first_offset != expect:
             out.redo[sp.index] = expect
             return out
-        if walk.first_entry is not None and last_entry is not None and walk.first_entry != last_entry + 1:
-            out.end = ScanEnd(END_BAD_ENTRY, expect, path=seg.path, file_offset=expect - seg.start,
-                              detail=f"entry index {walk.first_entry} follows entry index {last_entry} (a gap)")
+        why = None if walk.first_entry is None else sequence_problem(walk.first_entry, walk.first_term, last_entry,
+                                                                     last_term)
+        if why is not None:
+            out.end = ScanEnd(END_BAD_ENTRY, expect, path=seg.path, file_offset=expect - seg.start, detail=why)
             continue
         if walk.last_entry is not None:
-            last_entry = walk.last_entry
+            last_entry, last_term = walk.last_entry, walk.last_term
         out.accepted.append(sp.index)
         end = walk.end
         if end.reason == END_STOP:

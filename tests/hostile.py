@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from storage_format.commitlog import RecordColumns, decode_buffer, segment_name
 from storegen.encoder import write_store
 from storage_format.properties import TAGS, locate_properties
@@ -75,7 +77,12 @@ def tree_digest(root: Path) -> dict[str, str]:
         for d in dirs:
             out[os.path.normpath(os.path.join(rel_dir, d)) + "/"] = ""
         for f in files:
-            out[os.path.normpath(os.path.join(rel_dir, f))] = hashlib.sha256(Path(dirpath, f).read_bytes()).hexdigest()
+            path = Path(dirpath, f)
+            if path.is_symlink() or not path.is_file():  # a FIFO is never opened (it would wait for a writer)
+                kind = f"-> {os.readlink(path)}" if path.is_symlink() else oct(path.lstat().st_mode)
+                out[os.path.normpath(os.path.join(rel_dir, f))] = kind
+                continue
+            out[os.path.normpath(os.path.join(rel_dir, f))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 
@@ -718,9 +725,92 @@ def dledger_index_stray(golden: Path, dst: Path) -> Damage:
                     where={"verify": (stray, None)})
 
 
+def _entries(buf: bytes) -> list[int]:
+    """Positions of a data file's entries (magic 1), read with the test's own struct."""
+    out, at = [], 0
+    while at + 8 <= len(buf) and struct.unpack_from(">i", buf, at)[0] == 1:
+        out.append(at)
+        at += struct.unpack_from(">i", buf, at + 4)[0]
+    return out
+
+
+def dledger_term(label: str, file: Callable[["DledgerVictim"], Path], entry: Callable[["DledgerVictim", list], int],
+                 term: int, named: Callable[["DledgerVictim"], int], why: str) -> Callable[[Path, Path], Damage]:
+    """A builder setting one entry's term (`entry(v, positions of file(v)'s entries)`) to `term`: DLedger's recovery
+    ends the log at the first entry whose term is below the one before it (named at `named(v)` in the victim
+    file), and so must every job (issue 35 item 2)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = DledgerVictim(golden, dst)
+        f = file(v)
+        _patch(f, entry(v, _entries(f.read_bytes())) + 16, struct.pack(">q", term))
+        return v.damage(label, named(v), DLEDGER_CHAIN, why)
+    build.__name__ = label.replace("-", "_")
+    return build
+
+
+dledger_term_down = dledger_term("dledger-term-down", lambda v: v.file, lambda v, e: v.pos, 7,
+                                 lambda v: v.entries[VICTIM_RECORD + 1],
+                                 "the victim entry's term 7, the next one's 0: the term goes down after it")
+dledger_term_negative = dledger_term("dledger-term-negative", lambda v: v.file, lambda v, e: e[VICTIM_RECORD + 1], -5,
+                                     lambda v: v.entries[VICTIM_RECORD + 1], "an entry's term -5 after term 0")
+# the previous data file's last entry at term 7: the term goes down where two files (and two splits' walks) meet
+dledger_term_down_at_file_start = dledger_term("dledger-term-down-at-file-start",
+                                               lambda v: v.data[VICTIM_SEGMENT - 1], lambda v, e: e[-1], 7,
+                                               lambda v: 0, "the term goes down between two data files")
+
+
+def dledger_bad_body_crc(golden: Path, dst: Path) -> Damage:
+    """One body byte of the victim entry's record flipped: DLedger never checks body CRCs and serves it (rebuild and
+    inspect take it as the broker does), verify names it (a plain broker's recovery would cut there), and convert
+    refuses it (tests/test_convert.py)."""
+    v = DledgerVictim(golden, dst)
+    cols = decode_buffer(v.file.read_bytes(), int(v.file.name), header=48).columns
+    i = int(np.flatnonzero(cols.pos == v.pos + 48)[0])
+    _flip_bit(v.file, int(cols.body_start[i]), 0)
+    return v.damage("dledger-bad-body-crc", v.pos, {"rebuild": IGNORED, "inspect": IGNORED, "verify": REPORTED},
+                    "a record's body CRC fails")
+
+
+def dledger_stray_data(label: str, make: Callable[[Path, Path], None], why: str) -> Callable[[Path, Path], Damage]:
+    """A builder putting an entry named like the data file after the last one into dledger-n0/data/ (`make(path,
+    last data file)`): DLedger's MmapFileList.load takes every entry there and does not start on one that is not a
+    file of the data file size, nor on a gap between files; every job refuses it, naming it (issue 35 item 4,
+    issue 36 item 2)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = DledgerVictim(golden, dst)
+        last = v.data[-1]
+        stray = last.parent / segment_name(int(last.name) + last.stat().st_size * (3 if "gap" in label else 1))
+        make(stray, last)
+        return v.damage(label, 0, {**DLEDGER_UNREADABLE, "recover": ERROR}, why, stray)
+    build.__name__ = label.replace("-", "_")
+    return build
+
+
+dledger_data_fifo = dledger_stray_data("dledger-data-fifo", lambda p, last: os.mkfifo(p), "a FIFO named like a data file")
+dledger_data_directory = dledger_stray_data("dledger-data-directory", lambda p, last: p.mkdir(),
+                                            "a directory named like a data file")
+dledger_data_dangling_link = dledger_stray_data("dledger-data-dangling-link",
+                                                lambda p, last: p.symlink_to(p.parent / "gone"),
+                                                "a symbolic link to a missing file named like a data file")
+dledger_data_gap = dledger_stray_data("dledger-data-gap", lambda p, last: shutil.copyfile(last, p),
+                                      "a data file two files past the last one: a gap")
+
+
+def dledger_checkpoint_note(golden: Path, dst: Path) -> Damage:
+    """A line added by hand to dledger-n0/checkpoint (`note=x`): DLedger reads committedIndex alone and ignores the
+    rest, and so does every job (issue 36 item 3)."""
+    v = DledgerVictim(golden, dst)
+    cp = v.store / "dledger-n0" / "checkpoint"
+    cp.write_bytes(cp.read_bytes() + b"note=x\n")
+    return v.damage("dledger-checkpoint-note", None, {"rebuild": IGNORED, "inspect": IGNORED, "verify": IGNORED},
+                    "a hand-added line in the DLedger checkpoint", cp)
+
+
 DLEDGER_BUILDERS = [dledger_bad_entry_magic, dledger_bad_entry_size, dledger_bad_entry_pos, dledger_index_gap,
                     dledger_index_gap_at_file_start, dledger_torn_entry, dledger_blank_wrong_length,
-                    dledger_data_file_wrong_size, dledger_index_disagrees, dledger_index_stray]
+                    dledger_data_file_wrong_size, dledger_index_disagrees, dledger_index_stray, dledger_term_down,
+                    dledger_term_negative, dledger_term_down_at_file_start, dledger_bad_body_crc, dledger_data_fifo,
+                    dledger_data_directory, dledger_data_dangling_link, dledger_data_gap, dledger_checkpoint_note]
 
 
 def build_all(golden: Path, root: Path) -> list[Damage]:

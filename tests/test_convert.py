@@ -203,6 +203,9 @@ def test_records_change_only_in_their_offsets(converted, case):
             b[at:at + 8] = a[at:at + 8]
         assert a == b, (case, old, new)
     assert rewritten == report["prepared_offsets_rewritten"]
+    walked = dict(_walk_records(dst))  # OUT read back without reput's decoder: every record where it lies, CRC valid
+    assert len(walked) == report["message_records"] and all(map(_independent_crc_ok, walked.values()))
+    assert set(moved.values()) <= walked.keys()
     for name in report["plain_segments_copied"]:  # the plain part of an upgraded store stays where it is
         assert (out / "commitlog" / name).read_bytes() == (GOLDEN / case / "commitlog" / name).read_bytes()
     assert not (out / "abort").exists() and (out / "checkpoint").is_file()
@@ -498,3 +501,109 @@ def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
     cut = (out / "commitlog").iterdir()
     for seg in sorted(cut)[:-1]:
         assert seg.read_bytes() == (full_out / "commitlog" / seg.name).read_bytes()
+
+
+# -- damage (issue 35) --------------------------------------------------------------------------------------------
+
+def _independent_crc_ok(record: bytes) -> bool:
+    """The record's body CRC, read with the test's own offsets (FORMAT.md: bodyCRC at 8; bornHost at 48, then
+    storeTimestamp, storeHost, reconsumeTimes, preparedTransactionOffset, bodyLength), not reput's decoder."""
+    import zlib
+    flag = struct.unpack_from(">i", record, 36)[0]
+    born = 8 if flag & 0x10 == 0 else 20
+    store = 8 if flag & 0x20 == 0 else 20
+    at = 48 + born + 8 + store + 4 + 8
+    n = struct.unpack_from(">i", record, at)[0]
+    return zlib.crc32(record[at + 4:at + 4 + n]) & 0x7FFFFFFF == struct.unpack_from(">i", record, 8)[0]
+
+
+def _walk_records(log: dict[int, bytes]):
+    """(offset, bytes) of every record of a plain commit log, walked with the test's own struct (magic v1/v2, a
+    BLANK ends a segment): each record's PHYSICALOFFSET must be where it lies."""
+    for start, data in sorted(log.items()):
+        at = 0
+        while at + 8 <= len(data) and struct.unpack_from(">I", data, at + 4)[0] in (0xDAA320A7, 0xAABBCCDD):
+            n = struct.unpack_from(">i", data, at)[0]
+            assert struct.unpack_from(">q", data, at + AT_PHYSICAL_OFFSET)[0] == start + at
+            yield start + at, data[at:at + n]
+            at += n
+
+
+def test_a_record_whose_body_crc_fails_is_refused_then_listed_with_the_flag(spark, tmp_path, capsys):
+    """A DLedger record with a flipped body byte (DLedger serves it; a plain broker's recovery cuts its log there):
+    convert refuses in one line naming the data file, byte offset, and the old and new offsets, writing nothing;
+    with --accept-bad-crc it converts, says so, and the report lists the record, its new offset holding it (CRC still
+    failing) and what the broker will do."""
+    from tests.hostile import dledger_bad_body_crc
+
+    d = dledger_bad_body_crc(GOLDEN, tmp_path / "store")
+    old = int(d.file.name) + d.offset + 48
+    argv = ["--store", str(d.store), "--broker-config", str(d.broker_config), "--out", str(tmp_path / "out")]
+    code, err = run_job("convert", argv + ["--quiet"], capsys)
+    errors = [line for line in err if line.startswith("reput convert: error: ")]
+    assert code == 2 and len(errors) == 1 and not (tmp_path / "out").exists(), err
+    assert f"{d.file} at byte offset {d.offset} (old offset {old}, new offset " in errors[0]
+    assert "--accept-bad-crc" in errors[0] and "checkCRCOnRecover" in errors[0]
+    code, err = run_job("convert", argv + ["--quiet", "--accept-bad-crc"], capsys)
+    assert code == 0 and any("1 records fail their body CRC check" in line for line in err), err
+    report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())["plan"]["bad_crc_records"]
+    (bad,) = report["records"]
+    assert report["count"] == 1 and report["accepted"] and bad["old_offset"] == old and bad["byte_offset"] == d.offset
+    assert bad["file"] == str(d.file) and bad["records_after"] > 0 and "broker" in bad["broker_will"]
+    new = bad["new_offset"]
+    log = _log_bytes(tmp_path / "out")
+    size = struct.unpack(">i", _at(log, new, 4))[0]
+    record = _at(log, new, size)
+    assert struct.unpack_from(">q", record, AT_PHYSICAL_OFFSET)[0] == new and not _independent_crc_ok(record)
+    records = dict(_walk_records(log))  # every other record of OUT passes its CRC (the test's own walk)
+    assert [o for o, r in records.items() if not _independent_crc_ok(r)] == [new]
+    assert len(records) == json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())["message_records"]
+
+
+def test_a_term_that_goes_down_ends_what_convert_copies(spark, tmp_path, capsys):
+    """An entry whose term is below the one before it ends DLedger's log (its recovery cuts there): convert refuses
+    the store as it refuses any log that does not end cleanly, naming that entry (issue 35 item 2)."""
+    from tests.hostile import dledger_term_down
+
+    d = dledger_term_down(GOLDEN, tmp_path / "store")
+    code, err = run_job("convert", ["--store", str(d.store), "--broker-config", str(d.broker_config), "--out",
+                                    str(tmp_path / "out"), "--quiet"], capsys)
+    errors = [line for line in err if line.startswith("reput convert: error: ")]
+    assert code == 2 and len(errors) == 1 and f"{d.file} at byte offset {d.offset}" in errors[0], err
+    assert "below the previous entry's term" in errors[0] and not (tmp_path / "out").exists()
+
+
+def test_a_store_that_did_not_shut_down_cleanly_is_refused(no_spark, tmp_path, capsys):
+    """`abort` present (the golden DLedger crash): convert refuses before Spark starts, naming it and saying to
+    recover first, as docs/convert.md says (issue 37 item 5); nothing written."""
+    from tests.conftest import restored_copy
+
+    store = restored_copy("dledger-unclean-11", tmp_path / "store")
+    assert (store / "abort").exists()
+    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                                    str(tmp_path / "out")], capsys)
+    assert code == 2 and len(err) == 1 and f"{store / 'abort'} exists" in err[0], err
+    assert "run `reput recover` first" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_a_record_with_a_negative_queue_id_is_named_and_counted(spark, tmp_path, capsys):
+    """A DLedger record whose queueId is -1 (no broker assigns one; the dispatch still files it under `-1/`): convert
+    says so in a warning line naming the file and byte offset, as rebuild and inspect do, and its report counts
+    it (issue 36 item 4)."""
+    from tests.conftest import restored_copy
+
+    store = restored_copy("dledger-clean-small-11", tmp_path / "store")
+    data = sorted((store / "dledger-n0" / "data").iterdir())[-1]
+    buf, at = data.read_bytes(), 0
+    while struct.unpack_from(">i", buf, at)[0] == 1:  # the log's last entry: the last of its queue (no gap after it)
+        entry, at = at, at + struct.unpack_from(">i", buf, at + 4)[0]
+    with open(data, "r+b") as f:
+        f.seek(entry + 48 + 12)
+        f.write(struct.pack(">i", -1))
+    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                                    str(tmp_path / "out"), "--quiet"], capsys)
+    warnings = [line for line in err if line.startswith("reput convert: warning: ")]
+    assert code == 0 and len(warnings) == 1, err
+    assert f"{data} at byte offset {entry + 48}" in warnings[0] and "queueId -1" in warnings[0]
+    report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())
+    assert report["plan"]["negative_queue_ids"]["records"] == 1

@@ -37,3 +37,13 @@ def test_index_units_equal_the_broker_index(golden, case):
 def test_checkpoint_text(golden):
     cp = parse_checkpoint((golden / "dledger-unclean-11" / "dledger-n0" / "checkpoint").read_text())
     assert cp["committedIndex"] == 1503
+
+
+def test_the_checkpoint_is_read_as_dledger_reads_it():
+    """DLedger reads committedIndex alone from its checkpoint (java.util.Properties): a hand-added line is ignored,
+    `:` separates too; a committedIndex that is not a number is an error naming it (issue 36 item 3)."""
+    text = "#Sat Nov 28\ncommittedIndex=3595\nendIndex=3595\nnote=x\n! a comment\nother : y\n"
+    assert parse_checkpoint(text) == {"committedIndex": 3595, "endIndex": 3595}
+    assert parse_checkpoint("committedIndex : 7") == {"committedIndex": 7}
+    with pytest.raises(ValueError, match="committedIndex='7x' is not a number"):
+        parse_checkpoint("committedIndex=7x\n")

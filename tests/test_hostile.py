@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from jobs.pipeline.runtime.cli import run_main
 from storage_format.java_hash import java_hash_bytes
 from tests.hostile import (ACCEPTED, DLEDGER_BUILDERS, DLEDGER_CASE, DLEDGER_JOBS, ERROR, IGNORED, JOB_BUILDERS, JOBS,
                            REPORTED, SOURCE_CASE, Damage, bad_magic, copy_store, cq_entry, dledger_index_gap,
-                           dledger_index_gap_at_file_start, missing_segment, tree_digest, zeroed_header_last_segment)
+                           dledger_index_gap_at_file_start, dledger_term_down, dledger_term_down_at_file_start,
+                           missing_segment, tree_digest, zeroed_header_last_segment)
 
 REPORT = "reput-report.json"
 pytestmark = pytest.mark.slow  # ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py
@@ -241,14 +243,54 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
     assert expect == IGNORED and out_digest(out) == out_digest(clean_dledger_rebuild)
 
 
-@pytest.mark.parametrize("builder", [dledger_index_gap, dledger_index_gap_at_file_start], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("builder", [dledger_index_gap, dledger_index_gap_at_file_start, dledger_term_down,
+                                     dledger_term_down_at_file_start], ids=lambda b: b.__name__)
 @pytest.mark.parametrize("kernel", ["1", "0"])
 def test_dledger_gap_found_with_mid_file_splits(builder, kernel, golden, spark, tmp_path, capfd, monkeypatch):
-    """With 64 KiB splits (each finds its first entry by the pos rule) an entry-index gap is found at the same
-    file and byte offset, inside one split's walk or where two splits' walks meet, kernel or reference."""
+    """With 64 KiB splits (each finds its first entry by the pos rule) an entry-index gap, or a term that goes down,
+    is found at the same file and byte offset, inside one split's walk or where two splits' walks meet, kernel or
+    reference."""
     monkeypatch.setenv("REPUT_DECODE_KERNEL", kernel)
     d = builder(golden, tmp_path / "store")
     code, _, stderr = run_job("rebuild", job_argv("rebuild", d, tmp_path / "out", ("--split-size", "65536")), capfd)
     errors = [line for line in stderr.splitlines() if line.startswith("reput rebuild: error: ")]
     assert code == 2 and len(errors) == 1
-    assert f"{d.file} at byte offset {d.offset}" in errors[0] and "gap" in errors[0], errors
+    assert f"{d.file} at byte offset {d.offset}" in errors[0], errors
+    assert ("a gap" if "gap" in builder.__name__ else "below the previous entry's term") in errors[0], errors
+
+
+def _dledger_copy(golden: Path, case: str, dst: Path) -> Path:
+    """A writable copy of a golden DLedger case with its DLedger index at its real length."""
+    from tests.conftest import restored_copy
+    return restored_copy(case, dst)
+
+
+def test_verify_of_a_damaged_upgraded_store_reports_findings(golden, spark, tmp_path, capfd, monkeypatch):
+    """The upgraded (mixed) layout with the second entry's size field damaged: the log ends there, and verify
+    reports it (and the index units and files past it) as findings, exit 1: the finding whose detail has no
+    `found` (a DLedger index unit past the last entry) once made it fail with "KeyError: 'found'" (issue 35)."""
+    store = _dledger_copy(golden, "dledger-upgrade-11", tmp_path / "store")
+    data = sorted((store / "dledger-n0" / "data").iterdir())[0]
+    second = struct.unpack_from(">i", data.read_bytes(), 4)[0]
+    with open(data, "r+b") as f:
+        f.seek(second + 4)
+        f.write(struct.pack(">i", 12345))
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_job("verify", ["--store", str(store), "--broker-config", str(store / "broker.conf")],
+                                   capfd)
+    assert code == 1 and "Traceback" not in stderr and "error:" not in stderr, stderr[-2000:]
+    assert f"{data} at byte offset {second}" in stdout
+    assert "dledger_index.extra_entry" in stdout and "INCONSISTENT" in stdout
+
+
+def test_verify_of_a_truncated_last_data_file_is_one_line(golden, spark, tmp_path, capfd, monkeypatch):
+    """The unclean DLedger case with its last data file cut in half: DLedger refuses to load a data file of the
+    wrong size; verify says so in one line naming the file and byte offset, exit 2 (issue 35 item 3)."""
+    store = _dledger_copy(golden, "dledger-unclean-11", tmp_path / "store")
+    last = sorted((store / "dledger-n0" / "data").iterdir())[-1]
+    os.truncate(last, last.stat().st_size // 2)
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = run_job("verify", ["--store", str(store), "--broker-config", str(store / "broker.conf")], capfd)
+    errors = [line for line in stderr.splitlines() if line.startswith("reput verify: error: ")]
+    assert code == 2 and len(errors) == 1 and f"{last} at byte offset {last.stat().st_size}" in errors[0], stderr
+    assert "Traceback" not in stderr

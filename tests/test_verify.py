@@ -363,3 +363,14 @@ def test_names_the_broker_would_mis_handle_are_findings_with_its_consequence(spa
     assert "the broker skips it (Integer.parseInt throws)" in found["consumequeue/TopicTest/q1"]
     assert "the broker skips it" in found["index/notes.txt"]
 
+
+
+def test_every_finding_shape_has_a_console_line():
+    """describe() never fails on a finding that lacks `expected` or `found` (a DLedger index unit past the last
+    entry once had neither: verify's error line was "KeyError: 'found'", issue 35 item 3)."""
+    from jobs.verify import describe
+
+    for kind in ("extra_entry", "missing_entry", "slot_differs", "entry_differs", "header_differs"):
+        for extra in ({}, {"field": "pos"}, {"fields": ["phy"]}, {"expected": 1}, {"found": 2}):
+            line = describe({"kind": kind, "path": "dledger-n0/index/00000000000000000000", "entry": 7, **extra})
+            assert line.strip().startswith("dledger-n0/index/00000000000000000000 entry 7") and kind in line

@@ -34,7 +34,8 @@ live in storage_format/, Spark column functions in udfs/.
 - `scan`: stages 1-2 of every Spark job
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
-  rows), `scan.source` (the `rocketmq-commitlog` Spark data source)
+  rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.crc_audit` (every valid record whose
+  body CRC fails, listed)
 - `build`: stages 3-4
   `build.stage` (consume-queue files and index files from the work files)
 - `verify`: jobs.verify's comparisons
@@ -55,7 +56,8 @@ live in storage_format/, Spark column functions in udfs/.
   source scan's decoded bytes; the segment writers' hop),
   `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
   segment and its part of the msgId map), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
-  per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets)
+  per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets),
+  `convert.bad_crc` (records whose body CRC fails: where they land, what the plain broker does)
 - `catalog`: jobs.catalog
   `catalog.stage` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark

@@ -87,6 +87,8 @@ class FastSplit:
     keys: KeyBatch
     first_entry: int | None = None  # DLedger entry index of the first and last entry (None: plain)
     last_entry: int | None = None
+    first_term: int | None = None  # and their terms
+    last_term: int | None = None
 
 
 def _rules(min_ts: int, max_ts: int) -> np.ndarray:
@@ -168,7 +170,9 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                      last_size=int(stats[k.S_LAST_SIZE]), store_ts=ts, queues=table, cq=cq,
                      keys=KeyBatch(keys[:, k.K_HASH].astype(np.int32), keys[:, k.K_PHY].copy(), keys[:, k.K_TS].copy()),
                      first_entry=int(stats[k.S_FIRST_ENTRY]) if header and records else None,
-                     last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None)
+                     last_entry=int(stats[k.S_LAST_ENTRY]) if header and records else None,
+                     first_term=int(stats[k.S_FIRST_TERM]) if header and records else None,
+                     last_term=int(stats[k.S_LAST_TERM]) if header and records else None)
 
 
 def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTable, CqRows]:

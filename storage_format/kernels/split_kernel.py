@@ -49,7 +49,8 @@ KEND_CRC = 4  # a record whose body CRC fails (check_crc): the walk ends at it
 S_FALLBACK, S_FALLBACK_POS, S_RECORDS, S_CQ, S_KEYS, S_QUEUES, S_END, S_END_POS, S_END_MAGIC, S_BLANKS = range(10)
 S_FIRST_TS, S_LAST_TS, S_MIN_TS, S_MAX_TS, S_LAST_POS, S_LAST_SIZE = range(10, 16)
 S_FIRST_ENTRY, S_LAST_ENTRY = 16, 17  # DLedger entry index of the first and last entry walked
-N_STATS = 18
+S_FIRST_TERM, S_LAST_TERM = 18, 19  # and their terms
+N_STATS = 20
 
 # Wanted property names, by their index in the `names` argument.
 P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY, P_MULTI_OFFSET = range(6)
@@ -448,9 +449,9 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
             if size < 0:
                 break
-            entry = i64(a, pos + 8)
-            if n > 0 and entry != stats[S_LAST_ENTRY] + 1:  # an index gap: the reference says where
-                stats[S_FALLBACK] = FB_BAD_ENTRY
+            entry, term = i64(a, pos + 8), i64(a, pos + 16)
+            if n > 0 and (entry != stats[S_LAST_ENTRY] + 1 or term < stats[S_LAST_TERM]):
+                stats[S_FALLBACK] = FB_BAD_ENTRY  # an index gap or a term going down: the reference says where
                 break
             rp, size = pos + header, size - header  # the record behind the entry header
         else:
@@ -520,8 +521,8 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         _note_record(stats, n, rp, size, store_ts)
         if header:  # noted only once the record is taken: a walk stopped for room reads it again
             if n == 0:
-                stats[S_FIRST_ENTRY] = i64(a, pos + 8)
-            stats[S_LAST_ENTRY] = i64(a, pos + 8)
+                stats[S_FIRST_ENTRY], stats[S_FIRST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
+            stats[S_LAST_ENTRY], stats[S_LAST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
         n += 1
         pos = end
     if stats[S_FALLBACK] == FB_NONE and cur[W_PEND] > 0:  # the walk ends or stops for room: no item waits

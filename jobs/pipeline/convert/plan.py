@@ -39,6 +39,15 @@ class ConvertPlan:
     def ids_changed(self) -> int:
         return int(np.count_nonzero(self.layout.offsets != self.old))
 
+    def new_offset(self, old: int) -> int:
+        """The new offset of the DLedger record at old offset `old` (a plain segment's record keeps its own)."""
+        at = int(np.searchsorted(self.old, old))
+        return int(self.layout.offsets[at]) if at < len(self.old) and int(self.old[at]) == old else old
+
+    def records_after(self, old: int) -> int:
+        """DLedger records after the one at old offset `old`."""
+        return len(self.old) - int(np.searchsorted(self.old, old, side="right"))
+
     def segment_tasks(self, out_dir: str, map_dir: str) -> list[SegmentTask]:
         """One task per new segment holding records (in offset order)."""
         lay, size = self.layout, self.layout.segment_size

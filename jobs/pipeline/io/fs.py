@@ -71,6 +71,8 @@ class Location:
         try:
             mode = os.stat(self.path).st_mode
         except OSError:
+            if os.path.islink(self.path):
+                return f"a symbolic link to a missing file ({os.readlink(self.path)})"
             return None
         return next((what for test, what in _KINDS if test(mode)), None)
 
@@ -85,6 +87,10 @@ class Location:
         if not self.is_dir():
             return []
         infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=False))
+        if isinstance(self.fs, pafs.LocalFileSystem):  # pyarrow leaves out a symbolic link to nothing: not here
+            seen = {i.base_name for i in infos}
+            infos += [pafs.FileInfo(os.path.join(self.path, n), pafs.FileType.Unknown, size=0)
+                      for n in os.listdir(self.path) if n not in seen]
         return sorted(infos, key=lambda i: i.base_name)
 
     def walk_files(self) -> list[pafs.FileInfo]:

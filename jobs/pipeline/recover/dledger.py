@@ -284,7 +284,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     markers = StoreMarkers.read(store)
     gen = GenerationGuess(4, ["DLedger mode: modelled on RocketMQ 4.9.8 with DLedger 0.3.1.2"])
     size = settings.mapped_file_size_commitlog
-    data = _files(dirs.data(store), size, "DLedger data file")
+    # the data files as every job lists them (store.segments): a stray entry, a gap, a wrong size refused alike
+    data = [(s.start, s.path) for s in list_segments(store, settings) if s.header]
     index_files = _files(dirs.index(store), fmt.INDEX_FILE_SIZE, "DLedger index file")
     raw = {name: _read_opt(dirs.home(store).child(name)) for name in ("checkpoint", "checkpoint.bak", "currterm",
                                                                       "currterm.bak")}

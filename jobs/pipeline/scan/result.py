@@ -70,6 +70,8 @@ class SplitSummary:
     # DLedger data: the entry index of the split's first and last entry (None in a plain segment).
     first_entry_index: int | None = None
     last_entry_index: int | None = None
+    first_entry_term: int | None = None  # and their terms
+    last_entry_term: int | None = None
     # Which decoder produced this summary (DECODER_*), and why the reference decoded a split the compiled
     # kernel was asked to take (its fallback reason; "" when the kernel took it or was not asked).
     decoder: str = ""
@@ -79,7 +81,8 @@ class SplitSummary:
 
     def walk(self) -> SplitWalk:
         return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,
-                         blanks=self.blanks, first_entry=self.first_entry_index, last_entry=self.last_entry_index)
+                         blanks=self.blanks, first_entry=self.first_entry_index, last_entry=self.last_entry_index,
+                         first_term=self.first_entry_term, last_term=self.last_entry_term)
 
 
 DECODER_KERNEL = "kernel"  # the compiled one-pass decoder (storage_format.kernels.split_decode)

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
-from storage_format.dledger import entry_index_at
+from storage_format.dledger import entry_index_at, entry_term_at
 from storage_format.errors import SettingsError, StoreFormatError
 from storage_format.index_keys import index_keys
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
@@ -188,6 +188,7 @@ def _summarise_fast(task: SplitTask, fast: FastSplit, base: int, bytes_read: int
     if not fast.records:
         return summary
     summary.first_entry_index, summary.last_entry_index = fast.first_entry, fast.last_entry
+    summary.first_entry_term, summary.last_entry_term = fast.first_term, fast.last_term
     summary.first_store_ts, summary.last_store_ts, summary.min_store_ts, summary.max_store_ts = fast.store_ts
     summary.last_record_offset = base + fast.last_position
     summary.last_record_end = summary.last_record_offset + fast.last_size
@@ -220,6 +221,8 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     if sp.segment.header:
         summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
         summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
+        summary.first_entry_term = entry_term_at(cols.buf, int(cols.pos[0]))
+        summary.last_entry_term = entry_term_at(cols.buf, int(cols.pos[-1]))
     ts = cols.store_timestamp
     summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
     summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])

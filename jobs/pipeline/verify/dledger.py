@@ -132,4 +132,4 @@ def unit_after_last(index_files: dict[int, str], rel_dir: str, last_entry: int, 
     unit = bytes(location(path).read_range(at, dledger.INDEX_UNIT_SIZE))
     if unit.strip(b"\0"):
         found.add(art, "extra_entry", f"{rel_dir}/{segment_name(start)}", entry=last_entry + 1, byte_offset=at,
-                  message="a unit past the last entry in the data files")
+                  found=dledger.unit_fields(unit), message="a unit past the last entry in the data files")

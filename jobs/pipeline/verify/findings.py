@@ -43,6 +43,9 @@ KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("negative_queue_id", ("commitlog",), "entry",
                 "a valid record whose queueId is negative, which no broker assigns (a damaged record, or not written "
                 "by a broker); the broker's dispatch still files it under consumequeue/<topic>/<queueId>/"),
+    FindingKind("bad_body_crc", ("commitlog",), "entry",
+                "a valid record of a DLedger store whose body CRC fails: DLedger never checks it and serves it, but a "
+                "plain broker's recovery (checkCRCOnRecover) cuts its log there, so it stops a conversion"),
     FindingKind("missing_file", ALL, "file", "a file the commit log implies is not in the store"),
     FindingKind("extra_file", BOTH, "file", "a file in the store that the commit log implies none for"),
     FindingKind("wrong_size", ALL, "file",
