@@ -66,7 +66,7 @@ class StageResult:
 def _warm_worker(_: int) -> int:
     """Start-up work of a Python worker, done once here so no stage pays it: import the pipeline and
     run the decode path (fields, properties, Java hashes, index keys) over a few encoded records."""
-    import jobs.pipeline.build.stage  # noqa: F401
+    import jobs.pipeline.outputs.stage  # noqa: F401
     import jobs.pipeline.scan.stage  # noqa: F401
     from storage_format.kernels.warm import warm
 

@@ -36,7 +36,7 @@ started = float(sys.argv[1])
 from jobs.pipeline.runtime.session import get_context, get_spark
 
 def load(_):
-    import jobs.pipeline.build.stage, jobs.pipeline.scan.stage
+    import jobs.pipeline.outputs.stage, jobs.pipeline.scan.stage
     from storage_format.kernels.warm import warm
     t = time.monotonic()
     warm()

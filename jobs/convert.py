@@ -19,7 +19,7 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
+from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
 from jobs.pipeline.convert import bad_crc  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402

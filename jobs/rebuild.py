@@ -19,7 +19,7 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.build.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
+from jobs.pipeline.outputs.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
                                        pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)

@@ -24,7 +24,7 @@ from collections import defaultdict  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 
-from jobs.pipeline.build.stage import plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.outputs.stage import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
                                emit, parser, progress_quiet, run_process, settings_from)
 from jobs.pipeline.io.fs import Location, location  # noqa: E402

@@ -285,11 +285,11 @@ def _index_entries(store: Path) -> int:
 
 
 def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monkeypatch):
-    """One index file built in shares beside the segment writes (build.stage.share_index_tasks, here at any size:
+    """One index file built in shares beside the segment writes (outputs.stage.share_index_tasks, here at any size:
     each share maps its keys, the plain part's and the DLedger part's, to OUT's offsets as it reads them) equals
     reput's rebuild of OUT's commit log, built by one task."""
     from jobs.convert import main as convert_main
-    from jobs.pipeline.build import stage
+    from jobs.pipeline.outputs import stage
     from jobs.rebuild import main as rebuild_main
 
     case = "dledger-upgrade-11"

@@ -182,7 +182,7 @@ def test_a_rebuild_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
     every worker at its first task (a work-file change once did: +0.3 s per worker with a warm cache,
     seconds on a fresh one). Decode and build a golden store in a process that ran warm() first."""
     rebuild = """
-from jobs.pipeline.build.stage import build_files, plan_cq, plan_index
+from jobs.pipeline.outputs.stage import build_files, plan_cq, plan_index
 from jobs.pipeline.scan.stage import scan_store
 scan = scan_store(Context(), store, settings, split_size=1 << 20, work=work, quiet=True)
 os.makedirs(root + "/out/index")

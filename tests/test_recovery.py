@@ -505,7 +505,7 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
 def test_full_index_in_shares_rebuilds_every_index_file(golden, tmp_path, monkeypatch):
     """--full-index builds its index files as the rebuild does, a large file in shares by parallel tasks: here
     every file is its own task cut into shares of a few keys each, and the files are the crash-time index."""
-    import jobs.pipeline.build.stage as build
+    import jobs.pipeline.outputs.stage as build
     share = build.share_index_tasks
     monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
     monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)

@@ -9,7 +9,8 @@ live in storage_format/, Spark column functions in udfs/.
   `runtime.faults` (fault-injection hooks for the crash-safety tests), `runtime.session` (the SparkSession:
   embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
   `runtime.tasks` (small work items as tasks of the job's engine, with progress; the Spark engine's runner),
-  `runtime.engine` (the TaskRunner contract, --engine and auto's choice), `runtime.local` (the local engine:
+  `runtime.contract` (what the pipeline needs of an engine: TaskRunner; under spark-submit?), `runtime.engine`
+  (--engine and auto's choice), `runtime.local` (the local engine:
   forked worker processes, no JVM), `runtime.heap` (task processes keep the memory a task frees for the next
   one), `runtime.env` (the one registry of
   REPUT_* variables: name, default, effect; non-default values noted and reported), `runtime.package` (the zip and env
@@ -36,8 +37,8 @@ live in storage_format/, Spark column functions in udfs/.
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
   rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.crc_audit` (every valid record whose
   body CRC fails, listed)
-- `build`: stages 3-4
-  `build.stage` (consume-queue files and index files from the work files)
+- `outputs`: stages 3-4
+  `outputs.stage` (consume-queue files and index files from the work files)
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
@@ -64,3 +65,7 @@ live in storage_format/, Spark column functions in udfs/.
   `dump.readers` (consume-queue entries, records from an offset, an index file's header, slots and chains),
   `dump.text` (their plain-text form), `dump.messages` (one record by its offset, as JSON and as lines)
 """
+
+# The modules whose functions Spark tasks run: a warm Python worker daemon imports them before forking workers
+# (runtime.worker_daemon.preload), named here so that the runtime, the lowest floor, imports no stage.
+TASK_MODULES = ("jobs.pipeline.scan.stage", "jobs.pipeline.outputs.stage")

@@ -426,7 +426,7 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
     """--full-index: the end time of the last full index file the rebuild rolls away from (the checkpoint's
     indexMsgTimestamp, as the broker's flush thread would set it); empty when it writes one file."""
-    from ..build.stage import plan_index
+    from ..outputs.stage import plan_index
     from .stage import _key_store_ts
 
     n_files = sum(len(t.files) for t in plan_index(scan, settings, work, work))

@@ -25,7 +25,7 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from ..io.paths import is_local
 from ..io.store_gate import commitlog_dir
-from ..build.stage import plan_cq
+from ..outputs.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, segment_heads, tail_keys)
 from ..store.markers import StoreMarkers
@@ -297,7 +297,7 @@ def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
     """--full-index: every index file goes; the index is rebuilt from the valid commit log [first, P)
     by the rebuild stage. The rebuild rolls away from every file but the last: the checkpoint's index
     time becomes the end of the last rolled (full) file, as the broker's flush thread would set it."""
-    from ..build.stage import plan_index
+    from ..outputs.stage import plan_index
 
     settings, p = log.settings, log.truncation.offset
     full_scan, full_work = log.scan, log.work

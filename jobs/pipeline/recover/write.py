@@ -468,7 +468,7 @@ def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[st
 
 def _rebuild_index(sc, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
     """--full-index: the rebuild stage's index files from the valid commit log, named like a rebuild."""
-    from ..build.stage import build_files, name_index_files, one_stream_note, pending_name, plan_index, share_index_tasks
+    from ..outputs.stage import build_files, name_index_files, one_stream_note, pending_name, plan_index, share_index_tasks
 
     scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
     index_dir.makedirs()

@@ -14,28 +14,15 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence, TypeVar
 
 from . import env
+from .contract import TaskRunner, under_spark_submit  # noqa: F401 (the jobs import TaskRunner from here)
 from .failure import JobError
 
-T = TypeVar("T")
-R = TypeVar("R")
 ENGINES = ("auto", "spark", "local")
 # Jobs whose runs are small enough that the JVM's start-up is most of them: the local engine under auto.
 LOCAL_UNDER_AUTO = frozenset({"recover", "inspect", "verify"})
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
-
-
-class TaskRunner(Protocol):
-    """What the pipeline needs of an engine: how many tasks run at once, and fn over items as tasks (results in
-    item order, progress lines on stderr unless quiet, a task's exception raised in the driver)."""
-
-    @property
-    def default_parallelism(self) -> int: ...
-
-    def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
-                  quiet: bool = False) -> list[R]: ...
 
 
 @dataclass(frozen=True)
@@ -56,11 +43,6 @@ class EngineChoice:
     def line(self) -> str:
         workers = f", {self.workers} worker processes" if self.workers is not None else ""
         return f"engine {self.name}{workers} ({self.reason})"
-
-
-def under_spark_submit() -> bool:
-    """spark-submit starts Python with a gateway to its own JVM already running."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def spark_running() -> bool:

@@ -26,7 +26,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from . import env, interrupt, worker_daemon
-from .engine import under_spark_submit  # noqa: F401 (callers import it from here)
+from .contract import under_spark_submit
 from .failure import debug
 
 CDS_ARCHIVE = Path(sys.prefix) / "reput-spark-driver.jsa"

@@ -18,7 +18,7 @@ from .heap import keep_freed_memory
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-    from .engine import TaskRunner
+    from .contract import TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")

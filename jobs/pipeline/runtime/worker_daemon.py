@@ -43,9 +43,13 @@ def preload() -> None:
     that made: Spark's daemon runs a full garbage collection after every task of a reused worker, and
     walking the objects of numba, llvmlite, pyarrow and numpy cost each task about 40 ms of CPU (and
     wrote to pages the workers otherwise share with the daemon)."""
-    import jobs.pipeline.build.stage  # noqa: F401
-    import jobs.pipeline.scan.stage  # noqa: F401
+    import importlib
+
     import pyspark.worker  # noqa: F401 - what every forked worker imports first
+    from jobs.pipeline import TASK_MODULES
+
+    for name in TASK_MODULES:  # named by the pipeline, not here: the runtime imports no stage (no import circle)
+        importlib.import_module(name)
     from storage_format.kernels.warm import warm
 
     warm()

@@ -11,7 +11,7 @@ from storage_format.arrow_numpy import to_arrow
 from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
-from ..build.stage import CqTask, cq_file_bytes
+from ..outputs.stage import CqTask, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
 from ..scan.result import ScanResult

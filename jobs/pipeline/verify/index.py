@@ -14,7 +14,7 @@ import pyarrow as pa
 from storage_format.segment_names import java_parse_long
 from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHeader, IndexLayout, is_name, key_slots
 
-from ..build.stage import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
+from ..outputs.stage import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
 from .findings import Findings
 from ..io.fs import Location
 from ..io.workdir import read_keys

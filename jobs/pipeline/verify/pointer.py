@@ -2,7 +2,7 @@
 file kind they check: jobs.pipeline.verify.cq (consume queues) and jobs.pipeline.verify.index (index
 files); the kinds of findings they report are registered in jobs.pipeline.verify.findings.
 
-Both build each file's bytes exactly as the rebuild does (jobs.pipeline.build.stage) and compare them with the
+Both build each file's bytes exactly as the rebuild does (jobs.pipeline.outputs.stage) and compare them with the
 store's files instead of writing anything; tasks return findings (small dicts, capped per file and kind,
 with full counts), never file bytes.
 """
