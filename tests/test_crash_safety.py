@@ -20,7 +20,7 @@ from tests.hostile import tree_digest
 
 CASE = "clean-small-11"
 REPORT = "reput-report.json"
-OLD_FILE = "previous-output.txt"  # marks the OUT an --overwrite run replaces
+OLD_FILE = "reput-earlier-report.json"  # an earlier reput output (its report), which an --overwrite run replaces
 # (kill point, whether the run replaces an existing OUT with --overwrite)
 POINTS = [("after-decode", False), ("in-build-task", False), ("before-publish-rename", False),
           ("between-renames", True), ("before-old-delete", True)]

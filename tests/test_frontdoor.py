@@ -199,11 +199,20 @@ def test_missing_or_unreadable_store_before_spark(no_spark, tmp_path, capsys):
 
 
 def test_existing_out_and_unreadable_config_before_spark(no_spark, tmp_path, capsys):
+    """An OUT holding files is refused without --overwrite; with it, only an earlier reput output is replaced: a
+    directory holding anything else is refused naming what is there, and left as it was (issue 37 item 4: it once
+    lost a keep.txt). An empty OUT is taken (test_an_empty_out_directory_is_taken)."""
     (tmp_path / "out").mkdir()
-    for job in ("rebuild", "recover"):
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    for job in ("rebuild", "recover", "convert"):
         code, err = run_job(job, _store_args() + ["--out", str(tmp_path / "out")], capsys)
         assert (code, err) == (2, [f"reput {job}: error: {tmp_path / 'out'} already exists; choose a new --out "
-                                   f"or pass --overwrite"])
+                                   f"or pass --overwrite"]) or job == "convert" and "not a DLedger store" in err[0]
+        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / "out"), "--overwrite"], capsys)
+        assert code == 2 and len(err) == 1, err
+        assert f"{tmp_path / 'out'} is not an earlier reput output" in err[0] and "it holds keep.txt" in err[0] \
+            or job == "convert" and "not a DLedger store" in err[0], err
+        assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
     code, err = run_job("verify", ["--store", str(GOLDEN / CASE), "--broker-config", str(tmp_path / "nope.conf")],
                         capsys)
     assert code == 2 and err == [f"reput verify: error: cannot read broker config {tmp_path / 'nope.conf'}: "
@@ -301,3 +310,14 @@ def test_an_error_after_the_interrupt_is_the_interrupt(capsys):
     with pytest.raises(SystemExit) as ended:
         run_main("rebuild", broken, [])
     assert ended.value.code == 2 and "error: Answer from Java side is empty" in capsys.readouterr().err
+
+
+def test_an_empty_out_directory_is_taken(spark, tmp_path, capsys):
+    """An empty OUT made beforehand is written into as if it were absent; a file where OUT belongs is refused."""
+    (tmp_path / "out").mkdir()
+    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "out"), "--quiet"], capsys)
+    assert code == 0 and (tmp_path / "out" / "reput-report.json").is_file(), err
+    (tmp_path / "file").write_text("x")
+    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "file"), "--overwrite"], capsys)
+    assert code == 2 and err == [f"reput rebuild: error: {tmp_path / 'file'} exists and is not a directory; choose a "
+                                 f"new --out"]

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from jobs.pipeline.runtime.failure import JobError
 from tests.conftest import GOLDEN, case_params, expected_scan, golden_cases, manifest
 from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
                                    index_hashes, report, run_rebuild)
@@ -103,7 +104,8 @@ def test_only_index(spark, tmp_path, capsys):
 
 
 def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
-    """An existing OUT is an error (exit 2, OUT untouched) unless --overwrite replaces it whole."""
+    """An existing OUT is an error (exit 2, OUT untouched); --overwrite replaces an earlier reput output whole, and
+    refuses a directory reput did not write (issue 37 item 4: it once deleted an operator's keep.txt)."""
     case = "rebuild-headless-11"
     out = tmp_path / "out"
     out.mkdir()
@@ -116,6 +118,10 @@ def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
     assert exc.value.code == 2
     assert "already exists" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "operator data"
+    with pytest.raises(JobError, match="is not an earlier reput output"):
+        run_rebuild(case, out, "--overwrite")
+    assert (out / "keep.txt").read_text() == "operator data"
+    (out / "reput-report.json").write_text("{}")  # now an earlier output of reput's (beside the operator's file)
     assert run_rebuild(case, out, "--overwrite") == 0
     assert not (out / "keep.txt").exists()
     assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)

@@ -44,10 +44,11 @@ def test_a_refused_output_keeps_no_lock(tmp_path):
     """An OUT that exists (no --overwrite) is refused and its lock let go at once."""
     out = tmp_path / "out"
     out.mkdir()
+    (out / "reput-report.json").write_text("{}")  # an earlier output
     with pytest.raises(JobError, match="already exists"):
-        output_for(Location(str(out)), "report.json", "rebuild")
+        output_for(Location(str(out)), "reput-report.json", "rebuild")
     assert not beside(out).exists()
-    output_for(Location(str(out)), "report.json", "rebuild", overwrite=True).release()
+    output_for(Location(str(out)), "reput-report.json", "rebuild", overwrite=True).release()
 
 
 def test_publish_refuses_an_out_that_appeared_meanwhile(tmp_path):

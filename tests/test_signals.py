@@ -26,7 +26,7 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 STORES = {"rebuild": "clean-small-11", "recover": "unclean-11", "convert": "dledger-clean-small-11"}
 REPORTS = {"rebuild": "reput-report.json", "recover": "reput-recover-report.json",
            "convert": "reput-convert-report.json"}
-PREVIOUS = "previous-output.txt"  # the OUT an --overwrite run replaces
+PREVIOUS = "reput-earlier-report.json"  # an earlier reput output (its report), which an --overwrite run replaces
 # stderr lines that are neither the job's verdict nor a failure: progress, notes, the JVM's banner, test hooks
 BENIGN = ("[reput] ", "reput: note:", "reput test hook:", "Picked up JAVA_TOOL_OPTIONS",
           "WARNING: Using incubator modules")

@@ -16,6 +16,7 @@ from ..runtime import interrupt
 from ..runtime.failure import JobError
 from ..runtime.faults import pause_at
 from .fs import Location
+from .paths import check_replaceable
 
 MARKER = "_REPUT_WRITING"
 
@@ -50,8 +51,8 @@ class DirectOutput:
         self.work = out.child("_work")
         if "/" not in out.path.strip("/"):
             raise JobError(f"--out {out.uri} is a whole bucket; give a prefix inside it (s3://BUCKET/NAME)")
-        if out.exists() and unfinished(out) is None and not overwrite:
-            raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
+        if unfinished(out) is None:  # an unfinished output of an earlier run is replaced as a matter of course
+            check_replaceable(out, overwrite, MARKER)
 
     def __enter__(self) -> "DirectOutput":
         marker = {"job": self.job, "commit": self.report,

@@ -23,6 +23,7 @@ from ..runtime.failure import JobError
 from .commit_marker import DirectOutput
 from ..runtime.faults import pause_at
 from .fs import Location
+from .paths import check_replaceable
 from .paths import is_local, real_path
 from .run_lock import RunLock, beside
 
@@ -50,8 +51,7 @@ class Staging:
             interrupt.remove_on_interrupt(self.lock, self.release)
         try:
             _settle_interrupted_publish(out)
-            if out.exists() and not overwrite:
-                raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
+            check_replaceable(out, overwrite)
         except BaseException:
             self.release()
             raise
@@ -119,7 +119,7 @@ class Staging:
         self.work.delete_tree()
         self.dir.child(self.report).write_bytes(report)
         pause_at("before-publish-rename")
-        if self.out.exists() and not self.overwrite:
+        if self.out.exists() and not self.overwrite and self.out.list():  # an empty OUT was taken at the start
             raise JobError(f"{self.out.uri} appeared while this run was building it (not written by reput, which "
                            f"holds its lock); nothing published: remove it, or pass --overwrite to replace it")
         if self.out.exists():
