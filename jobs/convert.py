@@ -83,15 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     quiet = progress_quiet(args)
     store, settings = check_store(args, settings_from(args))
-    if not settings.enable_dleger_commit_log:
-        raise JobError(f"{args.store} is not a DLedger store (enableDLegerCommitLog is off and no dledger-*/data/ "
-                       f"directory): nothing to convert")
     out = location(args.out)
-    refuse_if_running(store, force=False, forceable=False)
-    if StoreMarkers.read(store).abort is not None:
-        raise JobError(f"{store.child('abort').uri} exists: the broker did not shut down cleanly, and its recovery "
-                       f"decides where the log ends and what the checkpoint says; run `reput recover` first (or start "
-                       f"and stop the DLedger broker once), then convert")
+    _refuse_source(args, store, settings)
     check_outside(store, out, "--out")
     report_loc = check_report(args, store)
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
@@ -100,28 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         sc, engine = job_runner(args, "convert")
         timings: dict[str, float] = {}
         started = time.monotonic()
+        scan, plan, end = _scan_and_plan(args, sc, store, settings, limit.offset, staging, quiet, timings)
         t0 = time.monotonic()
-        # One decode of the source: its validity, the listing of every DLedger record (the layout's input) and,
-        # when writing, the consume-queue rows and index keys OUT's files are built from (offsets mapped later).
-        writing = staging is not None
-        scan = scan_store(sc, store, settings, work=staging.work if writing else None, with_cq=writing,
-                          with_keys=writing and settings.message_index_enable, split_size=args.split_size,
-                          dispatch_limit=limit.offset, generation=args.rocketmq_version, quiet=quiet,
-                          with_records=True)
-        timings["source_scan_s"] = time.monotonic() - t0
-        problems = scan.tail_problems()
-        if problems:
-            raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
-        if scan.negative_queue_ids is not None:  # as rebuild and inspect say it (issue 36 item 4)
-            warn("convert", scan.negative_queue_ids.describe())
-        end = scan.max_physical_offset if limit.offset is None else scan.dispatch_stop().last_end or 0
-        t0 = time.monotonic()
-        plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
-                         [concat([s.listed for s in scan.accepted if s.listed is not None])],
-                         settings.mapped_file_size_commitlog)
-        timings["layout_s"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        bad_crc = _bad_crc(args, sc, scan, settings, plan, end, quiet, writing)
+        bad_crc = _bad_crc(args, sc, scan, settings, plan, end, quiet, staging is not None)
         timings["crc_audit_s"] = time.monotonic() - t0
         dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
         left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
@@ -143,6 +117,43 @@ def main(argv: list[str] | None = None) -> int:
         staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _refuse_source(args, store: Location, settings: BrokerSettings) -> None:
+    """What convert refuses before any work: a plain store, a running broker, one that did not shut down cleanly."""
+    if not settings.enable_dleger_commit_log:
+        raise JobError(f"{args.store} is not a DLedger store (enableDLegerCommitLog is off and no dledger-*/data/ "
+                       f"directory): nothing to convert")
+    refuse_if_running(store, force=False, forceable=False)
+    if StoreMarkers.read(store).abort is not None:
+        raise JobError(f"{store.child('abort').uri} exists: the broker did not shut down cleanly, and its recovery "
+                       f"decides where the log ends and what the checkpoint says; run `reput recover` first (or start "
+                       f"and stop the DLedger broker once), then convert")
+
+
+def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: int | None, staging, quiet: bool,
+                   timings: dict) -> tuple[ScanResult, ConvertPlan, int]:
+    """One decode of the source: its validity, the listing of every DLedger record (the layout's input) and, when
+    writing, the consume-queue rows and index keys OUT's files are built from (offsets mapped later); then the new
+    layout of the records up to the end dispatch reaches. Returns (scan, plan, that end)."""
+    t0 = time.monotonic()
+    writing = staging is not None
+    scan = scan_store(sc, store, settings, work=staging.work if writing else None, with_cq=writing,
+                      with_keys=writing and settings.message_index_enable, split_size=args.split_size,
+                      dispatch_limit=limit, generation=args.rocketmq_version, quiet=quiet, with_records=True)
+    timings["source_scan_s"] = time.monotonic() - t0
+    problems = scan.tail_problems()
+    if problems:
+        raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
+    if scan.negative_queue_ids is not None:  # as rebuild and inspect say it (issue 36 item 4)
+        warn("convert", scan.negative_queue_ids.describe())
+    end = scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0
+    t0 = time.monotonic()
+    plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
+                     [concat([s.listed for s in scan.accepted if s.listed is not None])],
+                     settings.mapped_file_size_commitlog)
+    timings["layout_s"] = time.monotonic() - t0
+    return scan, plan, end
 
 
 def _bad_crc(args, sc, scan: ScanResult, settings: BrokerSettings, plan: ConvertPlan, end: int, quiet: bool,
@@ -183,23 +194,56 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     named in the report)."""
     t0 = time.monotonic()
     plain = plain_settings(settings)
+    from_source = left_out == 0
+    args.only, args.topics = None, None
+    builds = _source_builds(args, sc, store, plain, scan, plan, staging) if from_source else []
+    written, copies, (cq_files, firsts, task_timings) = _write_segments(sc, store, plan, staging, builds, quiet)
+    timings.update({"segment_task_s": sum(w.seconds for w in written),
+                    "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
+    timings["write_s"] = time.monotonic() - t0
+    pause_at("after-write")
+    t0 = time.monotonic()
+    expect_end = plan.layout.end if plan.records else scan.max_physical_offset
+    if sum(w.records for w in written) != plan.records:
+        raise JobError(f"{sum(w.records for w in written)} records written, {plan.records} planned; nothing published")
+    out_scan = scan
+    if not from_source:
+        out_scan, (cq_files, firsts, task_timings) = _read_back_builds(args, sc, store, plain, scan, plan, staging,
+                                                                      expect_end, quiet)
+    timings.update(task_timings)
+    index_names = _name_index_files(args, out_scan, firsts, staging) if plain.message_index_enable else []
+    timings["rebuild_s"] = time.monotonic() - t0
+    last_ts = max((s.last_store_ts for s in out_scan.accepted if s.last_store_ts is not None), default=None)
+    cp_source = _write_checkpoint(store, staging.dir, expect_end, last_ts)
+    copied = [c[1].rsplit("/", 1)[1] for c in copies]
+    _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + copied)
+    return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
+            "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
+            "plain_segments_copied": copied, "message_records": out_scan.message_records,
+            "max_physical_offset": expect_end, "prepared_offsets_rewritten": sum(w.prepared_rewritten for w in written),
+            "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
+            "msgid_map": MAP_DIR, "segment_writes": _write_modes(written),
+            "queues_and_index_built_from": FROM_SOURCE if from_source else FROM_READ_BACK,
+            "environment": env.in_effect()}
+
+
+def _source_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanResult, plan: ConvertPlan,
+                   staging) -> list:
+    """OUT's consume-queue and index build tasks from the source scan, reading its work files with the offsets
+    mapped; planned before the offsets move, so an error names the source's file and byte offset."""
+    cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
+    index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
+    moved = write_offset_maps(scan, plan, staging.work)
+    return shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
+                         sc.default_parallelism, "convert")
+
+
+def _write_segments(sc, store: Location, plan: ConvertPlan, staging, builds: list, quiet: bool):
+    """The new segments, the plain segments copied and `builds` in one Spark job, and config/ copied: (segments
+    written, copies made, build_results of the builds)."""
     log_dir, map_dir = staging.dir.child("commitlog"), staging.dir.child(MAP_DIR)
     log_dir.makedirs()
     map_dir.makedirs()
-    from_source = left_out == 0
-    built_from = FROM_SOURCE if from_source else FROM_READ_BACK
-    args.only, args.topics = None, None
-    builds: list = []
-    if from_source:  # planned before the offsets move: an error names the source's file and byte offset
-        cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
-        index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
-        moved = write_offset_maps(scan, plan, staging.work)
-        builds = shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
-                               sc.default_parallelism, "convert")
-    else:
-        print("reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
-              "(records past the committed position were left out); slower than mapping the source scan's work files",
-              file=sys.stderr)
     direct_io = env.value(DIRECT_IO_ENV) != "0"
     tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
     copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
@@ -210,54 +254,37 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     items = [*tasks[:1], *index_builds, *tasks[1:], *copies, *[b for b in builds if isinstance(b, CqTask)]]
     label = "write commit-log segments" + (" + consume queues + index files" if builds else "")
     results = run_tasks(sc, items, _out_task, label, quiet=quiet)
-    written = [r for r in results if isinstance(r, SegmentWritten)]
-    cq_files, firsts, task_timings = build_results([r for r in results if isinstance(r, tuple)], builds)
-    timings.update({"segment_task_s": sum(w.seconds for w in written),
-                    "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     _copy_tree(store.child("config"), staging.dir.child("config"))
-    rewritten = sum(w.prepared_rewritten for w in written)
-    write_modes = _write_modes(written)
-    timings["write_s"] = time.monotonic() - t0
-    pause_at("after-write")
-    t0 = time.monotonic()
-    expect_end = plan.layout.end if plan.records else scan.max_physical_offset
-    if sum(w.records for w in written) != plan.records:
-        raise JobError(f"{sum(w.records for w in written)} records written, {plan.records} planned; nothing published")
-    if from_source:
-        out_scan, records = scan, scan.message_records
-    else:
-        out_scan = scan_store(sc, staging.dir, plain, work=staging.work, with_cq=True,
-                              with_keys=plain.message_index_enable, split_size=args.split_size,
-                              generation=args.rocketmq_version, quiet=quiet)
-        records = out_scan.message_records
-        if out_scan.tail_problems() or out_scan.max_physical_offset != expect_end \
-                or records != plan.records + _plain_records(scan):
-            raise JobError(f"the written commit log does not read back as planned (end {out_scan.max_physical_offset}, "
-                           f"expected {expect_end}; records {records}); nothing published")
-        cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.default_parallelism)
-        index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
-        cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
-    timings.update(task_timings)
-    index_names: list[str] = []
-    if plain.message_index_enable:
-        index_dir = staging.dir.child("index")
-        names = name_index_files(out_scan, firsts, time_zone("--index-name-tz", args.index_name_tz))
-        for no, name in sorted(names.items()):
-            index_dir.child(pending_name(no)).move_to(index_dir.child(name))
-        index_names = [names[no] for no in sorted(names)]
-    timings["rebuild_s"] = time.monotonic() - t0
-    last_ts = max((s.last_store_ts for s in out_scan.accepted if s.last_store_ts is not None), default=None)
-    cp_source = _write_checkpoint(store, staging.dir, expect_end, last_ts)
-    _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + [c[1].rsplit("/", 1)[1]
-                                                                                     for c in copies])
-    return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
-            "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
-            "plain_segments_copied": [c[1].rsplit("/", 1)[1] for c in copies],
-            "message_records": records,
-            "max_physical_offset": expect_end, "prepared_offsets_rewritten": rewritten,
-            "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
-            "msgid_map": MAP_DIR, "segment_writes": write_modes, "queues_and_index_built_from": built_from,
-            "environment": env.in_effect()}
+    return ([r for r in results if isinstance(r, SegmentWritten)], copies,
+            build_results([r for r in results if isinstance(r, tuple)], builds))
+
+
+def _read_back_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
+                      expect_end: int, quiet: bool):
+    """Records were left out past the committed position: OUT's commit log read back (checked against the plan) and
+    its consume queues and index files built from that scan. Returns (OUT's scan, the builds' results)."""
+    print("reput convert: note: consume queues and index files are built from a second scan of OUT's commit log "
+          "(records past the committed position were left out); slower than mapping the source scan's work files",
+          file=sys.stderr)
+    out_scan = scan_store(sc, staging.dir, plain, work=staging.work, with_cq=True, with_keys=plain.message_index_enable,
+                          split_size=args.split_size, generation=args.rocketmq_version, quiet=quiet)
+    records = out_scan.message_records
+    if out_scan.tail_problems() or out_scan.max_physical_offset != expect_end \
+            or records != plan.records + _plain_records(scan):
+        raise JobError(f"the written commit log does not read back as planned (end {out_scan.max_physical_offset}, "
+                       f"expected {expect_end}; records {records}); nothing published")
+    cq_tasks = _plan_cq_tasks(out_scan, plain, staging, None, 2 * sc.default_parallelism)
+    index_tasks = _plan_index_tasks(args, out_scan, plain, store, staging) if plain.message_index_enable else []
+    return out_scan, _run_builds(sc, index_tasks + cq_tasks, quiet)
+
+
+def _name_index_files(args, out_scan: ScanResult, firsts, staging) -> list[str]:
+    """The built index files renamed from their pending names to the broker's time names, in order."""
+    index_dir = staging.dir.child("index")
+    names = name_index_files(out_scan, firsts, time_zone("--index-name-tz", args.index_name_tz))
+    for no, name in sorted(names.items()):
+        index_dir.child(pending_name(no)).move_to(index_dir.child(name))
+    return [names[no] for no in sorted(names)]
 
 
 DIRECT_IO_ENV = "REPUT_CONVERT_DIRECT_IO"  # "0": segments written through the page cache

@@ -178,13 +178,8 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
     end: ScanEnd
     while True:
         if pos >= stop:
-            end = ScanEnd(END_STOP, base_offset + pos)
-            if pos + 8 <= limit:
-                magic, _ = unpack(buf, pos)
-                if magic == dledger.BLANK_MAGIC & 0xFFFFFFFF:
-                    end, blanks = ScanEnd(END_BLANK, base_offset + pos), blanks + 1
-                elif magic != dledger.ENTRY_MAGIC:
-                    end = ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+            end = _entry_end_after_stop(buf, base_offset, pos, limit)
+            blanks += end.reason == END_BLANK
             break
         if pos == segment_end:
             end = ScanEnd(END_FILE, base_offset + pos)
@@ -211,14 +206,9 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
                 raise NeedMoreBytes(pos, pos + h + 8)
             end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail="entry header runs past the data file's end")
             break
-        record_size, record_magic = _HEAD.unpack_from(buf, pos + h)
-        why = dledger.entry_problem(buf, pos, base_offset, segment_end - pos, record_size)
-        if why is None and record_magic not in (MAGIC_V1, MAGIC_V2):
-            why = f"no commit-log record behind the entry header (magic 0x{record_magic:08X})"
-        if why is None and size < h + MIN_RECORD_SIZE:
-            why = f"entry size {size} is below the smallest record ({MIN_RECORD_SIZE}) + {h}"
         index, term = dledger.entry_index_at(buf, pos + h), dledger.entry_term_at(buf, pos + h)
-        why = why or dledger.sequence_problem(index, term, prev, prev_term)
+        why = _entry_problem(buf, pos, base_offset, segment_end, size) or \
+            dledger.sequence_problem(index, term, prev, prev_term)
         prev, prev_term = index, term
         if why:
             end = ScanEnd(END_BAD_ENTRY, base_offset + pos, detail=why)
@@ -228,6 +218,31 @@ def walk_entries(buf: memoryview | bytes, base_offset: int, start: int, stop: in
         append(pos + h)
         pos += size
     return np.asarray(positions, dtype=np.int64), blanks, end
+
+
+def _entry_problem(buf: memoryview | bytes, pos: int, base_offset: int, segment_end: int, size: int) -> str | None:
+    """Why the entry at pos is not one DLedger wrote there with a record behind it (None: it is): its header
+    (dledger.entry_problem), the record's magic, the smallest record."""
+    h = dledger.ENTRY_HEADER_SIZE
+    record_size, record_magic = _HEAD.unpack_from(buf, pos + h)
+    why = dledger.entry_problem(buf, pos, base_offset, segment_end - pos, record_size)
+    if why is None and record_magic not in (MAGIC_V1, MAGIC_V2):
+        why = f"no commit-log record behind the entry header (magic 0x{record_magic:08X})"
+    if why is None and size < h + MIN_RECORD_SIZE:
+        why = f"entry size {size} is below the smallest record ({MIN_RECORD_SIZE}) + {h}"
+    return why
+
+
+def _entry_end_after_stop(buf: memoryview | bytes, base_offset: int, pos: int, limit: int) -> ScanEnd:
+    """_end_after_stop for a DLedger data file: a DLedger blank or another magic at the next entry is reported
+    here."""
+    if pos + 8 <= limit:
+        magic, _ = _ENTRY_HEAD.unpack_from(buf, pos)
+        if magic == dledger.BLANK_MAGIC & 0xFFFFFFFF:
+            return ScanEnd(END_BLANK, base_offset + pos)
+        if magic != dledger.ENTRY_MAGIC:
+            return ScanEnd(END_BAD_MAGIC, base_offset + pos, magic=magic)
+    return ScanEnd(END_STOP, base_offset + pos)
 
 
 def _end_after_stop(buf: memoryview | bytes, base_offset: int, pos: int, limit: int) -> ScanEnd:

@@ -184,11 +184,9 @@ class DLedgerRecoveryPlan(CommonPlan):
         return bool(self.abnormal or rewritten or created or deleted or self.index_changes or self.checkpoint_changes
                     or self.dledger_rewritten() or self.dledger_deleted())
 
-    def to_dict(self) -> dict:
-        """The plan as JSON-ready data (the --dry-run output), in the plain plan's shape plus "dledger"."""
-        e, cp0 = self.plan.entries, self.markers.checkpoint
-        holding = next((s for s, _ in self.data if s <= e.write_end < s + self.settings.mapped_file_size_commitlog),
-                       None)
+    def _index_dict(self) -> dict:
+        """The plan's "index" part: what happens to the index files (the broker's resume, or --full-index)."""
+        cp0 = self.markers.checkpoint
         idx = self.index
         r = idx.resume
         app = r.appended if r is not None else None
@@ -207,6 +205,14 @@ class DLedgerRecoveryPlan(CommonPlan):
         if self.full_index:
             index["full_index_note"] = ("--full-index (not the broker's behaviour): every committed record is "
                                         "indexed again, including those the broker never re-indexes")
+        return index
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready data (the --dry-run output), in the plain plan's shape plus "dledger"."""
+        e, cp0 = self.plan.entries, self.markers.checkpoint
+        holding = next((s for s, _ in self.data if s <= e.write_end < s + self.settings.mapped_file_size_commitlog),
+                       None)
+        index = self._index_dict()
         stop = e.stop
         return {
             "job": "recover", "store": self.store.uri, "mode": "dledger",

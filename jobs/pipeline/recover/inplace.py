@@ -155,6 +155,16 @@ def _tree(root: Path) -> tuple[list[Path], list[Path]]:
     return files, dirs
 
 
+def _write_spans(path: Path, spans: list[tuple[int, bytes]]) -> None:
+    """The patches' old bytes, each at the offset its op names (as stage_patches packed the new bytes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for at, old in spans:
+            pwrite_all(fd, old, at)
+    finally:
+        os.close(fd)
+
+
 def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
           patch_bytes: dict[str, tuple[bytes, bytes]] | None = None) -> dict:
     """Steps 2-5 of the protocol; returns the backup manifest. The waits for the disk are batched: the staged
@@ -193,13 +203,8 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
                     copy_durable(store / op.path, backup / op.path)
                     if sha256_file(backup / op.path) != op.old_sha256:
                         raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
-        if spans:  # each at the offset its op names, as stage_patches packed the new bytes
-            fd = os.open(backup / PATCHES_OLD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                for at, old in spans:
-                    pwrite_all(fd, old, at)
-            finally:
-                os.close(fd)
+        if spans:
+            _write_spans(backup / PATCHES_OLD, spans)
         fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))
         staged.result()
     crash_point("staged")

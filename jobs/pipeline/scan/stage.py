@@ -211,6 +211,13 @@ def _summarise_keys(task: SplitTask, summary: SplitSummary, keys: KeyBatch) -> N
         write_keys(task.work, task.split.index, keys)
 
 
+def _note_entries(summary: SplitSummary, cols: RecordColumns) -> None:
+    """A DLedger split's first and last entry index and term (the stitch checks they follow on)."""
+    first, last = int(cols.pos[0]), int(cols.pos[-1])
+    summary.first_entry_index, summary.last_entry_index = entry_index_at(cols.buf, first), entry_index_at(cols.buf, last)
+    summary.first_entry_term, summary.last_entry_term = entry_term_at(cols.buf, first), entry_term_at(cols.buf, last)
+
+
 def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     sp, cols = task.split, chunk.columns
     first = None if chunk.first_position is None else chunk.columns.base_offset + chunk.first_position
@@ -219,10 +226,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     if not chunk.count:
         return summary
     if sp.segment.header:
-        summary.first_entry_index = entry_index_at(cols.buf, int(cols.pos[0]))
-        summary.last_entry_index = entry_index_at(cols.buf, int(cols.pos[-1]))
-        summary.first_entry_term = entry_term_at(cols.buf, int(cols.pos[0]))
-        summary.last_entry_term = entry_term_at(cols.buf, int(cols.pos[-1]))
+        _note_entries(summary, cols)
     ts = cols.store_timestamp
     summary.min_store_ts, summary.max_store_ts = int(ts.min()), int(ts.max())
     summary.first_store_ts, summary.last_store_ts = int(ts[0]), int(ts[-1])
