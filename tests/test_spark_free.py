@@ -5,10 +5,14 @@ check sees pyspark when a job does load it (inspect on the Spark engine)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from tests.conftest import GOLDEN, REPO
+from tests.conftest import GOLDEN, REPO, private_temp_env
 
 CASE = "clean-small-11"
 SPARK_MODULES = ("pyspark", "py4j")
@@ -26,7 +30,12 @@ def loaded(job: str, *args: str) -> tuple[int, list[str]]:
     """Run jobs.<job> in a fresh interpreter: its exit code and the Spark modules it loaded."""
     argv = ["--store", str(GOLDEN / CASE), "--broker-config", str(GOLDEN / CASE / "broker.conf"), "--json", *args]
     script = RUN.format(job=job, argv=argv, spark=set(SPARK_MODULES))
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    temp = tempfile.mkdtemp(prefix="reput-t-")  # main() returns without stopping a Spark it started: its JVM's
+    try:                                        # sockets go with this directory (short: socket paths <= 107 bytes)
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **private_temp_env(Path(temp))})
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert done.returncode == 0, done.stderr
     code, modules = json.loads(done.stdout.strip().splitlines()[-1])
     return code, modules

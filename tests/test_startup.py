@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pid_gone
+from tests.conftest import pid_gone, private_temp_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,10 +31,11 @@ os._exit(0)  # as jobs leave (cli.run_process): the JVM ends itself on the close
 
 
 @pytest.mark.parametrize("quiet", [False, True])
-def test_the_jvm_writes_to_a_pipe_of_its_own_and_cleans_up_after_the_job(tmp_path, quiet):
+def test_the_jvm_writes_to_a_pipe_of_its_own_and_cleans_up_after_the_job(tmp_path, killed_temp, quiet):
     local = tmp_path / "spark-local"
     local.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(REPO), SPARK_LOCAL_DIRS=str(local))
+    # the script leaves by os._exit without the job's sweep of its JVM's sockets: they go in a temp dir of its own
+    env = {**os.environ, **private_temp_env(killed_temp), "PYTHONPATH": str(REPO), "SPARK_LOCAL_DIRS": str(local)}
     done = subprocess.run([sys.executable, "-c", SCRIPT, "info", "quiet" if quiet else "loud"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
