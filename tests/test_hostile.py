@@ -20,7 +20,10 @@ from tests.hostile import (ACCEPTED, DLEDGER_BUILDERS, DLEDGER_CASE, DLEDGER_JOB
                            missing_segment, tree_digest, zeroed_header_last_segment)
 
 REPORT = "reput-report.json"
-pytestmark = pytest.mark.slow  # ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py
+# ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py. CI runs this file once, in
+# `make test-boundscheck` (the same assertions with numba's bounds checks on), so `make test` leaves it to that step
+# (marker full; `make test-full` runs it too).
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def run_job(job: str, argv: list[str], capfd) -> tuple[int, str, str]:
