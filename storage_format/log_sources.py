@@ -22,8 +22,12 @@ class LogFile:
     name: str
     size: int
     path: str
-    regular: bool = True  # a regular file (not a directory, FIFO, socket, device, dangling symbolic link)
-    kind: str = ""  # what it is when not regular ("a directory", "a symbolic link to a missing file", ...)
+    kind: str = ""  # what it is when not a regular file ("a directory", "a symbolic link to a missing file", ...)
+
+    @property
+    def regular(self) -> bool:
+        """A regular file (not a directory, FIFO, socket, device, dangling symbolic link)."""
+        return not self.kind
 
 
 LOADERS = {"segment": "MappedFileQueue.load", "DLedger data file": "DLedger's MmapFileList.load",
@@ -101,7 +105,7 @@ def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> l
     for f in files:
         start = parse_segment_name(f.name)
         if not f.regular:  # every job refuses it, as the broker's loader does (issue 35 item 4, issue 36 item 2)
-            raise StoreFormatError(f.path, 0, f"{f.kind or 'not a regular file'} named like a {what}: "
+            raise StoreFormatError(f.path, 0, f"{f.kind} named like a {what}: "
                                               f"{broker_consequence(f, file_size, starts, what)}; move it out of the "
                                               f"directory")
         if f.size != file_size:

@@ -201,7 +201,7 @@ def test_names_in_a_log_directory_the_broker_would_not_take_are_refused():
         LogFile("000000000000000000100", 100, "/s/commitlog/d"): "second file for offset 100",
         LogFile("+200", 100, "/s/commitlog/p"): "loads it as the file for offset 200",
         LogFile("notes", 3, "/s/commitlog/n"): "refuses one whose length is not the file size 100",
-        LogFile("sub", 4096, "/s/commitlog/sub", regular=False): "the broker does not start",
+        LogFile("sub", 4096, "/s/commitlog/sub", kind="a directory"): "the broker does not start",
     }
     for stray, consequence in cases.items():
         for plain, data in (([*good, stray], None), ([], [*good, stray])):

@@ -76,6 +76,13 @@ class Location:
             return None
         return next((what for test, what in _KINDS if test(mode)), None)
 
+    def child_kind(self, info: pafs.FileInfo) -> str | None:
+        """What a child this directory listed is when it is not a regular file (a FIFO, a directory, a symbolic link
+        to a missing file, ...); None for a regular file. Every directory a broker loader reads is checked so."""
+        if info.type == pafs.FileType.File:
+            return None
+        return self.child(info.base_name).not_regular() or "not a file"
+
     def check_regular(self) -> None:
         """Refuse to read anything but a regular file (one line naming the path, never a hang)."""
         kind = self.not_regular()

@@ -84,9 +84,9 @@ def _files(loc: Location, size: int, what: str) -> list[tuple[int, str]]:
     starts = {parse_segment_name(info.base_name) for info in listed} - {None}
     for info in listed:
         start = parse_segment_name(info.base_name)
-        odd = None if info.type.name == "File" else (loc.child(info.base_name).not_regular() or "not a file")
+        odd = loc.child_kind(info)
         if start is None or odd:  # DLedger's MmapFileList.load takes every entry: it never skips one
-            why = broker_consequence(LogFile(info.base_name, info.size, "", not odd), size, starts, what)
+            why = broker_consequence(LogFile(info.base_name, info.size, "", odd or ""), size, starts, what)
             kind = f"{odd}, not a regular file" if odd else f"not a {what} name (the 20-digit start offset)"
             raise StoreFormatError(loc.child(info.base_name).uri, 0, f"{kind}: {why}; move it out of the directory")
         if info.size != size:

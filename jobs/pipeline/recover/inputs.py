@@ -86,9 +86,9 @@ def list_queues(store: Location, warnings: list[str] | None = None) -> list[Queu
             listed = qdir.list()
             starts = {parse_segment_name(f.base_name) for f in listed} - {None}
             for f in listed:
-                odd = None if f.type.name == "File" else (qdir.child(f.base_name).not_regular() or "not a file")
+                odd = qdir.child_kind(f)
                 if odd or parse_segment_name(f.base_name) is None:  # the broker's load would not take it as written
-                    why = broker_consequence(LogFile(f.base_name, f.size, "", not odd), None, starts,
+                    why = broker_consequence(LogFile(f.base_name, f.size, "", odd or ""), None, starts,
                                              "consume-queue file")
                     raise StoreFormatError(qdir.child(f.base_name).uri, 0,
                                            (f"{odd}, not a regular file" if odd else
@@ -116,7 +116,7 @@ def list_index_files(store: Location, settings: BrokerSettings,
                          f"(IndexService.load logs the NumberFormatException) and never deletes it; reput skips it "
                          f"too")
             continue
-        odd = None if info.type.name == "File" else (loc.not_regular() or "not a file")
+        odd = root.child_kind(info)
         if odd:
             raise StoreFormatError(loc.uri, 0, f"{odd}, not a regular file, in index/: the broker does not start "
                                                f"(IndexService.load cannot map it: IOException); move it out of index/")

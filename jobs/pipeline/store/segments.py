@@ -30,6 +30,4 @@ def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
 
 def _log_files(loc: Location) -> list[LogFile]:
     """Every entry of a commit-log directory (log_sources refuses those the broker would not take as segments)."""
-    return [LogFile(i.base_name, i.size or 0, loc.child(i.base_name).uri, i.type.name == "File",
-                    "" if i.type.name == "File" else loc.child(i.base_name).not_regular() or "not a regular file")
-            for i in loc.list()]
+    return [LogFile(i.base_name, i.size or 0, loc.child(i.base_name).uri, loc.child_kind(i) or "") for i in loc.list()]

@@ -177,9 +177,9 @@ def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]
             listed = tdir.child(q.base_name).list()
             starts = {parse_file_name(f.base_name) for f in listed} - {None}
             for f in listed:
-                odd = tdir.child(q.base_name, f.base_name).not_regular()
+                odd = tdir.child(q.base_name).child_kind(f)
                 if odd or parse_file_name(f.base_name) is None:
-                    why = broker_consequence(LogFile(f.base_name, f.size, "", not odd), None, starts,
+                    why = broker_consequence(LogFile(f.base_name, f.size, "", odd or ""), None, starts,
                                              "consume-queue file")
                     out.add("consumequeue", "unexpected_file", f"{rel_q}/{f.base_name}",
                             detail=(f"{odd}, not a regular file" if odd else "not a 20-digit consume-queue file")

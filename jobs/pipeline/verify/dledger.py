@@ -41,9 +41,9 @@ def check_files(home: Location, rel_dir: str, scan: ScanResult, found: Findings)
         starts = {parse_segment_name(info.base_name) for info in listed} - {None}
         for info in listed:
             start = parse_segment_name(info.base_name)
-            odd = None if info.type.name == "File" else (index_dir.child(info.base_name).not_regular() or "not a file")
+            odd = index_dir.child_kind(info)
             if odd or start is None:  # DLedger's MmapFileList.load takes every entry of the directory
-                why = broker_consequence(LogFile(info.base_name, info.size, "", not odd), dledger.INDEX_FILE_SIZE,
+                why = broker_consequence(LogFile(info.base_name, info.size, "", odd or ""), dledger.INDEX_FILE_SIZE,
                                          starts, "DLedger index file")
                 found.add(art, "unexpected_file", f"{rel_dir}/{info.base_name}",
                           detail=(f"{odd}, not a regular file" if odd else "not a 20-digit DLedger index file")

@@ -293,7 +293,7 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
     """Every file of index/ in name order (the broker loads them all) with its header."""
     files = []
     for info in index_dir.list():
-        odd = index_dir.child(info.base_name).not_regular()
+        odd = index_dir.child_kind(info)
         if odd:
             out.add("index", "unexpected_file", f"index/{info.base_name}", detail=f"{odd}, not a regular file")
             continue
