@@ -116,6 +116,12 @@ def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> l
     return sorted(out, key=lambda s: s.start)
 
 
+def first_gap(starts: list[int], file_size: int) -> tuple[int, int] | None:
+    """The first two neighbouring files (start offsets, sorted) that are not `file_size` apart, or None: DLedger's
+    MmapFileList.checkSelf refuses to start on one (data and index files alike)."""
+    return next(((a, b) for a, b in zip(starts, starts[1:]) if b - a != file_size), None)
+
+
 def plan_log(plain: list[LogFile], dledger: list[LogFile] | None, file_size: int) -> list[Segment]:
     """The store's segments in offset order. `dledger` None: a plain store. Otherwise plain segments must lie
     wholly below the first DLedger data file (dividedCommitlogOffset): the broker never reads a plain segment
@@ -124,12 +130,13 @@ def plan_log(plain: list[LogFile], dledger: list[LogFile] | None, file_size: int
     if dledger is None:
         return plain_segs
     data = _segments(dledger, file_size, ENTRY_HEADER_SIZE, "DLedger data file")
-    for a, b in zip(data, data[1:]):  # MmapFileList.checkSelf: DLedger does not start on a gap between data files
-        if b.start != a.start + file_size:
-            raise StoreFormatError(b.path, 0, f"DLedger data file {segment_name(b.start)} does not follow "
-                                              f"{segment_name(a.start)} ({file_size}-byte files, so the next starts at "
-                                              f"{a.start + file_size}): DLedger refuses to start ('check data file "
-                                              f"order failed before recovery')")
+    gap = first_gap([s.start for s in data], file_size)
+    if gap is not None:  # MmapFileList.checkSelf: DLedger does not start on a gap between data files
+        a, b = gap
+        raise StoreFormatError(next(s.path for s in data if s.start == b), 0,
+                               f"DLedger data file {segment_name(b)} does not follow {segment_name(a)} ({file_size}-byte "
+                               f"files, so the next starts at {a + file_size}): DLedger refuses to start ('check data "
+                               f"file order failed before recovery')")
     if data and plain_segs:
         divided = data[0].start
         above = [s for s in plain_segs if s.start + s.size > divided]

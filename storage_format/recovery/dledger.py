@@ -30,6 +30,7 @@ from ..confirm_offset import RecoveredConfirm
 from ..dledger import (BLANK_MAGIC, ENTRY_HEADER_SIZE, ENTRY_MAGIC, INDEX_FILE_SIZE, INDEX_UNIT_SIZE,
                        READING_SURVIVING, RECOVERY_MIN_SIZE_EXCLUSIVE, EntryHeader, index_unit, read_entry_header)
 from ..errors import RecoveryError
+from ..log_sources import first_gap
 from ..segment_names import segment_name as file_offset
 from ..settings import BrokerSettings
 from .checkpoint_after import checkpoint_after
@@ -220,10 +221,11 @@ def _entry_problem(h: EntryHeader, absolute: int, rel: int, file_size: int, last
 
 def check_contiguous(starts: list[int], size: int, what: str) -> None:
     """MmapFileList.checkSelf: adjacent files must be `size` apart, or DLedger refuses to recover."""
-    for a, b in zip(starts, starts[1:]):
-        if b - a != size:
-            raise RecoveryError(f"{what} {file_offset(a)} and {file_offset(b)} are not adjacent ({size}-byte files): "
-                                f"DLedger refuses to start ('check data file order failed before recovery')")
+    gap = first_gap(starts, size)
+    if gap is not None:
+        a, b = gap
+        raise RecoveryError(f"{what} {file_offset(a)} and {file_offset(b)} are not adjacent ({size}-byte files): "
+                            f"DLedger refuses to start ('check data file order failed before recovery')")
 
 
 def walk_entries(data_starts: list[int], file_size: int, read: ReadRange, index_starts: list[int],
