@@ -45,7 +45,7 @@ from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
-from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes  # noqa: E402
+from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes, implausible_timestamp  # noqa: E402
 from storage_format.markers import CHECKPOINT  # noqa: E402
 from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -147,6 +147,8 @@ def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: i
         raise JobError("; ".join(problems) + ". convert copies a healthy log only: run jobs.recover first")
     if scan.negative_queue_ids is not None:  # as rebuild and inspect say it (issue 36 item 4)
         warn("convert", scan.negative_queue_ids.describe())
+    if scan.out_of_step_queues is not None:  # OUT's queues are written as the broker writes them (issue 35 item 5)
+        warn("convert", scan.out_of_step_queues.describe())
     end = scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0
     t0 = time.monotonic()
     plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
@@ -178,7 +180,8 @@ def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
     per_queue = scan.records_per_queue()
     count = lambda topic: sum(per_queue.get(topic, {}).values())  # noqa: E731
     return {**plan.to_dict(), "negative_queue_ids": scan.negative_queue_ids.to_dict()
-            if scan.negative_queue_ids is not None else None, "schedule_messages_moved": count(SCHEDULE_TOPIC),
+            if scan.negative_queue_ids is not None else None, "out_of_step_queues": scan.out_of_step_queues.to_dict()
+            if scan.out_of_step_queues is not None else None, "schedule_messages_moved": count(SCHEDULE_TOPIC),
             "half_messages_moved": count(HALF_TOPIC), "op_half_messages_moved": count(OP_TOPIC),
             "pending_transactions_at_most": max(0, count(HALF_TOPIC) - count(OP_TOPIC)),
             "records_past_committed_position_left_out": left_out}
@@ -343,12 +346,20 @@ def _copy_tree(src: Location, dst: Location) -> None:
 
 def _write_checkpoint(store: Location, out: Location, end: int, last_ts: int | None) -> str:
     """The source's checkpoint (store timestamps only in 4.x: they do not change), or one made from the last
-    record's storeTimestamp when the source has none; 5.x offsets are set to the new log's end."""
+    record's storeTimestamp when the source has none or holds a time no record could have put there (named in a
+    warning: issue 36 item 5); 5.x offsets are set to the new log's end."""
     cp = StoreMarkers.read(store).found_checkpoint
-    if cp is None:
-        ts = last_ts or 0
+    ts = last_ts or 0
+    odd = implausible_timestamp(cp, ts) if cp is not None else None
+    if cp is None or odd is not None:
+        # three times, zeros after: a 5.x broker reads zero offsets as a store that never restarted
         out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts), 4))
-        return "made from the last record's storeTimestamp (the source has no checkpoint)"
+        if cp is None:
+            return "made from the last record's storeTimestamp (the source has no checkpoint)"
+        why = (f"{store.child(CHECKPOINT).uri} at byte offset {odd[0]}: {odd[1]} is {odd[2]}, which no record of "
+               f"the log put there (the last storeTimestamp is {ts})")
+        warn("convert", f"{why}; OUT's checkpoint is made from the last record's storeTimestamp instead")
+        return f"made from the last record's storeTimestamp (the source's is damaged: {why})"
     base = store.child(CHECKPOINT).read_bytes()[:CHECKPOINT_SIZE]
     if cp.has_v5_fields:
         cp = dataclasses.replace(cp, master_flushed_offset=end, confirm_phy_offset=end)

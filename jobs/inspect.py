@@ -13,6 +13,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, check_repor
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
+from jobs.pipeline.scan.queue_order import out_of_step_names  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 
@@ -39,11 +40,21 @@ def summary(result: ScanResult) -> dict:
         "scan_end": end.as_list() if end else None,
         "scan_end_detail": end.describe() if end else None,
         "problems": result.tail_problems() + ([result.negative_queue_ids.describe()]
-                                              if result.negative_queue_ids is not None else []),
+                                              if result.negative_queue_ids is not None else []) + _step_problem(result),
         "segments": len(result.segments),
         "segments_with_data_after_end": result.stitched.data_after_end,
         "bytes_read": result.bytes_read,
     }
+
+
+def _step_problem(result) -> list[str]:
+    """Queues whose queueOffsets do not step by 1 (a damaged record), by name: verify and rebuild name the record."""
+    names = out_of_step_names(result)
+    if not names:
+        return []
+    return [f"queueOffsets of {len(names)} queue{'s' if len(names) > 1 else ''} ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''}) do not step by 1 in commit-log order (a damaged record): the "
+            f"broker's consume queue skips or moves such entries; verify names the record by file and byte offset"]
 
 
 def main(argv: list[str] | None = None) -> int:

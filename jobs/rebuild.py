@@ -106,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if problems and not args.accept_invalid_tail:
             raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
                            "first, or pass --accept-invalid-tail to rebuild up to that point")
-        for problem in problems:
+        for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
             warn("rebuild", problem)
-        if scan.negative_queue_ids is not None:
-            warn("rebuild", scan.negative_queue_ids.describe())
         t0 = time.monotonic()
         cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.default_parallelism) \
             if with_cq else []
@@ -233,6 +231,7 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "scan_end_detail": scan.end.describe() if scan.end else None,
         "segments_with_data_after_end": scan.stitched.data_after_end,
         "negative_queue_ids": scan.negative_queue_ids.to_dict() if scan.negative_queue_ids is not None else None,
+        "out_of_step_queues": scan.out_of_step_queues.to_dict() if scan.out_of_step_queues is not None else None,
         "consumequeue_files": len(cq_files),
         "consumequeue_entries_per_topic_queue": per_queue,
         "index_files": index_names,

@@ -87,6 +87,11 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     if odd is not None:
         found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, offset=odd.byte_offset,
                   commitlog_offset=odd.offset, queue_id=odd.queue_id, message=odd.describe())
+    step = scan.out_of_step_queues
+    if step is not None:
+        found.add("commitlog", "out_of_step_queue_offset", step.path, count=len(step.queues), offset=step.byte_offset,
+                  commitlog_offset=step.offset, queue=step.queue, queue_offset=step.queue_offset,
+                  next_offset=step.slot, message=step.describe())
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     parallelism = sc.default_parallelism
     if with_cq:

@@ -55,6 +55,21 @@ def parse_checkpoint(data: bytes, path: str = "checkpoint") -> Checkpoint:
     return Checkpoint(*_LONGS.unpack_from(data, 0))
 
 
+TIMESTAMP_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp")  # bytes 0, 8, 16
+PLAUSIBLE_AHEAD_MS = 24 * 3600 * 1000  # a checkpoint time past the log's last record by more than this is no record's
+
+
+def implausible_timestamp(cp: Checkpoint, last_store_ts: int) -> tuple[int, str, int] | None:
+    """(byte offset, field, value) of the first checkpoint time that no record of the log could have put there:
+    negative, or more than a day past the last record's storeTimestamp (the broker stores record times there);
+    None when all three are plausible. A checkpoint of random bytes fails it."""
+    for i, name in enumerate(TIMESTAMP_FIELDS):
+        value = getattr(cp, name)
+        if value < 0 or value > last_store_ts + PLAUSIBLE_AHEAD_MS:
+            return 8 * i, name, value
+    return None
+
+
 def checkpoint_bytes(cp: Checkpoint, generation: int, base: bytes | None = None) -> bytes:
     """The 4096-byte file for a generation (4: three longs, 5: five); other bytes come from `base`
     (the previous file) or are zero, so nothing the broker wrote elsewhere is lost."""

@@ -47,15 +47,19 @@ class Damage:
     expect: dict[str, str]  # job name -> ERROR / REPORTED / ACCEPTED / IGNORED
     why: str
     victim: dict = field(default_factory=dict)  # facts about the damaged record (for ACCEPTED checks)
-    where: dict[str, tuple[Path, int | None]] = field(default_factory=dict)  # per job, when not (file, offset)
+    # per job, when not (file, offset): another (file, offset), or the text its message must hold
+    where: dict[str, tuple[Path, int | None] | str] = field(default_factory=dict)
     warns: tuple[str, ...] = ()  # jobs that go on but must say it: a `warning:` line / the plan's warnings name it
 
     def location(self, job: str) -> tuple[Path, int | None]:
-        """The file and byte offset `job` must name."""
-        return self.where.get(job, (self.file, self.offset))
+        """The file and byte offset `job` must name (the damaged file's, where the job names a text instead)."""
+        loc = self.where.get(job, (self.file, self.offset))
+        return (self.file, self.offset) if isinstance(loc, str) else loc
 
     def named(self, job: str) -> str:
         """What `job`'s message must contain: `<file> at byte offset <n>`, or the path alone for a name."""
+        if isinstance(self.where.get(job), str):
+            return self.where[job]
         path, offset = self.location(job)
         return str(path) if offset is None else f"{path} at byte offset {offset}"
 
@@ -225,12 +229,26 @@ def total_size(value: int, label: str) -> Callable[[Path, Path], Damage]:
     return build
 
 
-def bitflip_queue_offset(golden: Path, dst: Path) -> Damage:
-    """A flipped high bit of queueOffset: the chain is intact, the consume-queue position is absurd."""
-    v = GoldenVictim(golden, dst)
-    _flip_bit(v.segment, v.pos + 20 + 2, 0)  # + 2^40
-    return v.damage("bitflip-queue-offset", v.pos, outcome(ERROR, ACCEPTED, ERROR, ERROR),
-                    "queueOffset jumps by 2^40: the queue would need 10^10 files")
+def queue_offset_step(delta: int, label: str, why: str) -> Callable[[Path, Path], Damage]:
+    """A builder adding `delta` to the victim's queueOffset: the chain is intact, the record is not its queue's
+    next. ConsumeQueue.putMessagePositionInfo appends an entry above the write position AT the write position
+    ("[BUG]logic queue order maybe wrong") and skips one below it ("Build consume queue repeatedly"): rebuild
+    writes the same with a warning naming the record, verify a finding, recover's audit a warning, inspect names
+    the queue (issues 35 item 5, 36 item 1)."""
+    def build(golden: Path, dst: Path) -> Damage:
+        v = GoldenVictim(golden, dst)
+        facts = _victim_facts(v, v.i)
+        _shift(v.segment, v.pos + 20, ">q", delta)
+        return v.damage(label, v.pos, outcome(ACCEPTED, REPORTED, REPORTED, REPORTED), why, warns=("rebuild", "recover"),
+                        where={"inspect": f"({facts['topic']}/{facts['queue_id']})"}, **facts, step=delta)
+    build.__name__ = label.replace("-", "_")
+    return build
+
+
+# a flipped high bit (+ 2^40): the broker appends the entry at its queue's next offset, the queue is unchanged
+bitflip_queue_offset = queue_offset_step(2**40, "bitflip-queue-offset", "queueOffset jumps by 2^40")
+# the victim repeats the offset before it (207 then 207 - 1): its entry is skipped, the queue's later ones move up
+queue_offset_backwards = queue_offset_step(-1, "queue-offset-backwards", "queueOffset one below its queue's next")
 
 
 def negative_queue_offset(golden: Path, dst: Path) -> Damage:
@@ -578,7 +596,7 @@ BUILDERS: list[Callable[[Path, Path], Damage]] = [
     truncated_segment, oversized_segment, missing_segment, bad_magic, bitflip_magic, bitflip_total_size_high,
     bitflip_total_size_low, bitflip_store_timestamp, bitflip_physical_offset, zeroed_header_last_segment,
     misnamed_segment, total_size_zero, total_size_negative,
-    total_size_past_segment, bitflip_queue_offset, topic_length_past_record, topic_invalid_utf8,
+    total_size_past_segment, bitflip_queue_offset, queue_offset_backwards, topic_length_past_record, topic_invalid_utf8,
     properties_invalid_utf8, properties_without_separators, topic_length_signed_byte, _bad_topic("../../x", "dotdot"),
     _bad_topic("a/b", "slash"), _bad_topic("a\x00b", "nul"), _bad_topic("", "empty"), index_wrong_size, consume_queue_wrong_size,
     checkpoint_wrong_size, stray_bak, stray_hex, stray_21_digits, negative_queue_offset,
@@ -636,9 +654,9 @@ class DledgerVictim:
         self.index = struct.unpack_from(">q", buf, self.pos + 8)[0]
 
     def damage(self, name: str, offset: int | None, expect: dict[str, str], why: str, file: Path | None = None,
-               where: dict | None = None) -> Damage:
+               where: dict | None = None, warns: tuple[str, ...] = (), **victim) -> Damage:
         return Damage(name, self.store, self.store / "broker.conf", file or self.file, offset, expect, why,
-                      where=where or {})
+                      victim=victim, where=where or {}, warns=warns)
 
 
 DLEDGER_CHAIN = {"rebuild": ERROR, "inspect": REPORTED, "verify": REPORTED}
@@ -806,11 +824,35 @@ def dledger_checkpoint_note(golden: Path, dst: Path) -> Damage:
                     "a hand-added line in the DLedger checkpoint", cp)
 
 
+def dledger_queue_offset_backwards(golden: Path, dst: Path) -> Damage:
+    """The first ordinary record from the victim entry on whose queueOffset is at least 1 gets its offset minus 1
+    (207 then 206): DLedger's dispatch goes through the same ConsumeQueue as a plain broker's, which skips the
+    entry; the queue's later entries sit one offset earlier (issue 36 item 1). Named at the record (entry + 48)."""
+    v = DledgerVictim(golden, dst)
+    buf = v.file.read_bytes()
+    for pos in v.entries[VICTIM_RECORD:]:
+        rec = pos + 48
+        size = struct.unpack_from(">i", buf, rec)[0]
+        cols = decode_buffer(buf[rec:rec + size], struct.unpack_from(">q", buf, rec + 28)[0]).columns
+        topic, qo = cols.topic[0].as_py(), int(cols.queue_offset[0])
+        if qo >= 1 and int(cols.sys_flag[0]) & TRAN_MASK in (0, 8) and not topic.startswith(("%", "SCHEDULE", "RMQ")):
+            break
+    else:
+        raise AssertionError("no ordinary record after the victim entry")
+    _shift(v.file, rec + 20, ">q", -1)
+    return v.damage("dledger-queue-offset-backwards", rec, {"rebuild": ACCEPTED, "inspect": REPORTED,
+                                                            "verify": REPORTED}, "queueOffset one below its queue's next",
+                    where={"inspect": f"({topic}/{int(cols.queue_id[0])})"}, warns=("rebuild",), topic=topic,
+                    queue_id=int(cols.queue_id[0]), queue_offset=qo, phy=int(cols.physical_offset[0]), size=size,
+                    step=-1)
+
+
 DLEDGER_BUILDERS = [dledger_bad_entry_magic, dledger_bad_entry_size, dledger_bad_entry_pos, dledger_index_gap,
                     dledger_index_gap_at_file_start, dledger_torn_entry, dledger_blank_wrong_length,
                     dledger_data_file_wrong_size, dledger_index_disagrees, dledger_index_stray, dledger_term_down,
                     dledger_term_negative, dledger_term_down_at_file_start, dledger_bad_body_crc, dledger_data_fifo,
-                    dledger_data_directory, dledger_data_dangling_link, dledger_data_gap, dledger_checkpoint_note]
+                    dledger_data_directory, dledger_data_dangling_link, dledger_data_gap, dledger_checkpoint_note,
+                    dledger_queue_offset_backwards]
 
 
 def build_all(golden: Path, root: Path) -> list[Damage]:

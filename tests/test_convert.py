@@ -607,3 +607,48 @@ def test_a_record_with_a_negative_queue_id_is_named_and_counted(spark, tmp_path,
     assert f"{data} at byte offset {entry + 48}" in warnings[0] and "queueId -1" in warnings[0]
     report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())
     assert report["plan"]["negative_queue_ids"]["records"] == 1
+
+
+def test_a_queue_offset_that_goes_backwards_is_written_as_the_broker_writes_it(spark, tmp_path, capsys):
+    """A DLedger record whose queueOffset repeats the one before it (207 then 206): convert names it in a warning
+    (file and byte offset), counts it in its report, and OUT's consume queues are the source's rebuild (the
+    broker's rule: that entry skipped, the queue's later entries one offset earlier; checked against an independent
+    model in test_hostile) with every offset mapped to OUT's (issues 35 item 5, 36 item 1)."""
+    from tests.hostile import dledger_queue_offset_backwards
+
+    d = dledger_queue_offset_backwards(GOLDEN, tmp_path / "store")
+    args = ["--store", str(d.store), "--broker-config", str(d.broker_config), "--quiet"]
+    code, err = run_job("convert", args + ["--out", str(tmp_path / "out")], capsys)
+    warnings = [line for line in err if line.startswith("reput convert: warning: ")]
+    assert code == 0 and len(warnings) == 1 and d.named("convert") in warnings[0], err
+    report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())
+    assert report["plan"]["out_of_step_queues"]["first_offset"] == d.victim["phy"]
+    assert run_job("rebuild", args + ["--out", str(tmp_path / "src-rebuild")], capsys)[0] == 0
+    moved = _offset_map(tmp_path / "out")
+    want = {q: [(moved[phy], size, tags) if size < 2**31 - 1 else (phy, size, tags) for phy, size, tags in units]
+            for q, units in _cq_entries(tmp_path / "src-rebuild").items()}
+    assert _cq_entries(tmp_path / "out") == want
+
+
+def test_a_checkpoint_of_random_bytes_is_replaced_and_named(spark, tmp_path, capsys):
+    """A store checkpoint of random bytes (times no record put there): OUT gets a fresh one made from the last
+    record's storeTimestamp, not the garbage, and the warning names the file, the byte offset and the field
+    (issue 36 item 5)."""
+    from tests.conftest import restored_copy
+
+    store = restored_copy("dledger-clean-small-11", tmp_path / "store")
+    (store / "checkpoint").write_bytes(np.random.default_rng(7).bytes(4096))
+    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                                    str(tmp_path / "out"), "--quiet"], capsys)
+    warnings = [line for line in err if line.startswith("reput convert: warning: ")]
+    assert code == 0 and len(warnings) == 1 and f"{store / 'checkpoint'} at byte offset 0" in warnings[0], err
+    out = (tmp_path / "out" / "checkpoint").read_bytes()
+    last = max(_walk_store_times(tmp_path / "out"))
+    assert len(out) == 4096 and struct.unpack_from(">3q", out) == (last, last, last) and out[24:] == bytes(4072)
+
+
+def _walk_store_times(store: Path) -> list[int]:
+    """storeTimestamp of every record of a plain store, read with struct (FORMAT.md: sysFlag at 36, bornHost at 48,
+    8 bytes or 20 with an IPv6 born host, then storeTimestamp)."""
+    return [struct.unpack_from(">q", rec, 56 if struct.unpack_from(">i", rec, 36)[0] & 0x10 == 0 else 68)[0]
+            for _, rec in _walk_records(_log_bytes(store))]

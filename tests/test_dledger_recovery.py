@@ -278,8 +278,9 @@ def test_the_broker_exits_when_the_end_is_far_before_the_last_file():
     data[1024][4:8] = struct.pack(">i", 0)  # file 1 now ends the data after its first entry... in the middle
     struct.pack_into(">i", data[1024], 0, fmt.ENTRY_MAGIC)
     struct.pack_into(">q", idx, 6 * 32 + 12, 0)  # and the pre-check of file 1 fails, so the walk starts at 0
-    with pytest.raises(R.RecoveryError, match="processOffset is too small"):
+    with pytest.raises(R.RecoveryError, match="processOffset is too small") as e:
         walk(data, idx)
+    assert str(e.value).startswith("DLedger data file 00000000000000001024 byte 0: DLedger's recovery ends there (")
 
 
 def test_files_that_are_not_adjacent_are_refused():

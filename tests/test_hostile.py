@@ -141,6 +141,8 @@ def test_hostile_store(builder, job, golden, spark, clean_rebuild, tmp_path, cap
         assert out_digest(out) == out_digest(clean_rebuild)
     elif "moved_to" in d.victim:
         check_moved_rebuild(d, out, clean_rebuild)
+    elif "step" in d.victim:
+        check_stepped_rebuild(d, out, clean_rebuild)
     else:
         assert expect == ACCEPTED
         check_accepted_rebuild(d, out, clean_rebuild)
@@ -177,6 +179,33 @@ def check_accepted_rebuild(d: Damage, out: Path, clean: Path) -> None:
     a, b = (out / victim_file).read_bytes(), (clean / victim_file).read_bytes()
     assert a[:at] == b[:at] and a[at + 20:] == b[at + 20:]
     assert struct.unpack(">q", a[at + 12:at + 20])[0] == tags
+
+
+def queue_units(out: Path, topic: str, queue_id: int) -> list[bytes]:
+    """A queue's 20-byte units in offset order, its files read back to back (no file may be missing)."""
+    files = sorted((out / "consumequeue" / topic / str(queue_id)).iterdir())
+    assert [int(f.name) for f in files] == [i * 2000 for i in range(len(files))]
+    data = b"".join(f.read_bytes() for f in files)
+    return [data[i:i + 20] for i in range(0, len(data), 20)]
+
+
+def check_stepped_rebuild(d: Damage, out: Path, clean: Path) -> None:
+    """A record whose queueOffset is not its queue's next, written as ConsumeQueue.putMessagePositionInfo does
+    (written here from its rule, not reput's): above the next offset it lands AT the next offset (the queue is
+    the clean one), below it is skipped and every later entry of the queue sits one offset earlier; nothing
+    else changes (the index does not hold queue offsets)."""
+    v = d.victim
+    want = queue_units(clean, v["topic"], v["queue_id"])
+    if v["step"] < 0:
+        assert struct.unpack(">qi", want[v["queue_offset"]][:12]) == (v["phy"], v["size"])
+        want = want[:v["queue_offset"]] + want[v["queue_offset"] + 1:] + [bytes(20)]
+    got = queue_units(out, v["topic"], v["queue_id"])
+    while len(want) > len(got) and want[-1] == bytes(20):
+        want.pop()  # a file left with zeros only is not written
+    assert got == want
+    qdir = f"consumequeue/{v['topic']}/{v['queue_id']}/"
+    others = lambda t: {k: h for k, h in t.items() if not k.startswith(qdir)}  # noqa: E731
+    assert others(out_digest(out)) == others(out_digest(clean))
 
 
 def check_moved_rebuild(d: Damage, out: Path, clean: Path) -> None:
@@ -243,6 +272,10 @@ def test_hostile_dledger_store(builder, job, golden, spark, clean_dledger_rebuil
         problems = json.loads(stdout)["problems"]
         assert any(where in p for p in problems) if expect == REPORTED else problems == [], (where, problems)
         return
+    warnings = [line for line in stderr.splitlines() if line.startswith(f"reput {job}: warning: ") and where in line]
+    assert len(warnings) == (1 if job in d.warns else 0), (where, stderr[-2000:])
+    if "step" in d.victim:
+        return check_stepped_rebuild(d, out, clean_dledger_rebuild)
     assert expect == IGNORED and out_digest(out) == out_digest(clean_dledger_rebuild)
 
 

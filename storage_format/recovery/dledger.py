@@ -311,7 +311,10 @@ def walk_entries(data_starts: list[int], file_size: int, read: ReadRange, index_
         rel += h.size
     last_file = data_starts[-1]
     if last_file - process > file_size:
-        raise RecoveryError(f"DLedger recovery ends at {process}, more than a data file before the last data file "
+        holder = max((s for s in data_starts if s <= process), default=data_starts[0])
+        why = f" ({stop.detail})" if stop is not None and stop.detail else ""
+        raise RecoveryError(f"DLedger data file {file_offset(holder)} byte {process - holder}: DLedger's recovery "
+                            f"ends there{why}, more than a data file before the last data file "
                             f"{file_offset(last_file)}: the broker exits there ('The processOffset is too small, you "
                             f"should check it manually'); nothing is changed")
     begin = -1

@@ -12,20 +12,18 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
-import pyarrow as pa
 
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
-from storage_format.multi_dispatch import is_lmq
 from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map, read_cq
+from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -83,21 +81,19 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     in_step = (~q.unordered & q.sources_adjacent()).tolist()
     slices = list(map(QueueSlice, q.src_split.tolist(), q.src_row.tolist(), q.src_rows.tolist(), q.src_lo.tolist(),
                       q.src_hi.tolist()))  # lists once: this loop runs per queue, tens of thousands with LMQ
-    qids, lows, highs, rows, starts = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.cq_rows,
-                                                            q.source_start))
+    qids, lows, highs, starts = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.source_start))
     runs: list[QueueFiles] = []
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
     for i in np.flatnonzero(wanted).tolist():
         topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
         sources = tuple(slices[starts[i]:starts[i + 1]])
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
-        if is_lmq(topic) and not in_step[i]:
-            # offsets used up without an entry (5.x): one run places the whole queue as the broker does
+        if not in_step[i]:
+            # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
+            # whole queue as the broker's write position does
             runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size, last_file=last * file_size,
                                    queue_first_offset=lo, sources=sources, placed=True))
             continue
-        if hi - lo + 1 > rows[i]:
-            raise queue_gap_error(scan, work, topic, qid, list(sources))
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
             runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
@@ -121,30 +117,6 @@ def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
     task packs thousands of one-entry LMQ queues but few large queues."""
     files = (run.last_file - run.first_file) // file_size + 1
     return min(files * units, sum(src.rows for src in run.sources)) + files * CQ_FILE_COST
-
-
-def queue_gap_error(scan: ScanResult, work: Location, topic: str, qid: int,
-                    sources: list[QueueSlice]) -> StoreFormatError:
-    """The record that breaks a queue's run of consecutive queue offsets (a damaged queueOffset: the
-    broker would log "logic queue order maybe wrong" and append it out of place, or skip the queue's
-    later entries), named by file and byte offset. Called only when a queue's offsets have a gap."""
-    t = pa.concat_tables([read_cq(work, src.split_index).slice(src.row_start, src.rows)
-                          for src in sources])  # the queue's entries in commit-log order
-    qo, phy = t.column("queue_offset").to_numpy(), t.column("phy").to_numpy()
-    before = np.concatenate([[qo[0] - 1], np.maximum.accumulate(qo)[:-1]])
-    jumps = np.flatnonzero(qo > before + 1)
-    if len(jumps):
-        row = int(jumps[0])
-        why = (f"queueOffset {int(qo[row])} of {topic}/{qid} follows {int(before[row])}: "
-               f"{int(qo[row] - before[row] - 1)} consume-queue entries would be missing")
-    else:
-        row = 0
-        why = (f"queueOffset {int(qo[0])} of {topic}/{qid}, its first entry, lies above later entries of the queue "
-               f"(down to {int(qo.min())}), which the broker would skip")
-    at = int(phy[row])
-    seg = next(g for g in scan.segments if g.start <= at < g.start + g.size)
-    return StoreFormatError(seg.path, at - seg.start, f"{why} (record at commit-log offset {at}); queue offsets of "
-                                                      f"a queue must be consecutive")
 
 
 def _run_entries(task: CqTask) -> list[CqColumns]:

@@ -398,8 +398,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                         "between the last kept index file and the resume point unindexed)")
     if audit:
         warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))  # negative queue ids too
-    elif scan.negative_queue_ids is not None:
-        warnings.append(scan.negative_queue_ids.describe())
+    else:
+        warnings.extend(p.describe() for p in (scan.negative_queue_ids, scan.out_of_step_queues) if p is not None)
     return DLedgerRecoveryPlan(
         store=store, settings=settings, generation=gen, markers=markers, abnormal=markers.abort is not None,
         dirs=dirs, data=data, index_files=index_files, dledger_raw=raw, plan=plan, queue_dirs=queue_dirs,

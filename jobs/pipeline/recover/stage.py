@@ -25,7 +25,6 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from ..io.paths import is_local
 from ..io.store_gate import commitlog_dir
-from ..outputs.stage import plan_cq
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
                               record_store_timestamp, segment_heads, tail_keys)
 from ..store.markers import StoreMarkers
@@ -257,8 +256,9 @@ def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list
                         "segment) and so does reput")
     if audit:
         warnings.extend(_audit(sc, log))  # the whole log, negative queue ids included
-    elif log.scan.negative_queue_ids is not None:
-        warnings.append(log.scan.negative_queue_ids.describe())
+    else:
+        warnings.extend(p.describe() for p in (log.scan.negative_queue_ids, log.scan.out_of_step_queues)
+                        if p is not None)
     if log.scan.stitched.data_after_end:
         warnings.append(f"segments after the truncation point hold records that recovery drops: "
                         f"{', '.join(log.scan.stitched.data_after_end)}")
@@ -267,14 +267,13 @@ def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list
 
 def _audit(sc, log: ValidatedLog) -> list[str]:
     """Damage the broker's recovery does not look at, in the whole commit log: an invalid record before
-    the recovery's start segment (dispatch or a rebuild from the start would stop there), or a record
-    whose storeTimestamp is no date (the start-segment rule and index file names read it). Bytes that
-    no broker could have written (a topic that is no directory name, a moved physicalOffset, a gap in a
-    queue's offsets) raise StoreFormatError naming the record."""
+    the recovery's start segment (dispatch or a rebuild from the start would stop there), a record
+    whose storeTimestamp is no date (the start-segment rule and index file names read it), a queueOffset out
+    of its queue's step. Bytes that no broker could have written (a topic that is no directory name, a moved
+    physicalOffset) raise StoreFormatError naming the record."""
     work, settings, start = log.work.child("audit"), log.settings, log.start.offset
     audit = scan_store(sc, log.store, settings, split_size=log.split_size, check_crc=settings.check_crc_on_recover,
                        work=work, with_keys=False, label="audit", quiet=log.quiet, generation=log.generation)
-    plan_cq(audit, settings, work, work)  # raises on a gap in a queue's offsets
     found = []
     end = audit.end
     if end is not None and end.offset < start:

@@ -121,6 +121,43 @@ class NegativeQueueIds:
                 f"{self.byte_offset}", "first_offset": self.offset, "first_queue_id": self.queue_id}
 
 
+SHOWN_QUEUES = 5  # out-of-step queues named in the one line
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutOfStepQueues:
+    """Queues (but those multi-dispatch fills, whose offsets are shared) with a record whose queueOffset is not the
+    queue's next slot. ConsumeQueue.putMessagePositionInfo skips an entry below the write position ("Build
+    consume queue repeatedly") and appends any other AT the write position ("[BUG]logic queue order maybe
+    wrong"), so the queue's later entries sit elsewhere than their stored offsets say; reput writes the same."""
+
+    queues: tuple[str, ...]  # "topic/queueId", every out-of-step queue
+    path: str  # the first out-of-step record's segment (or DLedger data file)
+    byte_offset: int
+    offset: int  # its commit-log offset
+    queue: str
+    queue_offset: int  # what the record says
+    slot: int  # the queue's write position when it came
+    skipped: bool  # below the write position: the broker writes no entry for it
+
+    def describe(self) -> str:
+        """The one line a job prints (and verify's finding message)."""
+        more = f" (and {len(self.queues) - 1} more queues: {', '.join(self.queues[1:SHOWN_QUEUES])}" \
+               f"{', ...' if len(self.queues) > SHOWN_QUEUES else ''})" if len(self.queues) > 1 else ""
+        did = ("skips it (\"Build consume queue repeatedly\")" if self.skipped
+               else f"appends it at offset {self.slot} (\"[BUG]logic queue order maybe wrong\")")
+        return (f"the record at {self.path} at byte offset {self.byte_offset} (commit-log offset {self.offset}) has "
+                f"queueOffset {self.queue_offset} where {self.queue}'s next offset is {self.slot}{more}: a damaged "
+                f"record; the broker's consume queue {did} and its later entries follow from there, not from "
+                f"their stored offsets; reput writes the same")
+
+    def to_dict(self) -> dict:
+        """The run report's form."""
+        return {"queues": list(self.queues), "first": f"{self.path} at byte offset {self.byte_offset}",
+                "first_offset": self.offset, "first_queue": self.queue, "queue_offset": self.queue_offset,
+                "next_offset": self.slot, "skipped": self.skipped}
+
+
 @dataclass
 class ScanResult:
     """Segments, splits, the stitched scan and the summaries of the splits the scan accepted; the valid records
@@ -131,6 +168,7 @@ class ScanResult:
     stitched: Stitched
     summaries: dict[int, SplitSummary]
     negative_queue_ids: NegativeQueueIds | None = None
+    out_of_step_queues: OutOfStepQueues | None = None  # found when consume-queue rows were written (queue_order)
 
     @property
     def accepted(self) -> list[SplitSummary]:
@@ -222,10 +260,9 @@ class ScanResult:
 
     def record_problems(self) -> list[str]:
         """What the scan found in records it accepted that a later dispatch would trip on or an operator must
-        know: the undated record and the negative queue ids, described for operators."""
-        undated = self.undated_problem()
-        return ([undated] if undated else []) + (
-            [self.negative_queue_ids.describe()] if self.negative_queue_ids is not None else [])
+        know: the undated record, the negative queue ids and the out-of-step queues, described for operators."""
+        found = [self.undated_problem(), self.negative_queue_ids, self.out_of_step_queues]
+        return [f if isinstance(f, str) else f.describe() for f in found if f is not None]
 
     def record_after_end(self) -> int | None:
         """The first record (found by the physicalOffset rule) past the end of the scan, in the end's

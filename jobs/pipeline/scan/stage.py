@@ -28,6 +28,7 @@ from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, deco
 from storage_format.split_rows import CqRows
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
+from .queue_order import out_of_step_queues
 from .cq_rows import cq_table, queue_groups, queue_table, split_lmq, unsafe_topics
 from ..convert.records import list_buffer
 from ..runtime import env
@@ -371,6 +372,8 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
     result.negative_queue_ids = find_negative_queue_ids(result, base)
+    if with_cq and work is not None:
+        result.out_of_step_queues = out_of_step_queues(result, work)
     note_fallbacks(result, label)
     return result
 

@@ -43,6 +43,9 @@ KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("negative_queue_id", ("commitlog",), "entry",
                 "a valid record whose queueId is negative, which no broker assigns (a damaged record, or not written "
                 "by a broker); the broker's dispatch still files it under consumequeue/<topic>/<queueId>/"),
+    FindingKind("out_of_step_queue_offset", ("commitlog",), "entry",
+                "a valid record whose queueOffset is not its queue's next offset (a damaged record): the broker's "
+                "consume queue skips it or appends it at the next offset, and its later entries follow from there"),
     FindingKind("bad_body_crc", ("commitlog",), "entry",
                 "a valid record of a DLedger store whose body CRC fails: DLedger never checks it and serves it, but a "
                 "plain broker's recovery (checkCRCOnRecover) cuts its log there, so it stops a conversion"),

@@ -1,0 +1,67 @@
+"""Queues whose records' queueOffsets do not step by 1 in commit-log order (a damaged queueOffset), found: the
+broker writes such a queue by its own rule (consume_queue.place_units), and so does reput, but the operator is
+told, by file and byte offset (issues 35 item 5 and 36 item 1)."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from storage_format.consume_queue import place_units
+from storage_format.multi_dispatch import is_lmq
+
+from ..io.fs import Location
+from ..io.workdir import read_cq
+from .result import OutOfStepQueues, ScanResult
+
+def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | None:
+    """The store's out-of-step queues, the one whose first misplaced record comes first named (read back from the
+    decode stage's rows of those queues only: a healthy store reads nothing)."""
+    q = scan.queue_table()
+    names = q.topic.to_pylist()
+    bad = _out_of_step(q, names)
+    first: tuple[int, str, int, int, bool] | None = None
+    for i in bad:
+        rows = pa.concat_tables([read_cq(work, int(q.src_split[s])).slice(int(q.src_row[s]), int(q.src_rows[s]))
+                                 for s in range(int(q.source_start[i]), int(q.source_start[i + 1]))])
+        found = _first_misplaced(rows.column("queue_offset").to_numpy(), rows.column("phy").to_numpy(),
+                                 rows.column("size").to_numpy())
+        if found is not None and (first is None or found[0] < first[0]):
+            first = (found[0], f"{names[i]}/{int(q.queue_id[i])}", *found[1:])
+    if first is None:
+        return None
+    at, queue, qo, slot, skipped = first
+    seg = next(g for g in scan.segments if g.start <= at < g.start + g.size)
+    return OutOfStepQueues(queues=tuple(sorted(f"{names[i]}/{int(q.queue_id[i])}" for i in bad)), path=seg.path,
+                           byte_offset=at - seg.start, offset=at, queue=queue, queue_offset=qo, slot=slot,
+                           skipped=skipped)
+
+
+def out_of_step_names(scan: ScanResult) -> list[str]:
+    """"topic/queueId" of every out-of-step queue, from the split summaries alone (no rows read: inspect)."""
+    q = scan.queue_table()
+    names = q.topic.to_pylist()
+    return sorted(f"{names[i]}/{int(q.queue_id[i])}" for i in _out_of_step(q, names))
+
+
+def _out_of_step(q, names: list[str]) -> list[int]:
+    """Rows of the merged queue table whose queue has entries that do not step by 1, but for queues multi-dispatch
+    fills (`%LMQ%` names, and any queue with more entries than records of its own, e.g. `%RETRY%` names in
+    lmq-clean-small-11): their offsets are shared, so the broker skipping a repeat there is its normal work."""
+    bad = np.flatnonzero((q.cq_rows > 0) & (q.cq_rows <= q.records) & ~(~q.unordered & q.sources_adjacent())).tolist()
+    return [i for i in bad if not is_lmq(names[i])]
+
+
+def _first_misplaced(qo: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[int, int, int, bool] | None:
+    """(commit-log offset, queueOffset, write position, skipped) of a queue's first record that does not land
+    at its stored offset, its entries given in commit-log order."""
+    keep, at = place_units(qo, phy, size)
+    slot = np.zeros(len(qo), np.int64)
+    slot[keep] = at
+    written = np.cumsum(keep) - keep  # entries kept before each row
+    start = int(at[0]) if len(at) else 0
+    slot[~keep] = start + written[~keep]
+    wrong = np.flatnonzero(~keep | (slot != qo))
+    if not len(wrong):
+        return None
+    row = int(wrong[0])
+    return int(phy[row]), int(qo[row]), int(slot[row]), not bool(keep[row])

@@ -1,0 +1,61 @@
+"""Queue offsets that do not step by 1 (a damaged queueOffset): the placement rule against a line-by-line
+transcription of RocketMQ's ConsumeQueue.putMessagePositionInfo over mapped files, and the record the jobs name."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings as hsettings, strategies as st
+
+from jobs.pipeline.scan.queue_order import _first_misplaced
+from storage_format.consume_queue import place_units
+
+UNIT = 20
+
+
+def broker_units(offsets: list[int], file_size: int = 10 * UNIT) -> dict[int, int]:
+    """{logical byte position: entry number} as ConsumeQueue.putMessagePositionInfo writes entries (each ending
+    past the one before) into an empty queue: getLastMappedFile(expectLogicOffset) creates a file only when there is
+    none or the last is full; the first file created gets pre-blank units up to the first entry; an entry whose
+    offset is not 0 and below the write position is skipped; any other is appended at the write position."""
+    files: list[int] = []  # file start offsets
+    wrote = 0  # write position inside the last file
+    first_create = True
+    units: dict[int, int] = {}
+    for n, cq_offset in enumerate(offsets):
+        expect = cq_offset * UNIT
+        if not files:
+            files.append(expect - expect % file_size)
+        elif wrote == file_size:
+            files.append(files[-1] + file_size)
+            wrote, first_create = 0, False
+        if first_create and cq_offset != 0 and wrote == 0 and len(files) == 1:
+            wrote = expect % file_size  # fillPreBlank
+        if cq_offset != 0 and expect < files[-1] + wrote:
+            continue  # "Build consume queue repeatedly"
+        units[files[-1] + wrote] = n
+        wrote += UNIT
+    return units
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.lists(st.integers(-3, 4), min_size=1, max_size=60))
+def test_place_units_is_the_brokers_rule(start, steps):
+    """Any run of offsets (repeats, jumps, restarts at 0): the entries kept and where they land are the broker's."""
+    offsets = [start]
+    for s in steps:
+        offsets.append(max(0, offsets[-1] + s))
+    qo = np.array(offsets, np.int64)
+    phy = np.arange(len(qo), dtype=np.int64) * 100
+    keep, at = place_units(qo, phy, np.full(len(qo), 50))
+    want = broker_units(offsets)
+    assert dict(zip((at * UNIT).tolist(), np.flatnonzero(keep).tolist())) == want
+
+
+def test_the_first_misplaced_record_is_named():
+    """Named: the first record that does not land at its stored offset, with the queue's next offset there and
+    whether the broker skips it; None when every record lands where it says."""
+    phy = np.arange(6, dtype=np.int64) * 100
+    size = np.full(6, 50)
+    assert _first_misplaced(np.array([3, 4, 5, 6, 7, 8]), phy, size) is None
+    assert _first_misplaced(np.array([3, 4, 3, 5, 6, 7]), phy, size) == (200, 3, 5, True)  # a repeat: skipped
+    assert _first_misplaced(np.array([3, 4, 9, 10, 11, 12]), phy, size) == (200, 9, 5, False)  # a jump: moved
+    assert _first_misplaced(np.array([3, 4, 5, 7, 7, 8]), phy, size) == (300, 7, 6, False)
