@@ -256,6 +256,35 @@ def infer_file_sizes(s: BrokerSettings, segment_sizes: list[int], cq_file_sizes:
     return s, notes
 
 
+def config_disagreement(s: BrokerSettings, cq_files: list[tuple[str, int]],
+                        index_files: list[tuple[str, int]]) -> str | None:
+    """With a broker config: why the files on disk show it is not the store's, or None. Every sampled non-empty
+    consume-queue file (or every index file) has one size, not the one the config makes: the broker with this
+    config fails to load those consume queues (MappedFileQueue.load: "length not matched message store config
+    value") and reads those index files' slots with the wrong counts. One odd file is damage (verify's finding),
+    not a config question; empty files are a crash's (the broker creates, then extends)."""
+    def one_size(files: list[tuple[str, int]]) -> tuple[str, int] | None:
+        sized = [(path, n) for path, n in files if n > 0]
+        return sized[0] if sized and len({n for _, n in sized}) == 1 else None
+
+    cq, ix = one_size(cq_files), one_size(index_files)
+    default = BrokerSettings()
+    if cq is not None and cq[1] != s.consume_queue_file_size:
+        said = " (the default: the config does not set it)" if s.mapped_file_size_consume_queue == \
+            default.mapped_file_size_consume_queue else ""
+        return (f"mappedFileSizeConsumeQueue={s.mapped_file_size_consume_queue}{said} makes {s.consume_queue_file_size}"
+                f"-byte consume-queue files, but the store's are {cq[1]} bytes ({cq[0]}): the broker with this config "
+                f"fails to load them; set mappedFileSizeConsumeQueue={cq[1]} as the store's broker had it")
+    if ix is not None and ix[1] != s.index_file_size:
+        said = " (the defaults: the config sets neither)" if (s.max_hash_slot_num, s.max_index_num) == \
+            (default.max_hash_slot_num, default.max_index_num) else ""
+        return (f"maxHashSlotNum={s.max_hash_slot_num}, maxIndexNum={s.max_index_num}{said} make {s.index_file_size}"
+                f"-byte index files (40 + 4 x maxHashSlotNum + 20 x maxIndexNum), but the store's are {ix[1]} bytes "
+                f"({ix[0]}): the broker with this config reads their hash slots with the wrong counts; set both as "
+                f"the store's broker had them")
+    return None
+
+
 INT_MAX = (1 << 31) - 1  # a Java int: the broker computes file sizes as ints and maps at most 2 GiB - 1
 
 

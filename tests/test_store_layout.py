@@ -184,3 +184,42 @@ def test_single_store_path_commit_log_is_honoured(spark, tmp_path, capsys):
         run_main("recover", job_main("recover"), ["--store", str(store), "--broker-config", str(conf),
                                                   "--in-place", "--backup-dir", str(tmp_path / "bak")])
     assert exc.value.code == 2 and "storePathCommitLog" in capsys.readouterr().err
+
+
+# A broker config that leaves out the store's file sizes (issue 37 item 3): the broker with it fails to load the
+# store's consume queues or misreads its index files, so every job refuses it by name before reading anything.
+CONFIG_MISMATCHES = [("cq-size", "clean-small-11", ("mappedFileSizeConsumeQueue",), "mappedFileSizeConsumeQueue=6000000"),
+                     ("index-size", "clean-small-11", ("maxIndexNum",), "maxIndexNum=20000000"),
+                     ("dledger-all", "dledger-clean-small-11",
+                      ("mappedFileSizeConsumeQueue", "maxIndexNum", "maxHashSlotNum"), "mappedFileSizeConsumeQueue")]
+
+
+@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "convert"])
+@pytest.mark.parametrize("case,store,dropped,name", CONFIG_MISMATCHES, ids=[c[0] for c in CONFIG_MISMATCHES])
+def test_a_config_that_does_not_fit_the_stores_files_is_refused_by_name(job, case, store, dropped, name, tmp_path,
+                                                                        capsys):
+    """One line naming the setting, its value, the store's file and size; exit 2, nothing written."""
+    if job == "convert" and not store.startswith("dledger"):
+        return  # convert reads DLedger stores only
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(line for line in (GOLDEN / store / "broker.conf").read_text().splitlines(True)
+                            if not line.startswith(dropped)))
+    own = job_argv(job, GOLDEN / store, tmp_path)[4:] if job != "convert" else ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exc:
+        run_main(job, job_main(job), ["--store", str(GOLDEN / store), "--broker-config", str(conf)] + own)
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if ": warning: " not in line]
+    assert exc.value.code == 2 and len(err) == 1, err
+    assert name in err[0] and "does not fit the store" in err[0] and str(GOLDEN / store) in err[0], err
+    assert not list(tmp_path.glob("out*"))
+
+
+def test_config_disagreement_pure():
+    """Every sampled file of one size that is not the config's: named; one odd file among others (damage, verify's
+    finding) or empty files (a crash's): not a config question."""
+    from storage_format.settings import config_disagreement
+
+    s = BrokerSettings(mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256)
+    assert config_disagreement(s, [("a", 2000), ("b", 0)], [("i", 5416)]) is None
+    assert config_disagreement(s, [("a", 2000), ("b", 4000)], [("i", 5416), ("j", 99)]) is None
+    assert "(b)" in config_disagreement(s, [("a", 0), ("b", 4000), ("c", 4000)], [])
+    assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(s, [], [("i", 99)])

@@ -6,7 +6,8 @@ import sys
 
 from storage_format import dledger
 from storage_format.commitlog import parse_segment_name
-from storage_format.settings import BrokerSettings, infer_file_sizes
+from storage_format.errors import SettingsError
+from storage_format.settings import BrokerSettings, config_disagreement, infer_file_sizes
 from storage_format.store_layout import StoreListing, check_store, commitlog_path, discover_dledger
 
 from .fs import Location, location
@@ -42,11 +43,15 @@ def store_settings(store: Location, settings: BrokerSettings, config_given: bool
                   f"{found.d_leger_self_id}) from {dledger.home_dir(found.d_leger_self_id)}/data/", file=sys.stderr)
         settings = found
     check_store(settings, listing)
+    cq_files = _cq_files(store.child("consumequeue"))
     if config_given:
+        odd = config_disagreement(settings, cq_files, _index_files(store.child("index")))
+        if odd is not None:
+            raise SettingsError(f"the broker config does not fit the store: {odd}")
         return settings
     data = dledger_data_dir(store, settings)
     sizes = _segment_sizes(commitlog_dir(store, settings)) + (_segment_sizes(data) if data is not None else [])
-    settings, notes = infer_file_sizes(settings, sizes, _cq_file_sizes(store.child("consumequeue")))
+    settings, notes = infer_file_sizes(settings, sizes, [n for _, n in cq_files])
     for note in notes:
         print(f"reput: note: {note}", file=sys.stderr)
     return settings
@@ -59,9 +64,9 @@ def _segment_sizes(commitlog: Location) -> list[int]:
     return [i.size for i in commitlog.list() if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
 
 
-def _cq_file_sizes(cq: Location) -> list[int]:
-    """Sizes of the first few consume-queue files (topic/queueId/20-digit name)."""
-    out: list[int] = []
+def _cq_files(cq: Location) -> list[tuple[str, int]]:
+    """(path, size) of the first few consume-queue files (topic/queueId/20-digit name)."""
+    out: list[tuple[str, int]] = []
     if not cq.is_dir():
         return out
     for t in cq.list():
@@ -70,11 +75,20 @@ def _cq_file_sizes(cq: Location) -> list[int]:
         for q in cq.child(t.base_name).list():
             if q.type.name != "Directory":
                 continue
-            out += [f.size for f in cq.child(t.base_name).child(q.base_name).list()
+            qdir = cq.child(t.base_name).child(q.base_name)
+            out += [(qdir.child(f.base_name).uri, f.size) for f in qdir.list()
                     if f.type.name == "File" and parse_segment_name(f.base_name) is not None]
             if len(out) >= CQ_FILES_SAMPLED:
                 return out
     return out
+
+
+def _index_files(index: Location) -> list[tuple[str, int]]:
+    """(path, size) of the index files (17-digit time names; a few per day)."""
+    if not index.is_dir():
+        return []
+    return [(index.child(f.base_name).uri, f.size) for f in index.list()
+            if f.type.name == "File" and len(f.base_name) == 17 and f.base_name.isdigit()]
 
 
 def dledger_home(store: Location, settings: BrokerSettings) -> Location | None:
