@@ -22,6 +22,7 @@ import time  # noqa: E402
 from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
 from jobs.pipeline.convert import bad_crc  # noqa: E402
+from jobs.pipeline.convert.broker_conf import CONF_NAME, config_problems, converted_config, store_root  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.records import concat  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
@@ -43,9 +44,10 @@ from jobs.pipeline.scan import crc_audit  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
-from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section, member_choice  # noqa: E402
 from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes, implausible_timestamp  # noqa: E402
+from storage_format.java_props import decode_properties_file  # noqa: E402
 from storage_format.markers import CHECKPOINT  # noqa: E402
 from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -57,7 +59,12 @@ HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = parser("convert", "Convert a DLedger store (enableDLegerCommitLog) into a plain store with its own commit "
                           "log, consume queues and index files, for a broker in master-slave or controller mode.")
-    p.add_argument("--out", required=True, help="the new store directory (must not exist unless --overwrite)")
+    p.add_argument("--out", help="the new store directory (must not exist unless --overwrite); it gets the broker "
+                                 f"config to start it with, {CONF_NAME}")
+    p.add_argument("--check-config", metavar="NEW_CONF",
+                   help="instead of converting: check that NEW_CONF, the config the broker will start with, leads to "
+                        "the converted store given as --store (paths, DLedger off, file sizes); exit 0 or 2 naming "
+                        "the key")
     p.add_argument("--dry-run", action="store_true", help="only print the plan (records, segments, bytes, ids "
                                                           "that change, transactions and schedule messages); "
                                                           "write nothing")
@@ -69,7 +76,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     add_generation_flag(p)
     add_dledger_flag(p)
     add_engine_flag(p, "convert")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.out and not args.check_config:
+        p.error("--out is required (or --check-config)")
+    return args
 
 
 def plain_settings(settings: BrokerSettings) -> BrokerSettings:
@@ -81,6 +91,8 @@ def plain_settings(settings: BrokerSettings) -> BrokerSettings:
 def main(argv: list[str] | None = None) -> int:
     """Check, scan the source, list its records, lay them out; then write, rebuild over OUT, check, publish."""
     args = _args(argv)
+    if args.check_config:
+        return _check_config(args)
     quiet = progress_quiet(args)
     store, settings = check_store(args, settings_from(args))
     out = location(args.out)
@@ -116,6 +128,25 @@ def main(argv: list[str] | None = None) -> int:
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
         staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
+    return EXIT_OK
+
+
+def _check_config(args) -> int:
+    """--check-config: the new config's paths and mode first (convert.broker_conf), then the store checks every job
+    makes with it (file sizes included); one line either way."""
+    try:
+        text = decode_properties_file(location(args.check_config).read_bytes())
+    except OSError as exc:
+        raise JobError(f"cannot read --check-config {args.check_config}: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    problems = config_problems(text, store_root(args.store))
+    if problems:
+        more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
+        raise JobError(f"{args.check_config}: {problems[0]}{more}")
+    args.broker_config = args.check_config
+    check_store(args, settings_from(args))
+    print(f"{args.check_config} leads to the converted store {store_root(args.store)}: root and commit log there, "
+          f"DLedger off, file sizes as its files")
     return EXIT_OK
 
 
@@ -218,6 +249,8 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     timings["rebuild_s"] = time.monotonic() - t0
     last_ts = max((s.last_store_ts for s in out_scan.accepted if s.last_store_ts is not None), default=None)
     cp_source = _write_checkpoint(store, staging.dir, expect_end, last_ts)
+    source_conf = decode_properties_file(location(args.broker_config).read_bytes()) if args.broker_config else None
+    staging.dir.child(CONF_NAME).write_bytes(converted_config(source_conf, store_root(args.out), plain).encode("latin-1"))
     copied = [c[1].rsplit("/", 1)[1] for c in copies]
     _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + copied)
     return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
@@ -225,7 +258,7 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
             "plain_segments_copied": copied, "message_records": out_scan.message_records,
             "max_physical_offset": expect_end, "prepared_offsets_rewritten": sum(w.prepared_rewritten for w in written),
             "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
-            "msgid_map": MAP_DIR, "segment_writes": _write_modes(written),
+            "broker_config": CONF_NAME, "msgid_map": MAP_DIR, "segment_writes": _write_modes(written),
             "queues_and_index_built_from": FROM_SOURCE if from_source else FROM_READ_BACK,
             "environment": env.in_effect()}
 
@@ -385,6 +418,8 @@ def _check_out(staging: Location, settings: BrokerSettings, cq_files: dict, inde
 
 def _print_plan(r: dict) -> None:
     p = r["plan"]
+    for line in member_choice(r["dledger"]) if r.get("dledger") else []:
+        print(f"NOTE: {line}")
     print(f"convert plan for {r['store']} -> {r['out']}: {p['dledger_records']} DLedger records into "
           f"{p['new_segments']} new segments ({p['new_log_bytes']} bytes from offset {p['new_log_start']}), "
           f"{p['plain_segments_kept']} plain segments kept")

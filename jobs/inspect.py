@@ -89,6 +89,8 @@ def _print_human(r: dict) -> None:
         print(f"DLedger entries      {d['entries']} (index {d['first_entry_index']} .. {d['last_entry_index']}) in "
               f"{d['data_files']} data files" + (f" after {d['plain_segments']} plain segments (dividedCommitlogOffset "
                                                   f"{d['divided_commitlog_offset']})" if d['plain_segments'] else ""))
+        print(f"DLedger last entry   index {d['last_entry_index']}, term {d['last_entry_term']}; committedIndex "
+              f"{(d['checkpoint'] or {}).get('committedIndex')} (the DLedger checkpoint)")
         print(f"DLedger reading      {d['committed_reading']['reading']}; past committedIndex: "
               f"{d['entries_past_committed_index']}")
     for topic, queues in r["records_per_topic_queue"].items():

@@ -652,3 +652,15 @@ def _walk_store_times(store: Path) -> list[int]:
     8 bytes or 20 with an IPv6 born host, then storeTimestamp)."""
     return [struct.unpack_from(">q", rec, 56 if struct.unpack_from(">i", rec, 36)[0] & 0x10 == 0 else 68)[0]
             for _, rec in _walk_records(_log_bytes(store))]
+
+
+def test_out_carries_the_broker_config_to_start_it_with(converted, capsys):
+    """OUT holds reput-broker.conf; `convert --check-config` accepts it for OUT and refuses the source's config,
+    which leads to the DLedger store, by key (issue 37 item 1)."""
+    out, _, _ = converted[CASES[0]]
+    conf = out / "reput-broker.conf"
+    code, err = run_job("convert", ["--store", str(out), "--check-config", str(conf)], capsys)
+    assert code == 0 and err == [], err
+    code, err = run_job("convert", ["--store", str(out), "--check-config", str(GOLDEN / CASES[0] / "broker.conf")],
+                        capsys)
+    assert code == 2 and len(err) == 1 and "enableDLegerCommitLog=true" in err[0], err

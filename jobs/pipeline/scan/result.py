@@ -206,6 +206,11 @@ class ScanResult:
         lasts = [s.last_entry_index for s in self.accepted if s.last_entry_index is not None]
         return (min(firsts), max(lasts)) if firsts else None
 
+    def last_entry_term(self) -> int | None:
+        """The term of the valid log's last DLedger entry (None: no DLedger entries)."""
+        terms = [s.last_entry_term for s in self.accepted if s.last_entry_term is not None]
+        return terms[-1] if terms else None
+
     @property
     def dledger_entries(self) -> int:
         """Valid DLedger entries (records in DLedger data files)."""

@@ -32,7 +32,7 @@ def entries_summary(scan: ScanResult) -> dict:
     return {"data_files": len(data), "plain_segments": len(plain),
             "divided_commitlog_offset": data[0].start if data and plain else None,
             "entries": scan.dledger_entries, "first_entry_index": None if rng is None else rng[0],
-            "last_entry_index": None if rng is None else rng[1]}
+            "last_entry_index": None if rng is None else rng[1], "last_entry_term": scan.last_entry_term()}
 
 
 def entries_past(committed_index: int | None, scan: ScanResult) -> int | None:
@@ -42,6 +42,32 @@ def entries_past(committed_index: int | None, scan: ScanResult) -> int | None:
         return None
     return max(0, rng[1] - max(committed_index, rng[0] - 1))
 
+
+
+def member_choice(section: dict) -> list[str]:
+    """For a group of several members (issue 37 item 2): which member's store to convert and what the reading in
+    effect leaves out, said before anything else in convert's plan; empty for a one-member group."""
+    reading = section["committed_reading"]
+    if reading["peers"] <= 1:
+        return []
+    past, committed = section["entries_past_committed_index"], section["checkpoint"] or {}
+    return [f"a group of {reading['peers']} members (dLegerPeers): convert ONE member's store, the one a new "
+            f"leader would be, the longest log (highest last entry term, then index): run `reput inspect` on each "
+            f"member and compare 'DLedger last entry'; this member's is index {section['last_entry_index']}, term "
+            f"{section['last_entry_term']}, its saved committedIndex {committed.get('committedIndex')}",
+            _reading_consequence(reading["reading"], past)]
+
+
+def _reading_consequence(reading: str, past: int | None) -> str:
+    """What the reading in effect keeps of the entries past the saved committedIndex."""
+    if not past:
+        return "no entry lies past the saved committedIndex: both --dledger-reading choices convert the same log"
+    if reading != "surviving":
+        return (f"reading '{reading}': the {past} entries past the saved committedIndex are left out; DLedger saves "
+                f"committedIndex every few seconds, so some were committed (acknowledged to producers): on the "
+                f"longest log, pass --dledger-reading surviving to keep them, as that member's leadership would")
+    return (f"reading 'surviving': the {past} entries past the saved committedIndex are kept: right on the longest "
+            f"log; on a shorter one, entries the group never committed could be kept while committed ones are missing")
 
 
 def dledger_section(job: str, store: Location, settings: BrokerSettings, flag: str | None,

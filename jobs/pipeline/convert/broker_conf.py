@@ -1,0 +1,103 @@
+"""The broker config for a converted store (issue 37 item 1): written into OUT (the source config with its DLedger
+keys dropped and every path key leading to OUT), and checked (`convert --check-config`). A config whose paths
+lead elsewhere is what wiped a converted store's consume queues: 4.9.8 opened with the new root but DLedger's
+storePathCommitLog found no commit log there and logged "The commitlog files are deleted, and delete the
+consume queue files"."""
+from __future__ import annotations
+
+import os
+import posixpath
+
+from storage_format.java_props import parse_properties
+from storage_format.settings import BrokerSettings
+
+CONF_NAME = "reput-broker.conf"
+DEFAULT_ROOT = "${user.home}/store"  # MessageStoreConfig.storePathRootDir when the config does not set it
+# the store settings the broker must keep: without them it makes files of its default sizes (issue 37 item 3)
+SIZE_KEYS = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum")
+
+
+def is_dledger_key(key: str) -> bool:
+    """A DLedger setting (dLeger*, enableDLegerCommitLog, storePathDLedgerCommitLog): none has a place after it."""
+    return "dleger" in key.lower() or "dledger" in key.lower()
+
+
+def is_path_key(key: str) -> bool:
+    """A setting naming where a store file lives (storePathRootDir, storePathCommitLog, storePathEpochFile, ...)."""
+    return key.startswith("storePath") or key == "readOnlyCommitLogStorePaths"
+
+
+def _escape(value: str) -> str:
+    """A value as java.util.Properties reads it back (backslashes, a leading space, line breaks)."""
+    value = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    value = "".join(c if ord(c) <= 0xFF else "".join(f"\\u{u:04x}" for u in _utf16(c)) for c in value)
+    lead = {" ": "\\ ", "\t": "\\t", "\f": "\\f"}  # Properties drops leading whitespace unless escaped
+    return lead[value[0]] + value[1:] if value[:1] in lead else value
+
+
+def _utf16(c: str) -> list[int]:
+    """The UTF-16 code units of one character (a surrogate pair above U+FFFF), as \\uXXXX escapes need them."""
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def converted_config(source_text: str | None, out_root: str, settings: BrokerSettings) -> str:
+    """The config to start the broker on OUT with: the source's settings but the DLedger and path keys (each
+    kept as a comment saying why), the root and commit log at OUT, DLedger off, the store's file sizes stated,
+    and the keys of the two plain modes left for the operator to pick."""
+    props = parse_properties(source_text) if source_text else {}
+    sizes = {"mappedFileSizeCommitLog": settings.mapped_file_size_commitlog,
+             "mappedFileSizeConsumeQueue": settings.mapped_file_size_consume_queue,
+             "maxHashSlotNum": settings.max_hash_slot_num, "maxIndexNum": settings.max_index_num}
+    lines = ["# Written by reput convert: the broker settings for this converted store. Start the broker with this",
+             "# file (mqbroker -c), after choosing one of the modes at the end. Check an edited copy with",
+             "#     reput convert --store <this store> --check-config <that file>", ""]
+    for key, value in props.items():
+        if key == "enableDLegerCommitLog" or (is_path_key(key) and key != "storePathDLedgerCommitLog"):
+            lines.append(f"# replaced below: {key}={_escape(value)}")
+        elif is_dledger_key(key):
+            lines.append(f"# removed (DLedger mode only): {key}={_escape(value)}")
+        elif key not in sizes:
+            lines.append(f"{key}={_escape(value)}")
+    lines += ["", "# the store: every path leads to it, DLedger off, its file sizes as the old broker had them",
+              f"storePathRootDir={_escape(out_root)}", f"storePathCommitLog={_escape(posixpath.join(out_root, 'commitlog'))}",
+              "enableDLegerCommitLog=false"]
+    lines += [f"{key}={sizes[key]}" for key in SIZE_KEYS]
+    lines += ["", "# the mode: one of",
+              "# controller mode (5.x):  enableControllerMode=true  controllerAddr=<host:port;...>",
+              "# master-slave:           brokerId=0  brokerRole=ASYNC_MASTER   (or SYNC_MASTER)", ""]
+    return "\n".join(lines)
+
+
+def store_root(given: str) -> str:
+    """The path a broker on this machine would name the store by (an absolute local path; a URI's path)."""
+    if "://" in given:
+        return posixpath.normpath("/" + given.split("://", 1)[1].split("/", 1)[-1])
+    return posixpath.normpath(os.path.abspath(given))
+
+
+def config_problems(config_text: str, out_root: str) -> list[str]:
+    """Why a broker started with this config would not open OUT as the converted store (empty: it would)."""
+    props = parse_properties(config_text)
+    root = props.get("storePathRootDir", "").strip()
+    out = posixpath.normpath(out_root)
+    problems = []
+    if props.get("enableDLegerCommitLog", "").strip().lower() == "true":
+        problems.append("enableDLegerCommitLog=true: the broker would read a DLedger log under dledger-*/, not "
+                        "OUT's commitlog/")
+    if not root:
+        problems.append(f"storePathRootDir is not set: the broker would open {DEFAULT_ROOT}, not {out}")
+    elif posixpath.normpath(root) != out:
+        problems.append(f"storePathRootDir={root} is not the converted store {out}")
+    commitlog = props.get("storePathCommitLog", "").strip()
+    if commitlog and posixpath.normpath(commitlog) != posixpath.join(out, "commitlog"):
+        problems.append(f"storePathCommitLog={commitlog} is not {posixpath.join(out, 'commitlog')}: the broker "
+                        f"would open another commit log (or none) and delete OUT's consume queues past its end (\"The commitlog files "
+                        f"are deleted, and delete the consume queue files\")")
+    for key, value in props.items():
+        path = value.strip()
+        if key in ("storePathRootDir", "storePathCommitLog") or not is_path_key(key) or is_dledger_key(key) or not path:
+            continue
+        if key == "readOnlyCommitLogStorePaths" or not (posixpath.normpath(path) + "/").startswith(out + "/"):
+            problems.append(f"{key}={path} lies outside the converted store {out}")
+    return problems
