@@ -25,6 +25,7 @@ from dataclasses import replace  # noqa: E402
 
 
 from jobs.pipeline.outputs.stage import plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.verify.index_gap import explained_gap  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
                                emit, parser, progress_quiet, run_process, settings_from)
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
@@ -117,6 +118,10 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
             orphan_index_findings(index_dir, found)
         if in_flight_from is not None:
             index_in_flight(index_dir, found)
+        gap = explained_gap(found, index_dir, scan, work)
+        if gap is not None:
+            stats["index_gap"] = {**gap.to_dict(), "message": gap.describe(sum(
+                n for k, n in found.counts.items() if k.startswith("index.")))}
         stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
         stats["index_files_checked"] = found.files_checked - before
     if settings.enable_dleger_commit_log:
@@ -319,6 +324,8 @@ def print_summary(r: dict, report_path: str | None) -> None:
     print(f"INCONSISTENT: {r['findings_total']} findings")
     for kind, n in r["finding_counts"].items():
         print(f"  {kind}: {n}")
+    if r.get("index_gap"):
+        print(f"  expected: {r['index_gap']['message']}")
     shown = r["findings"][:CONSOLE_LINES]
     print(f"first {len(shown)} of {r['findings_total']}:")
     for d in shown:

@@ -664,3 +664,20 @@ def test_out_carries_the_broker_config_to_start_it_with(converted, capsys):
     code, err = run_job("convert", ["--store", str(out), "--check-config", str(GOLDEN / CASES[0] / "broker.conf")],
                         capsys)
     assert code == 2 and len(err) == 1 and "enableDLegerCommitLog=true" in err[0], err
+
+
+def test_the_documented_spark_sql_join_maps_old_ids_to_new(converted, spark):
+    """docs/convert.md's join (old offset ids to new through the exported map), run as written: every old id of the
+    map gets its new id, equal to msgid_map.with_ids (issue 37 item 7)."""
+    from jobs.pipeline.convert.msgid_map import with_ids
+
+    out, _, _ = converted[CASES[0]]
+    ids = with_ids(pq.read_table(out / "reput-msgid-map")).select(["old_offset_msg_id", "new_offset_msg_id"])
+    want = dict(zip(*(ids.column(c).to_pylist() for c in ("old_offset_msg_id", "new_offset_msg_id"))))
+    text = (Path(__file__).resolve().parents[1] / "docs" / "convert.md").read_text()
+    sql = text[text.index("      CREATE TEMPORARY VIEW idmap"):].split("\n\n", 1)[0]
+    create, select = (part.strip().replace("NEWSTORE", str(out)) for part in sql.split(";")[:2])
+    spark.createDataFrame([(k,) for k in want], ["offset_msg_id"]).createOrReplaceTempView("old_ids")
+    spark.sql(create)
+    got = {r["offset_msg_id"]: r["new_offset_msg_id"] for r in spark.sql(select).collect()}
+    assert got == want and len(got) == 3524

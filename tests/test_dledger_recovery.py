@@ -388,6 +388,24 @@ def test_full_index_is_an_explicit_reported_choice(spark, crash, tmp_path):
         {k: v["sha256"] for k, v in files.items() if k.startswith("consumequeue/")}
 
 
+@pytest.mark.parametrize("which", ["broker", "reput"])
+def test_verify_names_the_brokers_own_index_loss(which, spark, recovered_out, tmp_path, capsys):
+    """verify of the broker's own DLedger recovery (and of reput's, byte-identical to it): the index findings are
+    named as the broker's index loss, with the keys it never indexed (the golden manifest's count) and the way
+    to restore them, not a bare INCONSISTENT (issue 37 item 8)."""
+    from jobs.pipeline.runtime.cli import run_main
+    from jobs.verify import main as verify_main
+
+    store = restored_copy(RECOVERED, tmp_path / "store") if which == "broker" else recovered_out
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("verify", verify_main, ["--store", str(store), "--broker-config", CONF, "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert exit_info.value.code == 1 and all(k.startswith("index.") for k in report["finding_counts"])
+    gap = report["index_gap"]
+    assert gap["keys"] == manifest(RECOVERED)["oracle_self_check"]["details"]["index_keys_never_indexed"]
+    assert "index loss after its DLedger recovery" in gap["message"] and "--full-index" in gap["message"]
+
+
 def test_in_place_then_rollback(spark, tmp_path):
     store = restored_copy(CASE, tmp_path / "store")
     before = tree(store)
