@@ -155,7 +155,7 @@ def _refuse_source(args, store: Location, settings: BrokerSettings) -> None:
     if not settings.enable_dleger_commit_log:
         raise JobError(f"{args.store} is not a DLedger store (enableDLegerCommitLog is off and no dledger-*/data/ "
                        f"directory): nothing to convert")
-    refuse_if_running(store, force=False, forceable=False)
+    refuse_if_running(store, force=None)
     if StoreMarkers.read(store).abort is not None:
         raise JobError(f"{store.child('abort').uri} exists: the broker did not shut down cleanly, and its recovery "
                        f"decides where the log ends and what the checkpoint says; run `reput recover` first (or start "

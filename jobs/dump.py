@@ -11,13 +11,16 @@ from __future__ import annotations
 
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
+
 if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
     from jobs.pipeline.runtime.interrupt import guard_startup
 
     guard_startup()
 
 import json  # noqa: E402
+from typing import Iterator  # noqa: E402
 
+from jobs.pipeline.convert.msgid_map import new_offset  # noqa: E402
 from jobs.pipeline.runtime.cli import EXIT_OK, check_store, parser, run_process, settings_from  # noqa: E402
 from jobs.pipeline.dump.text import row_lines  # noqa: E402
 from jobs.pipeline.dump.readers import dump_index, dump_queue, dump_records  # noqa: E402
@@ -61,12 +64,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.topic is not None:
         rows = dump_queue(store, settings, args.topic, args.queue, args.first, count)
     elif args.offset is not None:
-        rows = dump_records(store, settings, args.offset, count)
+        rows = _moved_note(store, args.offset, dump_records(store, settings, args.offset, count))
     else:
         rows = dump_index(store, settings, args.index_file, args.first, args.count or 0)
     for row in rows:
         print(json.dumps(row, ensure_ascii=False) if args.json else "\n".join(row_lines(row)))
     return EXIT_OK
+
+
+def _moved_note(store, offset: int, rows: Iterator[dict]) -> Iterator[dict]:
+    """The rows, and when no record starts at `offset` in a store `convert` wrote, where the record that sat there
+    before the conversion is now (its msgId map): an old offset, from an old id or a log, is a common question."""
+    for i, row in enumerate(rows):
+        if i == 0 and row.get("kind") == "end":
+            moved = new_offset(store, offset)
+            if moved is not None:
+                row = {**row, "moved_to": moved, "detail": f"{row.get('detail', row.get('reason'))}; offset {offset} is "
+                       f"from before convert: that record is now at offset {moved} (dump --offset {moved})"}
+        yield row
 
 
 if __name__ == "__main__":

@@ -417,6 +417,7 @@ def test_refused_while_a_broker_holds_the_lock(no_spark, tmp_path, capsys):
         proc.kill()
         proc.wait()
     assert code == 2 and "is locked by process" in err[-1] and not (tmp_path / "o").exists()
+    assert "--force" not in err[-1]  # convert has no --force to offer (issue 37 item 9)
 
 
 @hsettings(max_examples=40, deadline=None)
@@ -681,3 +682,22 @@ def test_the_documented_spark_sql_join_maps_old_ids_to_new(converted, spark):
     spark.sql(create)
     got = {r["offset_msg_id"]: r["new_offset_msg_id"] for r in spark.sql(select).collect()}
     assert got == want and len(got) == 3524
+
+
+def test_dump_at_an_old_offset_points_at_the_new_one(converted, capsys):
+    """`dump --offset OLD` on OUT, where no record starts any more: the end row says where that record is now, from
+    the msgId map (issue 37 item 9)."""
+    out, conf, _ = converted[CASES[0]]
+    moved = _offset_map(out)
+    starts = set(moved.values())
+    old = next(o for o in sorted(moved) if o not in starts)
+    from jobs.dump import main as dump_main
+    from jobs.pipeline.runtime.cli import run_main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main("dump", dump_main, ["--store", str(out), "--broker-config", str(conf), "--offset", str(old), "--count",
+                                     "1", "--json"])
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert exc.value.code == 0 and row["kind"] == "end" and row["moved_to"] == moved[old]
+    assert f"now at offset {moved[old]}" in row["detail"]

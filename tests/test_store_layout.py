@@ -223,3 +223,20 @@ def test_config_disagreement_pure():
     assert config_disagreement(s, [("a", 2000), ("b", 4000)], [("i", 5416), ("j", 99)]) is None
     assert "(b)" in config_disagreement(s, [("a", 0), ("b", 4000), ("c", 4000)], [])
     assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(s, [], [("i", 99)])
+
+
+@pytest.mark.parametrize("job", ["inspect", "convert"])
+def test_a_directory_inside_a_store_and_a_wrong_member_are_named(job, tmp_path, capsys):
+    """--store at dledger-n0/ (or commitlog/) says to use the store root; a dLegerSelfId with no directory names
+    the dledger-* members the store holds (issue 37 item 9); one line, exit 2."""
+    store = GOLDEN / "dledger-clean-small-11"
+    wrong = tmp_path / "n1.conf"
+    wrong.write_text((store / "broker.conf").read_text().replace("dLegerSelfId=n0", "dLegerSelfId=n1"))
+    out = ["--out", str(tmp_path / "out")] if job == "convert" else []
+    for argv, said in ((["--store", str(store / "dledger-n0"), "--broker-config", str(store / "broker.conf")],
+                        f"use the store root, {store}"),
+                       (["--store", str(store), "--broker-config", str(wrong)], "the store holds dledger-n0 ")):
+        with pytest.raises(SystemExit) as exc:
+            run_main(job, job_main(job), argv + out)
+        err = [line for line in capsys.readouterr().err.strip().splitlines() if ": warning: " not in line]
+        assert exc.value.code == 2 and len(err) == 1 and said in err[0], err

@@ -114,3 +114,15 @@ def lookup(store: Location, msg_id: str) -> dict | None:
         return None
     row = table.slice(0, 1).to_pylist()[0]
     return {k: row[k] for k in ("old_physical_offset", "new_physical_offset", "new_offset_msg_id")}
+
+
+def new_offset(store: Location, old_offset: int) -> int | None:
+    """The new physical offset of the record that sat at `old_offset` before `convert` (None: no map here, or no
+    record moved from there). Reads only the row groups whose offsets can hold it."""
+    folder = store.child(MAP_DIR)
+    if not folder.is_dir():
+        return None
+    table = pq.read_table(folder.path, filesystem=folder.fs, columns=["old_physical_offset", "new_physical_offset"],
+                          filters=[("old_physical_offset", "=", old_offset)])
+    return int(table.column("new_physical_offset")[0].as_py()) if table.num_rows else None
+

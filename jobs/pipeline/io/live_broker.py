@@ -119,12 +119,13 @@ def warn_if_running(job: str, store: Location, what_then: str = "") -> BrokerLoc
     return lock
 
 
-def refuse_if_running(store: Location, force: bool, forceable: bool = True) -> BrokerLock:
-    """For recover: a running broker's store is refused (one line naming the lock) unless --force, which
-    only a mode that does not write into the store accepts."""
+def refuse_if_running(store: Location, force: bool | None, forceable: bool = True) -> BrokerLock:
+    """A running broker's store is refused (one line naming the lock) unless --force, which only a mode that does
+    not write into the store accepts (recover); force None: the job has no --force (convert), none is offered."""
     lock = broker_lock(store)
     if lock.running and not (force and forceable):
-        how = "stop it first, or pass --force to plan or copy anyway" if forceable else \
-            "stop it first (--force does not apply to a mode that changes the store)"
+        how = ("stop it first (its log would still grow)" if force is None else
+               "stop it first, or pass --force to plan or copy anyway" if forceable else
+               "stop it first (--force does not apply to a mode that changes the store)")
         raise JobError(f"{lock.describe()}; {how}")
     return lock

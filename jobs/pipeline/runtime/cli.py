@@ -120,16 +120,28 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
     except OSError as exc:
         raise JobError(f"cannot read the store {args.store}: {exc}") from None
     if not found:
-        if settings.enable_dleger_commit_log:
-            where = f"no DLedger data directory {commitlog.uri} (dLegerSelfId={settings.d_leger_self_id}" + \
-                (", storePathDLedgerCommitLog)" if settings.store_path_dledger_commit_log else ")")
-        elif commitlog == store.child("commitlog"):
-            where = "no commitlog/ directory"
-        else:
-            where = f"no commit-log directory {commitlog.uri} (storePathCommitLog)"
-        raise JobError(f"no RocketMQ store at {args.store}: {where}")
+        raise JobError(f"no RocketMQ store at {args.store}: {_missing_log(store, settings, commitlog)}")
     _check_listable(commitlog)
     return store, settings
+
+
+def _missing_log(store: Location, settings: BrokerSettings, commitlog: Location) -> str:
+    """Why the store has no commit log where the settings say, with what is there instead: a DLedger member's
+    directory or commitlog/ given as the store (the root is wanted), the dledger-* members present."""
+    from storage_format import dledger
+
+    if store.name.startswith(dledger.DIR_PREFIX) and store.child(dledger.DATA_DIR).is_dir() or \
+            store.name == "commitlog":
+        return f"{store.uri} is a directory inside a store: use the store root, {store.parent.uri}"
+    if settings.enable_dleger_commit_log:
+        members = sorted(i.base_name for i in store.list() if i.type.name == "Directory"
+                         and i.base_name.startswith(dledger.DIR_PREFIX)) if store.is_dir() else []
+        there = f"; the store holds {', '.join(members)} (dLegerSelfId names the member)" if members else ""
+        return (f"no DLedger data directory {commitlog.uri} (dLegerSelfId={settings.d_leger_self_id}"
+                + (", storePathDLedgerCommitLog)" if settings.store_path_dledger_commit_log else ")") + there)
+    if commitlog == store.child("commitlog"):
+        return "no commitlog/ directory"
+    return f"no commit-log directory {commitlog.uri} (storePathCommitLog)"
 
 
 def _check_listable(loc: Location) -> None:

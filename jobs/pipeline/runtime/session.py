@@ -228,9 +228,14 @@ def _launch(conf: dict[str, str], quiet: bool) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+# What the JVM prints at every start because Spark's launcher adds --add-modules=jdk.incubator.vector
+# (JavaModuleOptions): a notice about Spark's choice, not about the run; the relay drops that one line.
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+
+
 def _relay(fd: int) -> None:
-    """Copy the JVM's output to stderr until the JVM closes it; when stderr is gone, keep reading (a JVM
-    writing into a full pipe would stop)."""
+    """Copy the JVM's output to stderr until the JVM closes it (without INCUBATOR_NOTICE); when stderr is gone,
+    keep reading (a JVM writing into a full pipe would stop)."""
     while True:
         try:
             data = os.read(fd, 1 << 16)
@@ -238,6 +243,7 @@ def _relay(fd: int) -> None:
             break
         if not data:
             break
+        data = data.replace(INCUBATOR_NOTICE, b"")
         try:
             while data:
                 data = data[os.write(2, data):]
