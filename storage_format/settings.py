@@ -262,10 +262,10 @@ def config_disagreement(s: BrokerSettings, cq_files: list[tuple[str, int]],
     consume-queue file (or every index file) has one size, not the one the config makes: the broker with this
     config fails to load those consume queues (MappedFileQueue.load: "length not matched message store config
     value") and reads those index files' slots with the wrong counts. One odd file is damage (verify's finding),
-    not a config question; empty files are a crash's (the broker creates, then extends)."""
+    not a config question, and so is a lone file; empty files are a crash's (the broker creates, then extends)."""
     def one_size(files: list[tuple[str, int]]) -> tuple[str, int] | None:
         sized = [(path, n) for path, n in files if n > 0]
-        return sized[0] if sized and len({n for _, n in sized}) == 1 else None
+        return sized[0] if len(sized) >= 2 and len({n for _, n in sized}) == 1 else None
 
     cq, ix = one_size(cq_files), one_size(index_files)
     default = BrokerSettings()

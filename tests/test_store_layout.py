@@ -221,8 +221,9 @@ def test_config_disagreement_pure():
     s = BrokerSettings(mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256)
     assert config_disagreement(s, [("a", 2000), ("b", 0)], [("i", 5416)]) is None
     assert config_disagreement(s, [("a", 2000), ("b", 4000)], [("i", 5416), ("j", 99)]) is None
+    assert config_disagreement(s, [("a", 4000)], [("i", 99)]) is None  # a lone file: damage as likely as a config
     assert "(b)" in config_disagreement(s, [("a", 0), ("b", 4000), ("c", 4000)], [])
-    assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(s, [], [("i", 99)])
+    assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(s, [], [("i", 99), ("j", 99)])
 
 
 @pytest.mark.parametrize("job", ["inspect", "convert"])

@@ -36,13 +36,14 @@ live in storage_format/, Spark column functions in udfs/.
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
   rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.crc_audit` (every valid record whose
-  body CRC fails, listed)
+  body CRC fails, listed), `scan.queue_order` (queues whose queueOffsets do not step by 1, the first misplaced
+  record named)
 - `outputs`: stages 3-4
   `outputs.stage` (consume-queue files and index files from the work files)
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
-  the data files)
+  the data files), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named)
 - `recover`: jobs.recover
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
@@ -58,7 +59,8 @@ live in storage_format/, Spark column functions in udfs/.
   `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
   segment and its part of the msgId map), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
   per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets),
-  `convert.bad_crc` (records whose body CRC fails: where they land, what the plain broker does)
+  `convert.bad_crc` (records whose body CRC fails: where they land, what the plain broker does),
+  `convert.broker_conf` (the broker config OUT is started with: written into OUT, checked by --check-config)
 - `catalog`: jobs.catalog
   `catalog.stage` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark
