@@ -11,14 +11,8 @@ PACKAGES = ("jobs", "storage_format", "udfs", "storegen", "bench")
 FUNCTION_LINES, MODULE_LINES = 60, 450
 
 LONG_FUNCTIONS = {  # qualified name -> why it is longer, for now
-    "jobs/pipeline/recover/dledger.py:plan_dledger_recovery": "gathers the DLedger recovery's facts step by step in "
-    "the broker's order; to be split by fact (issue 34 item 3, left)",
-    "storage_format/recovery/dledger.py:walk_entries": "DLedgerMmapFileStore.recover's walk, one loop as DLedger's; "
-    "to be split into pre-check, walk and index rewrite (issue 34 item 3, left)",
     "storage_format/kernels/split_kernel.py:_walk": "the compiled decode loop: one numba function keeps the walk's "
     "state in registers; its helpers are already inlined functions",
-    "storage_format/recovery/timer.py:read_tail": "the timer log's tail read as TimerMessageStore reads it; to be "
-    "split (issue 34 item 3, left)",
     "bench/__main__.py:main": "the bench's driver: one stage after another, each printing its figures",
     "bench/__main__.py:parse_args": "the bench's flags, one add_argument each",
     "storegen/synth.py:write_bench_store": "writes the bench store and its twin layouts in one pass",

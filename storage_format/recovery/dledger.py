@@ -243,6 +243,29 @@ def walk_entries(data_starts: list[int], file_size: int, read: ReadRange, index_
                              index_rewrite=None, data_files_deleted=(), index_files_deleted=tuple(index_starts),
                              index_file_created=None)
     files = [_File(read, s, file_size) for s in data_starts]
+    i, looked = _walk_start(files, idx)
+    w = _Walk(files=files, file_size=file_size, idx=idx, index_starts=index_starts, i=i, process=files[i].start)
+    while w.stop is None:
+        w.step()
+    _check_write_end(w, data_starts, file_size)
+    begin = _begin_index(files[0], w.last_index)
+    rewrite, created, index_after = _index_rewrite(w, index_starts)
+    cut = (w.last_index + 1) * INDEX_UNIT_SIZE
+    index_after = [s for s in index_after if not s > cut]  # truncateOffset(cut)
+    if begin > 0:  # reviseLedgerBeginIndex: resetOffset(begin x 32) drops files that end at or before it
+        index_after = [s for s in index_after if s + INDEX_FILE_SIZE > begin * INDEX_UNIT_SIZE]
+    return EntryRecovery(walk_from=files[i].start, precheck=tuple(looked), write_end=w.process,
+                         entries_walked=w.walked, first_walked_index=w.first_walked, last_index=w.last_index,
+                         last_term=w.last_term, last_entry_pos=w.last_pos, last_entry_size=w.last_size,
+                         begin_index=begin, stop=w.stop, index_rewrite=rewrite,
+                         data_files_deleted=tuple(s for s in data_starts if s > w.process),
+                         index_files_deleted=tuple(s for s in index_starts if s not in index_after),
+                         index_file_created=created)
+
+
+def _walk_start(files: list[_File], idx: _Index) -> tuple[int, list[dict]]:
+    """The data file the walk starts from: the third from last, or earlier while the pre-check fails there (the
+    first entry sane and equal to its index unit); and each file looked at, for the plan."""
     i = max(0, len(files) - 3)
     looked = []
     for j in range(i, -1, -1):
@@ -252,111 +275,144 @@ def walk_entries(data_starts: list[int], file_size: int, read: ReadRange, index_
                        "why": why or "first entry sane and equal to its index unit"})
         if why is None:
             break
-    f = files[i]
-    walk_from = f.start
-    rel, process = 0, f.start
-    last_index, last_term, walked, first_walked = -1, -1, 0, -1
-    last_pos, last_size = None, 0
-    rewrite_from, rewrite_why, rebuilt, units = None, "", False, bytearray()
-    while True:
-        absolute = f.start + rel
-        head = f.get(rel, ENTRY_HEADER_SIZE)
-        if len(head) < 4:
-            stop = EntryStop(offset=absolute, file_start=f.start, reason=STOP_FILE_END,
-                             detail="the last data file is written to its last byte")
-            break
-        magic = struct.unpack_from(">i", head, 0)[0]
-        if magic == BLANK_MAGIC:
-            process = f.start + file_size
-            if i + 1 >= len(files):
-                stop = EntryStop(offset=process, file_start=f.start, reason=STOP_BLANK_LAST,
-                                 detail=f"a DLedger blank at byte {rel} ends the last data file")
-                break
-            i += 1
-            f, rel, process = files[i], 0, files[i].start
-            continue
-        size = struct.unpack_from(">i", head, 4)[0] if len(head) >= 8 else None
-        if size == 0:
-            stop = EntryStop(offset=absolute, file_start=f.start, reason=STOP_SIZE0,
-                             detail="an entry size of 0: the end of the written data")
-            break
-        if len(head) < ENTRY_HEADER_SIZE:
-            stop = EntryStop(offset=absolute, file_start=f.start, reason=STOP_BAD_ENTRY,
-                             detail=f"an entry header cut by the end of the data file ({len(head)} bytes left)")
-            break
+    return i, looked
+
+
+@dataclass
+class _Walk:
+    """The walk's state, entry by entry as DLedger's recover loop keeps it; `stop` says where and why it ended."""
+
+    files: list[_File]
+    file_size: int
+    idx: _Index
+    index_starts: list[int]
+    i: int  # the data file being walked
+    process: int  # the write end so far
+    rel: int = 0
+    last_index: int = -1
+    last_term: int = -1
+    walked: int = 0
+    first_walked: int = -1
+    last_pos: int | None = None
+    last_size: int = 0
+    rewrite_from: int | None = None  # the first entry whose index unit disagrees: the index is rewritten from it
+    rewrite_why: str = ""
+    rebuilt: bool = False
+    units: bytearray = field(default_factory=bytearray)
+    stop: EntryStop | None = None
+
+    def step(self) -> None:
+        """One entry, or a blank that moves the walk to the next file; sets `stop` where the walk ends."""
+        f = self.files[self.i]
+        absolute = f.start + self.rel
+        head = f.get(self.rel, ENTRY_HEADER_SIZE)
+        if len(head) >= 4 and struct.unpack_from(">i", head, 0)[0] == BLANK_MAGIC:
+            return self._blank(f)
+        self.stop = self._end_before_entry(f, head, absolute)
+        if self.stop is not None:
+            return
         h = read_entry_header(head, 0)
-        why = _entry_problem(h, absolute, rel, file_size, last_index, last_term)
+        why = _entry_problem(h, absolute, self.rel, self.file_size, self.last_index, self.last_term)
         if why is not None:
-            stop = EntryStop(offset=absolute, file_start=f.start, reason=STOP_BAD_ENTRY,
-                             detail=f"entry at {absolute}: {why}")
-            break
-        if rewrite_from is None:
-            mismatch = _unit_problem(h, idx.unit(h.index), absolute)
+            self.stop = EntryStop(offset=absolute, file_start=f.start, reason=STOP_BAD_ENTRY,
+                                  detail=f"entry at {absolute}: {why}")
+            return
+        self._index_unit(h, f, absolute)
+        if self.first_walked == -1:
+            self.first_walked = h.index
+        self.last_index, self.last_term, self.last_pos, self.last_size = h.index, h.term, absolute, h.size
+        self.walked += 1
+        self.process += h.size
+        self.rel += h.size
+
+    def _blank(self, f: _File) -> None:
+        """A DLedger blank: the file is done; the walk ends when it was the last one."""
+        self.process = f.start + self.file_size
+        if self.i + 1 >= len(self.files):
+            self.stop = EntryStop(offset=self.process, file_start=f.start, reason=STOP_BLANK_LAST,
+                                  detail=f"a DLedger blank at byte {self.rel} ends the last data file")
+            return
+        self.i += 1
+        self.rel, self.process = 0, self.files[self.i].start
+
+    def _end_before_entry(self, f: _File, head: bytes, absolute: int) -> EntryStop | None:
+        """Where the written data ends before an entry header can be read: the file's last byte, a size of 0, a
+        header cut by the end of the file."""
+        if len(head) < 4:
+            return EntryStop(offset=absolute, file_start=f.start, reason=STOP_FILE_END,
+                             detail="the last data file is written to its last byte")
+        if len(head) >= 8 and struct.unpack_from(">i", head, 4)[0] == 0:
+            return EntryStop(offset=absolute, file_start=f.start, reason=STOP_SIZE0,
+                             detail="an entry size of 0: the end of the written data")
+        if len(head) < ENTRY_HEADER_SIZE:
+            return EntryStop(offset=absolute, file_start=f.start, reason=STOP_BAD_ENTRY,
+                             detail=f"an entry header cut by the end of the data file ({len(head)} bytes left)")
+        return None
+
+    def _index_unit(self, h: EntryHeader, f: _File, absolute: int) -> None:
+        """The entry against its index unit: the first disagreement starts the rewrite (truncateOffset, or
+        rebuildWithPos when the truncation cannot reach the unit's position), and every unit from there is kept."""
+        if self.rewrite_from is None:
+            mismatch = _unit_problem(h, self.idx.unit(h.index), absolute)
             if mismatch is not None:
                 if h.index < 0:
-                    raise RecoveryError(f"DLedger data file {file_offset(f.start)} byte {rel}: entry index {h.index} "
-                                        f"is negative; DLedger's index rewrite from there is undefined")
-                rewrite_from, rewrite_why = h.index, mismatch
+                    raise RecoveryError(f"DLedger data file {file_offset(f.start)} byte {self.rel}: entry index "
+                                        f"{h.index} is negative; DLedger's index rewrite from there is undefined")
+                self.rewrite_from, self.rewrite_why = h.index, mismatch
                 at = h.index * INDEX_UNIT_SIZE
-                kept = [s for s in index_starts if s <= at]  # truncateOffset(at) keeps these
+                kept = [s for s in self.index_starts if s <= at]  # truncateOffset(at) keeps these
                 max_wrote = (at if at < kept[-1] + INDEX_FILE_SIZE else kept[-1] + INDEX_FILE_SIZE) if kept else 0
-                rebuilt = max_wrote != at  # then rebuildWithPos(at)
-        if rewrite_from is not None:
-            units += index_unit(replace(h, pos=absolute))
-        if first_walked == -1:
-            first_walked = h.index
-        last_index, last_term, last_pos, last_size = h.index, h.term, absolute, h.size
-        walked += 1
-        process += h.size
-        rel += h.size
+                self.rebuilt = max_wrote != at  # then rebuildWithPos(at)
+        if self.rewrite_from is not None:
+            self.units += index_unit(replace(h, pos=absolute))
+
+
+def _check_write_end(w: _Walk, data_starts: list[int], file_size: int) -> None:
+    """The broker exits when the walk ends more than a data file before the last one."""
     last_file = data_starts[-1]
-    if last_file - process > file_size:
-        holder = max((s for s in data_starts if s <= process), default=data_starts[0])
-        why = f" ({stop.detail})" if stop is not None and stop.detail else ""
-        raise RecoveryError(f"DLedger data file {file_offset(holder)} byte {process - holder}: DLedger's recovery "
+    if last_file - w.process > file_size:
+        holder = max((s for s in data_starts if s <= w.process), default=data_starts[0])
+        why = f" ({w.stop.detail})" if w.stop is not None and w.stop.detail else ""
+        raise RecoveryError(f"DLedger data file {file_offset(holder)} byte {w.process - holder}: DLedger's recovery "
                             f"ends there{why}, more than a data file before the last data file "
                             f"{file_offset(last_file)}: the broker exits there ('The processOffset is too small, you "
                             f"should check it manually'); nothing is changed")
-    begin = -1
-    if last_index != -1:
-        first = read_entry_header(files[0].get(0, ENTRY_HEADER_SIZE), 0)
-        if first.magic != ENTRY_MAGIC or not 0 <= first.index <= last_index:
-            raise RecoveryError(f"DLedger data file {file_offset(data_starts[0])} byte 0: the first entry (magic "
-                                f"{first.magic}, index {first.index}) cannot begin a ledger ending at index "
-                                f"{last_index}; DLedger's index reset from it is undefined")
-        begin = first.index
-    data_deleted = tuple(s for s in data_starts if s > process)
-    rewrite = None
-    created = None
-    index_after = list(index_starts)
-    if rewrite_from is not None:
-        at = rewrite_from * INDEX_UNIT_SIZE
-        fresh: list[int] = []
-        if rebuilt:  # rebuildWithPos: every file goes, one is created at the unit's file, zeros below it
-            created = at - at % INDEX_FILE_SIZE
-            index_after = [created]
-            fresh.append(created)
-        else:
-            index_after = [s for s in index_starts if s <= at]
-        end = at + len(units)
-        if not index_after and units:  # an empty index: the first append creates the file at 0
-            index_after.append(0)
-            fresh.append(0)
-        while index_after and index_after[-1] + INDEX_FILE_SIZE < end:  # appends open the next files
-            index_after.append(index_after[-1] + INDEX_FILE_SIZE)
-            fresh.append(index_after[-1])
-        rewrite = IndexRewrite(from_index=rewrite_from, reason=rewrite_why, rebuilt=rebuilt, units=bytes(units),
-                               fresh_files=tuple(fresh))
-    cut = (last_index + 1) * INDEX_UNIT_SIZE
-    index_after = [s for s in index_after if not s > cut]  # truncateOffset(cut)
-    if begin > 0:  # reviseLedgerBeginIndex: resetOffset(begin x 32) drops files that end at or before it
-        index_after = [s for s in index_after if s + INDEX_FILE_SIZE > begin * INDEX_UNIT_SIZE]
-    index_deleted = tuple(s for s in index_starts if s not in index_after)
-    return EntryRecovery(walk_from=walk_from, precheck=tuple(looked), write_end=process, entries_walked=walked,
-                         first_walked_index=first_walked, last_index=last_index, last_term=last_term,
-                         last_entry_pos=last_pos, last_entry_size=last_size, begin_index=begin, stop=stop,
-                         index_rewrite=rewrite, data_files_deleted=data_deleted, index_files_deleted=index_deleted,
-                         index_file_created=created)
+
+
+def _begin_index(first_file: _File, last_index: int) -> int:
+    """The ledger's begin index, from the first data file's first entry (-1: no entry walked)."""
+    if last_index == -1:
+        return -1
+    first = read_entry_header(first_file.get(0, ENTRY_HEADER_SIZE), 0)
+    if first.magic != ENTRY_MAGIC or not 0 <= first.index <= last_index:
+        raise RecoveryError(f"DLedger data file {file_offset(first_file.start)} byte 0: the first entry (magic "
+                            f"{first.magic}, index {first.index}) cannot begin a ledger ending at index "
+                            f"{last_index}; DLedger's index reset from it is undefined")
+    return first.index
+
+
+def _index_rewrite(w: _Walk, index_starts: list[int]) -> tuple[IndexRewrite | None, int | None, list[int]]:
+    """(the index rewrite, the file rebuildWithPos creates, the index files after it) from the walk's units."""
+    if w.rewrite_from is None:
+        return None, None, list(index_starts)
+    at, created = w.rewrite_from * INDEX_UNIT_SIZE, None
+    fresh: list[int] = []
+    if w.rebuilt:  # rebuildWithPos: every file goes, one is created at the unit's file, zeros below it
+        created = at - at % INDEX_FILE_SIZE
+        index_after = [created]
+        fresh.append(created)
+    else:
+        index_after = [s for s in index_starts if s <= at]
+    end = at + len(w.units)
+    if not index_after and w.units:  # an empty index: the first append creates the file at 0
+        index_after.append(0)
+        fresh.append(0)
+    while index_after and index_after[-1] + INDEX_FILE_SIZE < end:  # appends open the next files
+        index_after.append(index_after[-1] + INDEX_FILE_SIZE)
+        fresh.append(index_after[-1])
+    rewrite = IndexRewrite(from_index=w.rewrite_from, reason=w.rewrite_why, rebuilt=w.rebuilt, units=bytes(w.units),
+                           fresh_files=tuple(fresh))
+    return rewrite, created, index_after
 
 
 # ---------------------------------------------------------------------------------------------

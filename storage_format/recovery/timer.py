@@ -119,69 +119,80 @@ def read_tail(files: TimerFiles, read: Callable[[int], bytes], file_size: int, p
     if not starts:
         return TimerTail(end=0, scan_from=0, read_from=0, units=0, stale=0, cut=None, suffix=True,
                          first_stale_elsewhere=None, stale_slot_ms=None), {}
-    kept = list(end.files)
-    first = kept.index(end.scan_from)
-    per_file: dict[int, np.ndarray] = {s: scans[s].units for s in kept[first:] if s in scans}
-    i = first
-    # back to the last file holding a unit that is not stale (offsetPy grows along the log within a run)
-    while i > 0 and _all_stale(per_file.get(kept[i]), facts.commit_end):
-        i -= 1
-        per_file[kept[i]] = _early_file(kept[i], read, end.scan_from).units
-    early_stale = None  # with `whole`: a stale unit in a file before those (never a suffix then)
-    for s in kept[:i] if whole else ():
-        u = _early_file(s, read, end.scan_from).units
-        bad = np.flatnonzero(tlog.end_py(u) > facts.commit_end)
-        if len(bad):
-            early_stale = s + int(bad[0]) * tlog.UNIT_SIZE
-            break
+    per_file, early_stale = _tail_units(end, scans, read, facts, whole)
     ordered = sorted(per_file)
     pos = np.concatenate([s + np.arange(len(per_file[s]), dtype=np.int64) * tlog.UNIT_SIZE for s in ordered]) \
         if ordered else np.zeros(0, np.int64)
     units = np.concatenate([per_file[s] for s in ordered]) if ordered else np.zeros(0, tlog.UNIT_DTYPE)
     stale = tlog.end_py(units) > facts.commit_end
     n_stale = int(stale.sum())
-    cut = None
-    suffix = True
-    elsewhere = None
-    if n_stale:
-        good = np.flatnonzero(~stale)
-        k = int(good[-1]) + 1 if len(good) else 0  # first index of the stale run that reaches the end
-        if k < len(units):
-            cut = int(pos[k])
-        before = np.flatnonzero(stale[:k])
-        if len(before):
-            suffix = False
-            elsewhere = int(pos[before[0]])
+    cut, suffix, elsewhere = _stale_run(stale, pos)
     if early_stale is not None:
         suffix, elsewhere = False, early_stale
     times = tlog.delayed_times(units)
-    magic = units["magic"].astype(np.int64)
-    kinds = {}
-    if n_stale:
-        m = magic[stale]
-        kinds = {"normal": int(((m & (tlog.MAGIC_ROLL | tlog.MAGIC_DELETE)) == 0).sum()),
-                 "roll": int(((m & tlog.MAGIC_ROLL) != 0).sum()), "delete": int(((m & tlog.MAGIC_DELETE) != 0).sum())}
-    due = 0
-    r = files.check.last_read_time_ms
-    if facts.last_record_ms is not None and r > facts.last_record_ms:
-        slot_ms = times // precision * precision
-        due = int(((~stale) & (slot_ms > facts.last_record_ms) & (slot_ms < r)).sum())
     past = ()
     if wheel is not None and len(wheel) == twheel.WHEEL_SIZE:
         used = twheel.used_slots(wheel)
-        sl = twheel.slots(wheel)[used]
-        past = tuple(int(i) for i in used[sl["last_pos"] >= end.end])
+        past = tuple(int(i) for i in used[twheel.slots(wheel)[used]["last_pos"] >= end.end])
     tail = TimerTail(end=end.end, scan_from=end.scan_from, read_from=ordered[0] if ordered else 0,
                      units=len(units), stale=n_stale, cut=cut, suffix=suffix, first_stale_elsewhere=elsewhere,
                      stale_slot_ms=(int(times[stale].min() // precision * precision),
                                     int(times[stale].max() // precision * precision)) if n_stale else None,
-                     stale_kinds=kinds, due_between=due, wheel_past_end=past)
-    after = {}
-    if cut is not None:
-        for s in ordered:
-            if s + len(per_file[s]) * tlog.UNIT_SIZE > cut:
-                after[s] = per_file[s]
+                     stale_kinds=_stale_kinds(units, stale), due_between=_due_between(files, facts, times, stale,
+                                                                                      precision),
+                     wheel_past_end=past)
+    after = {s: per_file[s] for s in ordered if cut is not None and s + len(per_file[s]) * tlog.UNIT_SIZE > cut}
     return tail, after
+
+
+def _tail_units(end, scans: dict, read: Callable[[int], bytes], facts: RecoveryFacts,
+                whole: bool) -> tuple[dict[int, np.ndarray], int | None]:
+    """The units by file start from the broker's scan range, extended back to the last file holding a unit that is
+    not stale (offsetPy grows along the log within a run); with `whole`, the first stale unit in a file before
+    those (never a suffix then), else None."""
+    kept = list(end.files)
+    first = kept.index(end.scan_from)
+    per_file: dict[int, np.ndarray] = {s: scans[s].units for s in kept[first:] if s in scans}
+    i = first
+    while i > 0 and _all_stale(per_file.get(kept[i]), facts.commit_end):
+        i -= 1
+        per_file[kept[i]] = _early_file(kept[i], read, end.scan_from).units
+    for s in kept[:i] if whole else ():
+        bad = np.flatnonzero(tlog.end_py(_early_file(s, read, end.scan_from).units) > facts.commit_end)
+        if len(bad):
+            return per_file, s + int(bad[0]) * tlog.UNIT_SIZE
+    return per_file, None
+
+
+def _stale_run(stale: np.ndarray, pos: np.ndarray) -> tuple[int | None, bool, int | None]:
+    """(where the stale run that reaches the end starts, whether every stale unit is in it, the first stale unit
+    before it)."""
+    if not stale.any():
+        return None, True, None
+    good = np.flatnonzero(~stale)
+    k = int(good[-1]) + 1 if len(good) else 0  # first index of the stale run that reaches the end
+    cut = int(pos[k]) if k < len(stale) else None
+    before = np.flatnonzero(stale[:k])
+    return (cut, False, int(pos[before[0]])) if len(before) else (cut, True, None)
+
+
+def _stale_kinds(units: np.ndarray, stale: np.ndarray) -> dict[str, int]:
+    """The stale units counted by kind (normal, roll, delete)."""
+    if not stale.any():
+        return {}
+    m = units["magic"].astype(np.int64)[stale]
+    return {"normal": int(((m & (tlog.MAGIC_ROLL | tlog.MAGIC_DELETE)) == 0).sum()),
+            "roll": int(((m & tlog.MAGIC_ROLL) != 0).sum()), "delete": int(((m & tlog.MAGIC_DELETE) != 0).sum())}
+
+
+def _due_between(files: TimerFiles, facts: RecoveryFacts, times: np.ndarray, stale: np.ndarray,
+                 precision: int) -> int:
+    """Units (not stale) whose slot lies between the last record and the checkpoint's read time."""
+    r = files.check.last_read_time_ms
+    if facts.last_record_ms is None or r <= facts.last_record_ms:
+        return 0
+    slot_ms = times // precision * precision
+    return int(((~stale) & (slot_ms > facts.last_record_ms) & (slot_ms < r)).sum())
 
 
 def _early_file(start: int, read: Callable[[int], bytes], scan_from: int) -> tlog.FileScan:

@@ -275,6 +275,31 @@ def _read_opt(loc: Location) -> bytes | None:
     return loc.read_bytes() if loc.exists() else None
 
 
+@dataclass(frozen=True)
+class _Walked:
+    """Step 1: the member's files as found and DLedger's recovery walk over them."""
+
+    data: list[tuple[int, str]]  # (start, uri) of the data files
+    index_files: list[tuple[int, str]]
+    raw: dict[str, bytes | None]  # checkpoint, checkpoint.bak, currterm, currterm.bak
+    entries: drules.EntryRecovery
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """Step 2: the queues' load state, where start() resumes dispatch, and the scan of what it dispatches."""
+
+    queue_dirs: dict
+    loads: dict
+    log: list
+    log_min: int
+    reput_from: int
+    scan: ScanResult
+    last_dispatched: int | None
+    tails: dict
+    skipped: list[str]  # store entries the broker skips (and so does recovery), named as warnings
+
+
 def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
                           generation: int | None = None, full_index: bool = False,
                           tz: dt.tzinfo = dt.timezone.utc, quiet: bool = False, audit: bool = False,
@@ -286,11 +311,52 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
                                      "(DLedger 0.3.1.2) only")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    dirs = dledger_dirs(settings)
-    markers = StoreMarkers.read(store)
-    gen = GenerationGuess(4, ["DLedger mode: modelled on RocketMQ 4.9.8 with DLedger 0.3.1.2"])
-    size = settings.mapped_file_size_commitlog
-    # the data files as every job lists them (store.segments): a stray entry, a gap, a wrong size refused alike
+    dirs, markers = dledger_dirs(settings), StoreMarkers.read(store)
+    walked = _walk_member(sc, store, settings, dirs, quiet)
+    timings["dledger_walk_s"] = time.monotonic() - t0
+    reading, committed_index, committed_end = _committed(walked, settings, dledger_reading)
+    t0 = time.monotonic()
+    limit = None if committed_end >= walked.entries.write_end else committed_end
+    d = _dispatch(sc, store, settings, work, walked, committed_end, limit, split_size, quiet)
+    timings["consumequeue_plan_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    index, index_facts = _index_facts(sc, store, settings, work, markers, d, limit, split_size, full_index, quiet)
+    cq_size = settings.consume_queue_file_size
+
+    def last_cq_ts(offset: int) -> int | None:
+        last = last_cq_record_offset(d.scan, work, offset)
+        return record_store_timestamp(d.scan.segments, last) if last is not None else None
+
+    facts = drules.DLedgerFacts(
+        abort_present=markers.abort is not None, settings=settings, checkpoint=markers.checkpoint,
+        log_starts=tuple(sorted({d.log_min} | {s for s, _ in walked.data})), entries=walked.entries,
+        committed_index=committed_index, committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id,
+        currterm_raw=walked.raw["currterm"], queues=recovery.QueueFacts(d.loads, d.tails, cq_size, _cq_reader(d)),
+        tail_from=d.reput_from, last_dispatched_record=d.last_dispatched, index=index_facts,
+        last_cq_record_ts=last_cq_ts, index_deleted=tuple(i.name for i in index.deleted))
+    plan = drules.plan_dledger(facts)
+    index.resume = plan.index_resume
+    if isinstance(index_facts, recovery.IndexResumeFacts):
+        index.new_names = new_index_names(index.kept, len(plan.index_resume.new_files), tz)
+    timings["index_plan_s"] = time.monotonic() - t0
+    q = plan.queues
+    warnings = _plan_warnings(sc, store, settings, work, markers, d, walked.entries, full_index, audit, split_size,
+                              quiet)
+    return DLedgerRecoveryPlan(
+        store=store, settings=settings, generation=GenerationGuess(4, [DLEDGER_MODEL]), markers=markers,
+        abnormal=markers.abort is not None, dirs=dirs, data=walked.data, index_files=walked.index_files,
+        dledger_raw=walked.raw, plan=plan, queue_dirs=d.queue_dirs, loads=d.loads, states=q.states,
+        truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before, reput_from=q.reput_from, index=index,
+        checkpoint_after=plan.checkpoint, checkpoint_why=plan.checkpoint_why, scan=d.scan, full_index=full_index,
+        reading=reading, warnings=warnings, timings=timings, segments=[x for x in d.log if not x.header])
+
+
+DLEDGER_MODEL = "DLedger mode: modelled on RocketMQ 4.9.8 with DLedger 0.3.1.2"
+
+
+def _walk_member(sc, store: Location, settings: BrokerSettings, dirs: "DLedgerDirs", quiet: bool) -> _Walked:
+    """The data files as every job lists them (store.segments: a stray entry, a gap, a wrong size refused alike),
+    the DLedger index files, checkpoint and currterm, and DLedger's recovery walk (one Spark task)."""
     data = [(s.start, s.path) for s in list_segments(store, settings) if s.header]
     index_files = _files(dirs.index(store), fmt.INDEX_FILE_SIZE, "DLedger index file")
     raw = {name: _read_opt(dirs.home(store).child(name)) for name in ("checkpoint", "checkpoint.bak", "currterm",
@@ -299,15 +365,18 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         raise recovery.RecoveryError(f"{dirs.data(store).uri} holds no data file: the broker's first start in DLedger "
                                      f"mode recovers the plain commit log and closes it with a BLANK (the upgrade); "
                                      f"recover does not implement that step")
-    walked = run_tasks(sc, [WalkTask(tuple(data), tuple(index_files), size)], _walk, "DLedger recovery",
-                       quiet=quiet)[0]
+    walked = run_tasks(sc, [WalkTask(tuple(data), tuple(index_files), settings.mapped_file_size_commitlog)], _walk,
+                       "DLedger recovery", quiet=quiet)[0]
     if isinstance(walked, Exception):
         raise walked
-    entries: drules.EntryRecovery = walked
-    timings["dledger_walk_s"] = time.monotonic() - t0
-    cp_committed = _committed_before(raw["checkpoint"])
-    reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, dledger_reading)
-    index_uris = dict(index_files)
+    return _Walked(data, index_files, raw, walked)
+
+
+def _committed(walked: _Walked, settings: BrokerSettings, flag: str | None) -> tuple:
+    """(the committed-position reading, committedIndex, its end offset) as the restarted broker settles them."""
+    cp_committed = _committed_before(walked.raw["checkpoint"])
+    reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, flag)
+    index_uris = dict(walked.index_files)
 
     def unit_end(entry_index: int) -> int:
         """pos + size of an entry from its DLedger index unit."""
@@ -320,27 +389,31 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
         except ValueError as exc:
             raise StoreFormatError(uri, at, f"the unit of committedIndex {entry_index}: {exc}") from None
 
-    committed_index, committed_end = drules.committed_position(entries, reading.reading, cp_committed, unit_end)
+    return (reading, *drules.committed_position(walked.entries, reading.reading, cp_committed, unit_end))
 
-    t0 = time.monotonic()
-    skipped: list[str] = []  # store entries the broker skips (and so does recovery), named as warnings
+
+def _cq_reader(d: _Dispatch):
+    """read_cq(key, start) over the store's consume-queue files, as QueueFacts takes it."""
+    return lambda key, start: Location(d.queue_dirs[key].file_uri(start)).read_bytes()
+
+
+def _dispatch(sc, store: Location, settings: BrokerSettings, work: Location, walked: _Walked, committed_end: int,
+              limit: int | None, split_size: int, quiet: bool) -> _Dispatch:
+    """Consume-queue load state, the cut at the write end, where start() resumes dispatch (DLedgerCommitLog.
+    getMinOffset: the plain segments' first offset in the upgraded mixed layout, else DLedger's), and the records
+    it dispatches: the scan from the data file holding the resume point, dispatch limited to the committed
+    position (the read path's decoder: entries, RocketMQ's record checks, consume-queue rows, keys)."""
+    entries, skipped = walked.entries, []
     queue_dirs = {q.key: q for q in list_queues(store, skipped)}
     cq_size = settings.consume_queue_file_size
     loads = load_queues(sc, list(queue_dirs.values()), cq_size, quiet, 4)
-
-    def read_cq(key, start):
-        return Location(queue_dirs[key].file_uri(start)).read_bytes()
-
-    bare = recovery.QueueFacts(loads, {}, cq_size, read_cq)
-    # DLedgerCommitLog.getMinOffset: the plain segments' first offset in the upgraded mixed layout, else DLedger's
+    bare = recovery.QueueFacts(loads, {}, cq_size, lambda key, start: Location(queue_dirs[key].file_uri(start))
+                               .read_bytes())
     log = list_segments(store, settings)
     log_min = min([s.start for s in log] or [0])
     reput_from = drules.dledger_reput_from({k: ld.max_phy for k, ld in loads.items()},
                                            drules.queues_after_cut(bare, entries.write_end), log_min,
                                            entries.write_end)
-    # the records start() dispatches: the scan from the data file holding the resume point, dispatch limited to
-    # the committed position (the read path's decoder: entries, RocketMQ's record checks, consume-queue rows, keys)
-    limit = None if committed_end >= entries.write_end else committed_end
     scan = scan_store(sc, store, settings, split_size=split_size, work=work, from_offset=reput_from,
                       dispatch_limit=limit, label="DLedger dispatch", quiet=quiet, generation=4)
     if scan.end.offset < min(committed_end, entries.write_end) and reput_from < committed_end:
@@ -351,46 +424,37 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     last_valid = max((x.last_record_offset for x in scan.accepted if x.last_record_offset is not None), default=None)
     last_dispatched = last_valid if limit is None else scan.dispatch_stop().last_offset
     tails = cq_tails(scan, work, {k: ld.max_phy for k, ld in loads.items()})
-    timings["consumequeue_plan_s"] = time.monotonic() - t0
+    return _Dispatch(queue_dirs, loads, log, log_min, reput_from, scan, last_dispatched, tails, skipped)
 
-    t0 = time.monotonic()
-    infos = list_index_files(store, settings, skipped) if settings.message_index_enable else []
+
+def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers, d: _Dispatch,
+                 limit: int | None, split_size: int, full_index: bool, quiet: bool) -> tuple[IndexPlan, object]:
+    """The index files kept and deleted at load, and what the index side of the plan is decided from: off, a full
+    rebuild (--full-index: a scan of every file for its keys), or the broker's resume from the last kept file."""
+    infos = list_index_files(store, settings, d.skipped) if settings.message_index_enable else []
     kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint,
                                                     markers.abort is not None)
     uris = {i.name: u for i, u in infos}
     if not settings.message_index_enable:
-        index = IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[])
-        index_facts = recovery.IndexOff()
-    elif full_index:
+        return IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]), recovery.IndexOff()
+    if full_index:
         full_work = work.child("full-index")
         full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
                           dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=4)
-        index = IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
-                          full_rebuild_scan=full, full_rebuild_work=full_work)
-        index_facts = recovery.FullIndexRebuild(_rolled(full, full_work, settings))
-    else:
-        index = IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[])
-        index_facts = recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, reput_from),
-                                             settings.max_index_num)
+        return (IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
+                          full_rebuild_scan=full, full_rebuild_work=full_work),
+                recovery.FullIndexRebuild(_rolled(full, full_work, settings)))
+    return (IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]),
+            recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(d.scan, work, d.reput_from),
+                                      settings.max_index_num))
 
-    def last_cq_ts(offset: int) -> int | None:
-        last = last_cq_record_offset(scan, work, offset)
-        return record_store_timestamp(scan.segments, last) if last is not None else None
 
-    facts = drules.DLedgerFacts(
-        abort_present=markers.abort is not None, settings=settings, checkpoint=markers.checkpoint,
-        log_starts=tuple(sorted({log_min} | {s for s, _ in data})), entries=entries, committed_index=committed_index,
-        committed_end=committed_end, one_member=dirs.peers <= 1, self_id=dirs.self_id, currterm_raw=raw["currterm"],
-        queues=recovery.QueueFacts(loads, tails, cq_size, read_cq), tail_from=reput_from,
-        last_dispatched_record=last_dispatched, index=index_facts, last_cq_record_ts=last_cq_ts,
-        index_deleted=tuple(i.name for i in deleted))
-    plan = drules.plan_dledger(facts)
-    index.resume = plan.index_resume
-    if isinstance(index_facts, recovery.IndexResumeFacts):
-        index.new_names = new_index_names(index.kept, len(plan.index_resume.new_files), tz)
-    timings["index_plan_s"] = time.monotonic() - t0
-    q = plan.queues
-    warnings = list(skipped)
+def _plan_warnings(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers,
+                   d: _Dispatch, entries: drules.EntryRecovery, full_index: bool, audit: bool, split_size: int,
+                   quiet: bool) -> list[str]:
+    """The plan's warnings: entries skipped, no checkpoint, --full-index, and the --dry-run audit (or what the
+    dispatch scan found: negative queue ids, out-of-step queue offsets)."""
+    warnings = list(d.skipped)
     if markers.checkpoint_raw is None:
         warnings.append("the store has no checkpoint file; the broker starts from zeros and so does reput")
     if full_index:
@@ -399,14 +463,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     if audit:
         warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))  # negative queue ids too
     else:
-        warnings.extend(p.describe() for p in (scan.negative_queue_ids, scan.out_of_step_queues) if p is not None)
-    return DLedgerRecoveryPlan(
-        store=store, settings=settings, generation=gen, markers=markers, abnormal=markers.abort is not None,
-        dirs=dirs, data=data, index_files=index_files, dledger_raw=raw, plan=plan, queue_dirs=queue_dirs,
-        loads=loads, states=q.states, truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before,
-        reput_from=q.reput_from, index=index, checkpoint_after=plan.checkpoint, checkpoint_why=plan.checkpoint_why,
-        scan=scan, full_index=full_index, reading=reading, warnings=warnings, timings=timings,
-        segments=[x for x in log if not x.header])
+        warnings.extend(p.describe() for p in (d.scan.negative_queue_ids, d.scan.out_of_step_queues) if p is not None)
+    return warnings
 
 
 def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_size: int, quiet: bool,
