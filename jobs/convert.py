@@ -13,22 +13,23 @@ if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standa
     import _script_path  # noqa: F401
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import datetime as dt  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 
 from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
 from jobs.pipeline.convert import bad_crc  # noqa: E402
 from jobs.pipeline.convert.broker_conf import CONF_NAME, config_problems, converted_config, store_root  # noqa: E402
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
-from jobs.pipeline.convert.records import concat  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
 from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.workdir import read_record_sizes, removed_after  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
@@ -101,11 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     report_loc = check_report(args, store)
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
-    with staging if staging is not None else contextlib.nullcontext():  # the run lock is released however it ends
+    # a dry run's listing goes to a work directory of its own, removed afterwards: the driver holds no sizes either
+    dry_work = None if staging is not None else \
+        location(tempfile.gettempdir()).child(f"reput-convert-plan-{uuid.uuid4().hex[:12]}")
+    with staging if staging is not None else removed_after(dry_work):  # the run lock is released however it ends
         sc, engine = job_runner(args, "convert")
         timings: dict[str, float] = {}
         started = time.monotonic()
-        scan, plan, end = _scan_and_plan(args, sc, store, settings, limit.offset, staging, quiet, timings)
+        work = staging.work if staging is not None else dry_work
+        scan, plan, end = _scan_and_plan(args, sc, store, settings, limit.offset, staging, work, quiet, timings)
         t0 = time.monotonic()
         bad_crc = _bad_crc(args, sc, scan, settings, plan, end, quiet, staging is not None)
         timings["crc_audit_s"] = time.monotonic() - t0
@@ -162,14 +167,14 @@ def _refuse_source(args, store: Location, settings: BrokerSettings) -> None:
                        f"and stop the DLedger broker once), then convert")
 
 
-def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: int | None, staging, quiet: bool,
-                   timings: dict) -> tuple[ScanResult, ConvertPlan, int]:
+def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: int | None, staging, work: Location,
+                   quiet: bool, timings: dict) -> tuple[ScanResult, ConvertPlan, int]:
     """One decode of the source: its validity, the listing of every DLedger record (the layout's input) and, when
     writing, the consume-queue rows and index keys OUT's files are built from (offsets mapped later); then the new
     layout of the records up to the end dispatch reaches. Returns (scan, plan, that end)."""
     t0 = time.monotonic()
     writing = staging is not None
-    scan = scan_store(sc, store, settings, work=staging.work if writing else None, with_cq=writing,
+    scan = scan_store(sc, store, settings, work=work, with_cq=writing,
                       with_keys=writing and settings.message_index_enable, split_size=args.split_size,
                       dispatch_limit=limit, generation=args.rocketmq_version, quiet=quiet, with_records=True)
     timings["source_scan_s"] = time.monotonic() - t0
@@ -183,8 +188,8 @@ def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: i
     end = scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0
     t0 = time.monotonic()
     plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
-                     [concat([s.listed for s in scan.accepted if s.listed is not None])],
-                     settings.mapped_file_size_commitlog)
+                     [s.listed for s in scan.accepted if s.listed is not None], settings.mapped_file_size_commitlog,
+                     lambda r: r.sizes if r.sizes is not None else read_record_sizes(work, r.split))
     timings["layout_s"] = time.monotonic() - t0
     return scan, plan, end
 
@@ -194,7 +199,7 @@ def _bad_crc(args, sc, scan: ScanResult, settings: BrokerSettings, plan: Convert
     """Every converted record's body CRC checked (convert.bad_crc): a failing one refuses the conversion unless
     --accept-bad-crc, which goes on and says so; the report's form."""
     audit = crc_audit.audit(sc, scan, settings, quiet)
-    starts = sorted([s.start for s in plan.plain_segments] + plan.layout.segment_starts)
+    starts = sorted([s.start for s in plan.plain_segments] + plan.segment_starts)
     bad = bad_crc.describe_all(audit, {s.path: s.header for s in scan.segments}, plan, starts, end)
     count = len(bad) + audit.count - len(audit.listed)
     if bad and writing and not args.accept_bad_crc:
@@ -230,14 +235,14 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     plain = plain_settings(settings)
     from_source = left_out == 0
     args.only, args.topics = None, None
-    builds = _source_builds(args, sc, store, plain, scan, plan, staging) if from_source else []
+    builds = _source_builds(args, sc, store, plain, scan, plan, staging, quiet) if from_source else []
     written, copies, (cq_files, firsts, task_timings) = _write_segments(sc, store, plan, staging, builds, quiet)
     timings.update({"segment_task_s": sum(w.seconds for w in written),
                     "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     timings["write_s"] = time.monotonic() - t0
     pause_at("after-write")
     t0 = time.monotonic()
-    expect_end = plan.layout.end if plan.records else scan.max_physical_offset
+    expect_end = plan.end if plan.records else scan.max_physical_offset
     if sum(w.records for w in written) != plan.records:
         raise JobError(f"{sum(w.records for w in written)} records written, {plan.records} planned; nothing published")
     out_scan = scan
@@ -264,12 +269,12 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
 
 
 def _source_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanResult, plan: ConvertPlan,
-                   staging) -> list:
+                   staging, quiet: bool) -> list:
     """OUT's consume-queue and index build tasks from the source scan, reading its work files with the offsets
     mapped; planned before the offsets move, so an error names the source's file and byte offset."""
     cq_tasks = _plan_cq_tasks(scan, plain, staging, None, 2 * sc.default_parallelism)
     index_tasks = _plan_index_tasks(args, scan, plain, store, staging) if plain.message_index_enable else []
-    moved = write_offset_maps(scan, plan, staging.work)
+    moved = write_offset_maps(sc, plan, staging.work, quiet)
     return shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
                          sc.default_parallelism, "convert")
 

@@ -90,7 +90,7 @@ def test_a_refused_o_direct_falls_back_and_says_why(tmp_path, monkeypatch):
 
 def _plan(segment_size: int):
     from jobs.pipeline.convert.plan import make_plan
-    from jobs.pipeline.convert.records import FileRecords, concat
+    from jobs.pipeline.convert.records import SplitRecords
     from jobs.pipeline.store.segments import list_segments
     from storage_format.settings import load_settings
 
@@ -101,15 +101,17 @@ def _plan(segment_size: int):
         offs, sizes, trans, preps, _, _ = commitlog_layout.hop_entries_reference(Path(s.path).read_bytes(), s.start,
                                                                                  0, 2**62)
         ends = trans >= 8
-        parts.append(FileRecords(offs, sizes, offs[ends], preps[ends], int(np.count_nonzero(trans == 4))))
-    return make_plan(segments, [concat(parts)], segment_size)
+        parts.append(SplitRecords(first=int(offs[0]), header=s.header, count=len(sizes), total=int(sizes.sum()),
+                                  end_offsets=offs[ends], end_prepared=preps[ends],
+                                  prepared=int(np.count_nonzero(trans == 4)), sizes=np.asarray(sizes, np.int32)))
+    return make_plan(segments, parts, segment_size, lambda r: r.sizes)
 
 
 def test_segments_written_direct_equal_buffered(tmp_path):
     from jobs.pipeline.convert.segments import write_segment
 
     plan = _plan(1 << 18)
-    assert len(plan.layout.segment_starts) > 2 and len(plan.layout.blanks) > 1
+    assert len(plan.segment_starts) > 2 and plan.blanks > 1
     got = {}
     for how in (True, False):
         log, maps = tmp_path / f"{how}" / "commitlog", tmp_path / f"{how}" / "map"
@@ -121,7 +123,7 @@ def test_segments_written_direct_equal_buffered(tmp_path):
             all(w.fallback for w in written)
         assert sum(w.records for w in written) == plan.records
         got[how] = (_tree_digest(log), pq.read_table(maps).to_pydict())
-    assert got[True] == got[False] and len(got[True][0]) == len(plan.layout.segment_starts)
+    assert got[True] == got[False] and len(got[True][0]) == len(plan.segment_starts)
 
 
 @pytest.mark.parametrize("kernel", ["1", "0"])

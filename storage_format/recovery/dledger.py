@@ -278,7 +278,7 @@ def _walk_start(files: list[_File], idx: _Index) -> tuple[int, list[dict]]:
     return i, looked
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Walk:
     """The walk's state, entry by entry as DLedger's recover loop keeps it; `stop` says where and why it ended."""
 

@@ -1,7 +1,8 @@
 """Listing a DLedger store's records: offset, size, transaction type and, for COMMIT/ROLLBACK records, the
 prepared offset, by hopping entry headers. The source scan's decode tasks list their split's records from the
-bytes they just decoded (`list_buffer`: no second read of the store). The driver gets numeric arrays only
-(12 bytes per record, plus the few transaction ends): what the layout needs."""
+bytes they just decoded (`list_buffer`: no second read of the store). With a work directory the sizes stay there
+(io.workdir.write_record_sizes) and the driver gets a split's first offset, count and byte total only (plus the
+few transaction ends): its memory does not grow with the records (issue 32); without one they travel along."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,25 +29,38 @@ class FileRecords:
     prepared: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitRecords:
     """A split's records as a decode task sends them to the driver: consecutive entries, so the first record's
-    offset, the entry header's size and each record's size give every offset (4 bytes per record instead of 12);
-    the transaction ends and the PREPARED count as in FileRecords."""
+    offset, the entry header's size and each record's size give every offset; their count and byte total (what the
+    layout needs for a split that no segment boundary cuts); the transaction ends and the PREPARED count as in
+    FileRecords. `sizes` is None when they were written to the work directory under `split`."""
 
     first: int
     header: int
-    sizes: np.ndarray
+    count: int
+    total: int
     end_offsets: np.ndarray
     end_prepared: np.ndarray
     prepared: int
+    sizes: np.ndarray | None = None
+    split: int = -1
+
+    def offsets_from(self, sizes: np.ndarray) -> np.ndarray:
+        """Every record's offset, from its sizes (this split's, in memory or read back from the work directory)."""
+        if not len(sizes):
+            return np.zeros(0, np.int64)
+        steps = sizes.astype(np.int64) + self.header
+        return self.first + np.concatenate(([0], np.cumsum(steps[:-1])))
 
     @property
     def offsets(self) -> np.ndarray:
-        if not len(self.sizes):
-            return np.zeros(0, np.int64)
-        steps = self.sizes.astype(np.int64) + self.header
-        return self.first + np.concatenate(([0], np.cumsum(steps[:-1])))
+        return self.offsets_from(self.sizes)
+
+    @property
+    def old_end(self) -> int:
+        """Where the split's last record ends in the source (its sizes not needed)."""
+        return self.first + self.total + self.header * max(self.count - 1, 0)
 
 
 def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, records: int,
@@ -66,8 +80,9 @@ def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, r
         raise ValueError(f"listing the entries from commit-log offset {first_offset} found {n} records ending at "
                          f"{base + stop}; the decode found {records} ending at {last_end}")
     ends = trans[:n] >= 8
-    return SplitRecords(int(offs[0]) if n else first_offset + header, header, sizes[:n].copy(), offs[:n][ends],
-                        preps[:n][ends], int(np.count_nonzero(trans[:n] == TRAN_PREPARED)))
+    return SplitRecords(first=int(offs[0]) if n else first_offset + header, header=header, count=n,
+                        total=int(sizes[:n].sum(dtype=np.int64)), end_offsets=offs[:n][ends], end_prepared=preps[:n][ends],
+                        prepared=int(np.count_nonzero(trans[:n] == TRAN_PREPARED)), sizes=sizes[:n].copy())
 
 
 def concat(parts: list[SplitRecords]) -> FileRecords:

@@ -1,28 +1,38 @@
-"""The source scan's work files read as OUT's: the driver writes beside each DLedger split's work files its records'
-old and new offsets (io.workdir.write_offset_map), and the build tasks give the split's consume-queue rows and
-index keys their new offsets as they read them (io.workdir.OffsetMap; the layout is a monotone map, so every order
-the build relies on holds). So consume queues and index files are built as rebuild builds them, without decoding
-the new commit log or rewriting the work files, and in the same Spark job as the segment writes: they depend on
-the layout only, not on the bytes written."""
+"""The source scan's work files read as OUT's: beside each DLedger split's work files its records' old and new
+offsets (io.workdir.write_offset_map), written by one Spark task per split from the split's place in the layout and
+its record sizes (the driver never holds them), and the build tasks give the split's consume-queue rows and index
+keys their new offsets as they read them (io.workdir.OffsetMap; the layout is a monotone map, so every order the
+build relies on holds). So consume queues and index files are built as rebuild builds them, without decoding the new
+commit log or rewriting the work files, and in the same Spark job as the segment writes: they depend on the layout
+only, not on the bytes written."""
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
 from ..io.fs import Location
-from ..io.workdir import write_offset_map
-from ..scan.result import ScanResult
-from .plan import ConvertPlan
+from ..io.workdir import read_record_sizes, write_offset_map
+from ..runtime.tasks import run_tasks
+from .plan import ConvertPlan, SplitPlace
 
 
-def write_offset_maps(scan: ScanResult, plan: ConvertPlan, work: Location) -> frozenset[int]:
-    """Each accepted DLedger split's offset map (its records are consecutive in the plan); returns the splits
-    mapped, the build tasks' `moved`."""
-    moved = set()
-    for s in scan.accepted:
-        if s.listed is None or not len(s.listed.sizes):
-            continue
-        lo = int(np.searchsorted(plan.old, s.listed.first))
-        hi = lo + len(s.listed.sizes)
-        write_offset_map(work, s.index, plan.old[lo:hi], plan.layout.offsets[lo:hi])
-        moved.add(s.index)
-    return frozenset(moved)
+@dataclass(frozen=True)
+class MapTask:
+    """One listed split's offset map to write."""
+
+    place: SplitPlace
+    segment_size: int
+    work: Location
+
+
+def write_map(task: MapTask) -> int:
+    """Write the split's offset map (a Spark task); returns the split's index."""
+    split = task.place.records.split
+    olds, news, _ = task.place.offsets(read_record_sizes(task.work, split), task.segment_size)
+    write_offset_map(task.work, split, olds, news)
+    return split
+
+
+def write_offset_maps(sc, plan: ConvertPlan, work: Location, quiet: bool) -> frozenset[int]:
+    """Each listed DLedger split's offset map; returns the splits mapped, the build tasks' `moved`."""
+    tasks = [MapTask(p, plan.segment_size, work) for p in plan.splits]
+    return frozenset(run_tasks(sc, tasks, write_map, "offset maps", quiet=quiet)) if tasks else frozenset()

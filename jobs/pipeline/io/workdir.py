@@ -28,6 +28,7 @@ CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size
                        ("tags", pa.int64())])
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
 OFFSET_MAP_SCHEMA = pa.schema([("old", pa.int64()), ("new", pa.int64())])
+RECORD_SIZES_SCHEMA = pa.schema([("size", pa.int32())])
 BASE_KEY = b"reput.base"  # field metadata: the column holds value - base as uint32
 NARROW_SPAN = 1 << 32
 
@@ -65,6 +66,20 @@ def keys_file(work: Location, split_index: int) -> Location:
 def offset_map_file(work: Location, split_index: int) -> Location:
     """Split `split_index`'s records' old and new commit-log offsets (convert: the source's -> OUT's)."""
     return work.child(f"offsets-{split_index:06d}.arrow")
+
+
+def record_sizes_file(work: Location, split_index: int) -> Location:
+    """Split `split_index`'s DLedger records' sizes, in offset order (convert's listing)."""
+    return work.child(f"records-{split_index:06d}.arrow")
+
+
+def write_record_sizes(work: Location, split_index: int, sizes: np.ndarray) -> None:
+    _write(record_sizes_file(work, split_index), _table(RECORD_SIZES_SCHEMA, sizes))
+
+
+def read_record_sizes(work: Location, split_index: int) -> np.ndarray:
+    """The sizes write_record_sizes wrote (int32, a copy: the file is let go)."""
+    return np.array(_columns(record_sizes_file(work, split_index))["size"].take(), np.int32)
 
 
 def write_cq(work: Location, split_index: int, rows: CqRows) -> None:

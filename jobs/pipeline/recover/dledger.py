@@ -285,7 +285,7 @@ class _Walked:
     entries: drules.EntryRecovery
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Dispatch:
     """Step 2: the queues' load state, where start() resumes dispatch, and the scan of what it dispatches."""
 
@@ -424,7 +424,8 @@ def _dispatch(sc, store: Location, settings: BrokerSettings, work: Location, wal
     last_valid = max((x.last_record_offset for x in scan.accepted if x.last_record_offset is not None), default=None)
     last_dispatched = last_valid if limit is None else scan.dispatch_stop().last_offset
     tails = cq_tails(scan, work, {k: ld.max_phy for k, ld in loads.items()})
-    return _Dispatch(queue_dirs, loads, log, log_min, reput_from, scan, last_dispatched, tails, skipped)
+    return _Dispatch(queue_dirs=queue_dirs, loads=loads, log=log, log_min=log_min, reput_from=reput_from, scan=scan,
+                     last_dispatched=last_dispatched, tails=tails, skipped=skipped)
 
 
 def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers, d: _Dispatch,

@@ -39,7 +39,7 @@ from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODE
                      SplitSummary, SplitTask)
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
-from ..io.workdir import write_cq, write_keys
+from ..io.workdir import write_cq, write_keys, write_record_sizes
 from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
@@ -167,8 +167,12 @@ def _list_records(task: SplitTask, summary: SplitSummary, buf, base: int) -> Non
     """convert's listing of a DLedger split's records, from the bytes just decoded (no second read)."""
     header = task.split.segment.header
     if task.with_records and header and summary.records:
-        summary.listed = list_buffer(buf, base, summary.first_offset, summary.last_record_end, header,
-                                     summary.records, task.dispatch_limit)
+        listed = list_buffer(buf, base, summary.first_offset, summary.last_record_end, header, summary.records,
+                             task.dispatch_limit)
+        if task.work is not None:  # the sizes stay in the work directory: the driver gets counts (issue 32)
+            write_record_sizes(task.work, task.split.index, listed.sizes)
+            listed = replace(listed, sizes=None, split=task.split.index)
+        summary.listed = listed
 
 
 def _no_start_summary(task: SplitTask, bytes_read: int) -> SplitSummary:
