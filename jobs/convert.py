@@ -16,9 +16,7 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import datetime as dt  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 
 from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
@@ -29,7 +27,7 @@ from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
 from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
-from jobs.pipeline.io.workdir import read_record_sizes, removed_after  # noqa: E402
+from jobs.pipeline.io.workdir import fresh_work_dir, read_record_sizes, removed_after  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
@@ -70,6 +68,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                                                           "that change, transactions and schedule messages); "
                                                           "write nothing")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
+    p.add_argument("--work-dir", help="--dry-run: where the listing's work files go (default: the system temp dir; on "
+                                      "a cluster, storage the tasks share); a conversion uses OUT's staging directory")
     p.add_argument("--accept-bad-crc", action="store_true",
                    help="convert records whose body CRC fails (DLedger never checks it; a plain broker's recovery "
                         "cuts its log at the first it checks): the report lists each and what the broker will do")
@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     staging = None if args.dry_run else output_for(out, REPORT_NAME, "convert", args.overwrite)
     # a dry run's listing goes to a work directory of its own, removed afterwards: the driver holds no sizes either
-    dry_work = None if staging is not None else \
-        location(tempfile.gettempdir()).child(f"reput-convert-plan-{uuid.uuid4().hex[:12]}")
+    dry_work = None if staging is not None else fresh_work_dir(store, args.work_dir, "convert-plan")
     with staging if staging is not None else removed_after(dry_work):  # the run lock is released however it ends
         sc, engine = job_runner(args, "convert")
         timings: dict[str, float] = {}

@@ -17,9 +17,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
@@ -28,9 +26,9 @@ from jobs.pipeline.outputs.stage import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.verify.index_gap import explained_gap  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
                                emit, parser, progress_quiet, run_process, settings_from)
-from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
-from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.io.workdir import fresh_work_dir  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
@@ -55,14 +53,6 @@ from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
-
-
-def work_location(store: Location, work_dir: str | None) -> Location:
-    """A fresh work directory outside the store (under --work-dir, else the system temp dir)."""
-    base = location(work_dir) if work_dir else location(tempfile.gettempdir())
-    work = base.child(f"reput-verify-{uuid.uuid4().hex[:12]}")
-    check_outside(store, work, "--work-dir")
-    return work
 
 
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
@@ -200,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     live = warn_if_running("verify", store, "; differences there are counted apart, not as findings")
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
-    work = work_location(store, args.work_dir)
+    work = fresh_work_dir(store, args.work_dir, "verify")
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     sc, engine = job_runner(args, "verify")
     started = time.monotonic()

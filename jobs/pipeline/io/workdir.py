@@ -10,6 +10,8 @@ read (zero-copy: a reader slicing a few rows out of a large file touches only th
 from __future__ import annotations
 
 import contextlib
+import tempfile
+import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -31,6 +33,18 @@ OFFSET_MAP_SCHEMA = pa.schema([("old", pa.int64()), ("new", pa.int64())])
 RECORD_SIZES_SCHEMA = pa.schema([("size", pa.int32())])
 BASE_KEY = b"reput.base"  # field metadata: the column holds value - base as uint32
 NARROW_SPAN = 1 << 32
+
+
+def fresh_work_dir(store: Location, work_dir: str | None, job: str) -> Location:
+    """A fresh work directory `reput-<job>-<id>` outside the store: under --work-dir (shared storage on a cluster,
+    where the tasks must see it), else the system temp dir."""
+    from .fs import location
+    from .paths import check_outside
+
+    base = location(work_dir) if work_dir else location(tempfile.gettempdir())
+    work = base.child(f"reput-{job}-{uuid.uuid4().hex[:12]}")
+    check_outside(store, work, "--work-dir")
+    return work
 
 
 @contextlib.contextmanager
