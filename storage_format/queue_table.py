@@ -131,6 +131,11 @@ class MergedQueues:
     def keys(self) -> list[tuple[str, int]]:
         return list(zip(self.topic.to_pylist(), self.queue_id.tolist()))
 
+    def in_step(self) -> np.ndarray:
+        """Per queue: its entries step by exactly 1 in dispatch order, so each lands at its stored offset (within
+        each split and from one split's sources to the next)."""
+        return ~self.unordered & self.sources_adjacent()
+
     def sources_adjacent(self) -> np.ndarray:
         """Per queue: each source's smallest offset follows the one before's largest by exactly 1."""
         src_queue = np.repeat(np.arange(len(self)), np.diff(self.source_start))

@@ -79,16 +79,23 @@ class ConvertPlan:
     unmapped_prepared: int
     prepared_records: int
     sizes_of: SizesOf
+    firsts: np.ndarray  # per listed split: its first record's old offset, and where its last record ends
+    old_ends: np.ndarray
 
     @property
     def segment_starts(self) -> list[int]:
         """Start offsets of the new segments that hold bytes."""
         return [s.start for s in self.segments]
 
+    def _split_at(self, old: np.ndarray) -> np.ndarray:
+        """Per old offset, the index of the listed split whose records span it (-1: none, e.g. a plain segment's)."""
+        k = np.searchsorted(self.firsts, old, side="right") - 1
+        inside = (k >= 0) & (old < self.old_ends[np.maximum(k, 0)]) if len(self.splits) else np.zeros(len(old), bool)
+        return np.where(inside, k, -1)
+
     def _split_of(self, old: int) -> SplitPlace | None:
-        firsts = [p.records.first for p in self.splits]
-        k = int(np.searchsorted(firsts, old, side="right")) - 1
-        return self.splits[k] if k >= 0 and old < self.splits[k].records.old_end else None
+        k = int(self._split_at(np.array([old], np.int64))[0])
+        return self.splits[k] if k >= 0 else None
 
     def new_offset(self, old: int) -> int:
         """The new offset of the DLedger record at old offset `old` (a plain segment's record keeps its own)."""
@@ -102,8 +109,9 @@ class ConvertPlan:
     def records_after(self, old: int) -> int:
         """DLedger records after the one at old offset `old`."""
         p = self._split_of(old)
-        if p is None:
-            return self.records - sum(s.records.count for s in self.splits if s.records.first <= old)
+        if p is None:  # between splits: every record of the splits after it
+            k = int(np.searchsorted(self.firsts, old, side="right"))
+            return self.records - (self.splits[k].first_index if k < len(self.splits) else self.records)
         olds = p.records.offsets_from(self.sizes_of(p.records))
         return self.records - p.first_index - int(np.searchsorted(olds, old, side="right"))
 
@@ -200,7 +208,9 @@ def make_plan(segments: list[Segment], listed: list[SplitRecords], segment_size:
                        end=placing.position if records else start, records=records, blanks=placing.blanks,
                        ids_changed=records - placing.ids_same, end_offsets=end_offsets, end_prepared=end_prepared,
                        prepared_keys=np.zeros(0, np.int64), prepared_values=np.zeros(0, np.int64), unmapped_prepared=0,
-                       prepared_records=sum(r.prepared for r in listed), sizes_of=sizes_of)
+                       prepared_records=sum(r.prepared for r in listed), sizes_of=sizes_of,
+                       firsts=np.array([p.records.first for p in placing.splits], np.int64),
+                       old_ends=np.array([p.records.old_end for p in placing.splits], np.int64))
     keys, values, unmapped = _prepared_map(plan, end_prepared, start)
     return ConvertPlan(**{**plan.__dict__, "prepared_keys": keys, "prepared_values": values,
                           "unmapped_prepared": unmapped})
@@ -210,21 +220,16 @@ def _prepared_map(plan: ConvertPlan, end_prepared: np.ndarray, start: int) -> tu
     """(old, new) offsets of the half records the transaction ends point at that move, sorted; and how many ends
     point at no record of the converted part (one below it, in the plain part, keeps its offset)."""
     targets = np.unique(end_prepared)
-    keys, values, missing = [], [], []
-    by_split: dict[int, list[int]] = {}
-    for t in targets.tolist():
-        p = plan._split_of(t)
-        if p is None:
-            missing.append(t)
-        else:
-            by_split.setdefault(p.first_index, []).append(t)
-    for p in plan.splits:
-        wanted = by_split.get(p.first_index)
-        if not wanted:
-            continue
+    at = plan._split_at(targets)
+    keys, values, missing = [], [], targets[at < 0].tolist()
+    held, where = targets[at >= 0], at[at >= 0]  # both ascending: each split's targets are one run
+    cuts = np.flatnonzero(np.diff(where)) + 1
+    for run in np.split(np.arange(len(held)), cuts) if len(held) else []:  # the splits holding them, each read once
+        wanted = held[run].tolist()
+        p = plan.splits[int(where[run[0]])]
         olds, news, _ = p.offsets(plan.sizes_of(p.records), plan.segment_size)
-        at = np.searchsorted(olds, wanted)
-        for t, i in zip(wanted, at.tolist()):
+        found = np.searchsorted(olds, wanted)
+        for t, i in zip(wanted, found.tolist()):
             if i < len(olds) and int(olds[i]) == t:
                 if int(news[i]) != t:
                     keys.append(t)

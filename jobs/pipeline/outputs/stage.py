@@ -77,8 +77,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     wanted = q.cq_rows > 0
     if topics is not None:
         wanted &= np.array([t in topics for t in names], bool)
-    # the queue's entries step by exactly 1 in dispatch order (so each lands at its stored offset)
-    in_step = (~q.unordered & q.sources_adjacent()).tolist()
+    in_step = q.in_step().tolist()
     slices = list(map(QueueSlice, q.src_split.tolist(), q.src_row.tolist(), q.src_rows.tolist(), q.src_lo.tolist(),
                       q.src_hi.tolist()))  # lists once: this loop runs per queue, tens of thousands with LMQ
     qids, lows, highs, starts = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.source_start))

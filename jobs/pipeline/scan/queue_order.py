@@ -30,7 +30,7 @@ def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | No
     if first is None:
         return None
     at, queue, qo, slot, skipped = first
-    seg = next(g for g in scan.segments if g.start <= at < g.start + g.size)
+    seg = scan.segment_of(at)
     return OutOfStepQueues(queues=tuple(sorted(f"{names[i]}/{int(q.queue_id[i])}" for i in bad)), path=seg.path,
                            byte_offset=at - seg.start, offset=at, queue=queue, queue_offset=qo, slot=slot,
                            skipped=skipped)
@@ -47,7 +47,7 @@ def _out_of_step(q, names: list[str]) -> list[int]:
     """Rows of the merged queue table whose queue has entries that do not step by 1, but for queues multi-dispatch
     fills (`%LMQ%` names, and any queue with more entries than records of its own, e.g. `%RETRY%` names in
     lmq-clean-small-11): their offsets are shared, so the broker skipping a repeat there is its normal work."""
-    bad = np.flatnonzero((q.cq_rows > 0) & (q.cq_rows <= q.records) & ~(~q.unordered & q.sources_adjacent())).tolist()
+    bad = np.flatnonzero((q.cq_rows > 0) & (q.cq_rows <= q.records) & ~q.in_step()).tolist()
     return [i for i in bad if not is_lmq(names[i])]
 
 

@@ -229,6 +229,10 @@ class ScanResult:
         q = self.queue_table()
         return q.per_topic("cq_rows", np.array([is_lmq(t) for t in q.topic.to_pylist()], bool))
 
+    def segment_of(self, offset: int) -> Segment:
+        """The segment (or DLedger data file) holding commit-log offset `offset`."""
+        return next(g for g in self.segments if g.start <= offset < g.start + g.size)
+
     def tail_problems(self) -> list[str]:
         """Why the commit log does not end cleanly (an invalid record before the zero-filled tail, or
         data in segments past the end); empty for a healthy store."""
@@ -241,7 +245,7 @@ class ScanResult:
                             f"{', '.join(self.stitched.data_after_end)}")
         follows = self.record_after_end()
         if follows is not None:
-            seg = next(g for g in self.segments if g.start <= follows < g.start + g.size)
+            seg = self.segment_of(follows)
             problems.append(f"valid records follow the end of the commit log ({end.describe()}), the first at "
                             f"{seg.path} at byte offset {follows - seg.start} (commit-log offset {follows})")
         return problems
@@ -252,7 +256,7 @@ class ScanResult:
         at = next((s.undated_record for s in self.accepted if s.undated_record is not None), None)
         if at is None:
             return None
-        return next(g for g in self.segments if g.start <= at < g.start + g.size), at
+        return self.segment_of(at), at
 
     def undated_problem(self) -> str | None:
         """The undated record, described for operators."""

@@ -470,7 +470,7 @@ def check_multi_dispatch(scan: ScanResult) -> None:
     default, false, would drop every multi-dispatch entry: more likely a forgotten config than intended)."""
     unset = min((s.lmq_unconfigured for s in scan.accepted if s.lmq_unconfigured is not None), default=None)
     if unset is not None:
-        seg = next(g for g in scan.segments if g.start <= unset < g.start + g.size)
+        seg = scan.segment_of(unset)
         raise SettingsError(f"the record at {seg.path} at byte offset {unset - seg.start} (commit-log offset {unset}) "
                             f"carries {INNER_MULTI_DISPATCH} and {INNER_MULTI_QUEUE_OFFSET}, which a broker writes "
                             f"only with enableMultiDispatch=true, but the broker config does not set "
