@@ -4,7 +4,6 @@ told, by file and byte offset (issues 35 item 5 and 36 item 1)."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 
 from storage_format.consume_queue import place_units
 from storage_format.multi_dispatch import is_lmq
@@ -13,18 +12,19 @@ from ..io.fs import Location
 from ..io.workdir import read_cq
 from .result import OutOfStepQueues, ScanResult
 
+EXAMINED = 1_000  # out-of-step queues read for the first misplaced record (the line names them all regardless)
+
+
 def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | None:
-    """The store's out-of-step queues, the one whose first misplaced record comes first named (read back from the
-    decode stage's rows of those queues only: a healthy store reads nothing)."""
+    """The store's out-of-step queues, the one whose first misplaced record comes first named. Each queue's rows are
+    read back split by split from the decode stage's work files only up to its first misplaced record, one split's
+    slice at a time (the driver's memory is one slice, whatever the queue's length); a healthy store reads nothing."""
     q = scan.queue_table()
     names = q.topic.to_pylist()
     bad = _out_of_step(q, names)
     first: tuple[int, str, int, int, bool] | None = None
-    for i in bad:
-        rows = pa.concat_tables([read_cq(work, int(q.src_split[s])).slice(int(q.src_row[s]), int(q.src_rows[s]))
-                                 for s in range(int(q.source_start[i]), int(q.source_start[i + 1]))])
-        found = _first_misplaced(rows.column("queue_offset").to_numpy(), rows.column("phy").to_numpy(),
-                                 rows.column("size").to_numpy())
+    for i in bad[:EXAMINED]:
+        found = _first_in_queue(q, i, work)
         if found is not None and (first is None or found[0] < first[0]):
             first = (found[0], f"{names[i]}/{int(q.queue_id[i])}", *found[1:])
     if first is None:
@@ -34,6 +34,24 @@ def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | No
     return OutOfStepQueues(queues=tuple(sorted(f"{names[i]}/{int(q.queue_id[i])}" for i in bad)), path=seg.path,
                            byte_offset=at - seg.start, offset=at, queue=queue, queue_offset=qo, slot=slot,
                            skipped=skipped)
+
+
+def _first_in_queue(q, i: int, work: Location) -> tuple[int, int, int, bool] | None:
+    """Queue i's first misplaced record: its slices in split order, each skipped when it continues the queue in step
+    (a vectorised check), else placed from the write position the slices before it left."""
+    next_slot = None
+    for s in range(int(q.source_start[i]), int(q.source_start[i + 1])):
+        rows = read_cq(work, int(q.src_split[s])).slice(int(q.src_row[s]), int(q.src_rows[s]))
+        qo = rows.column("queue_offset").to_numpy()
+        start = int(qo[0]) if next_slot is None else next_slot
+        if (qo == start + np.arange(len(qo))).all():
+            next_slot = start + len(qo)
+            continue
+        phy, size = rows.column("phy").to_numpy(), rows.column("size").to_numpy()
+        if next_slot is not None:  # the write position carried in: a written unit just before it
+            qo, phy, size = (np.concatenate(([a], b)) for a, b in ((next_slot - 1, qo), (-1, phy), (1, size)))
+        return _first_misplaced(qo, phy, size)
+    return None
 
 
 def out_of_step_names(scan: ScanResult) -> list[str]:
