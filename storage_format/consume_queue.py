@@ -93,7 +93,33 @@ def keep_first_of_each_offset(queue_offset: np.ndarray) -> np.ndarray:
 
 
 def place_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(kept mask, queue position of each kept entry) for entries dispatched in order into a new queue,
+    """place_units_reference's answer, a run of consecutive offsets at a time (a damaged queue of millions of
+    entries has a few breaks: each run is kept whole, or its head below the write position skipped); entries whose
+    ends do not grow strictly (one record dispatched twice into the queue) take the reference."""
+    qo = np.asarray(queue_offset, np.int64)
+    n = len(qo)
+    ends = np.asarray(phy, np.int64) + np.asarray(size, np.int64)
+    if n < 2 or not (np.diff(ends) > 0).all():
+        return place_units_reference(qo, phy, size)
+    keep = np.zeros(n, bool)
+    at = np.zeros(n, np.int64)
+    runs = np.flatnonzero(np.diff(qo) != 1) + 1
+    write = int(qo[0])  # the first entry lands at its own offset
+    for a, b in zip(np.concatenate(([0], runs)).tolist(), np.concatenate((runs, [n])).tolist()):
+        first = int(qo[a])
+        if first == 0 and a > 0:  # offset 0 is appended wherever the write position is; the run goes on from 1
+            keep[a], at[a] = True, write
+            a, first, write = a + 1, 1, write + 1
+        skip = 0 if first >= write else min(b - a, write - first)  # offsets below the write position: skipped
+        keep[a + skip:b] = True
+        at[a + skip:b] = write + np.arange(b - a - skip)
+        write += b - a - skip
+    return keep, at[keep]
+
+
+def place_units_reference(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """place_units one entry at a time (the reference): (kept mask, queue position of each kept entry) for entries
+    dispatched in order into a new queue,
     by ConsumeQueue.putMessagePositionInfo: an entry ending at or below the queue's maxPhysicOffset is
     skipped; the first lands at its offset (pre-blank units before it); a later one with a non-zero
     offset below the write position is skipped ("repeatedly"), any other is appended AT THE WRITE

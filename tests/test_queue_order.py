@@ -59,3 +59,21 @@ def test_the_first_misplaced_record_is_named():
     assert _first_misplaced(np.array([3, 4, 3, 5, 6, 7]), phy, size) == (200, 3, 5, True)  # a repeat: skipped
     assert _first_misplaced(np.array([3, 4, 9, 10, 11, 12]), phy, size) == (200, 9, 5, False)  # a jump: moved
     assert _first_misplaced(np.array([3, 4, 5, 7, 7, 8]), phy, size) == (300, 7, 6, False)
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(st.integers(0, 40), st.lists(st.tuples(st.integers(-6, 6), st.integers(1, 30)), min_size=1, max_size=12))
+def test_place_units_by_runs_equals_the_reference(start, runs):
+    """The run-at-a-time placement equals the one-entry-at-a-time reference: runs of consecutive offsets with jumps,
+    steps back and restarts at 0 between them."""
+    from storage_format.consume_queue import place_units_reference
+
+    offsets, at = [], start
+    for step, length in runs:
+        at = max(0, at + step)
+        offsets += list(range(at, at + length))
+        at += length
+    qo = np.array(offsets, np.int64)
+    phy = np.arange(len(qo), dtype=np.int64) * 100
+    got, want = place_units(qo, phy, np.full(len(qo), 50)), place_units_reference(qo, phy, np.full(len(qo), 50))
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
