@@ -36,14 +36,14 @@ def test_new_temp_entries_and_running_children_are_found(tmp_path):
     assert not left_behind(temp_entries(tmp_path), os.getpid(), running, wait_s=5, temp=tmp_path)
 
 
-def test_a_spark_session_leaves_nothing_once_its_process_ends(tmp_path):
+def test_a_spark_session_leaves_nothing_once_its_process_ends(killed_temp):
     """What the session's end spares (the suite's Spark JVM and its warm daemon's socket directory) is gone once
     the process that started them has ended: a process that runs one Spark job leaves nothing in its temp
     directory, and no process, within 30 s of its exit."""
     from tests.conftest import REPO, private_temp_env
 
-    temp = tmp_path / "t"
-    temp.mkdir()
+    temp = killed_temp / "t"  # short: Spark's Unix socket paths under it must stay within 107 bytes (pytest's
+    temp.mkdir()               # /tmp/pytest-of-root/pytest-105/<test name>/ was one byte too long)
     script = ("import os; from jobs.pipeline.runtime.session import get_spark; "
               "from jobs.pipeline.runtime.worker_daemon import WARM_ENV; "
               "s = get_spark('leftovers', master='local[1]'); assert s.sparkContext.parallelize([1, 2]).count() == 2; "
