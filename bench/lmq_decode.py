@@ -58,7 +58,7 @@ def _decode(spark, store: Path, work: Path, split_size: int) -> dict:
         seconds = time.monotonic() - t0
     shutil.rmtree(work, ignore_errors=True)
     return {"seconds": round(seconds, 4), "records": scan.message_records,
-            "cq_rows": sum(int(s.queues.cq_rows.sum()) for s in scan.accepted),
+            "cq_rows": sum(s.cq_rows for s in scan.accepted),
             "fallback_splits": scan.decoders()["fallback_splits"],
             "other_load": cpu.share.to_dict()["other_processes_cores"]}
 

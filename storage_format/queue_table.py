@@ -97,6 +97,22 @@ class QueueTable:
     def has_rows(self) -> bool:
         return bool(self.cq_rows.any())
 
+    def slice(self, start: int, stop: int) -> QueueTable:
+        """Rows [start, stop) (a run of queues: still in order)."""
+        return QueueTable(topic=self.topic[start:stop], **{f.name: getattr(self, f.name)[start:stop]
+                                                           for f in fields(self) if f.name != "topic"})
+
+    def to_arrow(self) -> pa.Table:
+        """The table as Arrow columns (the work directory's file of it: io.workdir)."""
+        return pa.table({f.name: getattr(self, f.name) if f.name == "topic" else to_arrow(getattr(self, f.name))
+                         for f in fields(self)})
+
+    @staticmethod
+    def from_arrow(table: pa.Table) -> QueueTable:
+        """The table to_arrow gave (or a run of its rows), as it was."""
+        cols = {name: table.column(name).combine_chunks() for name in table.column_names}
+        return QueueTable(topic=_strings(cols.pop("topic")), **{name: to_numpy(c) for name, c in cols.items()})
+
     def row_slices(self) -> list[tuple[str, int, int, int]]:
         """(topic, queueId, first row, rows) of each queue with consume-queue rows, in (topic, queueId) order."""
         sel = np.flatnonzero(self.cq_rows > 0)
@@ -108,8 +124,9 @@ class QueueTable:
 class MergedQueues:
     """The splits' tables merged per (topic, queueId), in (topic, queueId) order: records and rows summed,
     the offset range over the splits where the queue has rows (0 where it has none), unordered in any split;
-    and each queue's sources, the (split, first row, rows, lo, hi) of every split where it has rows, in the
-    order the splits were given (sources of queue i: [source_start[i], source_start[i + 1]))."""
+    the smallest offset of the first split with rows and the largest of the last (first_lo, last_hi), and
+    whether one split's rows do not follow the split before's by exactly 1 (broken). Per queue only: a store of
+    50,000 queues over 4,000 splits is folded split by split in memory that grows with the queues (issue 32)."""
 
     topic: pa.LargeStringArray
     queue_id: np.ndarray
@@ -118,12 +135,9 @@ class MergedQueues:
     min_offset: np.ndarray
     max_offset: np.ndarray
     unordered: np.ndarray
-    source_start: np.ndarray
-    src_split: np.ndarray
-    src_row: np.ndarray
-    src_rows: np.ndarray
-    src_lo: np.ndarray
-    src_hi: np.ndarray
+    first_lo: np.ndarray
+    last_hi: np.ndarray
+    broken: np.ndarray
 
     def __len__(self) -> int:
         return len(self.queue_id)
@@ -133,14 +147,12 @@ class MergedQueues:
 
     def in_step(self) -> np.ndarray:
         """Per queue: its entries step by exactly 1 in dispatch order, so each lands at its stored offset (within
-        each split and from one split's sources to the next)."""
+        each split and from one split's rows to the next)."""
         return ~self.unordered & self.sources_adjacent()
 
     def sources_adjacent(self) -> np.ndarray:
-        """Per queue: each source's smallest offset follows the one before's largest by exactly 1."""
-        src_queue = np.repeat(np.arange(len(self)), np.diff(self.source_start))
-        broken = (src_queue[1:] == src_queue[:-1]) & (self.src_lo[1:] != self.src_hi[:-1] + 1)
-        return np.bincount(src_queue[1:][broken], minlength=len(self)) == 0
+        """Per queue: each split's smallest offset follows the split before's largest by exactly 1."""
+        return ~self.broken
 
     def per_topic(self, column: str, queues: np.ndarray | None = None) -> dict[str, dict[int, int]]:
         """{topic: {queueId: value}} of one count column over the queues where it is not 0 (and `queues`,
@@ -153,43 +165,96 @@ class MergedQueues:
             out.setdefault(topic, {})[qid] = n
         return out
 
+    def positions(self, table: QueueTable) -> np.ndarray:
+        """Each row of `table` (a split's, whose queues are all here) as its row number here: ascending, since both
+        are in (topic, queueId) order."""
+        if not len(table):
+            return np.zeros(0, np.int64)
+        names = pc.unique(self.topic)  # in order: the topics are sorted
+        mine = _keys(to_numpy(pc.index_in(self.topic, value_set=names)), self.queue_id)
+        rank = pc.index_in(table.topic, value_set=names)
+        if rank.null_count:
+            raise ValueError("a split's queue table names a topic the merged table lacks")
+        theirs = _keys(to_numpy(rank), table.queue_id)
+        at = np.searchsorted(mine, theirs)
+        if (at >= len(mine)).any() or (mine[np.minimum(at, len(mine) - 1)] != theirs).any():
+            raise ValueError("a split's queue table names a queue the merged table lacks")
+        return at
 
-def merge_queue_tables(tables: Iterable[tuple[int, QueueTable]]) -> MergedQueues:
-    """Merge (split index, table) pairs, vectorised (work per queue per split, no Python loop over queues)."""
-    tables = list(tables)
-    if not tables:
-        tables = [(0, QueueTable.empty())]
-    topic = pa.concat_arrays([t.topic for _, t in tables])
-    cat = {name: np.concatenate([getattr(t, name) for _, t in tables])
-           for name in ("queue_id", "records", "cq_rows", "first_row", "min_offset", "max_offset", "unordered")}
-    split = np.repeat(np.array([i for i, _ in tables], np.int64), [len(t) for _, t in tables])
+
+def _keys(rank: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
+    """(topic rank, signed queueId) as one sortable int64."""
+    return (np.asarray(rank, np.int64) << 32) | (np.asarray(queue_id, np.int64) + _QID_BIAS)
+
+
+FOLD_ROWS = 1 << 20  # split tables gathered before they are folded in (or more: twice the queues folded so far)
+
+
+def merge_queue_tables(tables: Iterable[QueueTable]) -> MergedQueues:
+    """Merge the splits' tables, given in split order, vectorised: gathered in batches of at least FOLD_ROWS rows
+    (and twice the queues merged so far) and folded into the merge, so the memory held is a few times the
+    store's queues, however many splits name them."""
+    merged: MergedQueues | None = None
+    batch: list[MergedQueues] = []
+    rows = 0
+    for table in tables:
+        batch.append(_as_merged(table))
+        rows += len(table)
+        if rows >= max(FOLD_ROWS, 2 * (len(merged) if merged is not None else 0)):
+            merged, batch, rows = _combine(([merged] if merged is not None else []) + batch), [], 0
+    parts = ([merged] if merged is not None else []) + batch
+    return _combine(parts) if parts else _as_merged(QueueTable.empty())
+
+
+def _as_merged(t: QueueTable) -> MergedQueues:
+    """One split's table as a merge of one split."""
+    return MergedQueues(topic=t.topic, queue_id=t.queue_id, records=t.records, cq_rows=t.cq_rows,
+                        min_offset=t.min_offset, max_offset=t.max_offset, unordered=t.unordered,
+                        first_lo=t.min_offset, last_hi=t.max_offset, broken=np.zeros(len(t), bool))
+
+
+def _combine(parts: list[MergedQueues]) -> MergedQueues:
+    """Merges of consecutive runs of splits, given in split order, merged into one."""
+    if len(parts) == 1:
+        return parts[0]
+    topic = pa.concat_arrays([p.topic for p in parts])
+    cat = {f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(MergedQueues)
+           if f.name != "topic"}
     encoded = pc.dictionary_encode(topic)
     names = encoded.dictionary
     name_order = key_order(names, np.zeros(len(names), np.int32))
     rank = np.empty(len(names), np.int64)
     rank[name_order] = np.arange(len(names))
-    code = rank[to_numpy(encoded.indices).astype(np.int64)]
-    key = (code << 32) | (cat["queue_id"].astype(np.int64) + _QID_BIAS)
-    uniq, inv = np.unique(key, return_inverse=True)
-    inv = inv.reshape(-1)
+    key = _keys(rank[to_numpy(encoded.indices).astype(np.int64)], cat["queue_id"])
+    order = np.argsort(key, kind="stable")  # parts are in split order: a queue's rows stay in it
+    key = key[order]
+    col = {name: values[order] for name, values in cat.items()}
+    head = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
+    uniq = key[head]
     n = len(uniq)
-    has = cat["cq_rows"] > 0
+    group = np.repeat(np.arange(n), np.diff(np.r_[head, len(key)]))
+    has = col["cq_rows"] > 0
+    rows = col["cq_rows"]
+    with_rows = np.flatnonzero(has)
+    g = group[with_rows]
     lo = np.full(n, np.iinfo(np.int64).max)
     hi = np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(lo, inv[has], cat["min_offset"][has])
-    np.maximum.at(hi, inv[has], cat["max_offset"][has])
-    rows = np.zeros(n, np.int64)
-    np.add.at(rows, inv, cat["cq_rows"])
-    any_rows = np.bincount(inv[has], minlength=n) > 0
-    src = np.flatnonzero(has)
-    src = src[np.argsort(inv[src], kind="stable")]
-    start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(inv[has], minlength=n), out=start[1:])
-    records = np.zeros(n, np.int64)
-    np.add.at(records, inv, cat["records"])
+    np.minimum.at(lo, g, col["min_offset"][with_rows])
+    np.maximum.at(hi, g, col["max_offset"][with_rows])
+    any_rows = np.bincount(g, minlength=n) > 0
+    first_lo = np.zeros(n, np.int64)
+    last_hi = np.zeros(n, np.int64)
+    if len(g):  # a queue's first and last split with rows
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        first_lo[g[starts]] = col["first_lo"][with_rows][starts]
+        last_hi[g[starts]] = col["last_hi"][with_rows][np.r_[starts[1:] - 1, len(g) - 1]]
+    same = g[1:] == g[:-1]
+    step = same & (col["first_lo"][with_rows][1:] != col["last_hi"][with_rows][:-1] + 1)
+    broken = (np.bincount(g[1:][step], minlength=n) > 0) | (np.bincount(g[col["broken"][with_rows]], minlength=n) > 0)
     return MergedQueues(topic=names.take(to_arrow(name_order)).take(to_arrow(uniq >> 32)).cast(pa.large_string()),
-                        queue_id=((uniq & 0xFFFFFFFF) - _QID_BIAS).astype(np.int32), records=records, cq_rows=rows,
+                        queue_id=((uniq & 0xFFFFFFFF) - _QID_BIAS).astype(np.int32),
+                        records=np.add.reduceat(col["records"], head) if n else np.zeros(0, np.int64),
+                        cq_rows=np.add.reduceat(rows, head) if n else np.zeros(0, np.int64),
                         min_offset=np.where(any_rows, lo, 0), max_offset=np.where(any_rows, hi, 0),
-                        unordered=np.bincount(inv[cat["unordered"]], minlength=n) > 0, source_start=start,
-                        src_split=split[src], src_row=cat["first_row"][src], src_rows=cat["cq_rows"][src],
-                        src_lo=cat["min_offset"][src], src_hi=cat["max_offset"][src])
+                        unordered=np.bincount(group[col["unordered"]], minlength=n) > 0,
+                        first_lo=first_lo, last_hi=last_hi, broken=broken)

@@ -245,7 +245,13 @@ def test_many_small_lmq_queues_share_few_consume_queue_tasks():
     n = 100_000
     table = QueueTable.build([f"%LMQ%q{i:06d}" for i in range(n)], np.zeros(n), np.zeros(n, np.int64),
                              np.ones(n, np.int64), np.arange(n), np.arange(n) % 5, np.arange(n) % 5)
-    scan = SimpleNamespace(queue_table=lambda: merge_queue_tables([(0, table)]))
+    split = SimpleNamespace(index=0, cq_rows=n, queues=table)
+    scan = SimpleNamespace(queue_table=lambda: merge_queue_tables([table]), accepted=[split],
+                           split_queues=lambda s: s.queues)
     tasks = plan_cq(scan, BrokerSettings(), location("/nonexistent/work"), location("/nonexistent/out"),
                     target_tasks=4)
     assert sum(len(t.items) for t in tasks) == 100_000 and len(tasks) <= 60
+    # each task reads its queues' run of the split's table: together, the table once
+    assert [t.splits.tolist() for t in tasks][0][0][:2] == [0, 0]
+    assert sum(int(t.splits[0, 2] - t.splits[0, 1]) for t in tasks) == n and all(len(t.splits) == 1 for t in tasks)
+    assert [q for t in tasks for _, part in t.tables for q in part.keys()] == table.keys()

@@ -15,9 +15,10 @@ from jobs.pipeline.io.fs import location
 from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, SplitTask
 from jobs.pipeline.scan.stage import decode_split, multi_dispatch_rules
 from jobs.pipeline.store.segments import list_segments
-from jobs.pipeline.io.workdir import cq_file, keys_file, read_cq, read_keys
+from jobs.pipeline.io.workdir import cq_file, keys_file, queues_file, read_cq, read_keys, read_queue_table
 from storage_format.commitlog import END_CRC_MISMATCH, decode_buffer
 from storage_format.multi_dispatch import MultiDispatchRules
+from storage_format.queue_table import QueueTable
 from storage_format.record import Message
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
@@ -36,11 +37,12 @@ def _summary_fields(summary) -> dict:
     return fields
 
 
-def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | None]:
+def _work_files(work: Path, index: int) -> tuple[pa.Table | None, pa.Table | None, QueueTable | None]:
     loc = location(str(work))
     cq = read_cq(loc, index) if cq_file(loc, index).exists() else None
     keys = read_keys(loc, index) if keys_file(loc, index).exists() else None
-    return cq, keys
+    queues = read_queue_table(loc, index) if queues_file(loc, index).exists() else None
+    return cq, keys, queues
 
 
 KERNEL_RECORDS = "records decoded by the kernel"
@@ -70,8 +72,8 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
             got[kernel] = (_summary_fields(summary), *_work_files(work, sp.index))
             if kernel and summary.error is None:
                 taken[summary.decoder] += 1
-                taken[LMQ_ROWS] += sum(rows for (topic, _), rows in zip(summary.queues.keys(),
-                                                                        summary.queues.cq_rows.tolist())
+                queues = got[kernel][3]  # the task wrote its queue table to the work directory
+                taken[LMQ_ROWS] += sum(rows for (topic, _), rows in zip(queues.keys(), queues.cq_rows.tolist())
                                        if topic.startswith("%LMQ%") and summary.decoder == DECODER_KERNEL)
                 if summary.fallback:
                     taken["fallback: " + summary.fallback] += 1
@@ -82,9 +84,10 @@ def compare_store(store: Path, settings: BrokerSettings, split_size: int, tmp: P
             if summary.decoder == DECODER_NO_START:
                 assert summary.records == 0 and not summary.fallback
         assert got[True][0] == got[False][0], f"summary of split {sp.index} ({sp.segment.path} {sp.start})"
-        for what, k_table, r_table in zip(("cq", "keys"), got[True][1:], got[False][1:]):
+        for what, k_table, r_table in zip(("cq", "keys", "queues"), got[True][1:], got[False][1:]):
             assert (k_table is None) == (r_table is None), what
-            assert k_table is None or k_table.equals(r_table), f"{what} file of split {sp.index}"
+            assert k_table is None or (k_table == r_table if what == "queues" else k_table.equals(r_table)), \
+                f"{what} file of split {sp.index}"
         if sp.segment.path not in data:
             data = {sp.segment.path: Path(sp.segment.path).read_bytes()}
         records = _kernel_takes(sp, data[sp.segment.path], settings, lmq, check_crc)

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 
 from storage_format.arrow_numpy import numpy_dtype, to_arrow, to_numpy
 from storage_format.index_keys import KeyBatch
+from storage_format.queue_table import QueueTable
 from storage_format.split_rows import CqRows
 
 from ..runtime import interrupt
@@ -85,6 +86,37 @@ def offset_map_file(work: Location, split_index: int) -> Location:
 def record_sizes_file(work: Location, split_index: int) -> Location:
     """Split `split_index`'s DLedger records' sizes, in offset order (convert's listing)."""
     return work.child(f"records-{split_index:06d}.arrow")
+
+
+def queues_file(work: Location, split_index: int) -> Location:
+    """Split `split_index`'s queue table (storage_format.queue_table.QueueTable), in record batches of
+    QUEUE_BATCH_ROWS so a build task reads the batches holding its queues, not the whole table."""
+    return work.child(f"queues-{split_index:06d}.arrow")
+
+
+QUEUE_BATCH_ROWS = 8192
+
+
+def write_queue_table(work: Location, split_index: int, table: QueueTable) -> None:
+    loc = queues_file(work, split_index)
+    data = table.to_arrow()
+    loc.make_parent()
+    with loc.fs.open_output_stream(loc.path) as sink, pa.ipc.new_file(sink, data.schema) as writer:
+        writer.write_table(data, max_chunksize=QUEUE_BATCH_ROWS)
+
+
+def read_queue_table(work: Location, split_index: int, start: int = 0, stop: int | None = None) -> QueueTable:
+    """Rows [start, stop) of the split's queue table (all of it by default), reading only the batches holding them."""
+    loc = queues_file(work, split_index)
+    with _input(loc) as source:
+        reader = pa.ipc.open_file(source)
+        n = reader.num_record_batches
+        if stop is None:
+            return QueueTable.from_arrow(reader.read_all().slice(start))
+        first, last = start // QUEUE_BATCH_ROWS, (max(stop, start + 1) - 1) // QUEUE_BATCH_ROWS
+        batches = [reader.get_batch(i) for i in range(first, min(last + 1, n))]
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+        return QueueTable.from_arrow(table.slice(start - first * QUEUE_BATCH_ROWS, stop - start))
 
 
 def write_record_sizes(work: Location, split_index: int, sizes: np.ndarray) -> None:
@@ -220,9 +252,13 @@ def _write(loc: Location, table: pa.Table) -> None:
         writer.write_table(table)
 
 
-def _read(loc: Location) -> pa.Table:
+def _input(loc: Location):
+    """The file open for reading: memory-mapped when local (pages read as touched), else a random-access file."""
     if isinstance(loc.fs, pafs.LocalFileSystem):
-        with pa.memory_map(loc.path) as source:
-            return pa.ipc.open_file(source).read_all()
-    with loc.fs.open_input_file(loc.path) as source:
+        return pa.memory_map(loc.path)
+    return loc.fs.open_input_file(loc.path)
+
+
+def _read(loc: Location) -> pa.Table:
+    with _input(loc) as source:
         return pa.ipc.open_file(source).read_all()

@@ -8,7 +8,7 @@ by position that tasks write side by side into the one file (share_index_tasks).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -18,12 +18,14 @@ from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_f
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
+from storage_format.queue_table import MergedQueues, QueueTable
+from storage_format.arrow_numpy import to_arrow
 from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map
+from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map, read_queue_table
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -47,29 +49,37 @@ class QueueSlice:
 
 @dataclass(frozen=True, kw_only=True)
 class QueueFiles:
-    """A run of consecutive files of one queue [first_file, last_file] (logical start offsets)."""
+    """A run of consecutive files of one queue [first_file, last_file] (logical start offsets); `rows`: the
+    queue's consume-queue rows in the whole store (a bound on the run's)."""
 
     topic: str
     queue_id: int
     first_file: int
     last_file: int
     queue_first_offset: int
-    sources: tuple[QueueSlice, ...]
+    rows: int
     placed: bool = False  # entries land where the broker's write position puts them (consume_queue.place_units)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CqTask:
+    """Runs of queues in (topic, queueId) order, and where their rows are: `splits` holds (split, start, stop) per
+    split with rows of them, rows [start, stop) of that split's queue table (the task's queues are one run of each
+    table's rows); `tables` the same rows themselves where the scan kept its tables (no work directory)."""
+
     items: tuple[QueueFiles, ...]
     work: Location
     out: Location  # the consumequeue/ directory
     file_size: int
     moved: frozenset[int] = frozenset()  # splits whose rows get new offsets as read (io.workdir.OffsetMap: convert)
+    splits: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    tables: tuple[tuple[int, QueueTable], ...] = ()
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
             topics: set[str] | None = None, target_tasks: int = 4) -> list[CqTask]:
-    """Cut every queue into runs of whole files and pack the runs into tasks of bounded size."""
+    """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
+    queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32)."""
     file_size = settings.consume_queue_file_size
     units = file_size // CQ_UNIT_SIZE
     q = scan.queue_table()
@@ -78,64 +88,99 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     if topics is not None:
         wanted &= np.array([t in topics for t in names], bool)
     in_step = q.in_step().tolist()
-    slices = list(map(QueueSlice, q.src_split.tolist(), q.src_row.tolist(), q.src_rows.tolist(), q.src_lo.tolist(),
-                      q.src_hi.tolist()))  # lists once: this loop runs per queue, tens of thousands with LMQ
-    qids, lows, highs, starts = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.source_start))
-    runs: list[QueueFiles] = []
+    qids, lows, highs, rows = (c.tolist() for c in (q.queue_id, q.min_offset, q.max_offset, q.cq_rows))
+    runs: list[tuple[int, QueueFiles]] = []  # (merged row, run)
     files_per_run = max(1, TARGET_CQ_ENTRIES_PER_TASK // units)
     for i in np.flatnonzero(wanted).tolist():
         topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
-        sources = tuple(slices[starts[i]:starts[i + 1]])
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         if not in_step[i]:
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
             # whole queue as the broker's write position does
-            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size, last_file=last * file_size,
-                                   queue_first_offset=lo, sources=sources, placed=True))
+            runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size,
+                                       last_file=last * file_size, queue_first_offset=lo, rows=rows[i], placed=True)))
             continue
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
-            runs.append(QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
-                                   queue_first_offset=lo, sources=sources))
-    weights = [_run_weight(r, units, file_size) for r in runs]
+            runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=f * file_size, last_file=last_file,
+                                       queue_first_offset=lo, rows=rows[i])))
+    groups = _pack_runs(runs, units, file_size, target_tasks)
+    where = _task_splits(scan, q, [(g[0][0], g[-1][0]) for g in groups])
+    return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t)
+            for g, (w, t) in zip(groups, where)]
+
+
+def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
+               target_tasks: int) -> list[list[tuple[int, QueueFiles]]]:
+    """Consecutive runs packed into groups of about equal weight (at most TARGET_CQ_ENTRIES_PER_TASK each)."""
+    weights = [_run_weight(r, units, file_size) for _, r in runs]
     per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
-    tasks, current, size = [], [], 0
+    groups, current, size = [], [], 0
     for r, w in zip(runs, weights):
         current.append(r)
         size += w
         if size >= per_task:
-            tasks.append(CqTask(tuple(current), work, out, file_size))
+            groups.append(current)
             current, size = [], 0
     if current:
-        tasks.append(CqTask(tuple(current), work, out, file_size))
-    return tasks
+        groups.append(current)
+    return groups
+
+
+def _task_splits(scan: ScanResult, q: MergedQueues, spans: list[tuple[int, int]]
+                 ) -> list[tuple[np.ndarray, tuple[tuple[int, QueueTable], ...]]]:
+    """Per task (its first and last queue as rows of the merged table): (split, start, stop) of every split whose
+    queue table has rows of its queues, and those rows where the scan kept the table. One pass over the splits'
+    tables, each read once: the task's queues are rows [start, stop) of each (both are in (topic, queueId) order)."""
+    firsts = np.array([a for a, _ in spans], np.int64)
+    lasts = np.array([b for _, b in spans], np.int64)
+    found: list[list[tuple[int, int, int]]] = [[] for _ in spans]
+    tables: list[list[tuple[int, QueueTable]]] = [[] for _ in spans]
+    for s in scan.accepted if spans else ():
+        if not s.cq_rows and (s.queues is None or not s.queues.has_rows):
+            continue
+        table = scan.split_queues(s)
+        pos = q.positions(table)
+        with_rows = np.r_[0, np.cumsum(table.cq_rows > 0)]
+        start, stop = np.searchsorted(pos, firsts, "left"), np.searchsorted(pos, lasts, "right")
+        for t in np.flatnonzero(with_rows[stop] > with_rows[start]).tolist():
+            found[t].append((s.index, int(start[t]), int(stop[t])))
+            if s.queues is not None:
+                tables[t].append((s.index, table.slice(int(start[t]), int(stop[t]))))
+    return [(np.array(f, np.int64).reshape(-1, 3), tuple(t)) for f, t in zip(found, tables)]
 
 
 def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
     """A run's share of a task: its entries (at most its files' units) plus a fixed cost per file, so a
     task packs thousands of one-entry LMQ queues but few large queues."""
     files = (run.last_file - run.first_file) // file_size + 1
-    return min(files * units, sum(src.rows for src in run.sources)) + files * CQ_FILE_COST
+    return min(files * units, run.rows) + files * CQ_FILE_COST
 
 
 def _run_entries(task: CqTask) -> list[CqColumns]:
-    """Each run's rows (in the task's order), read split file by split file: a file is mapped once per
-    task and let go before the next, so a task holds its own rows only, however many splits the store
-    has. A run of a queue longer than one run reads only the slices whose offsets reach its files."""
-    by_split: dict[int, list[tuple[int, QueueSlice]]] = {}
+    """Each run's rows (in the task's order), read split by split: the task's rows of a split's queue table say
+    where its queues' rows lie in the split's file, which is mapped once per task and let go before the next, so a
+    task holds its own rows only, however many splits the store has. A run of a queue longer than one run takes
+    only the rows whose offsets reach its files."""
     bounds = [_offset_bounds(item, task.file_size) for item in task.items]
-    runs = []
+    runs_of: dict[tuple[str, int], list[int]] = {}
     for i, item in enumerate(task.items):
-        lo, hi = bounds[i]
-        sources = [src for src in item.sources if src.hi >= lo and src.lo < hi]
-        for src in sources:
-            by_split.setdefault(src.split_index, []).append((i, src))
-        runs.append(_RunRows(min(sum(src.rows for src in sources), hi - lo)))
-    for split_index in sorted(by_split):  # sources of a run are in split order, so each run's stay in order
-        columns = cq_columns(task.work, split_index)
-        moved = offset_map(task.work, split_index) if split_index in task.moved else None
-        for i, src in by_split[split_index]:
-            runs[i].add(columns, src, bounds[i], moved)
+        runs_of.setdefault((item.topic, item.queue_id), []).append(i)
+    runs = [_RunRows(min(item.rows, hi - lo)) for item, (lo, hi) in zip(task.items, bounds)]
+    inline = dict(task.tables)
+    for split_index, start, stop in task.splits.tolist():  # in split order: each run's rows stay in order
+        table = inline[split_index] if split_index in inline else read_queue_table(task.work, split_index, start, stop)
+        sel = np.flatnonzero(table.cq_rows > 0)
+        columns, moved = None, None  # opened for the first slice a run takes
+        for topic, qid, row, n, lo, hi in zip(table.topic.take(to_arrow(sel)).to_pylist(), table.queue_id[sel].tolist(),
+                                              *(c[sel].tolist() for c in (table.first_row, table.cq_rows,
+                                                                         table.min_offset, table.max_offset))):
+            for i in runs_of.get((topic, qid), ()):
+                if hi >= bounds[i][0] and lo < bounds[i][1]:
+                    if columns is None:
+                        columns = cq_columns(task.work, split_index)
+                        moved = offset_map(task.work, split_index) if split_index in task.moved else None
+                    runs[i].add(columns, QueueSlice(split_index, row, n, lo, hi), bounds[i], moved)
         del columns
     return [r.columns() for r in runs]
 

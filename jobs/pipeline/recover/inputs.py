@@ -242,7 +242,8 @@ def cq_tails(scan: ScanResult, work: Location,
     driver anyway, and a Spark task would send them back through the JVM (seconds for a large lag)."""
     parts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
     for s in scan.accepted:
-        qs = tuple((t, q, row, rows, max_phy.get((t, q), -1)) for t, q, row, rows in s.queues.row_slices())
+        qs = tuple((t, q, row, rows, max_phy.get((t, q), -1))
+                   for t, q, row, rows in scan.split_queues(s).row_slices())
         if qs:
             for key, arrays in _cq_tail(TailTask(work, s.index, qs)).items():
                 parts.setdefault(key, []).append(arrays)
@@ -253,7 +254,7 @@ def cq_tails(scan: ScanResult, work: Location,
 def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
     """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
     for s in reversed(scan.accepted):
-        if not s.queues.has_rows:
+        if not s.cq_rows:
             continue
         phy = cq_columns(work, s.index)["phy"].take()
         phy = phy[phy >= from_offset]

@@ -7,6 +7,7 @@ import numpy as np
 
 from storage_format.consume_queue import place_units
 from storage_format.multi_dispatch import is_lmq
+from storage_format.queue_table import MergedQueues
 
 from ..io.fs import Location
 from ..io.workdir import read_cq
@@ -23,8 +24,9 @@ def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | No
     names = q.topic.to_pylist()
     bad = _out_of_step(q, names)
     first: tuple[int, str, int, int, bool] | None = None
+    sources = _sources(scan, q, bad[:EXAMINED])
     for i in bad[:EXAMINED]:
-        found = _first_in_queue(q, i, work)
+        found = _first_in_queue(sources.get(i, []), work)
         if found is not None and (first is None or found[0] < first[0]):
             first = (found[0], f"{names[i]}/{int(q.queue_id[i])}", *found[1:])
     if first is None:
@@ -36,12 +38,28 @@ def out_of_step_queues(scan: ScanResult, work: Location) -> OutOfStepQueues | No
                            skipped=skipped)
 
 
-def _first_in_queue(q, i: int, work: Location) -> tuple[int, int, int, bool] | None:
-    """Queue i's first misplaced record: its slices in split order, each skipped when it continues the queue in step
-    (a vectorised check), else placed from the write position the slices before it left."""
+def _sources(scan: ScanResult, q: MergedQueues, queues: list[int]) -> dict[int, list[tuple[int, int, int]]]:
+    """(split, first row, rows) of each of `queues` (rows of the merged table) in every split where it has rows, in
+    split order: one pass over the splits' queue tables (only when a queue is out of step)."""
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    if not queues:
+        return out
+    wanted = np.zeros(len(q), bool)
+    wanted[queues] = True
+    for s in scan.accepted:
+        table = scan.split_queues(s)
+        pos = q.positions(table)
+        for row in np.flatnonzero(wanted[pos] & (table.cq_rows > 0)).tolist():
+            out.setdefault(int(pos[row]), []).append((s.index, int(table.first_row[row]), int(table.cq_rows[row])))
+    return out
+
+
+def _first_in_queue(sources: list[tuple[int, int, int]], work: Location) -> tuple[int, int, int, bool] | None:
+    """A queue's first misplaced record: its slices in split order, each skipped when it continues the queue in
+    step (a vectorised check), else placed from the write position the slices before it left."""
     next_slot = None
-    for s in range(int(q.source_start[i]), int(q.source_start[i + 1])):
-        rows = read_cq(work, int(q.src_split[s])).slice(int(q.src_row[s]), int(q.src_rows[s]))
+    for split, first_row, n in sources:
+        rows = read_cq(work, split).slice(first_row, n)
         qo = rows.column("queue_offset").to_numpy()
         start = int(qo[0]) if next_slot is None else next_slot
         if (qo == start + np.arange(len(qo))).all():

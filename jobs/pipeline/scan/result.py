@@ -14,6 +14,7 @@ from storage_format.settings import BrokerSettings
 from storage_format.queue_table import MergedQueues, QueueTable, merge_queue_tables
 
 from ..io.fs import Location
+from ..io.workdir import read_queue_table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +50,13 @@ class SplitSummary:
     last_store_ts: int | None = None
     last_record_offset: int | None = None
     last_record_end: int | None = None
-    # Per (topic, queueId): records, consume-queue rows and their offset range, whether they step by 1.
-    queues: QueueTable = field(default_factory=QueueTable.empty)
+    # Per (topic, queueId): records, consume-queue rows and their offset range, whether they step by 1; None once
+    # the task has written it to the work directory (ScanResult.split_queues reads it back).
+    queues: QueueTable | None = field(default_factory=QueueTable.empty)
+    cq_rows: int = 0  # the split's consume-queue rows
+    min_queue_offset: int | None = None  # the smallest queueOffset among them
+    negative_queue_records: int = 0  # valid records whose queueId is negative, and their "topic/queueId"s
+    negative_queues: tuple[str, ...] = ()
     keys: int = 0
     last_key: tuple[int, int] | None = None  # (store_ts, phy) of the split's last index key
     error: StoreFormatError | None = None
@@ -158,7 +164,7 @@ class OutOfStepQueues:
                 "next_offset": self.slot, "skipped": self.skipped}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ScanResult:
     """Segments, splits, the stitched scan and the summaries of the splits the scan accepted; the valid records
     whose queueId is negative, when there are any (scan.stage finds the first one's file and byte offset)."""
@@ -169,6 +175,8 @@ class ScanResult:
     summaries: dict[int, SplitSummary]
     negative_queue_ids: NegativeQueueIds | None = None
     out_of_step_queues: OutOfStepQueues | None = None  # found when consume-queue rows were written (queue_order)
+    work: Location | None = None  # where the decode tasks wrote their files (queue tables included)
+    _merged: MergedQueues | None = field(default=None, repr=False)
 
     @property
     def accepted(self) -> list[SplitSummary]:
@@ -216,9 +224,18 @@ class ScanResult:
         """Valid DLedger entries (records in DLedger data files)."""
         return sum(s.records for s in self.accepted if s.first_entry_index is not None)
 
+    def split_queues(self, summary: SplitSummary, start: int = 0, stop: int | None = None) -> QueueTable:
+        """A split's queue table (rows [start, stop)): from its summary, or from the work directory its task wrote
+        it to."""
+        if summary.queues is not None:
+            return summary.queues if start == 0 and stop is None else summary.queues.slice(start, stop)
+        return read_queue_table(self.work, summary.index, start, stop)
+
     def queue_table(self) -> MergedQueues:
-        """The accepted splits' queue tables merged per (topic, queueId), their sources in split order."""
-        return merge_queue_tables((s.index, s.queues) for s in self.accepted)
+        """The accepted splits' queue tables merged per (topic, queueId), folded one split at a time (once: kept)."""
+        if self._merged is None:
+            self._merged = merge_queue_tables(self.split_queues(s) for s in self.accepted)
+        return self._merged
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:
         """Records per topic and queueId (queues only multi-dispatch names have none)."""

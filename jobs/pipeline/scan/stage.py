@@ -39,7 +39,7 @@ from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODE
                      SplitSummary, SplitTask)
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
-from ..io.workdir import write_cq, write_keys, write_record_sizes
+from ..io.workdir import write_cq, write_keys, write_queue_table, write_record_sizes
 from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
@@ -91,7 +91,34 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 
 
 def decode_split(task: SplitTask) -> SplitSummary:
-    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned.
+    """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned. With a work
+    directory the split's queue table goes there and the driver gets its few store-wide facts (issue 32)."""
+    summary = _decode_split(task)
+    if summary.error is None and summary.queues is not None:
+        _settle_queues(task, summary)
+    return summary
+
+
+def _settle_queues(task: SplitTask, summary: SplitSummary) -> None:
+    """Note what the driver checks over every split (rows, the smallest queue offset, negative queue ids) and,
+    with a work directory, move the queue table there: a split of an LMQ or 50,000-queue store names every queue,
+    and the driver folds the tables from the work directory one by one (ScanResult.queue_table)."""
+    q = summary.queues
+    rows = q.cq_rows > 0
+    summary.cq_rows = int(q.cq_rows.sum())
+    summary.min_queue_offset = int(q.min_offset[rows].min()) if rows.any() else None
+    negative = np.flatnonzero((q.queue_id < 0) & (q.records > 0))
+    if len(negative):
+        summary.negative_queue_records = int(q.records[negative].sum())
+        summary.negative_queues = tuple(f"{t}/{i}" for t, i in zip(q.topic.take(pa.array(negative)).to_pylist(),
+                                                                   q.queue_id[negative].tolist()))
+    if task.work is not None:
+        write_queue_table(task.work, task.split.index, q)
+        summary.queues = None
+
+
+def _decode_split(task: SplitTask) -> SplitSummary:
+    """decode_split's decode: the kernel, else the reference, else the error.
     The compiled kernel decodes it when it can (body CRCs checked in its pass with check_crc); otherwise (the
     split holding a confirm offset or DLedger committed position, or whatever split_decode leaves) the numpy
     reference, and the summary says which decoder ran and why the kernel left it (the run report counts
@@ -372,7 +399,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
             summaries[s.index] = s
     if stitched.failed is not None:
         raise summaries[stitched.failed].error
-    result = ScanResult(segments, splits, stitched, summaries)
+    result = ScanResult(segments=segments, splits=splits, stitched=stitched, summaries=summaries, work=work)
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
     result.negative_queue_ids = find_negative_queue_ids(result, base)
@@ -432,12 +459,12 @@ def check_queue_offsets(scan: ScanResult, base: SplitTask | None) -> None:
     never assigns one). Its ConsumeQueue.putMessagePositionInfo would take the entry for one it already wrote
     (the expected file offset lies below the queue's current end) and drop it with a "Build consume queue
     repeatedly" log line; reput does not guess, and never writes a file named by a negative offset."""
-    bad = [s for s in scan.accepted if ((s.queues.cq_rows > 0) & (s.queues.min_offset < 0)).any()]
+    bad = [s for s in scan.accepted if s.min_queue_offset is not None and s.min_queue_offset < 0]
     if not bad or base is None:
         return
     summary = bad[0]
     found = first_record(scan, base, summary, "queue_offset", lambda v: v < 0)
-    offset = found.value if found.value is not None else int(summary.queues.min_offset.min())
+    offset = found.value if found.value is not None else summary.min_queue_offset
     raise StoreFormatError(found.path, found.byte_offset,
                            f"record at commit-log offset {found.offset} has queueOffset {offset}, which the broker "
                            f"never assigns (a damaged record): the broker's ConsumeQueue would drop its entry as one "
@@ -451,12 +478,10 @@ def find_negative_queue_ids(scan: ScanResult, base: SplitTask | None) -> Negativ
     the jobs say it (a warning, verify a finding) and count it in their reports."""
     records, queues, first = 0, set(), None
     for s in scan.accepted:
-        mine = np.flatnonzero((s.queues.queue_id < 0) & (s.queues.records > 0))
-        if len(mine):
+        if s.negative_queue_records:
             first = first or s
-            records += int(s.queues.records[mine].sum())
-            queues |= {f"{topic}/{qid}" for topic, qid in zip(s.queues.topic.take(pa.array(mine)).to_pylist(),
-                                                               s.queues.queue_id[mine].tolist())}
+            records += s.negative_queue_records
+            queues.update(s.negative_queues)
     if first is None or base is None:
         return None
     found = first_record(scan, base, first, "queue_id", lambda v: v < 0)

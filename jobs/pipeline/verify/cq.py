@@ -218,4 +218,4 @@ def orphan_cq_task(cq_dir: Location, work: Location, file_size: int, pointers: P
     files = tuple(disk_cq_files(cq_dir, found))
     if not files:
         return []
-    return [CqCheckTask(CqTask((), work, cq_dir, file_size), {}, pointers, files)]
+    return [CqCheckTask(CqTask(items=(), work=work, out=cq_dir, file_size=file_size), {}, pointers, files)]
