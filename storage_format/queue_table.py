@@ -187,7 +187,7 @@ def _keys(rank: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
     return (np.asarray(rank, np.int64) << 32) | (np.asarray(queue_id, np.int64) + _QID_BIAS)
 
 
-FOLD_ROWS = 1 << 20  # split tables gathered before they are folded in (or more: twice the queues folded so far)
+FOLD_ROWS = 1 << 16  # split tables gathered before they are folded in (or more: twice the queues folded so far)
 
 
 def merge_queue_tables(tables: Iterable[QueueTable]) -> MergedQueues:
