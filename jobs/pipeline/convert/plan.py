@@ -5,6 +5,7 @@ its byte total alone; only a split holding a roll reads its records' sizes (one 
 and so do the few lookups of single records (transaction ends' half records, records whose CRC fails)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -212,8 +213,7 @@ def make_plan(segments: list[Segment], listed: list[SplitRecords], segment_size:
                        firsts=np.array([p.records.first for p in placing.splits], np.int64),
                        old_ends=np.array([p.records.old_end for p in placing.splits], np.int64))
     keys, values, unmapped = _prepared_map(plan, end_prepared, start)
-    return ConvertPlan(**{**plan.__dict__, "prepared_keys": keys, "prepared_values": values,
-                          "unmapped_prepared": unmapped})
+    return dataclasses.replace(plan, prepared_keys=keys, prepared_values=values, unmapped_prepared=unmapped)
 
 
 def _prepared_map(plan: ConvertPlan, end_prepared: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -17,24 +17,12 @@ CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does
 MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a chunk can fill
 
 
-@dataclass(frozen=True)
-class FileRecords:
-    """A data file's records: offsets (int64) and sizes (int32) of every record, the prepared-transaction
-    offsets of its COMMIT/ROLLBACK records (their offsets, and the offsets they point at) and its PREPARED count."""
-
-    offsets: np.ndarray
-    sizes: np.ndarray
-    end_offsets: np.ndarray
-    end_prepared: np.ndarray
-    prepared: int
-
-
 @dataclass(frozen=True, kw_only=True)
 class SplitRecords:
     """A split's records as a decode task sends them to the driver: consecutive entries, so the first record's
     offset, the entry header's size and each record's size give every offset; their count and byte total (what the
-    layout needs for a split that no segment boundary cuts); the transaction ends and the PREPARED count as in
-    FileRecords. `sizes` is None when they were written to the work directory under `split`."""
+    layout needs for a split that no segment boundary cuts); the offsets of its COMMIT/ROLLBACK records and the
+    prepared offsets they point at, and its PREPARED count. `sizes` is None when they were written to the work directory under `split`."""
 
     first: int
     header: int
@@ -83,13 +71,3 @@ def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, r
     return SplitRecords(first=int(offs[0]) if n else first_offset + header, header=header, count=n,
                         total=int(sizes[:n].sum(dtype=np.int64)), end_offsets=offs[:n][ends], end_prepared=preps[:n][ends],
                         prepared=int(np.count_nonzero(trans[:n] == TRAN_PREPARED)), sizes=sizes[:n].copy())
-
-
-def concat(parts: list[SplitRecords]) -> FileRecords:
-    """The listed parts of consecutive splits as one."""
-    if not parts:
-        return FileRecords(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64),
-                           np.zeros(0, np.int64), 0)
-    return FileRecords(np.concatenate([p.offsets for p in parts]), np.concatenate([p.sizes for p in parts]),
-                       np.concatenate([p.end_offsets for p in parts]), np.concatenate([p.end_prepared for p in parts]),
-                       sum(p.prepared for p in parts))
