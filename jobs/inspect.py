@@ -1,6 +1,9 @@
 """`python -m jobs.inspect --store STORE [--json]`: what is in a store's commit log, computed with Spark."""
 from __future__ import annotations
 
+import contextlib
+import sys
+
 if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see the module)
     import _script_path  # noqa: F401
 if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pyspark, ...) is one line
@@ -15,7 +18,11 @@ from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.queue_order import out_of_step_names  # noqa: E402
 from jobs.pipeline.scan.stage import scan_store  # noqa: E402
-from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
+from jobs.pipeline.runtime.engine import add_engine_flag, job_runner, local_cores  # noqa: E402
+from jobs.pipeline.runtime.contract import under_spark_submit  # noqa: E402
+from jobs.pipeline.runtime import env  # noqa: E402
+from jobs.pipeline.io.fs import Location  # noqa: E402
+from jobs.pipeline.io.workdir import fresh_work_dir, removed_after  # noqa: E402
 
 
 LMQ_SHOWN = 5  # LMQ queues named in the human summary (a store can have 100,000s; --json lists all)
@@ -62,20 +69,36 @@ def main(argv: list[str] | None = None) -> int:
     add_generation_flag(p)
     add_dledger_flag(p)
     add_engine_flag(p, "inspect")
+    p.add_argument("--work-dir", help="where the decode tasks put their splits' queue tables (default: the system "
+                                      "temp dir with a local master; on a cluster, storage the executors share)")
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     warn_if_running("inspect", store)
     report_loc = check_report(args, store)
+    tables = _tables_dir(args, store)
     sc, engine = job_runner(args, "inspect")
-    result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
-                        generation=args.rocketmq_version, quiet=progress_quiet(args))
-    report = summary(result)
+    with removed_after(tables) if tables is not None else contextlib.nullcontext():  # the report reads the tables
+        result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
+                            generation=args.rocketmq_version, quiet=progress_quiet(args), tables=tables)
+        report = summary(result)
     report["engine"] = engine.to_dict()
     dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
     if dledger is not None:
         report["dledger"] = dledger
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _tables_dir(args, store: Location) -> Location | None:
+    """Where the splits' queue tables go: --work-dir, else the system temp dir when driver and tasks share this
+    machine (a local master outside spark-submit); on a cluster without --work-dir they come to the driver (its
+    memory then grows with queues x splits), which a note says."""
+    master = args.master or env.value("REPUT_SPARK_MASTER")
+    if args.work_dir or (local_cores(master) is not None and not under_spark_submit()):
+        return fresh_work_dir(store, args.work_dir, "inspect")
+    print("reput inspect: note: no --work-dir on a cluster: every split's queue table comes to the driver, whose "
+          "memory grows with queues x splits; pass --work-dir on storage the executors share", file=sys.stderr)
+    return None
 
 
 def _print_human(r: dict) -> None:

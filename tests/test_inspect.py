@@ -41,3 +41,40 @@ def test_inspect_counts_lmq_entries_per_queue(case, spark, capsys):
     assert {f"{t}/{q}": n for t, qs in got.items() for q, n in qs.items()} == want
     assert inspect_main(args) == 0
     assert f"LMQ queues           {len(want)} with {sum(want.values())} entries" in capsys.readouterr().out
+
+
+def test_inspect_puts_the_queue_tables_under_work_dir_and_removes_them(tmp_path, spark, capsys, monkeypatch):
+    """The splits' queue tables go to files under --work-dir while the scan runs (the driver folds them from
+    there: its memory grows with the queues, not queues x splits) and are gone when inspect ends; the counts
+    are the manifest's."""
+    import jobs.inspect as inspect_job
+
+    case = "lmq-clean-small-11"
+    seen: list[str] = []
+    scan_store = inspect_job.scan_store
+
+    def watched(*args, **kwargs):
+        result = scan_store(*args, **kwargs)
+        seen.extend(p.name for p in (tmp_path / "w").rglob("queues-*.arrow"))
+        return result
+
+    monkeypatch.setattr(inspect_job, "scan_store", watched)
+    (tmp_path / "w").mkdir()
+    code = inspect_main(["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                         "--json", "--split-size", "100000", "--work-dir", str(tmp_path / "w")])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["records_per_topic_queue"] == manifest(case)["records_per_topic_queue"]
+    assert len(seen) > 1 and list((tmp_path / "w").iterdir()) == []
+
+
+def test_inspect_on_a_cluster_without_work_dir_says_the_tables_come_to_the_driver(capsys):
+    """No shared work directory on a cluster: the tables travel to the driver as before, and a note says what that
+    costs and which flag avoids it."""
+    from argparse import Namespace
+
+    from jobs.inspect import _tables_dir
+    from jobs.pipeline.io.fs import location
+
+    assert _tables_dir(Namespace(master="spark://h:7077", work_dir=None), location(str(GOLDEN))) is None
+    err = capsys.readouterr().err
+    assert "queues x splits" in err and "--work-dir" in err

@@ -26,6 +26,7 @@ class SplitTask:
     exact_start: int | None = None  # segment-relative offset to walk from (after a failed stitch)
     check_crc: bool = False
     work: Location | None = None  # write cq-<i>.arrow / keys-<i>.arrow here
+    tables: Location | None = None  # without `work`: write the split's queue table (queues-<i>.arrow) here
     with_cq: bool = True
     with_keys: bool = True
     dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched

@@ -112,8 +112,9 @@ def _settle_queues(task: SplitTask, summary: SplitSummary) -> None:
         summary.negative_queue_records = int(q.records[negative].sum())
         summary.negative_queues = tuple(f"{t}/{i}" for t, i in zip(q.topic.take(pa.array(negative)).to_pylist(),
                                                                    q.queue_id[negative].tolist()))
-    if task.work is not None:
-        write_queue_table(task.work, task.split.index, q)
+    dest = task.work if task.work is not None else task.tables
+    if dest is not None:
+        write_queue_table(dest, task.split.index, q)
         summary.queues = None
 
 
@@ -359,14 +360,15 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
-               generation: int | None = None, with_records: bool = False) -> ScanResult:
+               generation: int | None = None, with_records: bool = False, tables: Location | None = None) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
     `from_offset` starts at the segment holding that offset (recovery's start segment). With
     `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
     and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
     multi-dispatch rules; None detects it from the store's marker files. `with_records` lists each DLedger
-    record in the split summaries (convert's layout input).
+    record in the split summaries (convert's layout input). `tables` (without `work`): where the decode tasks put
+    their splits' queue tables, which otherwise come to the driver whole (queues x splits rows).
     """
     segments = list_segments(store, settings)
     if from_offset is not None:
@@ -376,7 +378,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
                       with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel,
-                      with_records=with_records)
+                      with_records=with_records, tables=None if work is not None else tables)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would
@@ -399,7 +401,8 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
             summaries[s.index] = s
     if stitched.failed is not None:
         raise summaries[stitched.failed].error
-    result = ScanResult(segments=segments, splits=splits, stitched=stitched, summaries=summaries, work=work)
+    result = ScanResult(segments=segments, splits=splits, stitched=stitched, summaries=summaries,
+                        work=work if work is not None else tables)
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
     result.negative_queue_ids = find_negative_queue_ids(result, base)
