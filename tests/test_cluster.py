@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,10 +55,10 @@ def free_port() -> int:
 class Daemon:
     """A Spark daemon (`spark-class <main> args`) in its own process group, logging to a file."""
 
-    def __init__(self, name: str, args: list[str], env: dict, cwd: Path) -> None:
+    def __init__(self, name: str, args: list[str], env: dict, cwd: Path, wrap: tuple[str, ...] = ()) -> None:
         self.log = cwd / f"{name}.log"
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], cwd=cwd, env=env,
+            self.proc = subprocess.Popen([*wrap, str(spark_home() / "bin" / "spark-class"), *args], cwd=cwd, env=env,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_for(self, pattern: str) -> re.Match:
@@ -124,16 +125,17 @@ def cluster(shipped, tmp_path_factory):
             daemon.stop()
 
 
-def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,), env: dict | None = None
+           ) -> subprocess.CompletedProcess:
     """docs/cluster.md's recipe: spark-submit from the repository with conf/spark-defaults.conf (which ships
     dist/reput-env.tar.gz as ./env and dist/reput.zip); the driver runs this venv's Python (client mode)."""
-    url, worker_dir = cluster
+    url, worker_dir = cluster[:2]
     before = set(worker_dir.glob("app-*"))
     done = subprocess.run(
         [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--properties-file", "conf/spark-defaults.conf",
          "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.driver.host=127.0.0.1",
          "--conf", "spark.executor.memory=1g", f"jobs/{job}.py", *args],
-        cwd=REPO, env=cluster_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+        cwd=REPO, env=env or cluster_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
     assert done.returncode in ok, f"{job}: exit {done.returncode}\n{done.stderr[-4000:]}\n{done.stdout[-2000:]}"
     apps = set(worker_dir.glob("app-*")) - before
     executors = [e for app in apps for e in app.iterdir() if e.is_dir()]
@@ -226,3 +228,111 @@ def test_catalog(cluster, tmp_path):
     rows = pa.table(DeltaTable(str(table)).to_pyarrow_table()).select(["topic", "queue_id"]).to_pylist()
     got = Counter((r["topic"], str(r["queue_id"])) for r in rows)
     assert got == {(t, q): n for t, qs in manifest(CASE)["records_per_topic_queue"].items() for q, n in qs.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A cluster that shares nothing with the driver (issue 32 item 5): the store and OUT are s3:// URIs on a local S3
+# server, and the worker runs in a mount namespace of its own where the test's whole temp tree (pytest's base temp,
+# which holds the driver's TMPDIR) is an empty tmpfs: whatever a task expects to find on the driver's disk, it
+# does not. The executors get their own TMPDIR.
+
+
+@pytest.fixture(scope="module")
+def isolated(shipped, tmp_path_factory):
+    """(url, worker dir, S3 server, the driver's environment) of a master and a worker in its own mount namespace."""
+    from tests import s3_server
+
+    base = tmp_path_factory.getbasetemp()
+    root = tmp_path_factory.mktemp("isolated")
+    driver_tmp = root / "driver-tmp"
+    driver_tmp.mkdir()
+    worker_dir = REPO / "build" / f"isolated-worker-{os.getpid()}"  # outside the hidden tree: the test reads it
+    (worker_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    server = s3_server.start()
+    daemons = []
+    try:
+        server.make_bucket(BUCKET)
+        for case in (CASE, "unclean-torn-11", "dledger-clean-small-11"):
+            server.upload(GOLDEN / case, f"{BUCKET}/stores/{case}")
+        env, port = dict(cluster_env(), **server.env), free_port()
+        daemons.append(Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                                         str(port), "--webui-port", "0"], env, root))
+        daemons[0].wait_for(r"I have been elected leader")
+        url = f"spark://127.0.0.1:{port}"
+        hide = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                f'mount -t tmpfs reput-hidden "{base}" && exec "$0" "$@"')
+        daemons.append(Daemon("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
+                                         "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(worker_dir)],
+                              dict(env, TMPDIR=str(worker_dir / "tmp")), root, wrap=hide))
+        daemons[1].wait_for(r"Successfully registered with master")
+        yield url, worker_dir, server, dict(env, TMPDIR=str(driver_tmp))
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
+        server.stop()
+        shutil.rmtree(worker_dir, ignore_errors=True)
+
+
+BUCKET = "isolated"
+
+
+def s3(key: str) -> str:
+    return f"s3://{BUCKET}/{key}"
+
+
+def s3_store(case: str) -> tuple[str, ...]:
+    """--store s3://... and its broker.conf, read by the driver from the golden store (a local config file)."""
+    return "--store", s3(f"stores/{case}"), "--broker-config", str(GOLDEN / case / "broker.conf")
+
+
+def test_worker_cannot_see_the_drivers_disk(isolated, tmp_path):
+    """The isolation itself: a file the test writes under its temp dir is not there for the worker's processes."""
+    marker = tmp_path / "visible-to-the-driver-only"
+    marker.write_text("x")
+    worker = next(p for p in Path("/proc").iterdir() if p.name.isdigit()
+                  and b"deploy.worker.Worker" in _cmdline(p) and str(isolated[1]).encode() in _cmdline(p))
+    seen = subprocess.run(["nsenter", "-t", worker.name, "-m", "test", "-e", str(marker)])
+    assert marker.exists() and seen.returncode == 1
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_rebuild_verify_recover_on_s3_sharing_nothing(isolated):
+    """rebuild s3 -> s3 byte-exact; verify of the broker's own store through an s3:// work dir; recover --out s3://
+    equal to RocketMQ's own recovery."""
+    server, env = isolated[2], isolated[3]
+    submit(isolated, "rebuild", *s3_store(CASE), "--out", s3("rebuild-out"), "--json", env=env)
+    assert server.tree(f"{BUCKET}/rebuild-out/consumequeue") == {
+        k[len("consumequeue/"):]: v for k, v in golden_files(CASE, "consumequeue/").items()}
+    index = server.tree(f"{BUCKET}/rebuild-out/index")
+    assert [index[k] for k in sorted(index)] == index_shas(CASE)
+    done = submit(isolated, "verify", *s3_store(CASE), "--work-dir", s3("verify-work"), "--json", env=env)
+    assert json.loads(done.stdout)["status"] == "consistent"
+    submit(isolated, "recover", *s3_store("unclean-torn-11"), "--out", s3("recover-out"), "--json", env=env)
+    want = "unclean-torn-11-recovered"
+    for prefix in ("commitlog/", "consumequeue/"):
+        assert server.tree(f"{BUCKET}/recover-out/{prefix.rstrip('/')}") == {
+            k[len(prefix):]: v for k, v in golden_files(want, prefix).items()}, prefix
+    index = server.tree(f"{BUCKET}/recover-out/index")
+    assert [index[k] for k in sorted(index)] == index_shas(want)
+
+
+def test_convert_on_s3_sharing_nothing_equals_the_local_convert(isolated, tmp_path):
+    """convert of a DLedger store s3 -> s3 on the isolated cluster writes what the local engine writes here."""
+    from jobs.convert import main as convert_main
+
+    server, env = isolated[2], isolated[3]
+    case = "dledger-clean-small-11"
+    submit(isolated, "convert", *s3_store(case), "--out", s3("convert-out"), "--json", env=env)
+    local = tmp_path / "local"
+    assert convert_main(["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out",
+                         str(local), "--engine", "local", "--master", "local[2]", "--quiet", "--json"]) == 0
+    for part in ("commitlog", "consumequeue", "index"):
+        assert server.tree(f"{BUCKET}/convert-out/{part}") == {
+            k[len(part) + 1:]: v for k, v in tree(local, part).items()}, part
+    assert sha(local / "checkpoint") == hashlib.sha256(server.read(f"{BUCKET}/convert-out/checkpoint")).hexdigest()
