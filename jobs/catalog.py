@@ -128,7 +128,7 @@ def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, s
     include_body = table_has_body(delta, include_body)
     since = delta.transaction_version(app)
     result = scan_store(sc, store, settings, split_size=split_size, with_cq=False, with_keys=False,
-                        from_offset=since, label="catalog scan", quiet=quiet)
+                        from_offset=since, label="catalog scan", quiet=quiet, keep_queues=False)
     end = result.max_physical_offset if result.segments else (since or 0)
     report = {"table": table.uri, "store": store.uri, "store_id": sid, "app_id": app,
               "from_offset": since, "to_offset": end, "committed": False, "delta_version": delta.version(),

@@ -78,3 +78,27 @@ def test_inspect_on_a_cluster_without_work_dir_says_the_tables_come_to_the_drive
     assert _tables_dir(Namespace(master="spark://h:7077", work_dir=None), location(str(GOLDEN))) is None
     err = capsys.readouterr().err
     assert "queues x splits" in err and "--work-dir" in err
+
+
+def test_a_scan_that_keeps_no_queue_tables_sends_only_their_facts():
+    """catalog reads no per-queue figure: its decode tasks drop the split's queue table once its facts (rows, the
+    smallest queue offset, negative queue ids) are noted, so the driver never holds queues x splits rows; asking
+    such a scan for its tables fails loudly instead of answering with none."""
+    from jobs.pipeline.io.fs import location
+    from jobs.pipeline.scan.result import ScanResult, SplitTask
+    from jobs.pipeline.scan.stage import decode_split
+    from jobs.pipeline.store.segments import list_segments
+    from storage_format.scan_plan import plan_splits
+    from storage_format.settings import load_settings
+
+    case = "clean-small-11"
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    (sp, *_) = plan_splits(list_segments(location(str(GOLDEN / case)), settings), 0)
+    kept = decode_split(SplitTask(split=sp, settings=settings))
+    dropped = decode_split(SplitTask(split=sp, settings=settings, keep_queues=False))
+    assert dropped.queues is None and kept.queues is not None and kept.queues.has_rows
+    assert (dropped.cq_rows, dropped.min_queue_offset) == (kept.cq_rows, kept.min_queue_offset) == (
+        int(kept.queues.cq_rows.sum()), int(kept.queues.min_offset[kept.queues.cq_rows > 0].min()))
+    scan = ScanResult(segments=[], splits=[sp], stitched=None, summaries={0: dropped})
+    with pytest.raises(RuntimeError, match="did not keep its queue tables"):
+        scan.split_queues(dropped)

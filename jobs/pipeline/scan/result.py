@@ -27,6 +27,7 @@ class SplitTask:
     check_crc: bool = False
     work: Location | None = None  # write cq-<i>.arrow / keys-<i>.arrow here
     tables: Location | None = None  # without `work`: write the split's queue table (queues-<i>.arrow) here
+    keep_queues: bool = True  # False: the queue table is dropped once its facts are noted (a job that never reads it)
     with_cq: bool = True
     with_keys: bool = True
     dispatch_limit: int | None = None  # confirm offset: only records ending at or below it are dispatched
@@ -230,6 +231,8 @@ class ScanResult:
         it to."""
         if summary.queues is not None:
             return summary.queues if start == 0 and stop is None else summary.queues.slice(start, stop)
+        if self.work is None:
+            raise RuntimeError("the scan did not keep its queue tables (scan_store keep_queues=False)")
         return read_queue_table(self.work, summary.index, start, stop)
 
     def queue_table(self) -> MergedQueues:

@@ -116,6 +116,8 @@ def _settle_queues(task: SplitTask, summary: SplitSummary) -> None:
     if dest is not None:
         write_queue_table(dest, task.split.index, q)
         summary.queues = None
+    elif not task.keep_queues:
+        summary.queues = None
 
 
 def _decode_split(task: SplitTask) -> SplitSummary:
@@ -360,7 +362,8 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
                split_size: int = DEFAULT_SPLIT_SIZE, check_crc: bool = False, work: Location | None = None,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
-               generation: int | None = None, with_records: bool = False, tables: Location | None = None) -> ScanResult:
+               generation: int | None = None, with_records: bool = False, tables: Location | None = None,
+               keep_queues: bool = True) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
     `from_offset` starts at the segment holding that offset (recovery's start segment). With
@@ -368,7 +371,8 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
     multi-dispatch rules; None detects it from the store's marker files. `with_records` lists each DLedger
     record in the split summaries (convert's layout input). `tables` (without `work`): where the decode tasks put
-    their splits' queue tables, which otherwise come to the driver whole (queues x splits rows).
+    their splits' queue tables, which otherwise come to the driver whole (queues x splits rows); `keep_queues`
+    False drops them in the tasks (a job that reads no per-queue figure: catalog).
     """
     segments = list_segments(store, settings)
     if from_offset is not None:
@@ -378,7 +382,8 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
                       with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel,
-                      with_records=with_records, tables=None if work is not None else tables)
+                      with_records=with_records, tables=None if work is not None else tables,
+                      keep_queues=keep_queues)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would
