@@ -117,6 +117,28 @@ def place_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> 
     return keep, at[keep]
 
 
+@dataclass
+class QueuePlacer:
+    """place_units over a queue's entries given in chunks (dispatch order), carrying the write position and the end
+    of the last entry kept from one chunk to the next: a queue of any length is placed in memory of one chunk."""
+
+    write: int | None = None  # the next unit's position (None: nothing kept yet)
+    max_end: int = -1  # the end of the last entry kept (maxPhysicOffset)
+
+    def place(self, queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(kept mask, position of each kept entry) of this chunk, as place_units gives them over all chunks."""
+        qo, phy, size = (np.asarray(a, np.int64) for a in (queue_offset, phy, size))
+        if self.write is None:
+            keep, at = place_units(qo, phy, size)
+        else:  # the state carried in as a unit already written just before the write position
+            keep, at = place_units(np.r_[self.write - 1, qo], np.r_[self.max_end - 1, phy], np.r_[1, size])
+            keep, at = keep[1:], at[1:]
+        if len(at):
+            self.write = int(at[-1]) + 1
+            self.max_end = max(self.max_end, int((phy[keep] + size[keep]).max()))
+        return keep, at
+
+
 def place_units_reference(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """place_units one entry at a time (the reference): (kept mask, queue position of each kept entry) for entries
     dispatched in order into a new queue,

@@ -2,6 +2,8 @@
 transcription of RocketMQ's ConsumeQueue.putMessagePositionInfo over mapped files, and the record the jobs name."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -77,3 +79,72 @@ def test_place_units_by_runs_equals_the_reference(start, runs):
     phy = np.arange(len(qo), dtype=np.int64) * 100
     got, want = place_units(qo, phy, np.full(len(qo), 50)), place_units_reference(qo, phy, np.full(len(qo), 50))
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(st.integers(0, 40), st.lists(st.tuples(st.integers(-6, 6), st.integers(1, 30)), min_size=1, max_size=12),
+       st.lists(st.integers(0, 40), max_size=8), st.lists(st.integers(0, 300), max_size=4))
+def test_placing_a_queue_chunk_by_chunk_equals_placing_it_whole(start, runs, cuts, repeats):
+    """QueuePlacer carries the write position and the last end across chunks: cut anywhere (empty chunks too), with
+    jumps, steps back, restarts at 0 and entries dispatched twice (ends not growing), the kept entries and their
+    positions are place_units' over the whole queue."""
+    from storage_format.consume_queue import QueuePlacer
+
+    offsets, at = [], start
+    for step, length in runs:
+        at = max(0, at + step)
+        offsets += list(range(at, at + length))
+        at += length
+    qo = np.array(offsets, np.int64)
+    phy = np.arange(len(qo), dtype=np.int64) * 100
+    for r in repeats:  # a record dispatched twice: its end is not past the one before
+        if r < len(phy) - 1:
+            phy[r + 1] = phy[r]
+    size = np.full(len(qo), 50)
+    want_keep, want_at = place_units(qo, phy, size)
+    edges = sorted({min(c, len(qo)) for c in cuts} | {0, len(qo)})
+    placer = QueuePlacer()
+    keeps, ats = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        keep, at_ = placer.place(qo[a:b], phy[a:b], size[a:b])
+        keeps.append(keep)
+        ats.append(at_)
+        empty = placer.place(qo[:0], phy[:0], size[:0])  # an empty chunk (a split without this queue's rows)
+        assert len(empty[0]) == len(empty[1]) == 0
+    assert np.concatenate(keeps).tolist() == want_keep.tolist() and np.concatenate(ats).tolist() == want_at.tolist()
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_long_out_of_step_queue_built_file_by_file_equals_it_built_whole(golden, spark, tmp_path, monkeypatch,
+                                                                           capsys):
+    """A damaged queue (a step back, and a 2^40 jump) placed by the broker's rule: read split by split and written
+    file by file (what a queue longer than STREAMED_ROWS gets, so a task's memory does not grow with the queue),
+    its files are the bytes it gets built whole; small splits and 10-unit files make many of both."""
+    from jobs.pipeline.outputs import stage
+    from jobs.rebuild import main as rebuild_main
+    from tests.hostile import bitflip_queue_offset, queue_offset_backwards
+
+    for builder in (queue_offset_backwards, bitflip_queue_offset):
+        d = builder(golden, tmp_path / builder.__name__ / "store")
+        shutil.rmtree(d.store / "consumequeue")  # the broker's own 100-unit files: a 10-unit config would not fit
+        conf = tmp_path / builder.__name__ / "broker.conf"
+        conf.write_text(d.broker_config.read_text() + "\nmappedFileSizeConsumeQueue=200\n")  # 10 units a file
+        outs = {}
+        for streamed in (False, True):
+            monkeypatch.setattr(stage, "STREAMED_ROWS", 0 if streamed else 10**12)
+            planned = []
+            plan_cq = stage.plan_cq
+            monkeypatch.setattr("jobs.rebuild.plan_cq", lambda *a, **k: planned.extend(plan_cq(*a, **k)) or planned)
+            out = tmp_path / builder.__name__ / f"out-{streamed}"
+            assert rebuild_main(["--store", str(d.store), "--broker-config", str(conf), "--out", str(out),
+                                 "--only", "consumequeue", "--split-size", "4096", "--quiet"]) == 0
+            assert any(i.streamed for t in planned for i in t.items) == streamed
+            assert all(len(t.items) == 1 for t in planned if any(i.streamed for i in t.items))
+            damaged = [i for t in planned for i in t.items if i.placed]
+            assert damaged and all(i.last_file >= i.first_file + 4 * 200 for i in damaged)  # of several files
+            outs[streamed] = _tree(out / "consumequeue")
+        capsys.readouterr()
+        assert outs[True] == outs[False] and len(outs[True]) > 10

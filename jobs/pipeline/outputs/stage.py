@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
-                                          keep_first_of_each_offset, place_units)
+                                          QueuePlacer, keep_first_of_each_offset, place_units)
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
@@ -28,6 +28,7 @@ from ..scan.result import ScanResult
 from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map, read_queue_table
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
+STREAMED_ROWS = TARGET_CQ_ENTRIES_PER_TASK  # a placed (out-of-step) queue longer than this is built file by file
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
 TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
 # An index file of at least 2 x this many keys is built in shares by parallel tasks (one pass each over its keys,
@@ -59,6 +60,7 @@ class QueueFiles:
     queue_first_offset: int
     rows: int
     placed: bool = False  # entries land where the broker's write position puts them (consume_queue.place_units)
+    streamed: bool = False  # placed, and long: read split by split and written file by file (a task of its own)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -98,7 +100,8 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
             # whole queue as the broker's write position does
             runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size,
-                                       last_file=last * file_size, queue_first_offset=lo, rows=rows[i], placed=True)))
+                                       last_file=last * file_size, queue_first_offset=lo, rows=rows[i], placed=True,
+                                       streamed=rows[i] > STREAMED_ROWS)))
             continue
         for f in range(first, last + 1, files_per_run):
             last_file = min(last, f + files_per_run - 1) * file_size
@@ -117,6 +120,12 @@ def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
     per_task = max(CQ_FILE_COST, min(TARGET_CQ_ENTRIES_PER_TASK, -(-sum(weights) // max(1, target_tasks))))
     groups, current, size = [], [], 0
     for r, w in zip(runs, weights):
+        if r[1].streamed:  # alone: its task reads the splits for it only
+            if current:
+                groups.append(current)
+            groups.append([r])
+            current, size = [], 0
+            continue
         current.append(r)
         size += w
         if size >= per_task:
@@ -245,6 +254,9 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
     """Every consume-queue file of the task; with `trim` its bytes end at its last unit (a queue of a few
     entries costs a few units, not a whole file): the one code path behind writing (build_cq) and
     comparing (jobs.pipeline.verify.cq)."""
+    if len(task.items) == 1 and task.items[0].streamed:
+        yield from _streamed_files(task, task.items[0], trim)
+        return
     for item, rows in zip(task.items, _run_entries(task)):
         qo, phy, size = rows.queue_offset, rows.phy, rows.size
         if item.placed:
@@ -253,11 +265,66 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
         else:
             keep = keep_first_of_each_offset(qo)
             at, first = qo[keep], item.queue_first_offset
-        files = build_queue_files(at, phy[keep], size[keep], rows.tags[keep], task.file_size, first, trim)
-        for start, data in files.items():
-            lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
-            inside = at[(at >= lo) & (at < hi)]
-            yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE)
+        yield from _files(task, item, CqColumns(at, phy[keep], size[keep], rows.tags[keep]), first, trim)
+
+
+def _files(task: CqTask, item: QueueFiles, units: CqColumns, first: int, trim: bool) -> Iterator[CqFile]:
+    """The files holding `units` (queue_offset: where each lands), the queue's first unit at `first`."""
+    at = units.queue_offset
+    files = build_queue_files(at, units.phy, units.size, units.tags, task.file_size, first, trim)
+    for start, data in files.items():
+        lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
+        inside = at[(at >= lo) & (at < hi)]
+        yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE)
+
+
+def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFile]:
+    """A long placed queue's files in memory of a split's rows and a file: its rows read split by split, placed with
+    the write position carried (consume_queue.QueuePlacer), and each file built once the write position is past it
+    (positions only grow, so a file behind it takes no more units)."""
+    placer, first = QueuePlacer(), None
+    held: list[CqColumns] = []
+    per_file = task.file_size // CQ_UNIT_SIZE
+    for rows in _queue_chunks(task, item):
+        keep, at = placer.place(rows.queue_offset, rows.phy, rows.size)
+        if not len(at):
+            continue
+        first = int(at[0]) if first is None else first
+        held.append(CqColumns(at, rows.phy[keep], rows.size[keep], rows.tags[keep]))
+        done = (int(at[-1]) // per_file) * per_file  # positions below this lie in files the queue has left
+        if int(held[0].queue_offset[0]) < done:
+            units = _concat(held)
+            cut = int(np.searchsorted(units.queue_offset, done))
+            yield from _files(task, item, _part(units, 0, cut), first, trim)
+            held = [_part(units, cut, len(units))]
+    if held and first is not None:
+        yield from _files(task, item, _concat(held), first, trim)
+
+
+def _queue_chunks(task: CqTask, item: QueueFiles) -> Iterator[CqColumns]:
+    """The queue's rows, one split at a time in split order (offsets through the split's map where it moved)."""
+    inline = dict(task.tables)
+    for split_index, start, stop in task.splits.tolist():
+        table = inline[split_index] if split_index in inline else read_queue_table(task.work, split_index, start, stop)
+        mine = np.flatnonzero((table.queue_id == item.queue_id) & (table.cq_rows > 0))
+        mine = [r for r in mine.tolist() if table.topic[r].as_py() == item.topic]
+        if not mine:
+            continue
+        first_row, n = int(table.first_row[mine[0]]), int(table.cq_rows[mine[0]])
+        cols, rows = cq_columns(task.work, split_index), slice(first_row, first_row + n)
+        chunk = CqColumns(*(np.array(cols[name].take(rows)) for name in ("queue_offset", "phy", "size", "tags")))
+        if split_index in task.moved:
+            chunk = CqColumns(chunk.queue_offset, offset_map(task.work, split_index)(chunk.phy), chunk.size, chunk.tags)
+        yield chunk
+
+
+def _concat(parts: list[CqColumns]) -> CqColumns:
+    return parts[0] if len(parts) == 1 else CqColumns(*(np.concatenate([getattr(p, name) for p in parts])
+                                                        for name in ("queue_offset", "phy", "size", "tags")))
+
+
+def _part(units: CqColumns, a: int, b: int) -> CqColumns:
+    return CqColumns(units.queue_offset[a:b], units.phy[a:b], units.size[a:b], units.tags[a:b])
 
 
 def build_cq(task: CqTask) -> dict:
