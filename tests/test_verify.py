@@ -374,3 +374,32 @@ def test_every_finding_shape_has_a_console_line():
         for extra in ({}, {"field": "pos"}, {"fields": ["phy"]}, {"expected": 1}, {"found": 2}):
             line = describe({"kind": kind, "path": "dledger-n0/index/00000000000000000000", "entry": 7, **extra})
             assert line.strip().startswith("dledger-n0/index/00000000000000000000 entry 7") and kind in line
+
+
+def test_a_sparse_consume_queue_file_is_proven_equal_from_its_head(tmp_path):
+    """A file reput (or a broker on a sparse filesystem) left with a hole after its last unit is proven equal by
+    reading up to the next block only; a byte anywhere else, a wrong head or a file without a hole leaves it to the
+    full comparison (which reads every byte)."""
+    from jobs.pipeline.io.fs import location
+    from jobs.pipeline.verify.cq import _equal_up_to_a_hole
+
+    size, expected = 6_000_000, bytes(range(1, 201)) * 3  # 600 bytes: 30 units
+    path = tmp_path / "00000000000000000000"
+
+    def write(at_tail: bytes = b"", head: bytes = expected, sparse: bool = True) -> bool:
+        with open(path, "wb") as f:
+            f.write(head)
+            if sparse:
+                f.truncate(size)
+            else:
+                f.write(bytes(size - len(head)))
+            if at_tail:
+                f.seek(size - 100_000)
+                f.write(at_tail)
+        return _equal_up_to_a_hole(location(str(path)), expected, size)
+
+    assert write()
+    assert not write(at_tail=b"\x01")  # stale bytes far past the last unit: a data block, not a hole
+    assert not write(head=expected[:-1] + b"\x00")  # a unit differs
+    assert not write(sparse=False)  # zeros written out: no hole to prove it by, the full comparison decides
+    assert not _equal_up_to_a_hole(location(str(path)), expected, size + 20)  # the wrong size

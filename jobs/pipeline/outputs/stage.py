@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           QueuePlacer, keep_first_of_each_offset, place_units)
@@ -19,13 +21,13 @@ from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
 from storage_format.queue_table import MergedQueues, QueueTable
-from storage_format.arrow_numpy import to_arrow
+from storage_format.arrow_numpy import to_arrow, to_numpy
 from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
 from ..io.fs import Location
 from ..scan.result import ScanResult
-from ..io.workdir import OffsetMap, WorkColumn, cq_columns, key_columns, offset_map, read_queue_table
+from ..io.workdir import cq_columns, key_columns, offset_map, read_queue_table
 
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 STREAMED_ROWS = TARGET_CQ_ENTRIES_PER_TASK  # a placed (out-of-step) queue longer than this is built file by file
@@ -35,17 +37,6 @@ TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
 # plus the hashes of the keys before it): below, a share's fixed costs (a slot table, the hashes before) outweigh.
 MIN_SHARE_KEYS = 1_000_000
 MAX_SHARES = 8  # every share reads the hashes before it: more shares, more repeated reading
-
-
-@dataclass(frozen=True)
-class QueueSlice:
-    """Rows of one queue in one split's consume-queue file."""
-
-    split_index: int
-    row_start: int
-    rows: int
-    lo: int  # smallest and largest queue offset among the rows
-    hi: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,29 +160,26 @@ def _run_weight(run: QueueFiles, units: int, file_size: int) -> int:
 def _run_entries(task: CqTask) -> list[CqColumns]:
     """Each run's rows (in the task's order), read split by split: the task's rows of a split's queue table say
     where its queues' rows lie in the split's file, which is mapped once per task and let go before the next, so a
-    task holds its own rows only, however many splits the store has. A run of a queue longer than one run takes
-    only the rows whose offsets reach its files."""
-    bounds = [_offset_bounds(item, task.file_size) for item in task.items]
-    runs_of: dict[tuple[str, int], list[int]] = {}
-    for i, item in enumerate(task.items):
-        runs_of.setdefault((item.topic, item.queue_id), []).append(i)
-    runs = [_RunRows(min(item.rows, hi - lo)) for item, (lo, hi) in zip(task.items, bounds)]
+    task holds its own rows only, however many splits the store has. Vectorised per split (no Python step per
+    queue per split: 12,000 queues over 112 splits cost 20 s that way), then grouped by queue with split order
+    kept; a run of a queue longer than one run takes only the rows whose offsets reach its files."""
+    runs = _TaskQueues(task)
+    parts: list[tuple[np.ndarray, CqColumns]] = []
     inline = dict(task.tables)
-    for split_index, start, stop in task.splits.tolist():  # in split order: each run's rows stay in order
+    for split_index, start, stop in task.splits.tolist():  # in split order: each queue's rows stay in order
         table = inline[split_index] if split_index in inline else read_queue_table(task.work, split_index, start, stop)
-        sel = np.flatnonzero(table.cq_rows > 0)
-        columns, moved = None, None  # opened for the first slice a run takes
-        for topic, qid, row, n, lo, hi in zip(table.topic.take(to_arrow(sel)).to_pylist(), table.queue_id[sel].tolist(),
-                                              *(c[sel].tolist() for c in (table.first_row, table.cq_rows,
-                                                                         table.min_offset, table.max_offset))):
-            for i in runs_of.get((topic, qid), ()):
-                if hi >= bounds[i][0] and lo < bounds[i][1]:
-                    if columns is None:
-                        columns = cq_columns(task.work, split_index)
-                        moved = offset_map(task.work, split_index) if split_index in task.moved else None
-                    runs[i].add(columns, QueueSlice(split_index, row, n, lo, hi), bounds[i], moved)
-        del columns
-    return [r.columns() for r in runs]
+        found = runs.rows_in(split_index, table, task)
+        if found is not None:
+            parts.append(found)
+    if not parts:
+        return [CqColumns(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+                for _ in task.items]
+    queue = np.concatenate([q for q, _ in parts])
+    order = np.argsort(queue, kind="stable")
+    rows = CqColumns(*(np.concatenate([getattr(c, name) for _, c in parts])[order]
+                       for name in ("queue_offset", "phy", "size", "tags")))
+    edges = np.searchsorted(queue[order], np.arange(runs.count + 1))
+    return [runs.run_rows(i, rows, int(edges[q]), int(edges[q + 1])) for i, q in enumerate(runs.queue_of)]
 
 
 def _offset_bounds(item: QueueFiles, file_size: int) -> tuple[int, int]:
@@ -199,43 +187,70 @@ def _offset_bounds(item: QueueFiles, file_size: int) -> tuple[int, int]:
     return item.first_file // CQ_UNIT_SIZE, (item.last_file + file_size) // CQ_UNIT_SIZE
 
 
-class _RunRows:
-    """One run's rows, copied out of the split files into columns sized once for the run (grown only
-    when repeated offsets bring more rows than the run's files have units)."""
+class _TaskQueues:
+    """A task's queues (its runs' distinct (topic, queueId)s, in order) as sortable keys, each with the queue offsets
+    its runs in the task hold: what finds their rows in a split's queue table, vectorised."""
 
-    def __init__(self, capacity: int) -> None:
-        self.cols = CqColumns(np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
-                              np.empty(capacity, np.int64))
-        self.filled = 0
+    def __init__(self, task: CqTask) -> None:
+        self.bounds = [_offset_bounds(item, task.file_size) for item in task.items]
+        keys: list[tuple[str, int]] = []
+        self.queue_of: list[int] = []  # per run, its queue
+        for item in task.items:
+            if not keys or keys[-1] != (item.topic, item.queue_id):
+                keys.append((item.topic, item.queue_id))
+            self.queue_of.append(len(keys) - 1)
+        self.count = len(keys)
+        self.topics = pa.array(sorted({t for t, _ in keys}), pa.large_string())
+        code = to_numpy(pc.index_in(pa.array([t for t, _ in keys], pa.large_string()), value_set=self.topics))
+        self.keys = _queue_keys(code, np.array([q for _, q in keys], np.int64))
+        self.lo = np.full(self.count, np.iinfo(np.int64).max)
+        self.hi = np.full(self.count, np.iinfo(np.int64).min)
+        for q, (lo, hi) in zip(self.queue_of, self.bounds):
+            self.lo[q], self.hi[q] = min(self.lo[q], lo), max(self.hi[q], hi)
 
-    def add(self, split: dict[str, WorkColumn], src: QueueSlice, bounds: tuple[int, int],
-            moved: OffsetMap | None = None) -> None:
-        """Append the slice's rows whose queue offset lies in `bounds` (a queue longer than a run), their
-        offsets through `moved` when given."""
-        rows = slice(src.row_start, src.row_start + src.rows)
-        keep = None
-        if not (bounds[0] <= src.lo and src.hi < bounds[1]):
-            qo = split["queue_offset"].take(rows)
-            keep = np.flatnonzero((qo >= bounds[0]) & (qo < bounds[1]))
-        n = src.rows if keep is None else len(keep)
-        if self.filled + n > len(self.cols):
-            self._grow(self.filled + n)
-        for name in ("queue_offset", "phy", "size", "tags"):
-            split[name].take_into(rows, keep, getattr(self.cols, name)[self.filled:self.filled + n])
-        if moved is not None:
-            phy = self.cols.phy[self.filled:self.filled + n]
-            phy[:] = moved(phy)
-        self.filled += n
+    def rows_in(self, split_index: int, table: QueueTable, task: CqTask) -> tuple[np.ndarray, CqColumns] | None:
+        """(queue of each row, the rows) of the task's queues in one split: their rows of the split's file whose
+        offsets reach the queue's runs, offsets through the split's map where it moved."""
+        code = pc.index_in(table.topic, value_set=self.topics)
+        known = to_numpy(code.is_valid()) & (table.cq_rows > 0)
+        if not known.any():
+            return None
+        sel = np.flatnonzero(known)
+        keys = _queue_keys(to_numpy(code.take(to_arrow(sel))), table.queue_id[sel].astype(np.int64))
+        at = np.minimum(np.searchsorted(self.keys, keys), self.count - 1)
+        mine = self.keys[at] == keys
+        sel, at = sel[mine], at[mine]
+        lo, hi = table.min_offset[sel], table.max_offset[sel]
+        reach = (hi >= self.lo[at]) & (lo < self.hi[at])
+        sel, at = sel[reach], at[reach]
+        if not len(sel):
+            return None
+        n = table.cq_rows[sel]
+        idx = np.repeat(table.first_row[sel] - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(int(n.sum()))
+        cols = cq_columns(task.work, split_index)
+        qo, phy, size, tags = (cols[name].take(idx) for name in ("queue_offset", "phy", "size", "tags"))
+        queue = np.repeat(at, n)
+        keep = (qo >= self.lo[queue]) & (qo < self.hi[queue])
+        if not keep.all():
+            qo, phy, size, tags, queue = qo[keep], phy[keep], size[keep], tags[keep], queue[keep]
+        if split_index in task.moved:
+            phy = offset_map(task.work, split_index)(phy)
+        return queue, CqColumns(qo, phy, size, tags)
 
-    def _grow(self, need: int) -> None:
-        size = max(need, 2 * len(self.cols))
-        self.cols = CqColumns(*(np.concatenate([getattr(self.cols, name)[:self.filled],
-                                                np.empty(size - self.filled, getattr(self.cols, name).dtype)])
-                                for name in ("queue_offset", "phy", "size", "tags")))
+    def run_rows(self, i: int, rows: CqColumns, a: int, b: int) -> CqColumns:
+        """Run i's rows: its queue's rows [a, b) of the grouped rows, those whose offsets its files hold."""
+        part = CqColumns(rows.queue_offset[a:b], rows.phy[a:b], rows.size[a:b], rows.tags[a:b])
+        lo, hi = self.bounds[i]
+        q = self.queue_of[i]
+        if lo <= self.lo[q] and self.hi[q] <= hi:  # the queue's only run here: all its rows
+            return part
+        keep = (part.queue_offset >= lo) & (part.queue_offset < hi)
+        return CqColumns(part.queue_offset[keep], part.phy[keep], part.size[keep], part.tags[keep])
 
-    def columns(self) -> CqColumns:
-        c, n = self.cols, self.filled
-        return CqColumns(c.queue_offset[:n], c.phy[:n], c.size[:n], c.tags[:n])
+
+def _queue_keys(topic_code: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
+    """(topic code, signed queueId) as one sortable int64 (codes in the topics' sorted order)."""
+    return (np.asarray(topic_code, np.int64) << 32) | (np.asarray(queue_id, np.int64) + 2**31)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,21 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
                        f"and past the first unit the broker stops at")
 
 
+HOLE_ALIGN = 4096  # a filesystem keeps data in blocks: the hole after a file's last unit starts at a block edge
+
+
+def _equal_up_to_a_hole(loc: Location, expected: bytes, file_size: int) -> bool:
+    """The file equals `expected` followed by zeros, proven reading only up to the block after `expected` ends: the
+    rest is a hole of a sparse local file (a queue of a few hundred units in a 6 MB file; 12,000 queues would
+    otherwise read and scan 72 GB of zeros). False when that cannot be shown this way (the full comparison
+    decides then)."""
+    head = min(file_size, -(-len(expected) // HOLE_ALIGN) * HOLE_ALIGN)
+    if head >= file_size or loc.size() != file_size or not loc.is_hole(head, file_size):
+        return False
+    disk = loc.read_range(0, head)
+    return len(disk) == head and bytes(disk) == expected + bytes(head - len(expected))
+
+
 def check_cq(task: CqCheckTask) -> Findings:
     """Compare every file of the task's runs with the store; files the commit log implies none for
     inside the runs (and the task's extra_files) are compared with zeros."""
@@ -119,6 +134,8 @@ def check_cq(task: CqCheckTask) -> Findings:
                     + f": {entries} entries from entry {start // CQ_UNIT_SIZE} on")
             continue
         out.files_checked += 1
+        if _equal_up_to_a_hole(loc, data, file_size):
+            continue
         compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out)
     extra: list[tuple[str, int, str]] = list(task.extra_files)
     for item in b.items:
