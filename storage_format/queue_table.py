@@ -104,8 +104,8 @@ class QueueTable:
 
     def to_arrow(self) -> pa.Table:
         """The table as Arrow columns (the work directory's file of it: io.workdir)."""
-        return pa.table({f.name: getattr(self, f.name) if f.name == "topic" else to_arrow(getattr(self, f.name))
-                         for f in fields(self)})
+        return pa.Table.from_arrays([self.topic if f.name == "topic" else to_arrow(getattr(self, f.name))
+                                     for f in fields(self)], names=[f.name for f in fields(self)])
 
     @staticmethod
     def from_arrow(table: pa.Table) -> QueueTable:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
@@ -21,7 +20,7 @@ from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
 from storage_format.queue_table import MergedQueues, QueueTable
-from storage_format.arrow_numpy import to_arrow, to_numpy
+from storage_format.arrow_numpy import large_strings, to_arrow, to_numpy
 from storage_format.settings import BrokerSettings
 
 from ..runtime.faults import pause_at
@@ -200,8 +199,8 @@ class _TaskQueues:
                 keys.append((item.topic, item.queue_id))
             self.queue_of.append(len(keys) - 1)
         self.count = len(keys)
-        self.topics = pa.array(sorted({t for t, _ in keys}), pa.large_string())
-        code = to_numpy(pc.index_in(pa.array([t for t, _ in keys], pa.large_string()), value_set=self.topics))
+        self.topics = large_strings(sorted({t for t, _ in keys}))  # not pa.array: it imports pandas to probe
+        code = to_numpy(pc.index_in(large_strings([t for t, _ in keys]), value_set=self.topics))
         self.keys = _queue_keys(code, np.array([q for _, q in keys], np.int64))
         self.lo = np.full(self.count, np.iinfo(np.int64).max)
         self.hi = np.full(self.count, np.iinfo(np.int64).min)

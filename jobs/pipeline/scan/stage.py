@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from storage_format.arrow_numpy import to_arrow
 from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, RecordColumns, ScanEnd, decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes
 from storage_format.dledger import entry_index_at, entry_term_at
@@ -110,7 +111,7 @@ def _settle_queues(task: SplitTask, summary: SplitSummary) -> None:
     negative = np.flatnonzero((q.queue_id < 0) & (q.records > 0))
     if len(negative):
         summary.negative_queue_records = int(q.records[negative].sum())
-        summary.negative_queues = tuple(f"{t}/{i}" for t, i in zip(q.topic.take(pa.array(negative)).to_pylist(),
+        summary.negative_queues = tuple(f"{t}/{i}" for t, i in zip(q.topic.take(to_arrow(negative)).to_pylist(),
                                                                    q.queue_id[negative].tolist()))
     dest = task.work if task.work is not None else task.tables
     if dest is not None:
