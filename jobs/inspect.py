@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
                             generation=args.rocketmq_version, quiet=progress_quiet(args), tables=tables)
         report = summary(result)
+    report["queue_tables"] = "work directory" if tables is not None else f"driver ({TABLES_TO_DRIVER})"
     report["engine"] = engine.to_dict()
     dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
     if dledger is not None:
@@ -94,11 +95,16 @@ def _tables_dir(args, store: Location) -> Location | None:
     machine (a local master outside spark-submit); on a cluster without --work-dir they come to the driver (its
     memory then grows with queues x splits), which a note says."""
     master = args.master or env.value("REPUT_SPARK_MASTER")
-    if args.work_dir or (local_cores(master) is not None and not under_spark_submit()):
+    submitted = under_spark_submit()
+    if args.work_dir or (local_cores(master) is not None and not submitted):
         return fresh_work_dir(store, args.work_dir, "inspect")
-    print("reput inspect: note: no --work-dir on a cluster: every split's queue table comes to the driver, whose "
-          "memory grows with queues x splits; pass --work-dir on storage the executors share", file=sys.stderr)
+    if not submitted:  # under spark-submit stderr joins stdout (a --json report would not parse): the report says it
+        print(f"reput inspect: note: {TABLES_TO_DRIVER}", file=sys.stderr)
     return None
+
+
+TABLES_TO_DRIVER = ("no --work-dir on a cluster: every split's queue table comes to the driver, whose memory grows "
+                    "with queues x splits; pass --work-dir on storage the executors share")
 
 
 def _print_human(r: dict) -> None:

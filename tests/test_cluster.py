@@ -185,6 +185,7 @@ def test_inspect(cluster):
     scan = manifest(CASE)["commitlog_scan"]
     assert report["message_records"] == scan["message_records"] and report["scan_end"] == scan["scan_end"]
     assert report["records_per_topic_queue"] == manifest(CASE)["records_per_topic_queue"]
+    assert report["queue_tables"].startswith("driver (no --work-dir on a cluster")  # said in the report, not stderr
 
 
 def test_verify(cluster, tmp_path):

@@ -67,7 +67,7 @@ def test_inspect_puts_the_queue_tables_under_work_dir_and_removes_them(tmp_path,
     assert len(seen) > 1 and list((tmp_path / "w").iterdir()) == []
 
 
-def test_inspect_on_a_cluster_without_work_dir_says_the_tables_come_to_the_driver(capsys):
+def test_inspect_on_a_cluster_without_work_dir_says_the_tables_come_to_the_driver(capsys, monkeypatch):
     """No shared work directory on a cluster: the tables travel to the driver as before, and a note says what that
     costs and which flag avoids it."""
     from argparse import Namespace
@@ -78,6 +78,9 @@ def test_inspect_on_a_cluster_without_work_dir_says_the_tables_come_to_the_drive
     assert _tables_dir(Namespace(master="spark://h:7077", work_dir=None), location(str(GOLDEN))) is None
     err = capsys.readouterr().err
     assert "queues x splits" in err and "--work-dir" in err
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit stderr joins stdout: the report says it
+    assert _tables_dir(Namespace(master="spark://h:7077", work_dir=None), location(str(GOLDEN))) is None
+    assert capsys.readouterr().err == ""
 
 
 def test_a_scan_that_keeps_no_queue_tables_sends_only_their_facts():
