@@ -171,18 +171,18 @@ class MergedQueues:
         if not len(table):
             return np.zeros(0, np.int64)
         names = pc.unique(self.topic)  # in order: the topics are sorted
-        mine = _keys(to_numpy(pc.index_in(self.topic, value_set=names)), self.queue_id)
+        mine = queue_keys(to_numpy(pc.index_in(self.topic, value_set=names)), self.queue_id)
         rank = pc.index_in(table.topic, value_set=names)
         if rank.null_count:
             raise ValueError("a split's queue table names a topic the merged table lacks")
-        theirs = _keys(to_numpy(rank), table.queue_id)
+        theirs = queue_keys(to_numpy(rank), table.queue_id)
         at = np.searchsorted(mine, theirs)
         if (at >= len(mine)).any() or (mine[np.minimum(at, len(mine) - 1)] != theirs).any():
             raise ValueError("a split's queue table names a queue the merged table lacks")
         return at
 
 
-def _keys(rank: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
+def queue_keys(rank: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
     """(topic rank, signed queueId) as one sortable int64."""
     return (np.asarray(rank, np.int64) << 32) | (np.asarray(queue_id, np.int64) + _QID_BIAS)
 
@@ -225,7 +225,7 @@ def _combine(parts: list[MergedQueues]) -> MergedQueues:
     name_order = key_order(names, np.zeros(len(names), np.int32))
     rank = np.empty(len(names), np.int64)
     rank[name_order] = np.arange(len(names))
-    key = _keys(rank[to_numpy(encoded.indices).astype(np.int64)], cat["queue_id"])
+    key = queue_keys(rank[to_numpy(encoded.indices).astype(np.int64)], cat["queue_id"])
     order = np.argsort(key, kind="stable")  # parts are in split order: a queue's rows stay in it
     key = key[order]
     col = {name: values[order] for name, values in cat.items()}

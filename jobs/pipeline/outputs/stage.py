@@ -19,7 +19,7 @@ from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_f
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
-from storage_format.queue_table import MergedQueues, QueueTable
+from storage_format.queue_table import MergedQueues, QueueTable, queue_keys
 from storage_format.arrow_numpy import large_strings, to_arrow, to_numpy
 from storage_format.settings import BrokerSettings
 
@@ -201,7 +201,7 @@ class _TaskQueues:
         self.count = len(keys)
         self.topics = large_strings(sorted({t for t, _ in keys}))  # not pa.array: it imports pandas to probe
         code = to_numpy(pc.index_in(large_strings([t for t, _ in keys]), value_set=self.topics))
-        self.keys = _queue_keys(code, np.array([q for _, q in keys], np.int64))
+        self.keys = queue_keys(code, np.array([q for _, q in keys], np.int64))
         self.lo = np.full(self.count, np.iinfo(np.int64).max)
         self.hi = np.full(self.count, np.iinfo(np.int64).min)
         for q, (lo, hi) in zip(self.queue_of, self.bounds):
@@ -215,7 +215,7 @@ class _TaskQueues:
         if not known.any():
             return None
         sel = np.flatnonzero(known)
-        keys = _queue_keys(to_numpy(code.take(to_arrow(sel))), table.queue_id[sel].astype(np.int64))
+        keys = queue_keys(to_numpy(code.take(to_arrow(sel))), table.queue_id[sel].astype(np.int64))
         at = np.minimum(np.searchsorted(self.keys, keys), self.count - 1)
         mine = self.keys[at] == keys
         sel, at = sel[mine], at[mine]
@@ -245,11 +245,6 @@ class _TaskQueues:
             return part
         keep = (part.queue_offset >= lo) & (part.queue_offset < hi)
         return CqColumns(part.queue_offset[keep], part.phy[keep], part.size[keep], part.tags[keep])
-
-
-def _queue_keys(topic_code: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
-    """(topic code, signed queueId) as one sortable int64 (codes in the topics' sorted order)."""
-    return (np.asarray(topic_code, np.int64) << 32) | (np.asarray(queue_id, np.int64) + 2**31)
 
 
 @dataclass(frozen=True)
