@@ -163,13 +163,7 @@ def _run_entries(task: CqTask) -> list[CqColumns]:
     queue per split: 12,000 queues over 112 splits cost 20 s that way), then grouped by queue with split order
     kept; a run of a queue longer than one run takes only the rows whose offsets reach its files."""
     runs = _TaskQueues(task)
-    parts: list[tuple[np.ndarray, CqColumns]] = []
-    inline = dict(task.tables)
-    for split_index, start, stop in task.splits.tolist():  # in split order: each queue's rows stay in order
-        table = inline[split_index] if split_index in inline else read_queue_table(task.work, split_index, start, stop)
-        found = runs.rows_in(split_index, table, task)
-        if found is not None:
-            parts.append(found)
+    parts = list(_split_rows(task, runs))
     if not parts:
         return [CqColumns(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
                 for _ in task.items]
@@ -294,7 +288,7 @@ def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFi
     placer, first = QueuePlacer(), None
     held: list[CqColumns] = []
     per_file = task.file_size // CQ_UNIT_SIZE
-    for rows in _queue_chunks(task, item):
+    for _, rows in _split_rows(task, _TaskQueues(task)):  # the task's one queue, split by split
         keep, at = placer.place(rows.queue_offset, rows.phy, rows.size)
         if not len(at):
             continue
@@ -310,21 +304,15 @@ def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFi
         yield from _files(task, item, _concat(held), first, trim)
 
 
-def _queue_chunks(task: CqTask, item: QueueFiles) -> Iterator[CqColumns]:
-    """The queue's rows, one split at a time in split order (offsets through the split's map where it moved)."""
+def _split_rows(task: CqTask, runs: _TaskQueues) -> Iterator[tuple[np.ndarray, CqColumns]]:
+    """(queue of each row, the rows) of the task's queues, one split at a time in split order (splits without any
+    of their rows skipped)."""
     inline = dict(task.tables)
     for split_index, start, stop in task.splits.tolist():
         table = inline[split_index] if split_index in inline else read_queue_table(task.work, split_index, start, stop)
-        mine = np.flatnonzero((table.queue_id == item.queue_id) & (table.cq_rows > 0))
-        mine = [r for r in mine.tolist() if table.topic[r].as_py() == item.topic]
-        if not mine:
-            continue
-        first_row, n = int(table.first_row[mine[0]]), int(table.cq_rows[mine[0]])
-        cols, rows = cq_columns(task.work, split_index), slice(first_row, first_row + n)
-        chunk = CqColumns(*(np.array(cols[name].take(rows)) for name in ("queue_offset", "phy", "size", "tags")))
-        if split_index in task.moved:
-            chunk = CqColumns(chunk.queue_offset, offset_map(task.work, split_index)(chunk.phy), chunk.size, chunk.tags)
-        yield chunk
+        found = runs.rows_in(split_index, table, task)
+        if found is not None:
+            yield found
 
 
 def _concat(parts: list[CqColumns]) -> CqColumns:
