@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="share of messages naming 1-3 %%LMQ%% queues (multi-dispatch; default 0)")
     g.add_argument("--lmq-queues", type=int, default=d.lmq_queues,
                    help=f"distinct %%LMQ%% queues they name (default {d.lmq_queues:,})")
+    g.add_argument("--transaction-share", type=float, default=d.transaction_share,
+                   help="share of messages sent in a transaction: a half record, then its COMMIT (default 0)")
     g.add_argument("--seed", type=int, default=d.seed)
     g.add_argument("--dledger", action="store_true",
                    help="a DLedger-mode store (dledger-n0/data/ entry files of --segment-size, one-member group)")
@@ -170,14 +172,15 @@ def spec_from(args: argparse.Namespace) -> StoreSpec:
                      tags_share=args.tags_share, segment_size=args.segment_size,
                      consume_queue_file_size=args.cq_file_size, max_hash_slot_num=args.index_slots,
                      max_index_num=args.index_entries, seed=args.seed, lmq_share=args.lmq_share,
-                     lmq_queues=args.lmq_queues, dledger=args.dledger)
+                     lmq_queues=args.lmq_queues, dledger=args.dledger, transaction_share=args.transaction_share)
 
 
 def store_dir(root: Path, spec: StoreSpec) -> Path:
     """One directory per distinct store, so stores of several sizes can sit side by side."""
     lmq = f"-lmq{spec.lmq_share:g}x{spec.lmq_queues}" if spec.lmq_share > 0 else ""
     kind = "-dledger" if spec.dledger else ""
-    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}{kind}"
+    tx = f"-tx{spec.transaction_share:g}" if spec.transaction_share > 0 else ""
+    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}{kind}{tx}"
 
 
 def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:

@@ -26,8 +26,9 @@ from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
 from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
+from jobs.pipeline.convert.transactions import map_transaction_ends  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
-from jobs.pipeline.io.workdir import fresh_work_dir, read_record_sizes, removed_after  # noqa: E402
+from jobs.pipeline.io.workdir import fresh_work_dir, removed_after  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
@@ -188,7 +189,8 @@ def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: i
     t0 = time.monotonic()
     plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
                      [s.listed for s in scan.accepted if s.listed is not None], settings.mapped_file_size_commitlog,
-                     lambda r: r.sizes if r.sizes is not None else read_record_sizes(work, r.split))
+                     lambda r: r.sizes_in(work))
+    plan = dataclasses.replace(plan, prepared=map_transaction_ends(sc, plan, work, quiet))
     timings["layout_s"] = time.monotonic() - t0
     return scan, plan, end
 

@@ -12,10 +12,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from storage_format.record import Message
+from storage_format.record import TRAN_COMMIT, Message
 
 from .encoder import LOCK_FILE_CONTENT, SegmentWriter, write_dledger_checkpoint, write_dledger_index
-from .sample import EPOCH_MS, STORE_HOST_1, props
+from .sample import EPOCH_MS, HALF_TOPIC, STORE_HOST_1, props
 
 SPEC_NAME = "bench-store.json"
 BORN_HOSTS = (bytes((10, 20, 30, 41)), bytes((10, 20, 30, 42)), bytes((10, 20, 30, 43)))
@@ -42,6 +42,7 @@ class StoreSpec:
     lmq_share: float = 0.0  # share of messages naming 1-3 %LMQ% queues (INNER_MULTI_DISPATCH), 4.x style
     lmq_queues: int = 100_000  # distinct %LMQ% queues they are drawn from
     dledger: bool = False  # a DLedger-mode store: dledger-n0/data/ entry files (one-member group), not commitlog/
+    transaction_share: float = 0.0  # share of messages sent in a transaction: a half record, then its COMMIT
 
     def broker_conf(self) -> str:
         """The broker .properties text matching the store's sizes."""
@@ -60,6 +61,8 @@ class StoreSpec:
         d["key_mix"] = list(self.key_mix)
         if not self.dledger:
             del d["dledger"]  # plain stores keep the spec (and so the stores) written before the flag existed
+        if not self.transaction_share:
+            del d["transaction_share"]  # likewise
         return d
 
 
@@ -153,9 +156,13 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
                 parts.append(("TAGS", TAG_VALUES[randrange(len(TAG_VALUES))]))
             if spec.lmq_share > 0 and rnd() < spec.lmq_share:
                 parts.extend(_lmq_properties(lmq_next, [randrange(spec.lmq_queues) for _ in range(1 + randrange(3))]))
-            writer.append(Message(topic=topic, body=pool[at:at + size], queue_id=qid, born_timestamp=clock - 1,
-                                  born_host=born, born_port=50001, store_timestamp=clock,
-                                  store_host=STORE_HOST_1[0], store_port=STORE_HOST_1[1], properties=props(parts)))
+            msg = Message(topic=topic, body=pool[at:at + size], queue_id=qid, born_timestamp=clock - 1,
+                          born_host=born, born_port=50001, store_timestamp=clock,
+                          store_host=STORE_HOST_1[0], store_port=STORE_HOST_1[1], properties=props(parts))
+            if spec.transaction_share > 0 and rnd() < spec.transaction_share:
+                _transaction(writer, msg, parts)
+            else:
+                writer.append(msg)
             if progress and i and i % 500_000 == 0:
                 print(f"[bench] store: {i:,} messages written, {time.monotonic() - started:.0f}s", flush=True)
     summary = writer.summary
@@ -171,6 +178,20 @@ def write_bench_store(root: Path, spec: StoreSpec, progress: bool = True) -> dic
             "write_seconds": round(time.monotonic() - started, 1)}
     (root / SPEC_NAME).write_text(json.dumps(info, indent=2))
     return info
+
+
+def _transaction(writer: SegmentWriter, msg: Message, parts: list[tuple[str, str]]) -> None:
+    """`msg` sent in a transaction, as the broker stores it (storegen.sample's half and end-transaction steps): the
+    half record in RMQ_SYS_TRANS_HALF_TOPIC queue 0, then the COMMIT record in the real topic pointing at it (the
+    op record left out: the bench needs the pairs, not the transaction check's bookkeeping)."""
+    half = writer.append(Message(
+        topic=HALF_TOPIC, body=msg.body, queue_id=0, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+        born_port=msg.born_port, store_timestamp=msg.store_timestamp, store_host=msg.store_host,
+        store_port=msg.store_port, properties=props([("REAL_TOPIC", msg.topic), ("TRAN_MSG", "true")] + parts
+                                                    + [("PGROUP", "PG_Trans"), ("REAL_QID", str(msg.queue_id))])))
+    msg.sys_flag |= TRAN_COMMIT
+    msg.prepared_transaction_offset = half
+    writer.append(msg)
 
 
 def read_store_info(root: Path) -> dict:

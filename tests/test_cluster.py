@@ -188,25 +188,6 @@ def test_inspect(cluster):
     assert report["queue_tables"].startswith("driver (no --work-dir on a cluster")  # said in the report, not stderr
 
 
-def test_verify(cluster, tmp_path):
-    """The broker's own files are consistent; the report is written where --report says."""
-    report = tmp_path / "verify.json"
-    submit(cluster, "verify", *CONF_ARGS, "--report", str(report), "--work-dir", str(tmp_path))
-    assert json.loads(report.read_text())["status"] == "consistent"
-
-
-def test_recover_out(cluster, tmp_path):
-    """unclean-torn-11 recovered on the cluster equals RocketMQ's own recovery of it."""
-    store, out = GOLDEN / "unclean-torn-11", tmp_path / "out"
-    submit(cluster, "recover", "--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
-           "--json")
-    want = "unclean-torn-11-recovered"
-    for prefix in ("commitlog/", "consumequeue/"):
-        assert tree(out, prefix.rstrip("/")) == golden_files(want, prefix), prefix
-    assert [sha(p) for p in sorted((out / "index").iterdir())] == index_shas(want)
-    assert sha(out / "checkpoint") == manifest(want)["files"]["checkpoint"]["sha256"]
-
-
 def test_query_scan(cluster):
     """--scan searches the commit log in Spark tasks: the records that carry the key, by the golden walk."""
     recs = golden_walk.records(CASE)

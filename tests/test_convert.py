@@ -535,6 +535,35 @@ def _walk_records(log: dict[int, bytes]):
             at += n
 
 
+def test_a_store_of_transactions_keeps_every_commit_pointing_at_its_half_record(spark, tmp_path):
+    """Half of the messages sent in transactions (storegen: a half record, then its COMMIT), small splits and
+    segments so that ends and their half records fall in different splits and new segments: in OUT every COMMIT's
+    prepared offset is its half record's new offset (read back with the test's own walk); the report counts the
+    ends, and none of them travelled to the driver (the plan's counts come from the tasks' pairs files)."""
+    from jobs.convert import main as convert_main
+    from storegen.synth import StoreSpec, write_bench_store
+
+    spec = StoreSpec(messages=6000, body_min=16, body_max=200, topics=3, queues=2, segment_size=1 << 18,
+                     dledger=True, transaction_share=0.5)
+    store, out = tmp_path / "store", tmp_path / "out"
+    write_bench_store(store, spec, progress=False)
+    assert convert_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
+                         "--split-size", "64k", "--quiet", "--json"]) == 0
+    report = json.loads((out / "reput-convert-report.json").read_text())
+    moved = _offset_map(out)
+    walked = dict(_walk_records(_log_bytes(out)))
+    halves = {new for new in moved.values() if b"\x18RMQ_SYS_TRANS_HALF_TOPIC" in walked[new]}  # its topic field
+    commits = 0
+    for new, rec in walked.items():
+        flag = struct.unpack_from(">i", rec, AT_SYS_FLAG)[0]
+        if is_transaction_end(flag):
+            commits += 1
+            assert struct.unpack_from(">q", rec, prepared_offset_at(flag))[0] in halves, new
+    assert commits == len(halves) > 2000
+    assert report["plan"]["transaction_ends_rewritten"] == commits == report["prepared_offsets_rewritten"]
+    assert report["plan"]["transaction_ends_pointing_outside"] == 0 and len(report["segments_written"]) > 3
+
+
 def test_a_record_whose_body_crc_fails_is_refused_then_listed_with_the_flag(spark, tmp_path, capsys):
     """A DLedger record with a flipped body byte (DLedger serves it; a plain broker's recovery cuts its log there):
     convert refuses in one line naming the data file, byte offset, and the old and new offsets, writing nothing;

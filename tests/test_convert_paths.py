@@ -100,17 +100,20 @@ def _plan(segment_size: int):
     for s in segments:
         offs, sizes, trans, preps, _, _ = commitlog_layout.hop_entries_reference(Path(s.path).read_bytes(), s.start,
                                                                                  0, 2**62)
-        ends = trans >= 8
-        parts.append(SplitRecords(first=int(offs[0]), header=s.header, count=len(sizes), total=int(sizes.sum()),
-                                  end_offsets=offs[ends], end_prepared=preps[ends],
-                                  prepared=int(np.count_nonzero(trans == 4)), sizes=np.asarray(sizes, np.int32)))
+        parts.append(SplitRecords.listed(int(offs[0]), s.header, np.asarray(sizes, np.int32), np.asarray(trans),
+                                         np.asarray(preps), split=len(parts)))
     return make_plan(segments, parts, segment_size, lambda r: r.sizes)
 
 
 def test_segments_written_direct_equal_buffered(tmp_path):
+    """Both write modes, with the transaction ends' pairs read from the work directory as convert writes them."""
     from jobs.pipeline.convert.segments import write_segment
+    from jobs.pipeline.convert.transactions import map_transaction_ends
+    from jobs.pipeline.runtime.local import LocalRunner
 
     plan = _plan(1 << 18)
+    work = location(str(tmp_path / "work"))
+    plan = dataclasses.replace(plan, prepared=map_transaction_ends(LocalRunner(1), plan, work, True))
     assert len(plan.segment_starts) > 2 and plan.blanks > 1
     got = {}
     for how in (True, False):
@@ -128,9 +131,10 @@ def test_segments_written_direct_equal_buffered(tmp_path):
 
 @pytest.mark.parametrize("kernel", ["1", "0"])
 @pytest.mark.parametrize("limit_at", [None, 0.6])
-def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, kernel, limit_at):
+def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, tmp_path, kernel, limit_at):
     """Small splits (records cut across them, re-walks), both decoders, with and without a dispatch limit in
-    the middle of a data file: the listed records are exactly the reference walk's, up to the limit."""
+    the middle of a data file: the listed records are exactly the reference walk's, up to the limit. Their sizes
+    and transaction ends stay in the work directory: the driver holds counts and spans (issue 32)."""
     from jobs.pipeline.scan.stage import scan_store
     from jobs.pipeline.store.segments import list_segments
     from storage_format.settings import load_settings
@@ -138,6 +142,7 @@ def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, kernel, lim
     monkeypatch.setenv("REPUT_DECODE_KERNEL", kernel)
     settings = load_settings(CASE / "broker.conf")
     store = location(str(CASE))
+    work = location(str(tmp_path / "work"))
     segments = list_segments(store, settings)
     ref = [commitlog_layout.hop_entries_reference(Path(s.path).read_bytes(), s.start, 0, 2**62) for s in segments]
     offs = np.concatenate([r[0] for r in ref])
@@ -147,15 +152,19 @@ def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, kernel, lim
         i = int(len(offs) * limit_at)
         limit = int(offs[i] + sizes[i]) + 5  # inside the next record
     scan = scan_store(SparkRunner(spark.sparkContext), store, settings, split_size=1 << 15, with_cq=False, with_keys=False,
-                      dispatch_limit=limit, quiet=True, with_records=True)
+                      dispatch_limit=limit, quiet=True, with_records=True, work=work)
     parts = [s.listed for s in scan.accepted if s.listed is not None]
     keep = np.ones(len(offs), bool) if limit is None else offs + sizes <= limit
     assert len(scan.splits) > 3 * len(segments)
-    assert np.concatenate([p.offsets for p in parts]).tolist() == offs[keep].tolist()
-    assert np.concatenate([p.sizes for p in parts]).tolist() == sizes[keep].tolist()
+    assert np.concatenate([p.offsets_from(p.sizes_in(work)) for p in parts]).tolist() == offs[keep].tolist()
+    assert all(p.sizes is None and p.end_prepared is None for p in parts)
+    assert np.concatenate([p.sizes_in(work) for p in parts]).tolist() == sizes[keep].tolist()
     trans = np.concatenate([r[2] for r in ref])[keep]
     preps = np.concatenate([r[3] for r in ref])[keep]
-    assert np.concatenate([p.end_prepared for p in parts]).tolist() == preps[trans >= 8].tolist()
+    ends = [p.prepared_in(work) for p in parts]
+    assert np.concatenate(ends).tolist() == preps[trans >= 8].tolist() and len(ends[0]) < sum(map(len, ends))
+    assert all(p.ends == len(e) and (p.ends_lo, p.ends_hi) == ((int(e.min()), int(e.max())) if len(e) else (0, -1))
+               for p, e in zip(parts, ends))
     assert sum(p.prepared for p in parts) == int(np.count_nonzero(trans == 4))
 
 

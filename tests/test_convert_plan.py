@@ -1,6 +1,7 @@
 """convert's plan carried split by split (the driver holds no record sizes, issue 32) equals the placement rule over
 the whole listing at once (commitlog_layout.layout_reference): every record's new offset, the new segments (first
-record, count, BLANK), the ids that change, the transaction ends' half records mapped."""
+record, count, BLANK), the ids that change; and the transaction ends' half records mapped split by split from the
+places the plan hands each task (convert.transactions) equal the whole listing's map."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from jobs.pipeline.convert.plan import make_plan
 from jobs.pipeline.convert.records import SplitRecords
+from jobs.pipeline.convert.transactions import ends_tasks, map_ends
 from storage_format.commitlog_layout import layout_reference
 from storage_format.scan_plan import Segment
 
@@ -24,9 +26,10 @@ def _splits(sizes: list[int], cuts: list[int], first: int, ends: list[int]) -> l
     for a, b in zip(bounds, bounds[1:]):
         mine = [e for e in ends if a <= e < b]
         targets = [int(olds[e - 1 - e // 2]) if e - 1 - e // 2 >= 0 else 7 for e in mine]
-        out.append(SplitRecords(first=int(olds[a]), header=HEADER, count=b - a, total=int(sizes_a[a:b].sum()),
-                                end_offsets=olds[mine].astype(np.int64), end_prepared=np.asarray(targets, np.int64),
-                                prepared=0, sizes=sizes_a[a:b].copy()))
+        trans = np.zeros(b - a, np.int8)
+        preps = np.zeros(b - a, np.int64)
+        trans[np.asarray(mine, int) - a], preps[np.asarray(mine, int) - a] = 8, targets
+        out.append(SplitRecords.listed(int(olds[a]), HEADER, sizes_a[a:b].copy(), trans, preps, split=len(out)))
     return out
 
 
@@ -57,12 +60,17 @@ def test_the_plan_carried_split_by_split_equals_the_whole_layout(sizes, cuts, se
     tasks = plan.segment_tasks("out", "map")
     assert sum(t.count for t in tasks) == len(sizes)
     assert plan.ids_changed == int(np.count_nonzero(olds != ref.offsets))
-    assert len(loads) <= len(plan.segments) + len(ends) + 2  # sizes read only where a roll or a lookup needs them
+    assert len(loads) <= len(plan.segments) + 2  # sizes read only where a roll needs them
     moved = {int(o): int(n) for o, n in zip(olds, ref.offsets) if o != n}
+    pairs, outside = {}, 0
+    for t in ends_tasks(plan, None):
+        keys, values, out = map_ends(t.records.end_prepared, t.places, segment_size, start, lambda r: r.sizes)
+        assert keys.tolist() == sorted(set(keys.tolist()))
+        pairs.update(zip(keys.tolist(), values.tolist()))
+        outside += out
     targets = [int(t) for r in splits for t in r.end_prepared.tolist()]
-    assert dict(zip(plan.prepared_keys.tolist(), plan.prepared_values.tolist())) == \
-        {t: moved[t] for t in targets if t in moved}
-    assert plan.unmapped_prepared == sum(1 for t in targets if t not in set(olds.tolist()) and t >= start)
+    assert pairs == {t: moved[t] for t in targets if t in moved}
+    assert outside == sum(1 for t in targets if t not in set(olds.tolist()) and t >= start)
     for i in range(0, len(sizes), 7):
         assert plan.new_offset(int(olds[i])) == int(ref.offsets[i])
         assert plan.records_after(int(olds[i])) == len(sizes) - i - 1

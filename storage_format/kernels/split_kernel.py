@@ -218,11 +218,11 @@ def _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats):
     if pos == segment_end:
         stats[S_END] = KEND_FILE
         return -1
-    if pos + header + 8 > limit:
+    if pos + 8 > limit:
         stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_ENTRY
         return -1
     magic, size = i32(a, pos), i32(a, pos + 4)
-    if magic == rules[R_ENTRY_BLANK]:
+    if magic == rules[R_ENTRY_BLANK]:  # a blank may be shorter than an entry header (DLedger's is 8 bytes or more)
         if size != segment_end - pos:
             stats[S_FALLBACK] = FB_BAD_ENTRY
             return -1
@@ -232,6 +232,9 @@ def _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats):
     if magic != rules[R_ENTRY_MAGIC]:
         stats[S_END] = KEND_BAD_MAGIC
         stats[S_END_MAGIC] = magic & 0xFFFFFFFF
+        return -1
+    if pos + header + 8 > limit:
+        stats[S_FALLBACK] = FB_NEED_BYTES if limit < segment_end else FB_BAD_ENTRY
         return -1
     body = i32(a, pos + header)
     rmagic = i32(a, pos + header + 4) & 0xFFFFFFFF

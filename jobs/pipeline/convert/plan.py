@@ -2,10 +2,10 @@
 prints, in memory that grows with splits and new segments, not records (issue 32). The layout is CommitLog's
 placement rule (commitlog_layout) carried from split to split: a split that no segment boundary cuts is placed from
 its byte total alone; only a split holding a roll reads its records' sizes (one per new segment, a split's worth),
-and so do the few lookups of single records (transaction ends' half records, records whose CRC fails)."""
+and so do the few lookups of single records (records whose CRC fails). The transaction ends' half records are mapped
+by Spark tasks (convert.transactions): the plan holds their counts and which splits have pairs (PreparedMaps)."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,6 +14,7 @@ import numpy as np
 from storage_format.commitlog_layout import END_MARKER, layout
 from storage_format.scan_plan import Segment
 
+from ..io.fs import Location
 from .records import SplitRecords
 from .segments import SegmentTask
 
@@ -58,10 +59,25 @@ def place(sizes: np.ndarray, segment_size: int, segment: int, position: int) -> 
     return lay.offsets[1:], lay.blanks, lay.end
 
 
+@dataclass(frozen=True)
+class PreparedMaps:
+    """What the transaction-ends stage found (convert.transactions): the COMMIT/ROLLBACK records mapped, those whose
+    prepared offset points at no record of the converted part, and the listed splits that wrote pairs (the old and
+    new offsets of the half records they point at that move) into `work`."""
+
+    ends: int = 0
+    outside: int = 0
+    splits: frozenset[int] = frozenset()
+    work: Location | None = None
+
+    def to_dict(self) -> dict:
+        return {"transaction_ends_rewritten": self.ends - self.outside, "transaction_ends_pointing_outside": self.outside}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConvertPlan:
-    """What convert will do: each listed split's place in the new log, the new segments, the transaction ends whose
-    prepared offset moves (`prepared_keys` -> `prepared_values`, sorted), and those pointing outside it."""
+    """What convert will do: each listed split's place in the new log, the new segments, and once the transaction
+    ends are mapped (`prepared`), where the pairs for each segment's COMMIT/ROLLBACK records are."""
 
     data_files: tuple[Segment, ...]
     plain_segments: tuple[Segment, ...]
@@ -73,15 +89,11 @@ class ConvertPlan:
     records: int
     blanks: int
     ids_changed: int
-    end_offsets: np.ndarray
-    end_prepared: np.ndarray
-    prepared_keys: np.ndarray
-    prepared_values: np.ndarray
-    unmapped_prepared: int
     prepared_records: int
     sizes_of: SizesOf
     firsts: np.ndarray  # per listed split: its first record's old offset, and where its last record ends
     old_ends: np.ndarray
+    prepared: PreparedMaps = PreparedMaps()
 
     @property
     def segment_starts(self) -> list[int]:
@@ -116,20 +128,25 @@ class ConvertPlan:
         olds = p.records.offsets_from(self.sizes_of(p.records))
         return self.records - p.first_index - int(np.searchsorted(olds, old, side="right"))
 
+    def overlapping(self, lo: int, hi: int) -> range:
+        """The listed splits holding records in old offsets [lo, hi]."""
+        return range(int(np.searchsorted(self.old_ends, lo, side="right")),
+                     int(np.searchsorted(self.firsts, hi, side="right")))
+
     def segment_tasks(self, out_dir: str, map_dir: str) -> list[SegmentTask]:
-        """One task per new segment holding records (in offset order), with the prepared-offset map for the
-        COMMIT/ROLLBACK records in its old offset range."""
+        """One task per new segment holding records (in offset order), with the listed splits in its old offset
+        range whose transaction ends have pairs (their COMMIT/ROLLBACK records' prepared offsets to rewrite)."""
         tasks = []
+        work = self.prepared.work.uri if self.prepared.work is not None else None
         for k, seg in enumerate(self.segments):
             nxt = self.segments[k + 1] if k + 1 < len(self.segments) else None
             count = (nxt.first_index if nxt else self.records) - seg.first_index
-            sel = (self.end_offsets >= seg.first_old) & (self.end_offsets < (nxt.first_old if nxt else 2**63 - 1))
-            j = np.flatnonzero(np.isin(self.prepared_keys, np.unique(self.end_prepared[sel])))
+            near = self.overlapping(seg.first_old, nxt.first_old - 1 if nxt else 2**63 - 1)
+            pairs = tuple(self.splits[i].records.split for i in near
+                          if self.splits[i].records.split in self.prepared.splits)
             tasks.append(SegmentTask(start=seg.start, segment_size=self.segment_size, first_old=seg.first_old,
                                      count=count, blank_at=seg.blank_at, sources=self.data_files,
-                                     prepared_keys=tuple(self.prepared_keys[j].tolist()),
-                                     prepared_values=tuple(self.prepared_values[j].tolist()),
-                                     out_dir=out_dir, map_dir=map_dir))
+                                     prepared_splits=pairs, work=work, out_dir=out_dir, map_dir=map_dir))
         return tasks
 
     def to_dict(self) -> dict:
@@ -137,9 +154,7 @@ class ConvertPlan:
                 "new_log_start": self.start, "new_log_end": self.end,
                 "new_log_bytes": self.end - self.start, "blanks": self.blanks,
                 "plain_segments_kept": len(self.plain_segments),
-                "offset_msg_ids_changed": self.ids_changed,
-                "transaction_ends_rewritten": int(len(self.end_offsets)) - self.unmapped_prepared,
-                "transaction_ends_pointing_outside": self.unmapped_prepared,
+                "offset_msg_ids_changed": self.ids_changed, **self.prepared.to_dict(),
                 "prepared_records_moved": self.prepared_records}
 
 
@@ -202,41 +217,9 @@ def make_plan(segments: list[Segment], listed: list[SplitRecords], segment_size:
         if r.count:
             placing.add(r, sizes_of)
     records = placing.index
-    end_offsets = np.concatenate([r.end_offsets for r in listed]) if listed else np.zeros(0, np.int64)
-    end_prepared = np.concatenate([r.end_prepared for r in listed]) if listed else np.zeros(0, np.int64)
-    plan = ConvertPlan(data_files=data, plain_segments=plain, splits=tuple(placing.splits),
+    return ConvertPlan(data_files=data, plain_segments=plain, splits=tuple(placing.splits),
                        segments=tuple(placing.segments), segment_size=segment_size, start=start,
                        end=placing.position if records else start, records=records, blanks=placing.blanks,
-                       ids_changed=records - placing.ids_same, end_offsets=end_offsets, end_prepared=end_prepared,
-                       prepared_keys=np.zeros(0, np.int64), prepared_values=np.zeros(0, np.int64), unmapped_prepared=0,
-                       prepared_records=sum(r.prepared for r in listed), sizes_of=sizes_of,
-                       firsts=np.array([p.records.first for p in placing.splits], np.int64),
+                       ids_changed=records - placing.ids_same, prepared_records=sum(r.prepared for r in listed),
+                       sizes_of=sizes_of, firsts=np.array([p.records.first for p in placing.splits], np.int64),
                        old_ends=np.array([p.records.old_end for p in placing.splits], np.int64))
-    keys, values, unmapped = _prepared_map(plan, end_prepared, start)
-    return dataclasses.replace(plan, prepared_keys=keys, prepared_values=values, unmapped_prepared=unmapped)
-
-
-def _prepared_map(plan: ConvertPlan, end_prepared: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(old, new) offsets of the half records the transaction ends point at that move, sorted; and how many ends
-    point at no record of the converted part (one below it, in the plain part, keeps its offset)."""
-    targets = np.unique(end_prepared)
-    at = plan._split_at(targets)
-    keys, values, missing = [], [], targets[at < 0].tolist()
-    held, where = targets[at >= 0], at[at >= 0]  # both ascending: each split's targets are one run
-    cuts = np.flatnonzero(np.diff(where)) + 1
-    for run in np.split(np.arange(len(held)), cuts) if len(held) else []:  # the splits holding them, each read once
-        wanted = held[run].tolist()
-        p = plan.splits[int(where[run[0]])]
-        olds, news, _ = p.offsets(plan.sizes_of(p.records), plan.segment_size)
-        found = np.searchsorted(olds, wanted)
-        for t, i in zip(wanted, found.tolist()):
-            if i < len(olds) and int(olds[i]) == t:
-                if int(news[i]) != t:
-                    keys.append(t)
-                    values.append(int(news[i]))
-            else:
-                missing.append(t)
-    outside = [t for t in missing if t >= start]  # half records in the plain part keep their offsets
-    unmapped = int(np.isin(end_prepared, np.asarray(outside, np.int64)).sum()) if outside else 0
-    order = np.argsort(np.asarray(keys, np.int64), kind="stable")
-    return np.asarray(keys, np.int64)[order], np.asarray(values, np.int64)[order], unmapped

@@ -1,8 +1,9 @@
 """Listing a DLedger store's records: offset, size, transaction type and, for COMMIT/ROLLBACK records, the
 prepared offset, by hopping entry headers. The source scan's decode tasks list their split's records from the
 bytes they just decoded (`list_buffer`: no second read of the store). With a work directory the sizes stay there
-(io.workdir.write_record_sizes) and the driver gets a split's first offset, count and byte total only (plus the
-few transaction ends): its memory does not grow with the records (issue 32); without one they travel along."""
+(io.workdir.write_record_sizes), and so do its transaction ends' prepared offsets (write_transaction_ends): the
+driver gets a split's first offset, count, byte total and the count and span of its transaction ends only, so its
+memory does not grow with the records (issue 32); without one they travel along."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ from storage_format.dledger import ENTRY_HEADER_SIZE
 from storage_format.kernels.layout_kernel import hop_entries
 from storage_format.record import TRAN_PREPARED
 
+from ..io.fs import Location
+from ..io.workdir import read_record_sizes, read_transaction_ends
+
 CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
 MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a chunk can fill
 
@@ -21,17 +25,20 @@ MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a c
 class SplitRecords:
     """A split's records as a decode task sends them to the driver: consecutive entries, so the first record's
     offset, the entry header's size and each record's size give every offset; their count and byte total (what the
-    layout needs for a split that no segment boundary cuts); the offsets of its COMMIT/ROLLBACK records and the
-    prepared offsets they point at, and its PREPARED count. `sizes` is None when they were written to the work directory under `split`."""
+    layout needs for a split that no segment boundary cuts); the prepared offsets its COMMIT/ROLLBACK records point
+    at (their count and smallest and largest: where the half records can be), and its PREPARED count. `sizes` and
+    `end_prepared` are None when they were written to the work directory under `split`."""
 
     first: int
     header: int
     count: int
     total: int
-    end_offsets: np.ndarray
-    end_prepared: np.ndarray
+    ends: int
+    ends_lo: int
+    ends_hi: int
     prepared: int
     sizes: np.ndarray | None = None
+    end_prepared: np.ndarray | None = None
     split: int = -1
 
     def offsets_from(self, sizes: np.ndarray) -> np.ndarray:
@@ -40,6 +47,28 @@ class SplitRecords:
             return np.zeros(0, np.int64)
         steps = sizes.astype(np.int64) + self.header
         return self.first + np.concatenate(([0], np.cumsum(steps[:-1])))
+
+    @classmethod
+    def listed(cls, first: int, header: int, sizes: np.ndarray, trans: np.ndarray, preps: np.ndarray,
+               split: int = -1) -> SplitRecords:
+        """A split's records from their listing (sizes, transaction types, prepared offsets: a record each), held
+        in memory: the transaction ends are the COMMIT/ROLLBACK records (type >= 8)."""
+        targets = preps[trans >= 8].astype(np.int64)
+        return cls(first=first, header=header, count=len(sizes), total=int(sizes.sum(dtype=np.int64)),
+                   ends=len(targets), ends_lo=int(targets.min()) if len(targets) else 0,
+                   ends_hi=int(targets.max()) if len(targets) else -1,
+                   prepared=int(np.count_nonzero(trans == TRAN_PREPARED)), sizes=sizes, end_prepared=targets,
+                   split=split)
+
+    def sizes_in(self, work: Location | None) -> np.ndarray:
+        """The records' sizes: in memory, or read back from the work directory."""
+        return self.sizes if self.sizes is not None else read_record_sizes(work, self.split)
+
+    def prepared_in(self, work: Location | None) -> np.ndarray:
+        """The transaction ends' prepared offsets, in record order: in memory, or read back from the work directory."""
+        if self.end_prepared is not None:
+            return self.end_prepared
+        return read_transaction_ends(work, self.split) if self.ends else np.zeros(0, np.int64)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -67,7 +96,5 @@ def list_buffer(buf, base: int, first_offset: int, last_end: int, header: int, r
     if not ((n == records and stop == len(data)) or cut):
         raise ValueError(f"listing the entries from commit-log offset {first_offset} found {n} records ending at "
                          f"{base + stop}; the decode found {records} ending at {last_end}")
-    ends = trans[:n] >= 8
-    return SplitRecords(first=int(offs[0]) if n else first_offset + header, header=header, count=n,
-                        total=int(sizes[:n].sum(dtype=np.int64)), end_offsets=offs[:n][ends], end_prepared=preps[:n][ends],
-                        prepared=int(np.count_nonzero(trans[:n] == TRAN_PREPARED)), sizes=sizes[:n].copy())
+    return SplitRecords.listed(int(offs[0]) if n else first_offset + header, header, sizes[:n].copy(), trans[:n],
+                               preps[:n])

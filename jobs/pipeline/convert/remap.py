@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..io.fs import Location
-from ..io.workdir import read_record_sizes, write_offset_map
+from ..io.workdir import write_offset_map
 from ..runtime.tasks import run_tasks
 from .plan import ConvertPlan, SplitPlace
 
@@ -27,7 +27,7 @@ class MapTask:
 def write_map(task: MapTask) -> int:
     """Write the split's offset map (a Spark task); returns the split's index."""
     split = task.place.records.split
-    olds, news, _ = task.place.offsets(read_record_sizes(task.work, split), task.segment_size)
+    olds, news, _ = task.place.offsets(task.place.records.sizes_in(task.work), task.segment_size)
     write_offset_map(task.work, split, olds, news)
     return split
 

@@ -18,6 +18,7 @@ from storage_format.segment_names import segment_name
 
 from ..io.direct import BUFFERED_MODE, SegmentFileWriter
 from ..io.fs import Location
+from ..io.workdir import read_prepared_pairs
 from ..runtime.faults import pause_at
 from .msgid_map import map_part, map_writer
 from .records import CHUNK, MIN_ENTRY
@@ -27,7 +28,8 @@ from .records import CHUNK, MIN_ENTRY
 class SegmentTask:
     """One new segment: its start, where its first record starts (the segment's start), the first record's old
     offset and how many records it holds, the BLANK's offset (None: the log ends in it), the data files
-    to read, the prepared-offset map for its COMMIT/ROLLBACK records, and where to write."""
+    to read, the listed splits whose prepared pairs (in `work`) its COMMIT/ROLLBACK records need, and where to
+    write."""
 
     start: int
     segment_size: int
@@ -35,8 +37,8 @@ class SegmentTask:
     count: int
     blank_at: int | None
     sources: tuple[Segment, ...]
-    prepared_keys: tuple[int, ...] = field(default=())
-    prepared_values: tuple[int, ...] = field(default=())
+    prepared_splits: tuple[int, ...] = field(default=())
+    work: str | None = None
     out_dir: str
     map_dir: str
     direct_io: bool = True  # O_DIRECT where the filesystem takes it (REPUT_CONVERT_DIRECT_IO=0: buffered)
@@ -80,11 +82,20 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
                           seconds=time.monotonic() - started)
 
 
+def _prepared_pairs(task: SegmentTask) -> tuple[np.ndarray, np.ndarray]:
+    """The half records' old -> new offsets the segment's transaction ends need (keys sorted, unique): the pairs
+    of the listed splits in its old offset range, read from the work directory."""
+    if not task.prepared_splits:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    parts = [read_prepared_pairs(Location(task.work), k) for k in task.prepared_splits]
+    keys, first = np.unique(np.concatenate([p[0] for p in parts]), return_index=True)
+    return keys, np.concatenate([p[1] for p in parts])[first]
+
+
 def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
     """The segment's bytes in order: the records, hopped and copied in one pass chunk by chunk (hop_copy) straight
     into the writer's buffer, then the BLANK (if the log goes on)."""
-    keys = np.asarray(task.prepared_keys, np.int64)
-    values = np.asarray(task.prepared_values, np.int64)
+    keys, values = _prepared_pairs(task)
     left = task.count
     cap = CHUNK // MIN_ENTRY + 1
     offs, sizes, news = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)

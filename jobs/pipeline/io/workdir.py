@@ -32,6 +32,7 @@ CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
 OFFSET_MAP_SCHEMA = pa.schema([("old", pa.int64()), ("new", pa.int64())])
 RECORD_SIZES_SCHEMA = pa.schema([("size", pa.int32())])
+TRANSACTION_ENDS_SCHEMA = pa.schema([("prepared", pa.int64())])
 BASE_KEY = b"reput.base"  # field metadata: the column holds value - base as uint32
 NARROW_SPAN = 1 << 32
 
@@ -88,6 +89,16 @@ def record_sizes_file(work: Location, split_index: int) -> Location:
     return work.child(f"records-{split_index:06d}.arrow")
 
 
+def transaction_ends_file(work: Location, split_index: int) -> Location:
+    """Split `split_index`'s COMMIT/ROLLBACK records' prepared offsets, in record order (convert's listing)."""
+    return work.child(f"ends-{split_index:06d}.arrow")
+
+
+def prepared_pairs_file(work: Location, split_index: int) -> Location:
+    """The old and new offsets of the half records split `split_index`'s transaction ends point at that move."""
+    return work.child(f"prepared-{split_index:06d}.arrow")
+
+
 def queues_file(work: Location, split_index: int) -> Location:
     """Split `split_index`'s queue table (storage_format.queue_table.QueueTable), in record batches of
     QUEUE_BATCH_ROWS so a build task reads the batches holding its queues, not the whole table."""
@@ -126,6 +137,25 @@ def write_record_sizes(work: Location, split_index: int, sizes: np.ndarray) -> N
 def read_record_sizes(work: Location, split_index: int) -> np.ndarray:
     """The sizes write_record_sizes wrote (int32, a copy: the file is let go)."""
     return np.array(_columns(record_sizes_file(work, split_index))["size"].take(), np.int32)
+
+
+def write_transaction_ends(work: Location, split_index: int, prepared: np.ndarray) -> None:
+    _write(transaction_ends_file(work, split_index), _table(TRANSACTION_ENDS_SCHEMA, prepared))
+
+
+def read_transaction_ends(work: Location, split_index: int) -> np.ndarray:
+    """The prepared offsets write_transaction_ends wrote (int64, a copy)."""
+    return np.array(_columns(transaction_ends_file(work, split_index))["prepared"].take(), np.int64)
+
+
+def write_prepared_pairs(work: Location, split_index: int, old: np.ndarray, new: np.ndarray) -> None:
+    _write(prepared_pairs_file(work, split_index), _table(OFFSET_MAP_SCHEMA, old, new))
+
+
+def read_prepared_pairs(work: Location, split_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """(old, new) as write_prepared_pairs wrote them (int64 copies)."""
+    columns = _columns(prepared_pairs_file(work, split_index))
+    return np.array(columns["old"].take(), np.int64), np.array(columns["new"].take(), np.int64)
 
 
 def write_cq(work: Location, split_index: int, rows: CqRows) -> None:

@@ -40,7 +40,7 @@ from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODE
                      SplitSummary, SplitTask)
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
-from ..io.workdir import write_cq, write_keys, write_queue_table, write_record_sizes
+from ..io.workdir import write_cq, write_keys, write_queue_table, write_record_sizes, write_transaction_ends
 from ..store.segments import list_segments
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
@@ -200,9 +200,11 @@ def _list_records(task: SplitTask, summary: SplitSummary, buf, base: int) -> Non
     if task.with_records and header and summary.records:
         listed = list_buffer(buf, base, summary.first_offset, summary.last_record_end, header, summary.records,
                              task.dispatch_limit)
-        if task.work is not None:  # the sizes stay in the work directory: the driver gets counts (issue 32)
+        if task.work is not None:  # sizes and ends stay in the work directory: the driver gets counts (issue 32)
             write_record_sizes(task.work, task.split.index, listed.sizes)
-            listed = replace(listed, sizes=None, split=task.split.index)
+            if listed.ends:
+                write_transaction_ends(task.work, task.split.index, listed.end_prepared)
+            listed = replace(listed, sizes=None, end_prepared=None, split=task.split.index)
         summary.listed = listed
 
 
