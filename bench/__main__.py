@@ -26,7 +26,7 @@ from jobs.pipeline.runtime.cli import _size
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
-from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, stages
+from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, scaleout, stages
 from . import lmq_decode, scale
 from . import startup as startup_bench
 from .cpu import CpuWatch
@@ -35,7 +35,7 @@ from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matc
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
 STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")
-EXTRA_STAGES = ("lmq-decode",)  # only when named in --stages  # convert: DLedger stores only;
+EXTRA_STAGES = ("lmq-decode", "scaleout")  # only when named in --stages  # convert: DLedger stores only;
 # recover: on the crashed store made with --broker-build
 BROKER_COMPARISONS = ("rebuild", "recovery", "lmq")
 LMQ_LIMIT = 20_000  # 4.9.8's default maxLmqConsumeQueueNum, and about what it can open here (one fd per CQ file)
@@ -80,7 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--stages", default=",".join(STAGES),
                    help=f"which stages to run (default {','.join(STAGES)}; also lmq-decode: the rebuild's decode "
                         f"stage on the bench store and its LMQ twin (--lmq-compare-share/--lmq-compare-queues), "
-                        f"interleaved --pairs rounds, time per message compared)")
+                        f"interleaved --pairs rounds, time per message compared; scaleout: jobs.rebuild submitted to a "
+                        f"loopback cluster of 1 worker core and one of 2, --scaleout-rounds each, the speed-up per "
+                        f"stage beside the model's; needs `make package`)")
     r.add_argument("--repeat", type=int, default=1,
                    help="runs per stage; the fastest is reported, all are kept in the JSON (default 1)")
     r.add_argument("--json-out", type=Path, help="JSON result file (default ROOT/bench-result.json)")
@@ -128,6 +130,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also rebuild a store of this many messages (same flags otherwise; written if missing) "
                         "interleaved with the bench store's rebuild, and print both rates and their ratio")
     r.add_argument("--scale-pairs", type=int, default=3, help="interleaved rounds for --scale-messages (default 3)")
+    r.add_argument("--scaleout-rounds", type=int, default=3,
+                   help="submits per core count in stage scaleout (default 3)")
     r.add_argument("--scale-settle", type=float, default=scale.SETTLE_S,
                    help=f"pause in seconds before each --scale-messages run (default {scale.SETTLE_S:g}; "
                         f"see bench/scale.py)")
@@ -282,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     records, data_bytes = info["records"], info["data_bytes"]
     scale_runs = None
     decode_runs = None
+    scaleout_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -318,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             decode_runs = lmq_decode.side_by_side(spark, store, lmq_twin, args.root, args.pairs, args.split_size,
                                                   records, args.lmq_compare_queues)
             _show(lmq_decode.table(decode_runs))
+        if "scaleout" in wanted:
+            scaleout_runs = scaleout.side_by_side(store, args.root, args.scaleout_rounds, args.split_size, records)
+            _show(scaleout.table(scaleout_runs))
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
                                             args.split_size, args.master, args.scale_settle)
@@ -384,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     if scale_runs is not None:
         print()
         print(scale.table(scale_runs))
+    if scaleout_runs is not None:
+        print()
+        print(scaleout.table(scaleout_runs))
     if side is not None:
         print()
         print(broker.table(side))
@@ -422,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["startup_side_by_side"] = startup_runs.to_dict()
     if scale_runs is not None:
         figures["rate_against_store_size"] = scale_runs.to_dict()
+    if scaleout_runs is not None:
+        figures["scale_out"] = scaleout_runs.to_dict()
     if recovery_runs:
         figures["recovery_side_by_side"] = [r.to_dict() for r in recovery_runs]
     if lmq_side is not None:

@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                           split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
                           quiet=quiet)
         timings["decode_s"] = time.monotonic() - t0
+        timings.update(scan.task_timings())
         pause_at("after-decode")
         problems = scan.tail_problems()
         if problems and not args.accept_invalid_tail:

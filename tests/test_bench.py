@@ -275,3 +275,24 @@ def test_lmq_decode_rounds_alternate_and_the_ratio_is_per_message_against_the_ta
                                                   "other_load": 0.0} for s in (3.0, 4.0, 9.0)]})
     assert fake.ratio() == 2.0
     assert "2.00 (target <= 1.5: NOT met)" in lmq_decode.table(fake) and "3 split decodes fell back" in lmq_decode.table(fake)
+
+
+def test_the_scale_out_model_keeps_what_is_outside_the_tasks_and_spreads_the_tasks() -> None:
+    """bench.scaleout.predict: a stage's time outside its tasks stays, its tasks' time is divided by the cores but
+    not below the longest task; start-up and the job's rest stay. speedups() puts the medians, the measured ratio
+    and the model's side by side."""
+    from bench.scaleout import ScaleOutRuns, predict, speedups
+
+    one = {"decode_s": 5.0, "decode_task_s": 4.0, "longest_decode_task_s": 1.0, "build_s": 3.0,
+           "consumequeue_task_s": 1.0, "index_task_s": 1.5, "longest_consumequeue_task_s": 0.2,
+           "longest_index_task_s": 1.5, "total_s": 9.0, "wall_s": 12.0}
+    got = predict(one, one["wall_s"], 2)
+    assert got["decode"] == 1.0 + 2.0  # 1 s outside + 4 s of tasks over 2 cores
+    assert got["build"] == 0.5 + 1.5  # the index task (1.5 s) is longer than 2.5 / 2
+    assert got["job"] == 3.0 + 2.0 + 1.0 and got["process"] == 6.0 + 3.0
+    two = {**one, "decode_s": 3.5, "build_s": 2.5, "total_s": 7.0, "wall_s": 10.0}
+    runs = ScaleOutRuns("s", 10, {1: [one, one, one], 2: [two, two, two]})
+    s = speedups(runs)
+    assert s["decode"] == {"1_core_s": 5.0, "2_cores_s": 3.5, "measured": round(5 / 3.5, 2), "model": round(5 / 3, 2)}
+    assert s["process"]["model"] == round(12 / 9, 2) and s["job"]["measured"] == round(9 / 7, 2)
+    assert "| decode | 5.00 s | 3.50 s | 1.43x | 1.67x |" in __import__("bench.scaleout").scaleout.table(runs)

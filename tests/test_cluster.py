@@ -8,24 +8,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from bench.loopback import cluster_env, loopback_cluster, spark_home, start_master, start_worker
 from jobs.pipeline.runtime.package import build_env, build_zip, env_is_stale
 from tests import golden_walk
 from tests.conftest import GOLDEN, REPO, manifest
 
 pytestmark = pytest.mark.cluster
 
-START_TIMEOUT_S = 180
 SUBMIT_TIMEOUT_S = 600
 ZIP, ENV = REPO / "dist" / "reput.zip", REPO / "dist" / "reput-env.tar.gz"
 
@@ -36,60 +32,6 @@ def only_when_selected(request):
     expr = request.config.getoption("markexpr") or ""
     if "cluster" not in expr or "not cluster" in expr:
         pytest.skip("starts a Spark standalone cluster; run with `pytest -m cluster tests/test_cluster.py`")
-
-
-def spark_home() -> Path:
-    """The installed pyspark package: it ships bin/spark-class, bin/spark-submit and the jars."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Daemon:
-    """A Spark daemon (`spark-class <main> args`) in its own process group, logging to a file."""
-
-    def __init__(self, name: str, args: list[str], env: dict, cwd: Path, wrap: tuple[str, ...] = ()) -> None:
-        self.log = cwd / f"{name}.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([*wrap, str(spark_home() / "bin" / "spark-class"), *args], cwd=cwd, env=env,
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_for(self, pattern: str) -> re.Match:
-        """Wait until the daemon's log matches `pattern` (or it died, or START_TIMEOUT_S passed)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            found = re.search(pattern, self.log.read_text(errors="replace"))
-            if found:
-                return found
-            assert self.proc.poll() is None, f"{self.log.name} exited: {self.log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{self.log.name}: no {pattern!r}: {self.log.read_text()[-3000:]}"
-            time.sleep(0.3)
-
-    def stop(self) -> None:
-        """SIGTERM the daemon's process group, SIGKILL what is left after 30 s."""
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-def cluster_env() -> dict:
-    """Environment of the daemons and spark-submit: everything bound to 127.0.0.1; no PYSPARK_PYTHON, so
-    the executors' Python is the one conf/spark-defaults.conf names (the shipped environment)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    return dict(env, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
-                SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
 
 
 @pytest.fixture(scope="module")
@@ -105,24 +47,8 @@ def shipped() -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def cluster(shipped, tmp_path_factory):
     """Master + worker (2 cores, 2 GiB) on 127.0.0.1 for the whole module; yields (url, worker dir)."""
-    root = tmp_path_factory.mktemp("cluster")
-    env, port = cluster_env(), free_port()
-    worker_dir = root / "worker"
-    worker_dir.mkdir()
-    daemons = []
-    try:
-        daemons.append(Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                                         str(port), "--webui-port", "0"], env, root))
-        daemons[0].wait_for(r"I have been elected leader")
-        url = f"spark://127.0.0.1:{port}"
-        daemons.append(Daemon("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
-                                         "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(worker_dir)],
-                              env, root))
-        daemons[1].wait_for(r"Successfully registered with master")
+    with loopback_cluster(tmp_path_factory.mktemp("cluster"), cores=2) as (url, worker_dir):
         yield url, worker_dir
-    finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
 
 
 def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,), env: dict | None = None
@@ -236,17 +162,12 @@ def isolated(shipped, tmp_path_factory):
         server.make_bucket(BUCKET)
         for case in (CASE, "unclean-torn-11", "dledger-clean-small-11"):
             server.upload(GOLDEN / case, f"{BUCKET}/stores/{case}")
-        env, port = dict(cluster_env(), **server.env), free_port()
-        daemons.append(Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                                         str(port), "--webui-port", "0"], env, root))
-        daemons[0].wait_for(r"I have been elected leader")
-        url = f"spark://127.0.0.1:{port}"
+        env = dict(cluster_env(), **server.env)
+        master, url = start_master(root, env)
+        daemons.append(master)
         hide = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
                 f'mount -t tmpfs reput-hidden "{base}" && exec "$0" "$@"')
-        daemons.append(Daemon("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
-                                         "2", "--memory", "2g", "--webui-port", "0", "--work-dir", str(worker_dir)],
-                              dict(env, TMPDIR=str(worker_dir / "tmp")), root, wrap=hide))
-        daemons[1].wait_for(r"Successfully registered with master")
+        daemons.append(start_worker(url, root, dict(env, TMPDIR=str(worker_dir / "tmp")), worker_dir, 2, wrap=hide))
         yield url, worker_dir, server, dict(env, TMPDIR=str(driver_tmp))
     finally:
         for daemon in reversed(daemons):

@@ -31,8 +31,8 @@ SPLIT_SIZES = (0, 65536)  # medium stores: 0 only; one small store also at 4 KiB
 
 
 def _summary_fields(summary) -> dict:
-    """The summary's fields but which decoder made it (the two decoders must agree on all the rest)."""
-    fields = {k: v for k, v in vars(summary).items() if k not in ("decoder", "fallback")}
+    """The summary's fields but which decoder made it and its time (the two decoders must agree on all the rest)."""
+    fields = {k: v for k, v in vars(summary).items() if k not in ("decoder", "fallback", "seconds")}
     fields["error"] = None if summary.error is None else str(summary.error)
     return fields
 

@@ -86,6 +86,7 @@ class SplitSummary:
     fallback: str = ""
     # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (convert.records.SplitRecords).
     listed: object | None = None
+    seconds: float = 0.0  # the decode task's time for this split (the bench's scale-out model reads it)
 
     def walk(self) -> SplitWalk:
         return SplitWalk(split_index=self.index, first_offset=self.first_offset, end=self.end, records=self.records,
@@ -191,6 +192,11 @@ class ScanResult:
     @property
     def message_records(self) -> int:
         return sum(s.records for s in self.accepted)
+
+    def task_timings(self) -> dict[str, float]:
+        """The decode tasks' time: their sum over the splits decoded, and the longest split."""
+        seconds = [s.seconds for s in self.summaries.values()]
+        return {"decode_task_s": round(sum(seconds), 3), "longest_decode_task_s": round(max(seconds, default=0.0), 3)}
 
     @property
     def max_physical_offset(self) -> int:

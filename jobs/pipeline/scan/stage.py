@@ -7,6 +7,7 @@ entries and index keys as Arrow IPC files, which the build stages read; rows nev
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -94,9 +95,11 @@ def decode_split_columns(task: SplitTask) -> RecordColumns:
 def decode_split(task: SplitTask) -> SplitSummary:
     """Decode one split (runs in a Spark task); never raises for bad bytes: the error is returned. With a work
     directory the split's queue table goes there and the driver gets its few store-wide facts (issue 32)."""
+    started = time.monotonic()
     summary = _decode_split(task)
     if summary.error is None and summary.queues is not None:
         _settle_queues(task, summary)
+    summary.seconds = time.monotonic() - started
     return summary
 
 
