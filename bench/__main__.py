@@ -386,39 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\n[bench] all figures of this run:")
     print()
     print(report.table(results, info, machine, settings_line))
-    if startup_runs is not None:
-        print()
-        print(startup_bench.table(startup_runs))
-    if scale_runs is not None:
-        print()
-        print(scale.table(scale_runs))
-    if scaleout_runs is not None:
-        print()
-        print(scaleout.table(scaleout_runs))
-    if side is not None:
-        print()
-        print(broker.table(side))
-    if dledger_side is not None:
-        print()
-        print(dledger_broker.table(dledger_side))
-    for runs in recovery_runs:
-        print()
-        print(recovery.table(runs))
-    if len(recovery_runs) == 2:
-        print()
-        print(recovery.scale_lines(*recovery_runs))
-    if lmq_side is not None:
-        print()
-        print(broker.table(lmq_side, lmq_title))
-    if decode_runs is not None:
-        print()
-        print(lmq_decode.table(decode_runs))
-    if io_text:
-        print()
-        print(io_text)
-    if convert_runs is not None:
-        print()
-        print(convert_pairs.table(convert_runs))
+    texts = [(startup_runs, startup_bench.table), (scale_runs, scale.table), (scaleout_runs, scaleout.table),
+             (side, broker.table), (dledger_side, dledger_broker.table),
+             *[(runs, recovery.table) for runs in recovery_runs],
+             (recovery_runs if len(recovery_runs) == 2 else None, lambda r: recovery.scale_lines(*r)),
+             (lmq_side, lambda x: broker.table(x, lmq_title)), (decode_runs, lmq_decode.table),
+             (io_text or None, str), (convert_runs, convert_pairs.table)]
+    for value, text in texts:
+        if value is not None:
+            print()
+            print(text(value))
     json_out = args.json_out or args.root / "bench-result.json"
     config = {"master": args.master, "split_size": args.split_size, "stages": wanted, "store_dir": str(store),
               "repeat": args.repeat,
