@@ -27,15 +27,16 @@ from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, scaleout, stages
-from . import lmq_decode, scale
+from . import lmq_decode, scale, scale_jobs
 from . import startup as startup_bench
 from .cpu import CpuWatch
 from .iocount import IoWatch
-from storegen.synth import StoreSpec, parse_key_mix, read_store_info, store_matches, write_bench_store
+from .stores import ensure_store, store_dir
+from storegen.synth import StoreSpec, parse_key_mix, read_store_info
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
 STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")
-EXTRA_STAGES = ("lmq-decode", "scaleout")  # only when named in --stages  # convert: DLedger stores only;
+EXTRA_STAGES = ("lmq-decode", "scaleout", "scale")  # only when named in --stages  # convert: DLedger stores only;
 # recover: on the crashed store made with --broker-build
 BROKER_COMPARISONS = ("rebuild", "recovery", "lmq")
 LMQ_LIMIT = 20_000  # 4.9.8's default maxLmqConsumeQueueNum, and about what it can open here (one fd per CQ file)
@@ -82,7 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"stage on the bench store and its LMQ twin (--lmq-compare-share/--lmq-compare-queues), "
                         f"interleaved --pairs rounds, time per message compared; scaleout: jobs.rebuild submitted to a "
                         f"loopback cluster of 1 worker core and one of 2, --scaleout-rounds each, the speed-up per "
-                        f"stage beside the model's; needs `make package`)")
+                        f"stage beside the model's; needs `make package`; scale: rebuild, verify and convert as whole "
+                        f"processes on the --scale-stores, --scale-rounds rounds)")
     r.add_argument("--repeat", type=int, default=1,
                    help="runs per stage; the fastest is reported, all are kept in the JSON (default 1)")
     r.add_argument("--json-out", type=Path, help="JSON result file (default ROOT/bench-result.json)")
@@ -130,6 +132,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also rebuild a store of this many messages (same flags otherwise; written if missing) "
                         "interleaved with the bench store's rebuild, and print both rates and their ratio")
     r.add_argument("--scale-pairs", type=int, default=3, help="interleaved rounds for --scale-messages (default 3)")
+    r.add_argument("--scale-stores", default=scale_jobs.DEFAULT_STORES,
+                   help=f"stage scale's stores, messages:topics:queues each ({scale_jobs.BODY[0]}-"
+                        f"{scale_jobs.BODY[1]} B bodies; default {scale_jobs.DEFAULT_STORES})")
+    r.add_argument("--scale-rounds", type=int, default=3, help="rounds of stage scale (default 3)")
+    r.add_argument("--scale-convert", type=int, default=0, metavar="MESSAGES",
+                   help="stage scale also converts the DLedger twins (written once, untimed) of its stores of up to "
+                        "MESSAGES messages (default 0: none)")
     r.add_argument("--scaleout-rounds", type=int, default=3,
                    help="submits per core count in stage scaleout (default 3)")
     r.add_argument("--scale-settle", type=float, default=scale.SETTLE_S,
@@ -163,6 +172,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.stages.split(",")) - set(STAGES) - set(EXTRA_STAGES)
     if unknown:
         p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES + EXTRA_STAGES}")
+    try:
+        scale_jobs.parse_stores(args.scale_stores)
+    except ValueError as exc:
+        p.error(str(exc))
     if "lmq-decode" in args.stages.split(",") and (args.lmq_share > 0 or args.dledger):
         p.error("stage lmq-decode compares the plain bench store with its LMQ twin (--lmq-compare-share, "
                 "--lmq-compare-queues): run it without --lmq-share and --dledger")
@@ -177,14 +190,6 @@ def spec_from(args: argparse.Namespace) -> StoreSpec:
                      consume_queue_file_size=args.cq_file_size, max_hash_slot_num=args.index_slots,
                      max_index_num=args.index_entries, seed=args.seed, lmq_share=args.lmq_share,
                      lmq_queues=args.lmq_queues, dledger=args.dledger, transaction_share=args.transaction_share)
-
-
-def store_dir(root: Path, spec: StoreSpec) -> Path:
-    """One directory per distinct store, so stores of several sizes can sit side by side."""
-    lmq = f"-lmq{spec.lmq_share:g}x{spec.lmq_queues}" if spec.lmq_share > 0 else ""
-    kind = "-dledger" if spec.dledger else ""
-    tx = f"-tx{spec.transaction_share:g}" if spec.transaction_share > 0 else ""
-    return root / f"store-{spec.messages}msg-{spec.segment_size >> 20}mib-seed{spec.seed}{lmq}{kind}{tx}"
 
 
 def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
@@ -208,14 +213,17 @@ def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
     return best
 
 
-def ensure_store(root: Path, spec: StoreSpec, regenerate: bool) -> Path:
-    """The store the spec describes, written first (untimed) unless a matching one is there."""
-    store = store_dir(root, spec)
-    if regenerate or not store_matches(store, spec):
-        shutil.rmtree(store, ignore_errors=True)
-        print(f"[bench] writing the synthetic store {store} (not timed) ...", flush=True)
-        write_bench_store(store, spec)
-    return store
+def _scale_stores(args: argparse.Namespace, spec: StoreSpec) -> list[scale_jobs.ScaleStore]:
+    """Stage scale's stores (and DLedger twins with --scale-convert), written first where missing."""
+    out = []
+    for messages, topics, queues in scale_jobs.parse_stores(args.scale_stores):
+        shape = dataclasses.replace(spec, messages=messages, topics=topics, queues=queues, body_min=scale_jobs.BODY[0],
+                                    body_max=scale_jobs.BODY[1], dledger=False, lmq_share=0.0, transaction_share=0.0)
+        twin = ensure_store(args.root, dataclasses.replace(shape, dledger=True), args.regenerate) \
+            if messages <= args.scale_convert else None
+        out.append(scale_jobs.ScaleStore(ensure_store(args.root, shape, args.regenerate), twin, messages,
+                                         topics * queues))
+    return out
 
 
 def _show(*texts: str) -> None:
@@ -287,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_runs = None
     decode_runs = None
     scaleout_runs = None
+    scale_job_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -323,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             decode_runs = lmq_decode.side_by_side(spark, store, lmq_twin, args.root, args.pairs, args.split_size,
                                                   records, args.lmq_compare_queues)
             _show(lmq_decode.table(decode_runs))
+        if "scale" in wanted:
+            scale_job_runs = scale_jobs.side_by_side(_scale_stores(args, spec), args.root, args.scale_rounds,
+                                                     args.split_size)
+            _show(scale_jobs.table(scale_job_runs))
         if "scaleout" in wanted:
             scaleout_runs = scaleout.side_by_side(store, args.root, args.scaleout_rounds, args.split_size, records)
             _show(scaleout.table(scaleout_runs))
@@ -387,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(results, info, machine, settings_line))
     texts = [(startup_runs, startup_bench.table), (scale_runs, scale.table), (scaleout_runs, scaleout.table),
+             (scale_job_runs, scale_jobs.table),
              (side, broker.table), (dledger_side, dledger_broker.table),
              *[(runs, recovery.table) for runs in recovery_runs],
              (recovery_runs if len(recovery_runs) == 2 else None, lambda r: recovery.scale_lines(*r)),
@@ -412,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["rate_against_store_size"] = scale_runs.to_dict()
     if scaleout_runs is not None:
         figures["scale_out"] = scaleout_runs.to_dict()
+    if scale_job_runs is not None:
+        figures["scale"] = scale_job_runs.to_dict()
     if recovery_runs:
         figures["recovery_side_by_side"] = [r.to_dict() for r in recovery_runs]
     if lmq_side is not None:

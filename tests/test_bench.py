@@ -296,3 +296,31 @@ def test_the_scale_out_model_keeps_what_is_outside_the_tasks_and_spreads_the_tas
     assert s["decode"] == {"1_core_s": 5.0, "2_cores_s": 3.5, "measured": round(5 / 3.5, 2), "model": round(5 / 3, 2)}
     assert s["process"]["model"] == round(12 / 9, 2) and s["job"]["measured"] == round(9 / 7, 2)
     assert "| decode | 5.00 s | 3.50 s | 1.43x | 1.67x |" in __import__("bench.scaleout").scaleout.table(runs)
+
+
+def test_the_scale_stage_reads_its_stores_and_weighs_the_largest_against_the_smallest(tmp_path) -> None:
+    """bench.scale_jobs: --scale-stores parsed (a bad entry named), one whole-process rebuild measured with a
+    peak per kind of process and its records checked, and the table's ratios against the issue's targets."""
+    from bench.__main__ import parse_args
+    from bench.scale_jobs import ScaleJobRuns, ScaleStore, parse_stores, run_job, table
+    from storegen.synth import StoreSpec, write_bench_store
+
+    assert parse_stores("16000000:100:120, 4000000:8:8") == [(4000000, 8, 8), (16000000, 100, 120)]
+    with pytest.raises(SystemExit):
+        parse_args(["--stages", "scale", "--scale-stores", "4000000:8"])
+    store = tmp_path / "store"
+    write_bench_store(store, StoreSpec(messages=2000, segment_size=1 << 20), progress=False)
+    run = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                              str(tmp_path / "out")])
+    assert run["records"] == 2000 and run["total_s"] > 0 and run["wall_s"] > run["total_s"]
+    assert run["driver_peak_mib"] > 20 and run["jvm_peak_mib"] > 50, run  # the default engine: Spark
+    small, large = ScaleStore(tmp_path, None, 10, 64), ScaleStore(tmp_path, None, 40, 12000)
+    runs = ScaleJobRuns([small, large])
+    for store_, total, peak in ((small, 1.0, 100), (large, 5.0, 160)):
+        runs.add(store_, "rebuild", {"wall_s": total + 3, "total_s": total, "records": store_.records,
+                                      "driver_peak_mib": peak, "jvm_peak_mib": 300, "worker_peak_mib": 200})
+    assert runs.ratios("rebuild") == {"rate": 0.8, "driver": 1.6, "jvm": 1.0, "worker": 1.0}
+    text = table(runs)
+    assert "| 4e-05 M / 12,000 queues | rebuild | 8.0 s | 5.0 s | 0.00 M/s | 160 MB | 300 MB | 200 MB |" in text
+    assert "rebuild: largest / smallest store: rate 0.80x (target >= 0.8), peaks driver 1.60x" in text
+    assert "OUTSIDE the targets" in text

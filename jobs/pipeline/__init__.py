@@ -59,6 +59,7 @@ live in storage_format/, Spark column functions in udfs/.
   `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
   segment and its part of the msgId map), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
   per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets),
+  `convert.transactions` (the COMMIT/ROLLBACK records' half records mapped per split, pairs in the work directory),
   `convert.bad_crc` (records whose body CRC fails: where they land, what the plain broker does),
   `convert.broker_conf` (the broker config OUT is started with: written into OUT, checked by --check-config)
 - `catalog`: jobs.catalog
