@@ -213,19 +213,6 @@ def _best(stage: str, store: Path, repeat: int, run) -> stages.StageResult:
     return best
 
 
-def _scale_stores(args: argparse.Namespace, spec: StoreSpec) -> list[scale_jobs.ScaleStore]:
-    """Stage scale's stores (and DLedger twins with --scale-convert), written first where missing."""
-    out = []
-    for messages, topics, queues in scale_jobs.parse_stores(args.scale_stores):
-        shape = dataclasses.replace(spec, messages=messages, topics=topics, queues=queues, body_min=scale_jobs.BODY[0],
-                                    body_max=scale_jobs.BODY[1], dledger=False, lmq_share=0.0, transaction_share=0.0)
-        twin = ensure_store(args.root, dataclasses.replace(shape, dledger=True), args.regenerate) \
-            if messages <= args.scale_convert else None
-        out.append(scale_jobs.ScaleStore(ensure_store(args.root, shape, args.regenerate), twin, messages,
-                                         topics * queues))
-    return out
-
-
 def _show(*texts: str) -> None:
     """Print tables as soon as they are known (the comparisons after them take minutes)."""
     for text in texts:
@@ -333,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                                                   records, args.lmq_compare_queues)
             _show(lmq_decode.table(decode_runs))
         if "scale" in wanted:
-            scale_job_runs = scale_jobs.side_by_side(_scale_stores(args, spec), args.root, args.scale_rounds,
+            scale_job_runs = scale_jobs.side_by_side(scale_jobs.stores(args.scale_stores, spec, args.root,
+                                                                       args.scale_convert, args.regenerate),
+                                                     args.root, args.scale_rounds,
                                                      args.split_size)
             _show(scale_jobs.table(scale_job_runs))
         if "scaleout" in wanted:
@@ -448,4 +437,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        stages.stop_spark()

@@ -7,6 +7,7 @@ worker (`ProcessPeaks`). Printed: the medians per store and job, and the largest
 the smallest's (the issue's targets: rate >= 0.8x, every peak <= 1.5x)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storegen.synth import StoreSpec
+
 from .report import progress
+from .stores import ensure_store
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_STORES = "4000000:8:8,16000000:100:120,64000000:100:120"  # messages:topics:queues per topic
@@ -36,6 +40,19 @@ def parse_stores(text: str) -> list[tuple[int, int, int]]:
             raise ValueError(f"--scale-stores: {part!r} is not messages:topics:queues (e.g. 16000000:100:120)")
         out.append(tuple(int(f) for f in fields))
     return sorted(out)
+
+
+def stores(text: str, spec: StoreSpec, root: Path, convert_up_to: int, regenerate: bool) -> list[ScaleStore]:
+    """The stores `text` names (parse_stores), shaped from the bench's `spec` with small bodies, and the DLedger
+    twins of those of up to `convert_up_to` messages; written first where missing (untimed)."""
+    out = []
+    for messages, topics, queues in parse_stores(text):
+        shape = dataclasses.replace(spec, messages=messages, topics=topics, queues=queues, body_min=BODY[0],
+                                    body_max=BODY[1], dledger=False, lmq_share=0.0, transaction_share=0.0)
+        twin = ensure_store(root, dataclasses.replace(shape, dledger=True), regenerate) \
+            if messages <= convert_up_to else None
+        out.append(ScaleStore(ensure_store(root, shape, regenerate), twin, messages, topics * queues))
+    return out
 
 
 class ProcessPeaks:

@@ -102,6 +102,15 @@ def spark_startup(master: str) -> tuple[object, StageResult]:
                               detail={"master": sc.master, "default_parallelism": sc.defaultParallelism})
 
 
+def stop_spark() -> None:
+    """Stop the bench's session before the process ends: its JVM and accumulator server remove their Unix sockets
+    (a process that just exits leaves them in the temp directory)."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+
+
 READ_BLOCK = 8 << 20
 
 

@@ -12,7 +12,8 @@ live in storage_format/, Spark column functions in udfs/.
   `runtime.contract` (what the pipeline needs of an engine: TaskRunner; under spark-submit?), `runtime.engine`
   (--engine and auto's choice), `runtime.local` (the local engine:
   forked worker processes, no JVM), `runtime.heap` (task processes keep the memory a task frees for the next
-  one), `runtime.env` (the one registry of
+  one), `runtime.limits` (the open-file limit a job needs: raised or refused before it starts),
+  `runtime.env` (the one registry of
   REPUT_* variables: name, default, effect; non-default values noted and reported), `runtime.package` (the zip and env
   spark-submit ships to a cluster)
 - `io`: where bytes come from and go

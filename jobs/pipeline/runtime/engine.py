@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from . import env
 from .contract import TaskRunner, under_spark_submit  # noqa: F401 (the jobs import TaskRunner from here)
 from .failure import JobError
+from .limits import ensure_open_files
 
 ENGINES = ("auto", "spark", "local")
 # Jobs whose runs are small enough that the JVM's start-up is most of them: the local engine under auto.
@@ -104,6 +105,9 @@ def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineCh
     """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
     choice (named on stderr: one line, unless --quiet or under spark-submit, where the engine is always Spark and
     PySpark's launcher merges the driver's stderr into stdout, so a --json report would not parse)."""
+    raised = ensure_open_files()
+    if raised and not args.quiet:
+        print(f"reput {job}: note: {raised}", file=sys.stderr, flush=True)
     master = args.master or env.value("REPUT_SPARK_MASTER")
     submitted = under_spark_submit()
     choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, submitted, spark_running())
