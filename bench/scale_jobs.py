@@ -172,10 +172,12 @@ class ScaleJobRuns:
         return out
 
     def ratios(self, job: str) -> dict | None:
-        """The largest store's median rate and peaks over the smallest's."""
-        small, large = self.medians(self.stores[0], job), self.medians(self.stores[-1], job)
-        if small is None or large is None:
+        """The median rate and peaks of the largest store the job ran on over the smallest's (None: fewer than
+        two stores)."""
+        ran = [m for m in (self.medians(s, job) for s in self.stores) if m is not None]
+        if len(ran) < 2:
             return None
+        small, large = ran[0], ran[-1]
         out = {"rate": round(large["rate"] / small["rate"], 2)}
         out.update({k: round(large[f"{k}_peak_mib"] / small[f"{k}_peak_mib"], 2) for k in KINDS
                     if small[f"{k}_peak_mib"] and large[f"{k}_peak_mib"]})
@@ -249,13 +251,14 @@ def table(runs: ScaleJobRuns) -> str:
             m = runs.medians(store, job)
             if m is not None:
                 lines.append(f"| {store.records / 1e6:g} M / {store.queues:,} queues | {job} | {m['wall_s']:.1f} s | "
-                             f"{m['total_s']:.1f} s | {m['rate'] / 1e6:.2f} M/s | {m['driver_peak_mib']} MB | "
-                             f"{m['jvm_peak_mib']} MB | {m['worker_peak_mib']} MB |")
+                             f"{m['total_s']:.1f} s | {m['rate'] / 1e6:.2f} M/s | "
+                             + " | ".join(f"{m[f'{k}_peak_mib']} MB" if m[f"{k}_peak_mib"] else "- (none)"
+                                          for k in KINDS) + " |")
     for job in JOBS:
         r = runs.ratios(job)
         if r is not None:
             peaks = ", ".join(f"{k} {r[k]:.2f}x" for k in KINDS if k in r)
             ok = r["rate"] >= RATE_TARGET and all(r[k] <= PEAK_TARGET for k in KINDS if k in r)
-            lines.append(f"{job}: largest / smallest store: rate {r['rate']:.2f}x (target >= {RATE_TARGET}), peaks "
+            lines.append(f"{job}: largest / smallest store it ran on: rate {r['rate']:.2f}x (target >= {RATE_TARGET}), peaks "
                          f"{peaks} (target <= {PEAK_TARGET}x): {'within' if ok else 'OUTSIDE'} the targets")
     return "\n".join(lines)

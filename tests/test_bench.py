@@ -322,5 +322,5 @@ def test_the_scale_stage_reads_its_stores_and_weighs_the_largest_against_the_sma
     assert runs.ratios("rebuild") == {"rate": 0.8, "driver": 1.6, "jvm": 1.0, "worker": 1.0}
     text = table(runs)
     assert "| 4e-05 M / 12,000 queues | rebuild | 8.0 s | 5.0 s | 0.00 M/s | 160 MB | 300 MB | 200 MB |" in text
-    assert "rebuild: largest / smallest store: rate 0.80x (target >= 0.8), peaks driver 1.60x" in text
+    assert "rebuild: largest / smallest store it ran on: rate 0.80x (target >= 0.8), peaks driver 1.60x" in text
     assert "OUTSIDE the targets" in text
