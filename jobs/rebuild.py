@@ -23,6 +23,7 @@ from jobs.pipeline.outputs.stage import (IndexShare, build_files, name_index_fil
                                        pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
+from jobs.pipeline.store.built_to import built_to  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
+        report["built_to"] = _built_to(scan, limit.offset)
         report["engine"] = engine.to_dict()
         dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
         if dledger is not None:
@@ -204,6 +206,12 @@ def _print_human(r: dict) -> None:
     print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
           f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
     print(f"scan ended: {r['scan_end_detail']}")
+
+
+def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
+    """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
+    built = built_to(scan.segments, scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0)
+    return built.to_dict() if built is not None else None
 
 
 def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict, index_names: list[str],

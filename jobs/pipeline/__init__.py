@@ -32,7 +32,8 @@ live in storage_format/, Spark column functions in udfs/.
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
   `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable; DLedger's committed
-  position), `store.dledger_report` (the report's `dledger` section)
+  position), `store.dledger_report` (the report's `dledger` section), `store.built_to` (what an OUT was built to:
+  the end offset and the digests of the bytes before it, checked against the store later)
 - `scan`: stages 1-2 of every Spark job
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
