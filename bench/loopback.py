@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,16 @@ def cluster_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     return dict(env, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
                 SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
+
+
+def submit_argv(url: str, job: str, *args: str, conf: dict[str, str] | None = None) -> list[str]:
+    """docs/cluster.md's recipe as a command line, run from the repository: spark-submit jobs/<job>.py with
+    conf/spark-defaults.conf (the packaged code and environment), the driver on this Python (client mode) bound to
+    127.0.0.1, and `conf` as more --conf settings."""
+    extra = [x for k, v in (conf or {}).items() for x in ("--conf", f"{k}={v}")]
+    return [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--properties-file",
+            "conf/spark-defaults.conf", "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf",
+            "spark.driver.host=127.0.0.1", *extra, f"jobs/{job}.py", *args]
 
 
 class Daemon:

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from storegen.synth import StoreSpec
 
+from .memory import PROC, _children_map, _is_python, _status_kib
 from .report import progress
+from .stages import verify_view
 from .stores import ensure_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,14 +90,7 @@ class ProcessPeaks:
 
 def _tree(root: int) -> list[int]:
     """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    children = _children_map()
     todo, found = [root], []
     while todo:
         pid = todo.pop()
@@ -106,20 +101,15 @@ def _tree(root: int) -> list[int]:
 
 def _kind(pid: int) -> str | None:
     try:
-        exe = os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0])
+        cmdline = (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
-    return "jvm" if exe == b"java" else "worker" if exe.startswith(b"python") else None
+    return "jvm" if os.path.basename(cmdline.split(b"\0", 1)[0]) == b"java" else "worker" if _is_python(cmdline) \
+        else None
 
 
 def _hwm_mib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) // 1024
-    except (OSError, ValueError):
-        return 0
-    return 0
+    return (_status_kib(pid, "VmHWM") or 0) // 1024
 
 
 def run_job(job: str, argv: list[str]) -> dict:
@@ -192,16 +182,6 @@ class ScaleJobRuns:
 JOBS = ("rebuild", "verify", "convert")
 
 
-def _verify_view(store: Path, rebuilt: Path, view: Path) -> Path:
-    """A store of the commit log and the rebuilt consume queues and index files (symlinks)."""
-    shutil.rmtree(view, ignore_errors=True)
-    view.mkdir(parents=True)
-    for name, target in (("commitlog", store / "commitlog"), ("consumequeue", rebuilt / "consumequeue"),
-                         ("index", rebuilt / "index")):
-        (view / name).symlink_to(target)
-    return view
-
-
 def _checked(store: ScaleStore, job: str, run: dict) -> dict:
     if run["records"] != store.records:
         raise RuntimeError(f"jobs.{job} of {store.path} read {run['records']} records, not {store.records}")
@@ -215,7 +195,7 @@ def _round(store: ScaleStore, root: Path, split_size: int, runs: ScaleJobRuns) -
     conf = ["--broker-config", str(store.path / "broker.conf"), "--split-size", str(split_size)]
     runs.add(store, "rebuild", _checked(store, "rebuild", run_job("rebuild", ["--store", str(store.path),
                                                                              "--out", str(out), *conf])))
-    _verify_view(store.path, out, view)
+    verify_view(store.path, out, view)
     runs.add(store, "verify", _checked(store, "verify", run_job("verify", ["--store", str(view),
                                                                           "--work-dir", str(root), *conf])))
     shutil.rmtree(view, ignore_errors=True)

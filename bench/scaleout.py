@@ -10,13 +10,12 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .loopback import cluster_env, loopback_cluster, spark_home
+from .loopback import cluster_env, loopback_cluster, submit_argv
 from .report import progress
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,12 +80,10 @@ def submit_rebuild(url: str, store: Path, out: Path, split_size: int) -> dict:
     """One spark-submit of jobs.rebuild to the cluster at `url`: the report's timings plus the process's wall."""
     shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()
-    done = subprocess.run(
-        [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--properties-file", "conf/spark-defaults.conf",
-         "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.driver.host=127.0.0.1",
-         "jobs/rebuild.py", "--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out),
-         "--split-size", str(split_size), "--json", "--quiet"],
-        cwd=REPO, env=cluster_env(), capture_output=True, text=True)
+    done = subprocess.run(submit_argv(url, "rebuild", "--store", str(store), "--broker-config",
+                                      str(store / "broker.conf"), "--out", str(out), "--split-size", str(split_size),
+                                      "--json", "--quiet"),
+                          cwd=REPO, env=cluster_env(), capture_output=True, text=True)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"spark-submit jobs/rebuild.py exited {done.returncode}: {done.stderr.strip()[-600:]}")

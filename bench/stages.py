@@ -224,11 +224,9 @@ def recover(crashed: Path, out: Path, split_size: int, master: str, records: int
     return StageResult("jobs.recover --out (crashed store)", seconds, records, data_bytes, peak, detail=detail)
 
 
-def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
-           data_bytes: int) -> StageResult:
-    """`jobs.verify` over a store made of the bench commit log and the rebuilt consume queues/index
-    (symlinks), timed from main() to its return."""
-    view = work_root / "verify-store"
+def verify_view(store: Path, rebuilt: Path, view: Path) -> Path:
+    """A store made of `store`'s commit log (a DLedger store's data, index and checkpoint) and the consume queues
+    and index files rebuilt into `rebuilt` (symlinks), for jobs.verify to check the one against the other."""
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(parents=True)
     members = [(d.name, d) for d in sorted(store.glob("dledger-*"))]  # a DLedger store's data, index, checkpoint
@@ -236,6 +234,14 @@ def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master:
                          ("index", rebuilt / "index")):
         if target.exists():
             (view / name).symlink_to(target)
+    return view
+
+
+def verify(store: Path, rebuilt: Path, work_root: Path, split_size: int, master: str, records: int,
+           data_bytes: int) -> StageResult:
+    """`jobs.verify` over a store made of the bench commit log and the rebuilt consume queues/index
+    (symlinks), timed from main() to its return."""
+    view = verify_view(store, rebuilt, work_root / "verify-store")
     argv = ["--store", str(view), "--broker-config", str(store / "broker.conf"), "--work-dir", str(work_root),
             "--split-size", str(split_size), "--master", master, "--json"]
     code, stdout, seconds, peak = _timed_job("verify", argv)

@@ -10,12 +10,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench.loopback import cluster_env, loopback_cluster, spark_home, start_master, start_worker
+from bench.loopback import cluster_env, loopback_cluster, start_master, start_worker, submit_argv
 from jobs.pipeline.runtime.package import build_env, build_zip, env_is_stale
 from tests import golden_walk
 from tests.conftest import GOLDEN, REPO, manifest
@@ -57,11 +56,8 @@ def submit(cluster, job: str, *args: str, ok: tuple[int, ...] = (0,), env: dict 
     dist/reput-env.tar.gz as ./env and dist/reput.zip); the driver runs this venv's Python (client mode)."""
     url, worker_dir = cluster[:2]
     before = set(worker_dir.glob("app-*"))
-    done = subprocess.run(
-        [str(spark_home() / "bin" / "spark-submit"), "--master", url, "--properties-file", "conf/spark-defaults.conf",
-         "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.driver.host=127.0.0.1",
-         "--conf", "spark.executor.memory=1g", f"jobs/{job}.py", *args],
-        cwd=REPO, env=env or cluster_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    done = subprocess.run(submit_argv(url, job, *args, conf={"spark.executor.memory": "1g"}),
+                          cwd=REPO, env=env or cluster_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
     assert done.returncode in ok, f"{job}: exit {done.returncode}\n{done.stderr[-4000:]}\n{done.stdout[-2000:]}"
     apps = set(worker_dir.glob("app-*")) - before
     executors = [e for app in apps for e in app.iterdir() if e.is_dir()]
