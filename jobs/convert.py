@@ -185,7 +185,7 @@ def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: i
         warn("convert", scan.negative_queue_ids.describe())
     if scan.out_of_step_queues is not None:  # OUT's queues are written as the broker writes them (issue 35 item 5)
         warn("convert", scan.out_of_step_queues.describe())
-    end = scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0
+    end = scan.dispatched_end(limit)
     t0 = time.monotonic()
     plan = make_plan([s for s in scan.segments if not s.header or s.start < end],
                      [s.listed for s in scan.accepted if s.listed is not None], settings.mapped_file_size_commitlog,

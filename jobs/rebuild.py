@@ -210,7 +210,7 @@ def _print_human(r: dict) -> None:
 
 def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
     """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
-    built = built_to(scan.segments, scan.max_physical_offset if limit is None else scan.dispatch_stop().last_end or 0)
+    built = built_to(scan.segments, scan.dispatched_end(limit))
     return built.to_dict() if built is not None else None
 
 

@@ -100,15 +100,10 @@ class ConvertPlan:
         """Start offsets of the new segments that hold bytes."""
         return [s.start for s in self.segments]
 
-    def _split_at(self, old: np.ndarray) -> np.ndarray:
-        """Per old offset, the index of the listed split whose records span it (-1: none, e.g. a plain segment's)."""
-        k = np.searchsorted(self.firsts, old, side="right") - 1
-        inside = (k >= 0) & (old < self.old_ends[np.maximum(k, 0)]) if len(self.splits) else np.zeros(len(old), bool)
-        return np.where(inside, k, -1)
-
     def _split_of(self, old: int) -> SplitPlace | None:
-        k = int(self._split_at(np.array([old], np.int64))[0])
-        return self.splits[k] if k >= 0 else None
+        """The listed split whose records span old offset `old` (None: none, e.g. a plain segment's)."""
+        near = self.overlapping(old, old)
+        return self.splits[near.start] if near else None
 
     def new_offset(self, old: int) -> int:
         """The new offset of the DLedger record at old offset `old` (a plain segment's record keeps its own)."""

@@ -315,6 +315,11 @@ class ScanResult:
     def bytes_read(self) -> int:
         return sum(s.bytes_read for s in self.summaries.values())
 
+    def dispatched_end(self, limit: int | None) -> int:
+        """Where dispatch ended: the log's end without a dispatch limit, else the end of the last record dispatched
+        (0: none was)."""
+        return self.max_physical_offset if limit is None else self.dispatch_stop().last_end or 0
+
     def dispatch_stop(self) -> DispatchStop:
         """How far dispatch went under the scan's dispatch limit (every record when there is none)."""
         acc = self.accepted
