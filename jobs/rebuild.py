@@ -23,7 +23,9 @@ from jobs.pipeline.outputs.stage import (IndexShare, build_files, name_index_fil
                                        pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
-from jobs.pipeline.store.built_to import built_to  # noqa: E402
+from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
+from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
+from jobs.pipeline.store.built_to import REPORT_VERSION, built_to  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
@@ -72,6 +74,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--accept-invalid-tail", action="store_true",
                    help="rebuild up to the first invalid record (as the broker dispatches) instead of refusing "
                         "a commit log that does not end cleanly")
+    p.add_argument("--since", metavar="OUT1",
+                   help="continue an earlier rebuild's OUT1 (only read): decode from the segment it ended in, append "
+                        "to its consume queues and index, copy the rest; OUT equals a full rebuild (docs/nightly.md)")
     add_generation_flag(p)
     add_dledger_flag(p)
     add_engine_flag(p, "rebuild")
@@ -92,8 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
+    prev = since_checks(args, store, settings, out) if args.since else None
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     sc, engine = job_runner(args, "rebuild")
+    if prev is not None:
+        with staging:
+            run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
+            check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
+            report = _since_report(args, run, settings, limit, prev)
+            report["engine"] = engine.to_dict()
+            staging.publish(json_bytes(report))
+        emit(args, report, _print_human, report_loc)
+        return EXIT_OK
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
@@ -203,8 +218,15 @@ def build_results(results: list,
 
 
 def _print_human(r: dict) -> None:
-    print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
-          f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
+    if "since" in r:
+        s = r["since"]
+        print(f"continued {s['out']} into {r['out']} in {r['timings']['total_s']:.1f}s: decoded {s['bytes_decoded']} "
+              f"bytes from offset {s['decoded_from']}, reused {s['bytes_reused']}; {r['consumequeue_files']} "
+              f"consume-queue files ({s['consumequeue_files_written']} written), {len(r['index_files'])} index files "
+              f"({len(s['index_files_written'])} written)")
+    else:
+        print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
+              f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
     print(f"scan ended: {r['scan_end_detail']}")
 
 
@@ -212,6 +234,19 @@ def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
     """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
     built = built_to(scan.segments, scan.dispatched_end(limit))
     return built.to_dict() if built is not None else None
+
+
+def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:
+    """A --since run's report: a rebuild's, the whole-store counts it cannot give left out, with its `since` part."""
+    report = run_report(args, run.scan, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names,
+                        run.timings)
+    for whole_store in ("consumequeue_entries_per_topic_queue", "message_records", "segments", "bytes_read"):
+        report.pop(whole_store)
+    report["since"] = run.result.to_dict(prev, run.scan, run.min_offset)
+    report["dispatch"] = dispatch_report("rebuild", limit, run.scan)
+    new_records = run.scan.message_records and run.scan.dispatched_end(limit.offset) > prev.built.offset
+    report["built_to"] = _built_to(run.scan, limit.offset) if new_records else prev.report["built_to"]
+    return report
 
 
 def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict, index_names: list[str],
@@ -223,6 +258,7 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         per_queue[topic][qid] += n
     return {
         "job": "rebuild",
+        "report_version": REPORT_VERSION,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
         "store": args.store,
         "out": args.out,

@@ -33,6 +33,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
 - `checkpoint`: the `checkpoint` file
+- `clean_service`: what the broker's clean service deletes of the consume queues and the index once the commit
+  log's head is gone (rebuild --since over an expired head)
 - `dledger`: the DLedger commit log's entries, blanks, index units and checkpoint (enableDLegerCommitLog), the
   pos rule for a split's first entry, and the committed-position reading (which entries count as dispatched)
 - `commitlog_layout`: where records land in a plain commit log (`CommitLog`'s placement: a record that does not

@@ -161,7 +161,7 @@ def test_new_index_files_are_written_with_a_sparse_tail(tmp_path):
     recoveries in test_recovery), without writing the hundreds of MB of zeros a default-sized file ends with."""
     import numpy as np
 
-    from jobs.pipeline.recover.write import RecoveryOutput, _new_index_file, write_output
+    from jobs.pipeline.recover.write import RecoveryOutput, new_index_file, write_output
     from storage_format.index_file import IndexState, build_index_file
     from storage_format.index_keys import KeyBatch
     from storage_format.settings import BrokerSettings
@@ -173,7 +173,7 @@ def test_new_index_files_are_written_with_a_sparse_tail(tmp_path):
                      np.arange(n, dtype=np.int64) + 1_792_001_971_329)
     inherited = IndexState(1_792_001_000_000, 4096)
     out = RecoveryOutput()
-    out.render_zero_tailed["index/new"] = (_new_index_file(keys, settings, inherited, 4), settings.index_file_size)
+    out.render_zero_tailed["index/new"] = (new_index_file(keys, settings, inherited, 4), settings.index_file_size)
     out.render_zero_tailed["index/empty"] = ((), settings.index_file_size)
     write_output(None, None, out, Location(str(tmp_path / "OUT")), quiet=True)
     new, empty = tmp_path / "OUT" / "index" / "new", tmp_path / "OUT" / "index" / "empty"

@@ -23,6 +23,7 @@ from storage_format.queue_table import MergedQueues, QueueTable, queue_keys
 from storage_format.arrow_numpy import large_strings, to_arrow, to_numpy
 from storage_format.settings import BrokerSettings
 
+from . import continued
 from ..runtime.faults import pause_at
 from ..io.fs import Location
 from ..scan.result import ScanResult
@@ -66,10 +67,11 @@ class CqTask:
     moved: frozenset[int] = frozenset()  # splits whose rows get new offsets as read (io.workdir.OffsetMap: convert)
     splits: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     tables: tuple[tuple[int, QueueTable], ...] = ()
+    earlier: Location | None = None  # rebuild --since: OUT1's consumequeue/, whose files these continue (continued)
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
-            topics: set[str] | None = None, target_tasks: int = 4) -> list[CqTask]:
+            topics: set[str] | None = None, target_tasks: int = 4, earlier: Location | None = None) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
     queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32)."""
     file_size = settings.consume_queue_file_size
@@ -86,7 +88,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     for i in np.flatnonzero(wanted).tolist():
         topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
-        if not in_step[i]:
+        if not in_step[i] or earlier is not None:  # --since: placed from where OUT1 left the queue
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
             # whole queue as the broker's write position does
             runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size,
@@ -99,8 +101,8 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
                                        queue_first_offset=lo, rows=rows[i])))
     groups = _pack_runs(runs, units, file_size, target_tasks)
     where = _task_splits(scan, q, [(g[0][0], g[-1][0]) for g in groups])
-    return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t)
-            for g, (w, t) in zip(groups, where)]
+    return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t,
+                   earlier=earlier) for g, (w, t) in zip(groups, where)]
 
 
 def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
@@ -251,6 +253,7 @@ class CqFile:
     data: bytes
     entries: int
     used: int
+    queue_first: int = 0  # the queue offset of the first unit the task's rows give the queue
 
 
 def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
@@ -263,7 +266,8 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
     for item, rows in zip(task.items, _run_entries(task)):
         qo, phy, size = rows.queue_offset, rows.phy, rows.size
         if item.placed:
-            keep, at = place_units(qo, phy, size)
+            placed = _placer(task, item).place if task.earlier is not None else place_units
+            keep, at = placed(qo, phy, size)
             first = int(at[0]) if len(at) else 0
         else:
             keep = keep_first_of_each_offset(qo)
@@ -278,14 +282,14 @@ def _files(task: CqTask, item: QueueFiles, units: CqColumns, first: int, trim: b
     for start, data in files.items():
         lo, hi = start // CQ_UNIT_SIZE, (start + task.file_size) // CQ_UNIT_SIZE
         inside = at[(at >= lo) & (at < hi)]
-        yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE)
+        yield CqFile(item, start, data, len(inside), (int(inside.max()) + 1 - lo) * CQ_UNIT_SIZE, first)
 
 
 def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFile]:
     """A long placed queue's files in memory of a split's rows and a file: its rows read split by split, placed with
     the write position carried (consume_queue.QueuePlacer), and each file built once the write position is past it
     (positions only grow, so a file behind it takes no more units)."""
-    placer, first = QueuePlacer(), None
+    placer, first = _placer(task, item) if task.earlier is not None else QueuePlacer(), None
     held: list[CqColumns] = []
     per_file = task.file_size // CQ_UNIT_SIZE
     for _, rows in _split_rows(task, _TaskQueues(task)):  # the task's one queue, split by split
@@ -329,10 +333,25 @@ def build_cq(task: CqTask) -> dict:
     written: dict[str, int] = {}
     for f in cq_file_bytes(task, trim=True):
         name = file_name(f.start)  # the zeros after the last entry need not be written
-        task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([memoryview(f.data)[:f.used]],
-                                                                                     task.file_size)
+        data = memoryview(f.data)[:f.used]
+        if task.earlier is not None:
+            data = _continued(task, f, data)
+        task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([data], task.file_size)
         written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
     return written
+
+
+def _placer(task: CqTask, item: QueueFiles) -> QueuePlacer:
+    """rebuild --since: the queue's placement state where OUT1 left it (outputs.continued)."""
+    return continued.earlier_placer(task.earlier.child(item.topic, str(item.queue_id)), task.file_size)
+
+
+def _continued(task: CqTask, f: CqFile, data: memoryview) -> memoryview | bytes:
+    """rebuild --since: the file joined to OUT1's file of the same name (outputs.continued)."""
+    qdir = task.earlier.child(f.item.topic, str(f.item.queue_id))
+    first = f.queue_first * CQ_UNIT_SIZE
+    first_pos = first - f.start if f.start <= first < f.start + task.file_size else 0
+    return continued.joined(qdir.child(file_name(f.start)), data, first_pos, qdir.is_dir())
 
 
 @dataclass(frozen=True)

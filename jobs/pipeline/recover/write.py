@@ -221,7 +221,7 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
         elif with_copies:
             out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
     for name, t in zip(idx.new_names, idx.resume.new_files):
-        out.render_zero_tailed[f"index/{name}"] = (_soon(_new_index_file, t.all_keys(), settings, t.inherited,
+        out.render_zero_tailed[f"index/{name}"] = (_soon(new_index_file, t.all_keys(), settings, t.inherited,
                                                          plan.generation.generation),
                                                    settings.index_file_size)
 
@@ -236,7 +236,7 @@ def _soon(fn: Callable[..., T], *args) -> Future:
         pool.shutdown(wait=False)
 
 
-def _new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
+def new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
     """A new index file's bytes up to its last entry (index_file.build_index_file without the zero tail)."""
     return tuple(index_file_chunks(lambda: [(k.key_hash, k.phy, k.store_ts)], settings.max_hash_slot_num,
                                    settings.max_index_num, inherited, zero_tail=False,

@@ -12,6 +12,9 @@ from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
 
+# the run report's contract version: 1 is the first report a later run builds on (rebuild --since reads it;
+# a report without the key is version 1)
+REPORT_VERSION = 1
 TAIL_BYTES = 4096
 BLOCK_BYTES = 256
 

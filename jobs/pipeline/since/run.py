@@ -1,0 +1,123 @@
+"""`rebuild --since OUT1` from start to the staged OUT2: the checks before Spark starts, then decode, consume queues,
+index, copies and the staged files' check (the report is the rebuild job's, with a `since` section)."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from dataclasses import dataclass
+
+from storage_format.settings import BrokerSettings
+
+from ..io.fs import Location, location
+from ..io.paths import real_path
+from ..io.publish import Output
+from ..outputs.stage import build_files, plan_cq
+from ..recover.inputs import list_queues
+from ..runtime.cli import JobError, warn
+from ..runtime.faults import pause_at
+from ..runtime.tasks import run_tasks
+from ..scan.result import ScanResult
+from ..scan.stage import scan_store
+from ..store.markers import store_generation
+from ..store.segments import list_segments
+from .previous import PreviousOutput, previous_output
+from .stage import (SinceResult, check_no_lost_files, continue_index_files, copy_files, expired_queue_uris,
+                    queue_copies)
+
+
+def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSettings, out: Location) -> PreviousOutput:
+    """Everything --since can check before Spark starts: the flags, OUT1's report, the store still holding the
+    bytes OUT1 was built from."""
+    for flag in ("only", "topics"):
+        if getattr(args, flag):
+            raise JobError(f"--since and --{flag}: --since continues a full rebuild; drop --{flag}")
+    earlier = location(args.since)
+    if _same(earlier, out):
+        raise JobError(f"--since {args.since} and --out {args.out} are the same directory: OUT1 is only read; write "
+                       f"OUT2 elsewhere")
+    prev = previous_output(earlier, settings, list_segments(store, settings))
+    if prev.index_name_tz != args.index_name_tz:
+        raise JobError(f"--index-name-tz {args.index_name_tz}: OUT1's index files are named in "
+                       f"{prev.index_name_tz}; pass --index-name-tz {prev.index_name_tz}")
+    return prev
+
+
+def _same(a: Location, b: Location) -> bool:
+    """Whether two locations name the same directory (local paths resolved)."""
+    try:
+        return real_path(a) == real_path(b)
+    except (OSError, ValueError, TypeError):
+        return a.uri.rstrip("/") == b.uri.rstrip("/")
+
+
+@dataclass
+class SinceRun:
+    """What rebuild_since hands the report: the scan, what was written and reused, the timings."""
+
+    scan: ScanResult
+    result: SinceResult
+    min_offset: int
+    timings: dict
+
+
+def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, staging: Output,
+                  prev: PreviousOutput, limit_offset: int | None, tz: dt.tzinfo, quiet: bool) -> SinceRun:
+    """Decode from the segment OUT1 ended in and stage OUT2: consume queues, index, copies of the rest."""
+    timings: dict[str, float] = {}
+    started = t0 = time.monotonic()
+    scan = scan_store(sc, store, settings, work=staging.work, with_cq=True, with_keys=settings.message_index_enable,
+                      split_size=args.split_size, dispatch_limit=limit_offset, generation=args.rocketmq_version,
+                      from_offset=prev.built.offset - 1, quiet=quiet)
+    timings["decode_s"] = time.monotonic() - t0
+    timings.update(scan.task_timings())
+    pause_at("after-decode")
+    _tail_problems(args, scan)
+    t0 = time.monotonic()
+    min_offset = list_segments(store, settings)[0].start
+    result, copies = SinceResult(), []
+    warnings: list[str] = []
+    cq_dir = staging.dir.child("consumequeue")
+    cq_dir.makedirs()
+    earlier = prev.out.child("consumequeue")
+    tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
+    for _, written, _ in run_tasks(sc, tasks, build_files, "consume queues", quiet=quiet):
+        result.cq_written.update(written)
+    timings["consumequeue_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    old = {q.key: q for q in _old_queues(prev, warnings)}
+    check_no_lost_files(old, result.cq_written, earlier)
+    expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size, min_offset,
+                                 quiet) if min_offset > 0 else set()
+    result.cq_files.update(result.cq_written)
+    copies += queue_copies(old, set(result.cq_written), expired, cq_dir, result)
+    if settings.message_index_enable:
+        generation = store_generation(store, args.rocketmq_version).generation
+        copies += continue_index_files(prev, scan, staging.work, settings, staging.dir.child("index"), generation,
+                                       min_offset, tz, result, warnings)
+    timings["index_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    result.copied = copy_files(sc, copies, quiet) if copies else {}
+    timings["copy_s"] = time.monotonic() - t0
+    pause_at("after-build")
+    for w in warnings:
+        warn("rebuild", w)
+    timings["total_s"] = time.monotonic() - started
+    return SinceRun(scan, result, min_offset, timings)
+
+
+def _old_queues(prev: PreviousOutput, warnings: list[str]):
+    """OUT1's consume queues as listed (an OUT1 without consumequeue/ holds none)."""
+    if not prev.out.child("consumequeue").is_dir():
+        return []
+    return list_queues(prev.out, warnings)
+
+
+def _tail_problems(args: argparse.Namespace, scan: ScanResult) -> None:
+    """As a full rebuild: a log that does not end cleanly refuses unless --accept-invalid-tail."""
+    problems = scan.tail_problems()
+    if problems and not args.accept_invalid_tail:
+        raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
+                       "first, or pass --accept-invalid-tail to rebuild up to that point")
+    for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
+        warn("rebuild", problem)
