@@ -133,6 +133,11 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
 }
 
 
+def property_name(field_name: str) -> str:
+    """The broker's property name of a BrokerSettings field (the field's own name where none is read)."""
+    return next((p for p, (f, _) in _PROPERTY_FIELDS.items() if f == field_name), field_name)
+
+
 def parse_delay_levels(text: str) -> tuple[int, ...]:
     """`"1s 5s 1m"` -> (1000, 5000, 60000), as ScheduleMessageService.parseDelayLevel: split on single blanks
     (trailing empty tokens dropped), a unit of s/m/h/d after a Long.parseLong number (any Unicode decimal

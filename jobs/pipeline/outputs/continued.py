@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from storage_format import recovery
-from storage_format.consume_queue import CQ_UNIT_SIZE, QueuePlacer, file_name
+from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlacer, file_name, unpack_entries
 from storage_format.errors import StoreFormatError
 from storage_format.segment_names import parse_segment_name
 
@@ -59,11 +59,13 @@ def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: boo
     return bytes(old[:first_pos]) + bytes(data[first_pos:end])
 
 
-def earlier_placer(qdir: Location, file_size: int) -> QueuePlacer:
-    """Where the broker puts the queue's next unit after OUT1, as ConsumeQueue.recover loads OUT1's files (its write
-    position and maxPhysicOffset): the new units are placed from there by the broker's rules, so a queue whose units
-    were written out of step (5.x LMQ offsets used up without a unit) continues where it is. A queue OUT1 does not
-    hold starts fresh (its first unit at its own offset, pre-blank units before it)."""
+def earlier_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:
+    """The broker's placement state for the queue just before the scan's first unit for it (commit-log offset
+    `first_phy`): where OUT1 holds that unit and the end of the unit before it, so that the scan's units are placed
+    over OUT1's by the broker's rules (and checked against them by `joined`); where OUT1 does not hold it, OUT1's
+    write position and maxPhysicOffset as ConsumeQueue.recover loads them. A queue whose units were written out of
+    step (5.x LMQ offsets used up without a unit) so continues where it is. A queue OUT1 does not hold starts
+    fresh (its first unit at its own offset, pre-blank units before it)."""
     if not qdir.is_dir():
         return QueuePlacer()
     files = sorted(s for s in (parse_segment_name(i.base_name) for i in qdir.list()) if s is not None)
@@ -71,4 +73,38 @@ def earlier_placer(qdir: Location, file_size: int) -> QueuePlacer:
                              read_range=lambda s, at, n: qdir.child(file_name(s)).read_range(at, n))
     if ld.max_phy < 0:
         return QueuePlacer()
-    return QueuePlacer(write=ld.write_offset // CQ_UNIT_SIZE, max_end=ld.max_phy)
+    found = _unit_before(qdir, list(ld.files), file_size, first_phy)
+    if found is None:
+        return QueuePlacer(write=ld.write_offset // CQ_UNIT_SIZE, max_end=ld.max_phy)
+    position, end_before = found
+    return QueuePlacer() if end_before is None else QueuePlacer(write=position, max_end=end_before)
+
+
+def _real(units: np.ndarray) -> np.ndarray:
+    """Which units are written units (not zeros, not pre-blank)."""
+    return (units["size"] > 0) & (units["size"] != PRE_BLANK_SIZE) & (units["phy"] >= 0)
+
+
+def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> tuple[int, int | None] | None:
+    """(queue position of OUT1's unit for commit-log offset `phy`, the end of the unit before it: None when it is the
+    queue's first), None when OUT1 holds no unit there. Read from the newest file back (the unit lies near the end)."""
+    for i in range(len(files) - 1, -1, -1):
+        units = unpack_entries(qdir.child(file_name(files[i])).read_bytes())
+        real = np.flatnonzero(_real(units))
+        if not len(real):
+            continue
+        k = int(np.searchsorted(units["phy"][real], phy))
+        if k == len(real) or int(units["phy"][real[k]]) != phy:
+            if k == 0 and i > 0:
+                continue  # before this file's first unit: an earlier file
+            return None
+        slot = int(real[k])
+        position = (files[i] + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        if slot > 0:
+            before = units[slot - 1]
+            return position, (int(before["phy"]) + int(before["size"]) if _real(units[slot - 1:slot])[0] else None)
+        if i == 0:
+            return position, None
+        last = unpack_entries(qdir.child(file_name(files[i - 1])).read_range(file_size - CQ_UNIT_SIZE, CQ_UNIT_SIZE))
+        return position, int(last["phy"][0]) + int(last["size"][0]) if len(last) and _real(last)[0] else None
+    return None

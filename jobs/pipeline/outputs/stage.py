@@ -266,7 +266,7 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
     for item, rows in zip(task.items, _run_entries(task)):
         qo, phy, size = rows.queue_offset, rows.phy, rows.size
         if item.placed:
-            placed = _placer(task, item).place if task.earlier is not None else place_units
+            placed = _placer(task, item, phy).place if task.earlier is not None and len(phy) else place_units
             keep, at = placed(qo, phy, size)
             first = int(at[0]) if len(at) else 0
         else:
@@ -289,10 +289,14 @@ def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFi
     """A long placed queue's files in memory of a split's rows and a file: its rows read split by split, placed with
     the write position carried (consume_queue.QueuePlacer), and each file built once the write position is past it
     (positions only grow, so a file behind it takes no more units)."""
-    placer, first = _placer(task, item) if task.earlier is not None else QueuePlacer(), None
+    placer, first = None if task.earlier is not None else QueuePlacer(), None
     held: list[CqColumns] = []
     per_file = task.file_size // CQ_UNIT_SIZE
     for _, rows in _split_rows(task, _TaskQueues(task)):  # the task's one queue, split by split
+        if placer is None and len(rows.phy):
+            placer = _placer(task, item, rows.phy)
+        elif placer is None:
+            continue
         keep, at = placer.place(rows.queue_offset, rows.phy, rows.size)
         if not len(at):
             continue
@@ -341,9 +345,9 @@ def build_cq(task: CqTask) -> dict:
     return written
 
 
-def _placer(task: CqTask, item: QueueFiles) -> QueuePlacer:
-    """rebuild --since: the queue's placement state where OUT1 left it (outputs.continued)."""
-    return continued.earlier_placer(task.earlier.child(item.topic, str(item.queue_id)), task.file_size)
+def _placer(task: CqTask, item: QueueFiles, phy: np.ndarray) -> QueuePlacer:
+    """rebuild --since: the queue's placement state before its first row here, from OUT1 (outputs.continued)."""
+    return continued.earlier_placer(task.earlier.child(item.topic, str(item.queue_id)), task.file_size, int(phy[0]))
 
 
 def _continued(task: CqTask, f: CqFile, data: memoryview) -> memoryview | bytes:

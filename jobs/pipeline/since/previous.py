@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 from storage_format.scan_plan import Segment
-from storage_format.settings import BrokerSettings
+from storage_format.settings import BrokerSettings, property_name
 
 from ..io.fs import Location
 from ..runtime.cli import JobError
@@ -86,7 +86,7 @@ def check_report(out: Location, report: dict, settings: BrokerSettings) -> Built
     now = settings.to_dict()
     differ = [k for k in SHAPING_SETTINGS if k in then and then[k] != now.get(k)]
     if differ:
-        named = ", ".join(f"{k} {then[k]!r} then, {now.get(k)!r} now" for k in differ)
+        named = ", ".join(f"{property_name(k)} {then[k]!r} then, {now.get(k)!r} now" for k in differ)
         raise _fail(out, f"built with other settings ({named}): --since needs the broker config OUT1 was built with")
     return built
 

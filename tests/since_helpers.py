@@ -1,0 +1,75 @@
+"""Stores for `rebuild --since` tests: a golden store as it was earlier (its commit log cut after a record, the
+bytes after it zeros as the broker's preallocated segment holds them, later segments not yet there), and the
+clean service's deletions read independently from the golden files."""
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+from tests.conftest import GOLDEN, restored_copy
+from tests.golden_walk import records
+
+CQ_UNIT = 20
+INDEX_END_PHY_AT = 24  # header: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset (8 bytes each)
+
+
+def cut_offset(case: str, fraction: float) -> int:
+    """The commit-log offset of the record `fraction` of the way through the case's records."""
+    recs = records(case)
+    return recs[min(len(recs) - 1, int(len(recs) * fraction))].physical_offset
+
+
+def earlier_store(case: str, dest: Path, cut: int) -> Path:
+    """The case's store as it stood before the record at `cut` was written: no consume queues nor index (a rebuild
+    makes them), the segment holding `cut` zero from there on, later segments absent."""
+    store = restored_copy(case, dest)
+    for d in ("consumequeue", "index"):
+        shutil.rmtree(store / d, ignore_errors=True)
+    for seg in sorted((store / "commitlog").iterdir()):
+        start, size = int(seg.name), seg.stat().st_size
+        if start >= cut:
+            seg.unlink()
+        elif start + size > cut:
+            with open(seg, "r+b") as f:
+                f.seek(cut - start)
+                f.write(bytes(start + size - cut))
+    return store
+
+
+def expire_head(store: Path, segments: int) -> int:
+    """Delete the store's oldest `segments` commit-log segments (fileReservedTime passed); the new min offset."""
+    segs = sorted((store / "commitlog").iterdir())
+    for seg in segs[:segments]:
+        seg.unlink()
+    return int(segs[segments].name)
+
+
+def queue_files_after_clean(case: str, min_offset: int) -> set[str]:
+    """The case's consume-queue files the clean service keeps at `min_offset`, read from the golden files: per queue,
+    oldest first, every file but the last goes while the phy of its last unit is below min_offset."""
+    kept = set()
+    root = GOLDEN / case / "consumequeue"
+    for qdir in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        files = sorted(qdir.iterdir())
+        i = 0
+        while i < len(files) - 1:
+            data = files[i].read_bytes()
+            if struct.unpack_from(">q", data, len(data) - CQ_UNIT)[0] >= min_offset:
+                break
+            i += 1
+        kept |= {f"consumequeue/{f.relative_to(root).as_posix()}" for f in files[i:]}
+    return kept
+
+
+def index_files_expired(case: str, min_offset: int) -> int:
+    """How many of the case's index files (name order) the clean service deletes at `min_offset`, read from the
+    golden headers: none unless the first file's endPhyOffset is below it, then each but the last while it is."""
+    ends = [struct.unpack_from(">q", p.read_bytes()[:40], INDEX_END_PHY_AT)[0]
+            for p in sorted((GOLDEN / case / "index").iterdir())]
+    if not ends or ends[0] >= min_offset:
+        return 0
+    n = 0
+    while n < len(ends) - 1 and ends[n] < min_offset:
+        n += 1
+    return n

@@ -1,0 +1,169 @@
+"""`rebuild --since OUT1` (issue 33): OUT2 equals a full rebuild of the grown store, byte for byte; once the head
+expired, the golden files less what the broker's clean service deletes; OUT1 is never modified; and every wrong OUT1
+is one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from jobs.rebuild import main as rebuild_main
+from tests.conftest import GOLDEN, restored_copy
+from tests.golden_walk import records
+from tests.hostile import tree_digest
+from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
+                                   index_hashes, report)
+from tests.since_helpers import (cut_offset, earlier_store, expire_head, index_files_expired,
+                                 queue_files_after_clean)
+from tests.test_hostile import run_job
+
+
+def rebuild(case: str, store, out, *extra: str) -> int:
+    return rebuild_main(["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                         "--out", str(out), "--json", *extra])
+
+
+def grown(case: str, tmp_path, fraction: float):
+    """(OUT1: a rebuild of the case's store cut `fraction` of the way through, the whole store: a writable copy)."""
+    store1 = earlier_store(case, tmp_path / "s1", cut_offset(case, fraction))
+    assert rebuild(case, store1, tmp_path / "out1") == 0
+    return tmp_path / "out1", restored_copy(case, tmp_path / "store")
+
+
+# plain 4.x, 5.x LMQ (queues placed out of step: continued from OUT1's write position), 5.x controller mode (a
+# dispatch limit), and a medium store (hundreds of index files, rolls)
+CASES = [("clean-small-11", 0.7), ("v5-lmq-clean-small-11", 0.5), ("v5-controller-clean-small-11", 0.6),
+         ("clean-medium-11", 0.37)]
+
+
+@pytest.mark.parametrize("case,fraction", CASES)
+def test_since_equals_the_golden_store(case, fraction, spark, tmp_path):
+    """Consume queues sha256-equal to the golden files, index files equal in name order, and the names those of a
+    full rebuild; OUT1 untouched; the report says what was decoded and reused, and where OUT2 was built to."""
+    out1, store = grown(case, tmp_path, fraction)
+    before = tree_digest(out1)
+    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1)) == 0
+    assert consume_queue_hashes(tmp_path / "out2") == golden_consume_queue_hashes(case)
+    assert index_hashes(tmp_path / "out2") == golden_index_hashes(case)
+    assert rebuild(case, store, tmp_path / "full") == 0
+    assert sorted(p.name for p in (tmp_path / "out2/index").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "full/index").iterdir())
+    assert tree_digest(out1) == before
+    r, full = report(tmp_path / "out2"), report(tmp_path / "full")
+    assert r["built_to"] == full["built_to"] and r["index_files"] == full["index_files"]
+    s = r["since"]
+    assert s["built_to_before"] == report(out1)["built_to"]["offset"] and s["decoded_from"] <= s["built_to_before"]
+    assert s["bytes_decoded"] < full["bytes_read"] and s["bytes_reused"] > 0
+
+
+def test_since_continues_a_since_output(spark, tmp_path):
+    """Night after night: OUT3 --since OUT2 --since OUT1 equals the golden store; a night with nothing new equals
+    the night before (the files the last segment reaches built again, the same bytes; the index only copied)."""
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.3)
+    mid = earlier_store(case, tmp_path / "s2", cut_offset(case, 0.8))
+    assert rebuild(case, mid, tmp_path / "out2", "--since", str(out1)) == 0
+    assert rebuild(case, mid, tmp_path / "again", "--since", str(tmp_path / "out2")) == 0
+    assert tree_digest(tmp_path / "again") | {"reput-report.json": ""} == \
+        tree_digest(tmp_path / "out2") | {"reput-report.json": ""}
+    quiet_night = report(tmp_path / "again")["since"]
+    assert quiet_night["index_files_written"] == [] and quiet_night["index_keys_added"] == 0
+    assert rebuild(case, store, tmp_path / "out3", "--since", str(tmp_path / "out2")) == 0
+    assert consume_queue_hashes(tmp_path / "out3") == golden_consume_queue_hashes(case)
+    assert index_hashes(tmp_path / "out3") == golden_index_hashes(case)
+
+
+@pytest.mark.parametrize("expired", [3, 40])
+def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired, spark, tmp_path):
+    """The store lost its oldest segments since OUT1: OUT2 holds the golden consume-queue files less those whose
+    every unit points below the commit log's min offset (each queue's last file kept), and the golden index files
+    less the leading ones whose endPhyOffset is below it (read from the golden files, not through reput)."""
+    case = "clean-medium-11"
+    out1, store = grown(case, tmp_path, 0.6)
+    min_offset = expire_head(store, expired)
+    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1)) == 0
+    kept = queue_files_after_clean(case, min_offset)
+    golden = golden_consume_queue_hashes(case)
+    assert consume_queue_hashes(tmp_path / "out2") == {k: v for k, v in golden.items() if k in kept}
+    assert len(kept) < len(golden)
+    gone = index_files_expired(case, min_offset)
+    assert gone > 0 and index_hashes(tmp_path / "out2") == golden_index_hashes(case)[gone:]
+    s = report(tmp_path / "out2")["since"]
+    assert s["commitlog_min_offset"] == min_offset and len(s["expired"]["index_files"]) == gone
+    assert s["expired"]["consumequeue_files"] == len(golden) - len(kept)
+
+
+def _refused(argv: list[str], capfd, out2, *words: str) -> None:
+    """One line on stderr naming the problem, exit 2, OUT2 not there."""
+    code, _, err = run_job("rebuild", argv, capfd)
+    lines = [line for line in err.splitlines() if line.startswith("reput rebuild: error:")]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not out2.exists()
+
+
+def argv(case: str, store, out2, out1, *extra: str) -> list[str]:
+    return ["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out", str(out2),
+            "--since", str(out1), *extra]
+
+
+def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
+    """OUT1 of another store, a store recovered since OUT1 (the bytes before its end differ), a damaged, missing or
+    newer report, a partial OUT1, other settings, OUT1 as OUT2: one line, exit 2, nothing written, OUT1 intact."""
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    before = tree_digest(out1)
+    out2 = tmp_path / "out2"
+    other = tmp_path / "other"
+    assert rebuild("clean-medium-11", GOLDEN / "clean-medium-11", other) == 0
+    _refused(argv(case, store, out2, other), capfd, out2, "the store no longer holds what it was built from")
+    # recovered since: truncated at the start of OUT1's last record (zeros from there, as recovery leaves them)
+    last = max(r.physical_offset for r in records(case) if r.physical_offset < report(out1)["built_to"]["offset"])
+    recovered = earlier_store(case, tmp_path / "recovered", last)
+    _refused(argv(case, recovered, out2, out1), capfd, out2, "byte offset", "recovered or replaced")
+    _refused(argv(case, store, out2, out1, "--only", "index"), capfd, out2, "--since and --only")
+    _refused(argv(case, store, out1, out1), capfd, out1 / "nothing", "same directory")
+    conf = tmp_path / "broker.conf"
+    conf.write_text((GOLDEN / case / "broker.conf").read_text() + "\nduplicationEnable=true\n")
+    _refused(argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] + argv(case, store, out2, out1)[4:],
+             capfd, out2, "duplicationEnable False then, True now")
+    assert tree_digest(out1) == before
+    for name, edit, words in (
+            ("damaged", lambda t: t[:len(t) // 2], ("reput-report.json: byte offset", "not JSON")),
+            ("newer", lambda t: json.dumps({**json.loads(t), "report_version": 99}), ("newer reput", "99")),
+            ("partial", lambda t: json.dumps({**json.loads(t), "only": "index"}), ("partial rebuild",)),
+            ("no built_to", lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "built_to"}),
+             ("no built_to",))):
+        bad = tmp_path / name.replace(" ", "-")
+        shutil.copytree(out1, bad)
+        (bad / "reput-report.json").write_text(edit((out1 / "reput-report.json").read_text()))
+        _refused(argv(case, store, out2, bad), capfd, out2, *words)
+    missing = tmp_path / "missing"
+    shutil.copytree(out1, missing)
+    (missing / "reput-report.json").unlink()
+    _refused(argv(case, store, out2, missing), capfd, out2, "no reput-report.json")
+
+
+def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
+    """A unit of OUT1 that the commit log no longer gives (OUT1 edited or damaged where the new scan overlaps it):
+    refused naming OUT1's file and the unit's byte offset, nothing written."""
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    r = report(out1)
+    decoded_from = max(int(p.name) for p in (store / "commitlog").iterdir() if int(p.name) < r["built_to"]["offset"])
+    victim, at = None, None
+    for f in sorted((out1 / "consumequeue").rglob("*")):
+        if f.is_file():
+            data = f.read_bytes()
+            for i in range(0, len(data), 20):
+                phy = int.from_bytes(data[i:i + 8], "big", signed=True)
+                if decoded_from <= phy < r["built_to"]["offset"] and int.from_bytes(data[i + 8:i + 12], "big") > 0:
+                    victim, at = f, i
+    assert victim is not None
+    data = bytearray(victim.read_bytes())
+    data[at + 19] ^= 1  # the tags code's last byte
+    victim.write_bytes(bytes(data))
+    out2 = tmp_path / "out2"
+    _refused(argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
