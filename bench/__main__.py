@@ -27,7 +27,7 @@ from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, scaleout, stages
-from . import lmq_decode, scale, scale_jobs
+from . import lmq_decode, nightly, scale, scale_jobs
 from . import startup as startup_bench
 from .cpu import CpuWatch
 from .iocount import IoWatch
@@ -36,7 +36,7 @@ from storegen.synth import StoreSpec, parse_key_mix, read_store_info
 
 DEFAULT_ROOT = Path("/tmp/reput-bench")
 STAGES = ("startup", "read", "decode", "rebuild", "verify", "convert", "recover")
-EXTRA_STAGES = ("lmq-decode", "scaleout", "scale")  # only when named in --stages  # convert: DLedger stores only;
+EXTRA_STAGES = ("lmq-decode", "scaleout", "scale", "nightly")  # only when named in --stages  # convert: DLedger stores only;
 # recover: on the crashed store made with --broker-build
 BROKER_COMPARISONS = ("rebuild", "recovery", "lmq")
 LMQ_LIMIT = 20_000  # 4.9.8's default maxLmqConsumeQueueNum, and about what it can open here (one fd per CQ file)
@@ -84,7 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"interleaved --pairs rounds, time per message compared; scaleout: jobs.rebuild submitted to a "
                         f"loopback cluster of 1 worker core and one of 2, --scaleout-rounds each, the speed-up per "
                         f"stage beside the model's; needs `make package`; scale: rebuild, verify and convert as whole "
-                        f"processes on the --scale-stores, --scale-rounds rounds)")
+                        f"processes on the --scale-stores, --scale-rounds rounds; nightly: rebuild --since against "
+                        f"the full rebuild on a store grown by 1/8, --nightly-rounds rounds)")
     r.add_argument("--repeat", type=int, default=1,
                    help="runs per stage; the fastest is reported, all are kept in the JSON (default 1)")
     r.add_argument("--json-out", type=Path, help="JSON result file (default ROOT/bench-result.json)")
@@ -139,6 +140,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--scale-convert", type=int, default=0, metavar="MESSAGES",
                    help="stage scale also converts the DLedger twins (written once, untimed) of its stores of up to "
                         "MESSAGES messages (default 0: none)")
+    r.add_argument("--nightly-rounds", type=int, default=3, help="rounds of stage nightly (default 3)")
+    r.add_argument("--nightly-segment-mib", type=int, default=128,
+                   help="segment size of stage nightly's store (default 128 MiB; bench/nightly.py says why)")
     r.add_argument("--scaleout-rounds", type=int, default=3,
                    help="submits per core count in stage scaleout (default 3)")
     r.add_argument("--scale-settle", type=float, default=scale.SETTLE_S,
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_runs = None
     decode_runs = None
     scaleout_runs = None
-    scale_job_runs = None
+    scale_job_runs = nightly_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -328,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         if "scaleout" in wanted:
             scaleout_runs = scaleout.side_by_side(store, args.root, args.scaleout_rounds, args.split_size, records)
             _show(scaleout.table(scaleout_runs))
+        if "nightly" in wanted:
+            nightly_runs = nightly.side_by_side(spec, args.root, args.nightly_rounds, args.split_size,
+                                                args.nightly_segment_mib, args.regenerate)
+            _show(nightly.table(nightly_runs))
         if scale_stores is not None:
             scale_runs = scale.side_by_side(scale_stores, args.root / "rebuilt-scale", args.scale_pairs,
                                             args.split_size, args.master, args.scale_settle)
@@ -389,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(results, info, machine, settings_line))
     texts = [(startup_runs, startup_bench.table), (scale_runs, scale.table), (scaleout_runs, scaleout.table),
-             (scale_job_runs, scale_jobs.table),
+             (scale_job_runs, scale_jobs.table), (nightly_runs, nightly.table),
              (side, broker.table), (dledger_side, dledger_broker.table),
              *[(runs, recovery.table) for runs in recovery_runs],
              (recovery_runs if len(recovery_runs) == 2 else None, lambda r: recovery.scale_lines(*r)),
@@ -405,18 +413,11 @@ def main(argv: list[str] | None = None) -> int:
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     json_out.parent.mkdir(parents=True, exist_ok=True)
     figures = report.json_report(results, info, machine, config)
-    if side is not None:
-        figures["side_by_side"] = side.to_dict()
-    if dledger_side is not None:
-        figures["dledger_side_by_side"] = dledger_side.to_dict()
-    if startup_runs is not None:
-        figures["startup_side_by_side"] = startup_runs.to_dict()
-    if scale_runs is not None:
-        figures["rate_against_store_size"] = scale_runs.to_dict()
-    if scaleout_runs is not None:
-        figures["scale_out"] = scaleout_runs.to_dict()
-    if scale_job_runs is not None:
-        figures["scale"] = scale_job_runs.to_dict()
+    for key, runs in (("side_by_side", side), ("dledger_side_by_side", dledger_side),
+                      ("startup_side_by_side", startup_runs), ("rate_against_store_size", scale_runs),
+                      ("scale_out", scaleout_runs), ("scale", scale_job_runs), ("nightly", nightly_runs)):
+        if runs is not None:
+            figures[key] = runs.to_dict()
     if recovery_runs:
         figures["recovery_side_by_side"] = [r.to_dict() for r in recovery_runs]
     if lmq_side is not None:

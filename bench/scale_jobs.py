@@ -129,6 +129,7 @@ def run_job(job: str, argv: list[str]) -> dict:
     total = (report.get("timings") or {}).get("total_s", report.get("seconds"))  # verify: `seconds`
     records = report.get("message_records") or (report.get("commitlog") or {}).get("message_records")
     return {"wall_s": round(wall, 3), "total_s": total, "records": records,
+            "bytes_decoded": (report.get("since") or {}).get("bytes_decoded", report.get("bytes_read")),
             **{f"{k}_peak_mib": v for k, v in watch.peaks.items()}}
 
 

@@ -10,6 +10,7 @@ by jobs.query) live here and nowhere else; the key hash itself is java_hash.inde
 from __future__ import annotations
 
 import datetime as dt
+import mmap
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -360,10 +361,12 @@ def _time_diff(store_ts: np.ndarray, base: np.ndarray, int_max: int = INT_MAX) -
     return diff.astype(np.int32)
 
 
-def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,
+def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,
                          slots: int, max_entries: int) -> int:
     """Put entries into an existing file in place, with the result of IndexFile.putKey one by one;
-    returns how many fitted. Used by recovery, which resumes indexing in the last kept file.
+    returns how many fitted. Used by recovery, which resumes indexing in the last kept file, and rebuild --since.
+    `data` is the whole file, writable (a bytearray, or a file mapped shared: only the pages of the slots and
+    entries written are touched).
 
     Vectorised like a fresh file: a new entry's previous-in-slot position is the newest new entry of
     its slot before it, or for the first of its slot the slot's value on disk when that is valid at
@@ -379,16 +382,15 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     ts = np.asarray(store_ts[:n], np.int64)
     ph = np.asarray(phy[:n], np.int64)
     layout = IndexLayout(slots, max_entries)
-    table = layout.slot_table(data).astype(np.int64)
+    table = layout.slot_table(data)  # a writable view: only the slots that change are written
     position = count + np.arange(n, dtype=np.int64)
     order, s_sorted, same, last = _by_slot(key_slots(kh, slots))
     prev = np.empty(n, np.int64)
     prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
     first_put = order[~same]
-    on_disk = table[s_sorted[~same]]
+    on_disk = table[s_sorted[~same]].astype(np.int64)
     valid = (on_disk > 0) & (on_disk <= position[first_put])
     prev[first_put] = np.where(valid, on_disk, 0)
-    table[s_sorted[last]] = position[order[last]]
     fresh = count <= 1  # the file's first put sets the header's begin fields
     base = np.full(n, ts[0] if fresh else header.begin_timestamp, np.int64)
     base[0] = header.begin_timestamp
@@ -396,7 +398,7 @@ def append_to_index_file(data: bytearray, key_hash: np.ndarray, phy: np.ndarray,
     entries["hash"], entries["phy"], entries["diff"], entries["prev"] = kh, ph, _time_diff(ts, base), prev
     at = layout.entry_at(count)
     data[at:at + n * ENTRY_SIZE] = entries.tobytes()
-    data[HEADER_SIZE:layout.entries_at] = table.astype(">i4").tobytes()
+    table[s_sorted[last]] = position[order[last]]
     begin_ts, begin_phy = (int(ts[0]), int(ph[0])) if fresh else (header.begin_timestamp, header.begin_phy_offset)
     data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
                                      header.hash_slot_count + int(np.count_nonzero(~valid)), count + n).to_bytes()

@@ -4,6 +4,8 @@ same bytes: that checks the earlier OUT against the commit log and that the scan
 broker placed them (a queue whose units were written out of step refuses, naming the file and byte offset)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from storage_format import recovery
@@ -11,9 +13,24 @@ from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlac
 from storage_format.errors import StoreFormatError
 from storage_format.segment_names import parse_segment_name
 
+from ..io.copy import data_extents
 from ..io.fs import Location
+from ..io.paths import is_local
 
 RERUN = "run a full rebuild"
+
+
+def read_data(loc: Location) -> bytes:
+    """A file's bytes up to the end of its last data extent (a local file's sparse zero tail, which an OUT's
+    consume-queue files have past their last unit, is not read); elsewhere the whole file."""
+    if not is_local(loc):
+        return loc.read_bytes()
+    with open(loc.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        extents = data_extents(f.fileno(), size)
+        end = extents[-1][1] if extents else 0
+        f.seek(0)  # data_extents moved the descriptor's position
+        return f.read(end)
 
 
 def used_length(data: bytes | memoryview) -> int:
@@ -35,7 +52,7 @@ def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: boo
     bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known` whether OUT1 holds
     the queue at all."""
     try:
-        old = memoryview(earlier.read_bytes())
+        old = memoryview(read_data(earlier))
     except FileNotFoundError:
         if first_pos > 0 and queue_known:
             raise StoreFormatError(earlier.uri, 0, f"missing from OUT1, which holds the queue: the commit log gives "
@@ -89,7 +106,7 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
     """(queue position of OUT1's unit for commit-log offset `phy`, the end of the unit before it: None when it is the
     queue's first), None when OUT1 holds no unit there. Read from the newest file back (the unit lies near the end)."""
     for i in range(len(files) - 1, -1, -1):
-        units = unpack_entries(qdir.child(file_name(files[i])).read_bytes())
+        units = unpack_entries(read_data(qdir.child(file_name(files[i]))))
         real = np.flatnonzero(_real(units))
         if not len(real):
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from storage_format.settings import BrokerSettings
@@ -80,22 +81,22 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     cq_dir = staging.dir.child("consumequeue")
     cq_dir.makedirs()
     earlier = prev.out.child("consumequeue")
-    tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
-    for _, written, _ in run_tasks(sc, tasks, build_files, "consume queues", quiet=quiet):
-        result.cq_written.update(written)
-    timings["consumequeue_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    old = {q.key: q for q in _old_queues(prev, warnings)}
-    check_no_lost_files(old, result.cq_written, earlier)
-    expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size, min_offset,
-                                 quiet) if min_offset > 0 else set()
-    result.cq_files.update(result.cq_written)
-    copies += queue_copies(old, set(result.cq_written), expired, cq_dir, result)
-    if settings.message_index_enable:
-        generation = store_generation(store, args.rocketmq_version).generation
-        copies += continue_index_files(prev, scan, staging.work, settings, staging.dir.child("index"), generation,
-                                       min_offset, tz, result, warnings)
-    timings["index_s"] = time.monotonic() - t0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-since-index") as pool:
+        # the index is continued by the driver while the consume-queue files are built in Spark tasks
+        index = pool.submit(_index, args, store, prev, scan, staging, settings, min_offset, tz, result, warnings) \
+            if settings.message_index_enable else None
+        tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
+        for _, written, _ in run_tasks(sc, tasks, build_files, "consume queues", quiet=quiet):
+            result.cq_written.update(written)
+        timings["consumequeue_s"] = time.monotonic() - t0
+        old = {q.key: q for q in _old_queues(prev, warnings)}
+        check_no_lost_files(old, result.cq_written, earlier)
+        expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size,
+                                     min_offset, quiet) if min_offset > 0 else set()
+        result.cq_files.update(result.cq_written)
+        copies += queue_copies(old, set(result.cq_written), expired, cq_dir, result)
+        copies += index.result() if index is not None else []
+    timings["index_and_expiry_s"] = time.monotonic() - t0 - timings["consumequeue_s"]
     t0 = time.monotonic()
     result.copied = copy_files(sc, copies, quiet) if copies else {}
     timings["copy_s"] = time.monotonic() - t0
@@ -104,6 +105,15 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
         warn("rebuild", w)
     timings["total_s"] = time.monotonic() - started
     return SinceRun(scan, result, min_offset, timings)
+
+
+def _index(args: argparse.Namespace, store: Location, prev: PreviousOutput, scan: ScanResult, staging: Output,
+           settings: BrokerSettings, min_offset: int, tz: dt.tzinfo, result: SinceResult,
+           warnings: list[str]) -> list[tuple[str, str, int]]:
+    """OUT1's index continued (since.stage.continue_index_files); the unchanged files returned as copies."""
+    generation = store_generation(store, args.rocketmq_version).generation
+    return continue_index_files(prev, scan, staging.work, settings, staging.dir.child("index"), generation,
+                                min_offset, tz, result, warnings)
 
 
 def _old_queues(prev: PreviousOutput, warnings: list[str]):

@@ -5,6 +5,8 @@ OUT1 is only read."""
 from __future__ import annotations
 
 import datetime as dt
+import mmap
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +20,7 @@ from storage_format.settings import BrokerSettings
 
 from ..io.copy import COPY_RANGE_HOLES, copy_file
 from ..io.fs import Location
+from ..io.paths import is_local
 from ..recover.inputs import QueueDir, list_index_files, tail_keys
 from ..recover.write import COPY_TASK_BYTES, copy_counts, new_index_file
 from ..runtime.cli import JobError
@@ -194,16 +197,36 @@ def _write_index(plan: IndexContinuation, uris: dict[str, str], settings: Broker
             copies.append((uris[f.old_name], dst.uri, settings.index_file_size))
             continue
         if f.old_name is not None:
-            data = bytearray(Location(uris[f.old_name]).read_bytes())
-            data.extend(bytes(settings.index_file_size - len(data)))  # a 0-byte file maps as zeros
-            put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, settings.max_hash_slot_num,
-                                       settings.max_index_num)
-            if put != len(keys):
-                raise recovery.RecoveryError(f"index/{f.old_name}: {len(keys) - put} keys did not fit the file")
-            dst.write_bytes(bytes(data))
+            append_to_copy(Location(uris[f.old_name]), dst, keys, settings)
         else:
             k = keys if keys is not None else KeyBatch.concat([])
             dst.write_with_zero_tail(new_index_file(k, settings, f.target.inherited, generation),
                                      settings.index_file_size)
         result.index_written.append(f.name)
     return copies
+
+
+def append_to_copy(src: Location, dst: Location, keys: KeyBatch, settings: BrokerSettings) -> None:
+    """OUT1's index file `src` with `keys` appended, as `dst`: on a local filesystem copied (a reflink where the
+    filesystem shares extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only
+    the pages of the slots and entries written are touched, as the broker's own mapped file); elsewhere read, put
+    and written whole."""
+    if is_local(src) and is_local(dst):
+        copy_file(src, dst, False, True)
+        with open(dst.path, "r+b") as f:
+            if os.fstat(f.fileno()).st_size < settings.index_file_size:
+                f.truncate(settings.index_file_size)  # a 0-byte file maps as zeros
+            with mmap.mmap(f.fileno(), settings.index_file_size) as data:
+                _put(data, keys, settings, src)
+        return
+    data = bytearray(src.read_bytes())
+    data.extend(bytes(settings.index_file_size - len(data)))
+    _put(data, keys, settings, src)
+    dst.write_bytes(bytes(data))
+
+
+def _put(data, keys: KeyBatch, settings: BrokerSettings, src: Location) -> None:
+    put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, settings.max_hash_slot_num,
+                               settings.max_index_num)
+    if put != len(keys):
+        raise recovery.RecoveryError(f"{src.uri}: {len(keys) - put} keys did not fit the file")

@@ -1,0 +1,89 @@
+"""A store as it stood earlier, and a day later with its head expired: what the nightly recipe meets (`make
+nightly-demo`, the bench's nightly stage). Earlier = the same commit log cut at a record, the bytes after it zeros as
+the broker's preallocated segment holds them and later segments not yet there; expired = its oldest segments
+deleted, as the broker's clean service deletes them after fileReservedTime.
+
+`python -m storegen.earlier DIR` writes DIR/last-night (the sample store 7/8 of the way through) and DIR/store
+(the whole sample store, its oldest segment gone)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .sample import write_sample_store
+
+GROWN_BY = 1 / 8  # a day of messages, of the store OUT1 was built from
+DEMO_MESSAGES = 6000
+
+
+def record_boundary(segment: Path, start: int, at_least: int) -> int:
+    """The commit-log offset of the first record in `segment` (starting at offset `start`) at or after
+    `at_least`, or of the segment's end of data (a walk of the records' sizes)."""
+    with open(segment, "rb") as f:
+        pos = 0
+        while True:
+            f.seek(pos)
+            size = int.from_bytes(f.read(4).rjust(4, b"\0"), "big", signed=True)
+            if size <= 0 or start + pos >= at_least:
+                return start + pos
+            pos += size
+
+
+def log_end(store: Path) -> int:
+    """The commit-log offset after the store's last record."""
+    last = max((store / "commitlog").iterdir(), key=lambda s: int(s.name))
+    return record_boundary(last, int(last.name), 1 << 62)
+
+
+def earlier_store(store: Path, dest: Path, share: float, link: bool = False) -> int:
+    """Write `dest`: `store` as it stood when its log held `share` of its bytes (cut at the next record); the
+    segments before the cut copied, or hard-linked with `link` (for stores jobs only read). Returns the cut."""
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "commitlog").mkdir(parents=True)
+    shutil.copy(store / "broker.conf", dest / "broker.conf")
+    segments = sorted((store / "commitlog").iterdir(), key=lambda s: int(s.name))
+    target = int(log_end(store) * share)
+    holding = max((s for s in segments if int(s.name) <= target), key=lambda s: int(s.name))
+    cut = record_boundary(holding, int(holding.name), target)
+    for seg in segments:
+        start, size, dst = int(seg.name), seg.stat().st_size, dest / "commitlog" / seg.name
+        if start + size <= cut:
+            os.link(seg, dst) if link else shutil.copy(seg, dst)
+        elif start < cut:
+            shutil.copy(seg, dst)
+            with open(dst, "r+b") as f:
+                f.seek(cut - start)
+                f.write(bytes(size - (cut - start)))
+    return cut
+
+
+def expire_head(store: Path, segments: int = 1) -> int:
+    """Delete the store's oldest `segments` segments; returns the commit log's new min offset."""
+    segs = sorted((store / "commitlog").iterdir(), key=lambda s: int(s.name))
+    for seg in segs[:segments]:
+        seg.unlink()
+    return int(segs[segments].name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m storegen.earlier", description=__doc__)
+    p.add_argument("dir", type=Path)
+    p.add_argument("--messages", type=int, default=DEMO_MESSAGES)
+    args = p.parse_args(argv)
+    store = args.dir / "store"
+    if store.exists():
+        print(f"storegen.earlier: {store} exists; choose an empty directory", file=sys.stderr)
+        return 2
+    write_sample_store(store, n=args.messages)
+    cut = earlier_store(store, args.dir / "last-night", 1 - GROWN_BY)
+    min_offset = expire_head(store)
+    print(f"last night's store {args.dir / 'last-night'}: the log up to offset {cut}; today's {store}: "
+          f"{log_end(store) - cut} bytes more, its oldest segment gone (min offset {min_offset})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
