@@ -22,7 +22,7 @@ import time  # noqa: E402
 from jobs.pipeline.outputs.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
                                        pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
-                               json_bytes, parser, progress_quiet, run_process, settings_from, time_zone, warn)
+                               json_bytes, parser, progress_quiet, run_process, settings_from, time_zone)
 from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
 from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_VERSION, built_to  # noqa: E402
@@ -38,7 +38,7 @@ from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
-from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from jobs.pipeline.scan.stage import check_tail, scan_store  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -101,13 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     sc, engine = job_runner(args, "rebuild")
     if prev is not None:
-        with staging:
-            run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
-            check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
-            report = _since_report(args, run, settings, limit, prev)
-            report["engine"] = engine.to_dict()
-            staging.publish(json_bytes(report))
-        emit(args, report, _print_human, report_loc)
+        emit(args, _publish_since(sc, args, store, settings, staging, prev, limit, tz, quiet, engine), _print_human,
+             report_loc)
         return EXIT_OK
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -119,12 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["decode_s"] = time.monotonic() - t0
         timings.update(scan.task_timings())
         pause_at("after-decode")
-        problems = scan.tail_problems()
-        if problems and not args.accept_invalid_tail:
-            raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
-                           "first, or pass --accept-invalid-tail to rebuild up to that point")
-        for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
-            warn("rebuild", problem)
+        check_tail(scan, args.accept_invalid_tail, "rebuild")
         t0 = time.monotonic()
         cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.default_parallelism) \
             if with_cq else []
@@ -234,6 +224,18 @@ def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
     """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
     built = built_to(scan.segments, scan.dispatched_end(limit))
     return built.to_dict() if built is not None else None
+
+
+def _publish_since(sc, args, store: Location, settings: BrokerSettings, staging: Output, prev: PreviousOutput, limit,
+                   tz, quiet: bool, engine) -> dict:
+    """rebuild --since: stage OUT2 (since.run), check it as every OUT, publish it with its report."""
+    with staging:
+        run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
+        check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
+        report = _since_report(args, run, settings, limit, prev)
+        report["engine"] = engine.to_dict()
+        staging.publish(json_bytes(report))
+    return report
 
 
 def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:

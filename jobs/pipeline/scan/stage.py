@@ -34,6 +34,7 @@ from .queue_order import out_of_step_queues
 from .cq_rows import cq_table, queue_groups, queue_table, split_lmq, unsafe_topics
 from ..convert.records import list_buffer
 from ..runtime import env
+from ..runtime.failure import JobError
 from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
 from ..io.fs import Location
@@ -429,6 +430,17 @@ def multi_dispatch_rules(store: Location, settings: BrokerSettings,
     guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
     return rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
                      generation is not None or guess.generation >= 5) if guess else None
+
+
+def check_tail(scan: ScanResult, accept_invalid_tail: bool, job: str) -> None:
+    """A commit log that does not end cleanly refuses (the broker stops dispatching at the first invalid record)
+    unless `accept_invalid_tail`; what is accepted, and the queues dispatched as the broker does them, are warned."""
+    problems = scan.tail_problems()
+    if problems and not accept_invalid_tail:
+        raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
+                       "first, or pass --accept-invalid-tail to rebuild up to that point")
+    for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
+        print(f"reput {job}: warning: {problem}", file=sys.stderr, flush=True)
 
 
 def note_fallbacks(scan: ScanResult, label: str) -> None:

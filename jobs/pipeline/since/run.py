@@ -19,7 +19,7 @@ from ..runtime.cli import JobError, warn
 from ..runtime.faults import pause_at
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
-from ..scan.stage import scan_store
+from ..scan.stage import check_tail, scan_store
 from ..store.markers import store_generation
 from ..store.segments import list_segments
 from .previous import PreviousOutput, previous_output
@@ -73,7 +73,7 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     timings["decode_s"] = time.monotonic() - t0
     timings.update(scan.task_timings())
     pause_at("after-decode")
-    _tail_problems(args, scan)
+    check_tail(scan, args.accept_invalid_tail, "rebuild")
     t0 = time.monotonic()
     min_offset = list_segments(store, settings)[0].start
     result, copies = SinceResult(), []
@@ -121,13 +121,3 @@ def _old_queues(prev: PreviousOutput, warnings: list[str]):
     if not prev.out.child("consumequeue").is_dir():
         return []
     return list_queues(prev.out, warnings)
-
-
-def _tail_problems(args: argparse.Namespace, scan: ScanResult) -> None:
-    """As a full rebuild: a log that does not end cleanly refuses unless --accept-invalid-tail."""
-    problems = scan.tail_problems()
-    if problems and not args.accept_invalid_tail:
-        raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
-                       "first, or pass --accept-invalid-tail to rebuild up to that point")
-    for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
-        warn("rebuild", problem)

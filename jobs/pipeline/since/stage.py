@@ -32,7 +32,7 @@ from .previous import PreviousOutput
 QUEUES_PER_EXPIRY_TASK = 512
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SinceResult:
     """What a --since run wrote and reused: every file of OUT2 (consume-queue files by path, index names) and the
     counts the report gives."""
