@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo test test-full test-floors test-cluster test-boundscheck bench package clean
+.PHONY: venv system-deps demo nightly-demo test test-full test-floors test-cluster test-boundscheck bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,22 @@ demo: venv
 	mkdir -p $(DEMO)/checked && ln -s ../store/commitlog ../rebuilt/consumequeue ../rebuilt/index $(DEMO)/checked/
 	$(PY) -m jobs.verify --store $(DEMO)/checked --broker-config $(DEMO)/store/broker.conf
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
+
+# The nightly recipe (docs/nightly.md) on the demo store: last night's store rebuilt and catalogued; a day of
+# messages later, its oldest segment expired, catalogued again (new records appended) and rebuilt --since.
+N := $(DEMO)/nightly
+nightly-demo: venv
+	rm -rf $(N)
+	$(PY) -m storegen.earlier $(N)
+	$(PY) -m jobs.rebuild --store $(N)/last-night --broker-config $(N)/store/broker.conf --out $(N)/rebuilt-1
+	$(PY) -m jobs.catalog --store $(N)/last-night --broker-config $(N)/store/broker.conf --table $(N)/catalog \
+		--store-id demo
+	$(PY) -m jobs.catalog --store $(N)/store --broker-config $(N)/store/broker.conf --table $(N)/catalog \
+		--store-id demo
+	$(PY) -m jobs.rebuild --store $(N)/store --broker-config $(N)/store/broker.conf --out $(N)/rebuilt-2 \
+		--since $(N)/rebuilt-1
+	@echo "nightly-demo: tonight's consume queues and index files are in $(N)/rebuilt-2 (its report's since section:"
+	@echo "  what was decoded, reused and expired); the catalog $(N)/catalog holds both nights' records"
 
 # The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`).
 test: venv system-deps

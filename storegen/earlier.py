@@ -41,23 +41,34 @@ def log_end(store: Path) -> int:
 def earlier_store(store: Path, dest: Path, share: float, link: bool = False) -> int:
     """Write `dest`: `store` as it stood when its log held `share` of its bytes (cut at the next record); the
     segments before the cut copied, or hard-linked with `link` (for stores jobs only read). Returns the cut."""
-    shutil.rmtree(dest, ignore_errors=True)
-    (dest / "commitlog").mkdir(parents=True)
-    shutil.copy(store / "broker.conf", dest / "broker.conf")
     segments = sorted((store / "commitlog").iterdir(), key=lambda s: int(s.name))
     target = int(log_end(store) * share)
     holding = max((s for s in segments if int(s.name) <= target), key=lambda s: int(s.name))
     cut = record_boundary(holding, int(holding.name), target)
-    for seg in segments:
+    cut_store(store, dest, cut, link)
+    return cut
+
+
+def cut_store(store: Path, dest: Path, cut: int, link: bool = False) -> None:
+    """Write `dest`: `store`'s commit log as it stood before the record at offset `cut` was written, and the files of
+    its root (broker.conf, the checkpoint and marker files: they name the generation and the confirm offset); no
+    consume queues, no index (a rebuild makes them)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "commitlog").mkdir(parents=True)
+    for f in store.iterdir():
+        if f.is_file() and not f.is_symlink():
+            shutil.copy(f, dest / f.name)
+            os.chmod(dest / f.name, 0o644)
+    for seg in sorted((store / "commitlog").iterdir(), key=lambda s: int(s.name)):
         start, size, dst = int(seg.name), seg.stat().st_size, dest / "commitlog" / seg.name
         if start + size <= cut:
             os.link(seg, dst) if link else shutil.copy(seg, dst)
         elif start < cut:
             shutil.copy(seg, dst)
+            os.chmod(dst, 0o644)
             with open(dst, "r+b") as f:
                 f.seek(cut - start)
                 f.write(bytes(size - (cut - start)))
-    return cut
 
 
 def expire_head(store: Path, segments: int = 1) -> int:

@@ -58,8 +58,13 @@ def parse_properties(text: str | None) -> dict[str, str]:
 
 def records(case: str) -> list[GoldenRecord]:
     """Every message record of a case's commit log in order (blank records and zero tails skipped)."""
+    return records_in(case_dir(case))
+
+
+def records_in(store: Path) -> list[GoldenRecord]:
+    """Every message record of a store's commit log (STORE/commitlog) in order."""
     out = []
-    segments = sorted((case_dir(case) / "commitlog").iterdir())
+    segments = sorted((store / "commitlog").iterdir())
     for segment in segments:
         buf = segment.read_bytes()
         base = int(segment.name)

@@ -3,11 +3,11 @@ bytes after it zeros as the broker's preallocated segment holds them, later segm
 clean service's deletions read independently from the golden files."""
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
 
-from tests.conftest import GOLDEN, restored_copy
+from storegen.earlier import cut_store
+from tests.conftest import GOLDEN
 from tests.golden_walk import records
 
 CQ_UNIT = 20
@@ -21,28 +21,9 @@ def cut_offset(case: str, fraction: float) -> int:
 
 
 def earlier_store(case: str, dest: Path, cut: int) -> Path:
-    """The case's store as it stood before the record at `cut` was written: no consume queues nor index (a rebuild
-    makes them), the segment holding `cut` zero from there on, later segments absent."""
-    store = restored_copy(case, dest)
-    for d in ("consumequeue", "index"):
-        shutil.rmtree(store / d, ignore_errors=True)
-    for seg in sorted((store / "commitlog").iterdir()):
-        start, size = int(seg.name), seg.stat().st_size
-        if start >= cut:
-            seg.unlink()
-        elif start + size > cut:
-            with open(seg, "r+b") as f:
-                f.seek(cut - start)
-                f.write(bytes(start + size - cut))
-    return store
-
-
-def expire_head(store: Path, segments: int) -> int:
-    """Delete the store's oldest `segments` commit-log segments (fileReservedTime passed); the new min offset."""
-    segs = sorted((store / "commitlog").iterdir())
-    for seg in segs[:segments]:
-        seg.unlink()
-    return int(segs[segments].name)
+    """The case's store as it stood before the record at `cut` was written (storegen.earlier.cut_store)."""
+    cut_store(GOLDEN / case, dest, cut)
+    return dest
 
 
 def queue_files_after_clean(case: str, min_offset: int) -> set[str]:

@@ -10,12 +10,12 @@ import pytest
 
 from jobs.rebuild import main as rebuild_main
 from tests.conftest import GOLDEN, restored_copy
-from tests.golden_walk import records
+from tests.golden_walk import records, records_in
 from tests.hostile import tree_digest
 from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
                                    index_hashes, report)
-from tests.since_helpers import (cut_offset, earlier_store, expire_head, index_files_expired,
-                                 queue_files_after_clean)
+from storegen.earlier import expire_head
+from tests.since_helpers import cut_offset, earlier_store, index_files_expired, queue_files_after_clean
 from tests.test_hostile import run_job
 
 
@@ -167,3 +167,22 @@ def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
     victim.write_bytes(bytes(data))
     out2 = tmp_path / "out2"
     _refused(argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
+
+
+def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
+    """storegen.earlier (make nightly-demo, the bench's nightly stage): last night's log is tonight's up to a record
+    boundary 7/8 of the way through, zeros after it in its segment; tonight's lost its oldest segment."""
+    from storegen.earlier import main as earlier_main
+
+    assert earlier_main([str(tmp_path / "n"), "--messages", "2000"]) == 0
+    tonight, last = tmp_path / "n/store/commitlog", tmp_path / "n/last-night/commitlog"
+    kept = sorted(p.name for p in tonight.iterdir())
+    before = sorted(p.name for p in last.iterdir())
+    assert before[0] == "0" * 20 and before[0] not in kept and set(before[1:]) <= set(kept)
+    cut_seg = before[-1]
+    data, whole = (last / cut_seg).read_bytes(), (tonight / cut_seg).read_bytes()
+    starts = [r.physical_offset - int(cut_seg) for r in records_in(tmp_path / "n/store")
+              if 0 <= r.physical_offset - int(cut_seg) < len(whole)]
+    cuts = [c for c in starts if data[:c] == whole[:c] and not data[c:].strip(b"\0")]
+    assert len(data) == len(whole) and cuts and cuts[0] > 0  # the first record kept whole, the rest zeros
+
