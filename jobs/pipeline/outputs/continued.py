@@ -1,21 +1,28 @@
-"""A consume-queue file of `rebuild --since`, continuing an earlier OUT's file of the same name: the earlier file's
-bytes before the first unit the new scan gives, the scan's units from there. Where both hold units they must be the
-same bytes: that checks the earlier OUT against the commit log and that the scan placed the queue's units where the
-broker placed them (a queue whose units were written out of step refuses, naming the file and byte offset)."""
+"""Files of `rebuild --since` that continue an earlier OUT's file of the same name.
+
+A consume-queue file: the earlier file's bytes before the first unit the new scan gives, the scan's units from there.
+Where both hold units they must be the same bytes: that checks the earlier OUT against the commit log and that the
+scan placed the queue's units where the broker placed them (a unit that differs refuses, naming the file and byte
+offset). The earlier OUT's last index file: copied, and the new keys put into it as the broker grows it."""
 from __future__ import annotations
 
+import mmap
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from storage_format import recovery
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlacer, file_name, unpack_entries
 from storage_format.errors import StoreFormatError
+from storage_format.index_file import append_to_index_file
+from storage_format.index_keys import KeyBatch
 from storage_format.segment_names import parse_segment_name
 
-from ..io.copy import data_extents
+from ..io.copy import copy_file, data_extents
 from ..io.fs import Location
 from ..io.paths import is_local
+from ..io.workdir import key_columns
 
 RERUN = "run a full rebuild"
 
@@ -125,3 +132,53 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
         last = unpack_entries(qdir.child(file_name(files[i - 1])).read_range(file_size - CQ_UNIT_SIZE, CQ_UNIT_SIZE))
         return position, int(last["phy"][0]) + int(last["size"][0]) if len(last) and _real(last)[0] else None
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexAppend:
+    """The earlier OUT's last index file with the new keys put into it: one Spark task."""
+
+    file_no: int
+    src: Location  # the earlier OUT's file
+    dst: Location  # where it goes in OUT2 (its name after the task: the job renames it when it got its first key)
+    work: Location
+    slices: tuple[tuple[int, int, int], ...]  # (split, first row, end row) of the keys, in dispatch order
+    file_size: int
+    slots: int
+    max_entries: int
+
+
+def append_index(task: IndexAppend) -> list[tuple[int, int | None]]:
+    """Write the file; returns [(its number, the store time of its first new key: None without one)]."""
+    parts = []
+    for split, lo, hi in task.slices:
+        cols = key_columns(task.work, split)
+        parts.append(KeyBatch(*(cols[n].take(slice(lo, hi)) for n in ("key_hash", "phy", "store_ts"))))
+    keys = KeyBatch.concat(parts)
+    append_to_copy(task.src, task.dst, keys, task.file_size, task.slots, task.max_entries)
+    return [(task.file_no, int(keys.store_ts[0]) if len(keys) else None)]
+
+
+def append_to_copy(src: Location, dst: Location, keys: KeyBatch, file_size: int, slots: int, max_entries: int) -> None:
+    """`src` with `keys` appended, as `dst`: on a local filesystem copied (a reflink where the filesystem shares
+    extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only the pages of the
+    slots and entries written are touched, as the broker's own mapped file); elsewhere read, put and written whole."""
+    if is_local(src) and is_local(dst):
+        copy_file(src, dst, False, True)
+        with open(dst.path, "r+b") as f:
+            if os.fstat(f.fileno()).st_size < file_size:
+                f.truncate(file_size)  # a 0-byte file maps as zeros
+            with mmap.mmap(f.fileno(), file_size) as data:
+                _put(data, keys, slots, max_entries, src)
+        return
+    data = bytearray(src.read_bytes())
+    data.extend(bytes(file_size - len(data)))
+    _put(data, keys, slots, max_entries, src)
+    dst.write_bytes(bytes(data))
+
+
+def _put(data, keys: KeyBatch, slots: int, max_entries: int, src: Location) -> None:
+    put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, slots, max_entries)
+    if put != len(keys):
+        raise StoreFormatError(src.uri, 0, f"{len(keys) - put} new keys did not fit the index file (its header's "
+                                           f"indexCount); run a full rebuild")

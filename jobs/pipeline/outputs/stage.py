@@ -372,6 +372,7 @@ class IndexFilePlan:
     file_no: int
     sources: tuple[KeySlice, ...]
     inherited_from: KeySlice | None  # the key just before the file (previous file's last entry)
+    inherited: tuple[int, int] | None = None  # without inherited_from: (endTimestamp, endPhyOffset) given (--since)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -451,6 +452,13 @@ def _first_key(work: Location, sl: KeySlice, moved: frozenset[int] = frozenset()
     return int(store_ts[0]), int(phy[0])
 
 
+def _inherited(task: IndexTask, plan: IndexFilePlan) -> IndexState:
+    """The end a new file inherits: the previous file's last key, or the end given (the earlier OUT's last file)."""
+    if plan.inherited_from is not None:
+        return IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
+    return IndexState(*plan.inherited) if plan.inherited is not None else IndexState()
+
+
 def build_index(task: IndexTask) -> list[tuple[int, int | None]]:
     """Write the task's index files under pending names; returns (file number, first entry's store time)."""
     return [_build_one(task, plan) for plan in task.files]
@@ -508,9 +516,7 @@ def build_index_share(share: IndexShare) -> list[tuple[int, int | None]]:
 def _write_share(task: IndexTask, plan: IndexFilePlan, start: int, end: int, last: bool) -> int | None:
     """Write the file's keys at positions [start, end) (and the header and slot table when `last`) into its
     pending file; returns the store time of the file's first key (None for a file without keys)."""
-    inherited = IndexState()
-    if plan.inherited_from is not None:  # the previous file's last key
-        inherited = IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
+    inherited = _inherited(task, plan)
     first_key = _first_key(task.work, plan.sources[0], task.moved) if plan.sources else None
     own = _cut(plan.sources, start, end)
     before = _cut(plan.sources, 0, start)
@@ -546,9 +552,7 @@ def index_file_stream(task: IndexTask, plan: IndexFilePlan,
     entry unless `zero_tail`), and its first entry's store time: the one code path behind writing
     (build_index) and comparing (jobs.pipeline.verify.pointer). Memory stays bounded by one split's keys
     and the slot tables however full the file is."""
-    inherited = IndexState()
-    if plan.inherited_from is not None:  # the previous file's last key
-        inherited = IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
+    inherited = _inherited(task, plan)
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for s in plan.sources:
@@ -564,7 +568,8 @@ def index_file_bytes(task: IndexTask, plan: IndexFilePlan) -> tuple[bytes, int |
     return b"".join(stream), first_ts
 
 
-def build_files(task: CqTask | IndexTask | IndexShare) -> tuple[str, dict | list[tuple[int, int | None]], float]:
+def build_files(task: CqTask | IndexTask | IndexShare | continued.IndexAppend
+                ) -> tuple[str, dict | list[tuple[int, int | None]], float]:
     """Run one consume-queue or index task (or index file share): (kind, its result, seconds). Both kinds go
     into one Spark job, so consume-queue tasks run beside a long index task instead of after it."""
     started = time.monotonic()
@@ -573,6 +578,8 @@ def build_files(task: CqTask | IndexTask | IndexShare) -> tuple[str, dict | list
         return "index", build_index(task), time.monotonic() - started
     if isinstance(task, IndexShare):
         return "index", build_index_share(task), time.monotonic() - started
+    if isinstance(task, continued.IndexAppend):
+        return "index", continued.append_index(task), time.monotonic() - started
     return "consumequeue", build_cq(task), time.monotonic() - started
 
 

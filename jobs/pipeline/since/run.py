@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from storage_format.settings import BrokerSettings
@@ -13,7 +12,7 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location, location
 from ..io.paths import real_path
 from ..io.publish import Output
-from ..outputs.stage import build_files, plan_cq
+from ..outputs.stage import build_files, plan_cq, share_index_tasks
 from ..recover.inputs import list_queues
 from ..runtime.cli import JobError, warn
 from ..runtime.faults import pause_at
@@ -23,8 +22,8 @@ from ..scan.stage import check_tail, scan_store
 from ..store.markers import store_generation
 from ..store.segments import list_segments
 from .previous import PreviousOutput, previous_output
-from .stage import (SinceResult, check_no_lost_files, continue_index_files, copy_files, expired_queue_uris,
-                    queue_copies)
+from .index import IndexWork, name_written, plan_index_work
+from .stage import SinceResult, check_no_lost_files, copy_files, expired_queue_uris, queue_copies
 
 
 def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSettings, out: Location) -> PreviousOutput:
@@ -76,27 +75,30 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     check_tail(scan, args.accept_invalid_tail, "rebuild")
     t0 = time.monotonic()
     min_offset = list_segments(store, settings)[0].start
-    result, copies = SinceResult(), []
-    warnings: list[str] = []
+    result, warnings = SinceResult(), []
+    index = _index_work(args, store, prev, scan, staging, settings, min_offset, tz, warnings)
     cq_dir = staging.dir.child("consumequeue")
     cq_dir.makedirs()
     earlier = prev.out.child("consumequeue")
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-since-index") as pool:
-        # the index is continued by the driver while the consume-queue files are built in Spark tasks
-        index = pool.submit(_index, args, store, prev, scan, staging, settings, min_offset, tz, result, warnings) \
-            if settings.message_index_enable else None
-        tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
-        for _, written, _ in run_tasks(sc, tasks, build_files, "consume queues", quiet=quiet):
+    tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
+    if index is not None:  # one Spark job: the index files' tasks beside the consume queues' (as a rebuild's)
+        tasks = share_index_tasks(index.tasks, sc.default_parallelism) + tasks
+    for kind, written, _ in run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet):
+        if kind == "consumequeue":
             result.cq_written.update(written)
-        timings["consumequeue_s"] = time.monotonic() - t0
-        old = {q.key: q for q in _old_queues(prev, warnings)}
-        check_no_lost_files(old, result.cq_written, earlier)
-        expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size,
-                                     min_offset, quiet) if min_offset > 0 else set()
-        result.cq_files.update(result.cq_written)
-        copies += queue_copies(old, set(result.cq_written), expired, cq_dir, result)
-        copies += index.result() if index is not None else []
-    timings["index_and_expiry_s"] = time.monotonic() - t0 - timings["consumequeue_s"]
+    timings["build_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    old = {q.key: q for q in _old_queues(prev, warnings)}
+    check_no_lost_files(old, result.cq_written, earlier)
+    expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size,
+                                 min_offset, quiet) if min_offset > 0 else set()
+    result.cq_files.update(result.cq_written)
+    copies = queue_copies(old, set(result.cq_written), expired, cq_dir, result)
+    if index is not None:
+        name_written(staging.dir.child("index"), index.pending)
+        result.take_index(index)
+        copies += index.copies
+    timings["expiry_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     result.copied = copy_files(sc, copies, quiet) if copies else {}
     timings["copy_s"] = time.monotonic() - t0
@@ -107,13 +109,15 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     return SinceRun(scan, result, min_offset, timings)
 
 
-def _index(args: argparse.Namespace, store: Location, prev: PreviousOutput, scan: ScanResult, staging: Output,
-           settings: BrokerSettings, min_offset: int, tz: dt.tzinfo, result: SinceResult,
-           warnings: list[str]) -> list[tuple[str, str, int]]:
-    """OUT1's index continued (since.stage.continue_index_files); the unchanged files returned as copies."""
+def _index_work(args: argparse.Namespace, store: Location, prev: PreviousOutput, scan: ScanResult,
+                staging: Output, settings: BrokerSettings, min_offset: int, tz: dt.tzinfo,
+                warnings: list[str]) -> IndexWork | None:
+    """OUT1's index continued (since.index), None with messageIndexEnable=false."""
+    if not settings.message_index_enable:
+        return None
     generation = store_generation(store, args.rocketmq_version).generation
-    return continue_index_files(prev, scan, staging.work, settings, staging.dir.child("index"), generation,
-                                min_offset, tz, result, warnings)
+    return plan_index_work(prev, scan, staging.work, settings, staging.dir.child("index"), generation, min_offset,
+                           tz, warnings)
 
 
 def _old_queues(prev: PreviousOutput, warnings: list[str]):

@@ -4,29 +4,20 @@ records reach in Spark tasks (each joined to OUT1's file of the same name: outpu
 OUT1 is only read."""
 from __future__ import annotations
 
-import datetime as dt
-import mmap
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from storage_format import recovery
 from storage_format.clean_service import expired_queue_files, last_unit_at
 from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, file_name
-from storage_format.index_file import append_to_index_file
-from storage_format.index_keys import KeyBatch
-from storage_format.settings import BrokerSettings
 
 from ..io.copy import COPY_RANGE_HOLES, copy_file
 from ..io.fs import Location
-from ..io.paths import is_local
-from ..recover.inputs import QueueDir, list_index_files, tail_keys
-from ..recover.write import COPY_TASK_BYTES, copy_counts, new_index_file
+from ..recover.inputs import QueueDir
+from ..recover.write import COPY_TASK_BYTES, copy_counts
 from ..runtime.cli import JobError
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
-from .plan import IndexContinuation, continue_index
 from .previous import PreviousOutput
 
 QUEUES_PER_EXPIRY_TASK = 512
@@ -46,6 +37,14 @@ class SinceResult:
     index_keys_added: int = 0
     index_written: list[str] = field(default_factory=list)
 
+    def take_index(self, index) -> None:
+        """What the index work (since.index.IndexWork) wrote, copied and left out."""
+        self.index_names = [f.name for f in index.plan.files]
+        self.index_written = [f.name for f in index.plan.files
+                              if f.span is not None and (f.old_name is None or f.span.hi > f.span.lo)]
+        self.expired_index = index.plan.expired
+        self.index_keys_added = index.keys_added
+
     def to_dict(self, prev: PreviousOutput, scan: ScanResult, min_offset: int) -> dict:
         """The report's `since` section."""
         return {"out": prev.out.uri, "built_to_before": prev.built.offset,
@@ -58,12 +57,6 @@ class SinceResult:
                 "index_files_written": self.index_written, "index_keys_added": self.index_keys_added,
                 "expired": {"consumequeue_files": len(self.expired_cq), "index_files": self.expired_index},
                 "copies": self.copied}
-
-
-def last_dispatched_record(scan: ScanResult, from_offset: int) -> int | None:
-    """The last record the scan found at or after `from_offset` (rebuild's index roll rule reads it), None: none."""
-    last = max((s.last_record_offset for s in scan.accepted if s.last_record_offset is not None), default=None)
-    return last if last is not None and last >= from_offset else None
 
 
 def check_no_lost_files(old: dict[tuple[str, int], QueueDir], written: dict[str, int], earlier: Location) -> None:
@@ -165,68 +158,3 @@ def queue_copies(old: dict[tuple[str, int], QueueDir], skip: set[str], expired: 
                 pairs.append((uri, dest.child(*rel.split("/")).uri, size))
                 result.cq_files.add(rel)
     return pairs
-
-
-def continue_index_files(prev: PreviousOutput, scan: ScanResult, work: Location, settings: BrokerSettings,
-                         index_dir: Location, generation: int, min_offset: int, tz: dt.tzinfo, result: SinceResult,
-                         warnings: list[str]) -> list[tuple[str, str, int]]:
-    """OUT1's index continued into `index_dir`: the file appended to and the new files written here (the driver),
-    the unchanged ones returned as copies."""
-    listed = list_index_files(prev.out, settings, warnings)
-    uris = {info.name: uri for info, uri in listed}
-    start = prev.built.offset
-    keys = tail_keys(scan, work, start) if scan.accepted else KeyBatch.concat([])
-    last = last_dispatched_record(scan, start)
-    last_ts = scan.accepted[-1].last_store_ts if last is not None else None
-    plan = continue_index([i for i, _ in listed], keys, start, last, last_ts, settings.max_index_num, min_offset, tz)
-    result.expired_index = plan.expired
-    result.index_keys_added = len(keys)
-    index_dir.makedirs()
-    return _write_index(plan, uris, settings, index_dir, generation, result)
-
-
-def _write_index(plan: IndexContinuation, uris: dict[str, str], settings: BrokerSettings, index_dir: Location,
-                 generation: int, result: SinceResult) -> list[tuple[str, str, int]]:
-    """Write the appended and new index files; the rest are copies (source, destination, size)."""
-    copies = []
-    for f in plan.files:
-        result.index_names.append(f.name)
-        keys = f.target.all_keys() if f.target is not None and f.target.keys else None
-        dst = index_dir.child(f.name)
-        if f.old_name is not None and (keys is None or not len(keys)):
-            copies.append((uris[f.old_name], dst.uri, settings.index_file_size))
-            continue
-        if f.old_name is not None:
-            append_to_copy(Location(uris[f.old_name]), dst, keys, settings)
-        else:
-            k = keys if keys is not None else KeyBatch.concat([])
-            dst.write_with_zero_tail(new_index_file(k, settings, f.target.inherited, generation),
-                                     settings.index_file_size)
-        result.index_written.append(f.name)
-    return copies
-
-
-def append_to_copy(src: Location, dst: Location, keys: KeyBatch, settings: BrokerSettings) -> None:
-    """OUT1's index file `src` with `keys` appended, as `dst`: on a local filesystem copied (a reflink where the
-    filesystem shares extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only
-    the pages of the slots and entries written are touched, as the broker's own mapped file); elsewhere read, put
-    and written whole."""
-    if is_local(src) and is_local(dst):
-        copy_file(src, dst, False, True)
-        with open(dst.path, "r+b") as f:
-            if os.fstat(f.fileno()).st_size < settings.index_file_size:
-                f.truncate(settings.index_file_size)  # a 0-byte file maps as zeros
-            with mmap.mmap(f.fileno(), settings.index_file_size) as data:
-                _put(data, keys, settings, src)
-        return
-    data = bytearray(src.read_bytes())
-    data.extend(bytes(settings.index_file_size - len(data)))
-    _put(data, keys, settings, src)
-    dst.write_bytes(bytes(data))
-
-
-def _put(data, keys: KeyBatch, settings: BrokerSettings, src: Location) -> None:
-    put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, settings.max_hash_slot_num,
-                               settings.max_index_num)
-    if put != len(keys):
-        raise recovery.RecoveryError(f"{src.uri}: {len(keys) - put} keys did not fit the file")

@@ -1,0 +1,67 @@
+"""rebuild --since's rules without Spark: the files new keys fill (by counts) against recovery.resume_index over the
+keys themselves, rebuild's names continued, and the clean service's deletions (storage_format.clean_service)."""
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from jobs.pipeline.since.plan import IndexSpan, continue_index, index_spans
+from storage_format import recovery
+from storage_format.clean_service import expired_index_files, expired_queue_files
+from storage_format.index_file import IndexHeader, format_name
+from storage_format.index_keys import KeyBatch
+
+UTC = dt.timezone.utc
+
+
+def _last_file(count: int, name: str = "20261101000000000", end_phy: int = 100) -> recovery.IndexFileInfo:
+    return recovery.IndexFileInfo(name, IndexHeader(1, 2, 3, end_phy, 1, count))
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_entries=st.integers(2, 9), loaded=st.one_of(st.none(), st.integers(0, 9)), keys=st.integers(0, 40),
+       trailing_record=st.booleans())
+def test_spans_by_count_are_resume_index_over_the_keys(max_entries, loaded, keys, trailing_record):
+    """index_spans (counts) gives the files, and the keys of each, that recovery.resume_index gives over the keys
+    themselves, for a last file of any fill (or none), any number of new keys, a record after the last key or not."""
+    last = None if loaded is None else _last_file(min(loaded, max_entries))
+    start = 1000
+    phy = start + np.arange(keys, dtype=np.int64) * 10
+    batch = KeyBatch(np.arange(keys, dtype=np.int32), phy, 1_700_000_000_000 + phy)
+    last_record = (int(phy[-1]) + 10 if trailing_record else int(phy[-1])) if keys else (start if trailing_record
+                                                                                          else None)
+    resume = recovery.resume_index(last, [recovery.DispatchPass("since", start, last_record, batch)], max_entries)
+    spans = index_spans(last, keys, last_record is not None, keys == 0 or trailing_record, max_entries)
+    expected = [(t.appends_to, len(t.all_keys())) for t in resume.targets] if last_record is not None else []
+    assert [(sp.appends_to, sp.hi - sp.lo) for sp in spans] == expected
+    assert [sp.lo for sp in spans] == sorted(sp.lo for sp in spans) and (not spans or spans[-1].hi == keys)
+
+
+def test_names_continue_rebuilds_rule():
+    """Files keep their names once they hold a key; OUT1's trailing empty file and new files are named by the store
+    time of their first key (the last record's without one), bumped past the name before."""
+    t0 = 1_780_000_000_000
+    old = [_last_file(5, format_name(t0)), _last_file(0, format_name(t0 + 50))]  # the last one empty (4.x: 0)
+    spans = [IndexSpan(old[1].name, 0, 4), IndexSpan(None, 4, 4)]
+    plan = continue_index(old, spans, [t0 + 10, None], [900, None], 800, t0 + 70, 0, UTC)
+    assert [f.name for f in plan.files] == [format_name(t0), format_name(t0 + 10), format_name(t0 + 70)]
+    assert [f.old_name for f in plan.files] == [old[0].name, old[1].name, None] and plan.expired == []
+    quiet = continue_index(old, [], [], [], 800, None, 0, UTC)  # no new record: nothing renamed
+    assert [f.name for f in quiet.files] == [old[0].name, old[1].name]
+
+
+def test_clean_service_rules():
+    """ConsumeQueue.deleteExpiredFile: oldest first, every file but the last while its last unit lies below the min
+    offset, the first kept stops it; IndexService.deleteExpiredFile: only when the first file's end lies below it."""
+    last_phy = {0: 10, 100: 20, 200: 5, 300: 40}
+    assert expired_queue_files([0, 100, 200, 300], last_phy.get, 21) == [0, 100, 200]
+    assert expired_queue_files([0, 100, 200, 300], last_phy.get, 15) == [0]
+    assert expired_queue_files([0], last_phy.get, 1000) == []  # a queue's last file stays
+    assert expired_index_files([10, 20, 5, 40], 21) == 3
+    assert expired_index_files([30, 20, 5], 21) == 0  # the first file ends past it: nothing
+    assert expired_index_files([10, 20], 1000) == 1
+    old = [_last_file(5, format_name(1_780_000_000_000 + i), end_phy=e) for i, e in enumerate((10, 20, 500))]
+    plan = continue_index(old, [], [], [], 600, None, 300, UTC)
+    assert plan.expired == [old[0].name, old[1].name] and [f.name for f in plan.files] == [old[2].name]
