@@ -57,6 +57,33 @@ def test_since_equals_the_golden_store(case, fraction, spark, tmp_path):
     assert s["bytes_decoded"] < full["bytes_read"] and s["bytes_reused"] > 0
 
 
+@pytest.mark.parametrize("shape", ["dledger", "lmq", "transactions"])
+def test_since_on_a_grown_synthetic_store_equals_a_full_rebuild(shape, spark, tmp_path):
+    """storegen's synthetic stores are prefix-stable (the first 20,000 messages of a 30,000-message store are the
+    20,000-message store's bytes): a DLedger store (its data files and committed position), a 4.x LMQ store
+    (multi-dispatch units) and one sent in transactions (half records, COMMITs) grown by half since OUT1; OUT2 equals
+    a full rebuild of the grown store, file for file."""
+    import dataclasses
+
+    from storegen.synth import StoreSpec, write_bench_store
+
+    extra = {"dledger": dict(dledger=True), "lmq": dict(lmq_share=0.3, lmq_queues=50),
+             "transactions": dict(transaction_share=0.3)}[shape]
+    spec = StoreSpec(messages=20000, segment_size=1 << 20, consume_queue_file_size=6000, max_hash_slot_num=64,
+                     max_index_num=2000, **extra)
+    for n in (20000, 30000):
+        write_bench_store(tmp_path / f"s{n}", dataclasses.replace(spec, messages=n))
+
+    def run(store: str, out: str, *extra_args: str) -> int:
+        return rebuild_main(["--store", str(tmp_path / store), "--broker-config", str(tmp_path / store / "broker.conf"),
+                             "--out", str(tmp_path / out), "--json", *extra_args])
+    assert run("s20000", "out1") == 0 and run("s30000", "full") == 0
+    assert run("s30000", "out2", "--since", str(tmp_path / "out1")) == 0
+    full, out2 = tree_digest(tmp_path / "full"), tree_digest(tmp_path / "out2")
+    full.pop("reput-report.json"), out2.pop("reput-report.json")
+    assert out2 == full and len(full) > 100
+
+
 def test_since_continues_a_since_output(spark, tmp_path):
     """Night after night: OUT3 --since OUT2 --since OUT1 equals the golden store; a night with nothing new equals
     the night before (the files the last segment reaches built again, the same bytes; the index only copied)."""
