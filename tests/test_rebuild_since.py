@@ -213,3 +213,42 @@ def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
     cuts = [c for c in starts if data[:c] == whole[:c] and not data[c:].strip(b"\0")]
     assert len(data) == len(whole) and cuts and cuts[0] > 0  # the first record kept whole, the rest zeros
 
+
+
+def test_ctrl_c_during_since_publishes_nothing_and_leaves_out1(spark, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group) while a --since build task runs: exit 130, one line,
+    no OUT2 nor its staging directory, no process left, OUT1 byte-identical; the same run again publishes OUT2."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.test_crash_safety import _group_gone
+
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    before = tree_digest(out1)
+    (tmp_path / "o").mkdir()
+    out2 = tmp_path / "o" / "out2"
+    env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-build-task", REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"))
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.rebuild", *argv(case, store, out2, out1), "--master",
+                             "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "paused").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if not ln.startswith("reput test hook:")]
+    assert proc.returncode == 130 and lines[-1:] == ["reput rebuild: interrupted; nothing published"], err
+    assert "Traceback" not in err and os.listdir(tmp_path / "o") == []
+    assert _group_gone(proc.pid, within_s=60) and tree_digest(out1) == before
+    assert rebuild(case, store, out2, "--since", str(out1)) == 0
+    assert consume_queue_hashes(out2) == golden_consume_queue_hashes(case)
