@@ -287,3 +287,20 @@ def test_output_killed_before_its_commit_is_refused_then_replaced(s3, capsys, tm
     assert recover_main([*store(TORN), "--out", uri(out), "--json"]) == 0
     capsys.readouterr()
     assert_recovered(s3, out, TORN)
+
+
+def test_rebuild_since_on_s3_continues_an_s3_out(s3, capsys, tmp_path):
+    """rebuild --since with the store, OUT1 and OUT2 all s3:// URIs: OUT1 built from the store as it stood earlier,
+    OUT2 continued from it equals the golden files (copies and the appended index file go through the filesystem
+    layer, no local path)."""
+    from storegen.earlier import cut_store
+    from tests.since_helpers import cut_offset
+
+    cut_store(GOLDEN / CLEAN, tmp_path / "earlier", cut_offset(CLEAN, 0.7))
+    s3.upload(tmp_path / "earlier", f"{BUCKET}/stores/{CLEAN}-earlier")
+    assert rebuild_main(["--store", uri(f"stores/{CLEAN}-earlier"), *conf(CLEAN), "--out", uri("out/night-1"),
+                         "--json"]) == 0
+    assert rebuild_main([*store(CLEAN), "--out", uri("out/night-2"), "--since", uri("out/night-1"), "--json"]) == 0
+    report = json_out(capsys)
+    assert report["since"]["built_to_before"] < report["built_to"]["offset"]
+    assert_rebuilt(s3, "out/night-2")

@@ -44,10 +44,10 @@ live in storage_format/, Spark column functions in udfs/.
   `outputs.stage` (consume-queue files and index files from the work files), `outputs.continued` (rebuild
   --since: a consume-queue file joined to the earlier OUT's, its units placed from that queue's state and checked)
 - `since`: rebuild --since OUT1 (docs/nightly.md)
-  `since.previous` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.plan` (the queues'
-  dispatch, the index continued and named, the clean service's deletions: no I/O), `since.stage` (expired files
-  found in tasks, OUT1's files copied, index files appended to and created), `since.run` (the checks before Spark,
-  then everything up to the staged OUT2)
+  `since.previous` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.plan` (the
+  index continued and named, the clean service's deletions: no I/O), `since.index` (the new keys
+  counted per split, the index files' tasks), `since.stage` (expired files found in tasks, OUT1's files copied),
+  `since.run` (the checks before Spark, then everything up to the staged OUT2)
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
