@@ -300,6 +300,7 @@ def test_rebuild_since_on_s3_continues_an_s3_out(s3, capsys, tmp_path):
     s3.upload(tmp_path / "earlier", f"{BUCKET}/stores/{CLEAN}-earlier")
     assert rebuild_main(["--store", uri(f"stores/{CLEAN}-earlier"), *conf(CLEAN), "--out", uri("out/night-1"),
                          "--json"]) == 0
+    capsys.readouterr()
     assert rebuild_main([*store(CLEAN), "--out", uri("out/night-2"), "--since", uri("out/night-1"), "--json"]) == 0
     report = json_out(capsys)
     assert report["since"]["built_to_before"] < report["built_to"]["offset"]

@@ -102,7 +102,7 @@ def test_since_continues_a_since_output(spark, tmp_path):
 
 
 @pytest.mark.parametrize("expired", [3, 40])
-def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired, spark, tmp_path):
+def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired, spark, tmp_path, capsys):
     """The store lost its oldest segments since OUT1: OUT2 holds the golden consume-queue files less those whose
     every unit points below the commit log's min offset (each queue's last file kept), and the golden index files
     less the leading ones whose endPhyOffset is below it (read from the golden files, not through reput)."""
@@ -110,6 +110,7 @@ def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired
     out1, store = grown(case, tmp_path, 0.6)
     min_offset = expire_head(store, expired)
     assert rebuild(case, store, tmp_path / "out2", "--since", str(out1)) == 0
+    assert f"head expired since OUT1 (its min offset is now {min_offset})" in capsys.readouterr().err
     kept = queue_files_after_clean(case, min_offset)
     golden = golden_consume_queue_hashes(case)
     assert consume_queue_hashes(tmp_path / "out2") == {k: v for k, v in golden.items() if k in kept}

@@ -3,6 +3,7 @@ index, copies and the staged files' check (the report is the rebuild job's, with
 from __future__ import annotations
 
 import argparse
+import sys
 import datetime as dt
 import time
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from ..io.paths import real_path
 from ..io.publish import Output
 from ..outputs.stage import build_files, plan_cq, share_index_tasks
 from ..recover.inputs import list_queues
+from ..recover.write import copy_notices
 from ..runtime.cli import JobError, warn
 from ..runtime.faults import pause_at
 from ..runtime.tasks import run_tasks
@@ -105,8 +107,20 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     pause_at("after-build")
     for w in warnings:
         warn("rebuild", w)
+    _notes(result, min_offset)
     timings["total_s"] = time.monotonic() - started
     return SinceRun(scan, result, min_offset, timings)
+
+
+def _notes(result: SinceResult, min_offset: int) -> None:
+    """On stderr: what the clean service's rules left out, and a copy that fell back to the slower path."""
+    if result.expired_cq or result.expired_index:
+        print(f"reput rebuild: note: the commit log's head expired since OUT1 (its min offset is now {min_offset}): "
+              f"{len(result.expired_cq)} consume-queue files and {len(result.expired_index)} index files of OUT1 "
+              f"that the broker's clean service deletes are left out (the report's since.expired)", file=sys.stderr,
+              flush=True)
+    for line in copy_notices(result.copied):
+        print(f"reput rebuild: note: {line}", file=sys.stderr, flush=True)
 
 
 def _index_work(args: argparse.Namespace, store: Location, prev: PreviousOutput, scan: ScanResult,
