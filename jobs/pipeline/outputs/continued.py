@@ -27,17 +27,44 @@ from ..io.workdir import key_columns
 RERUN = "run a full rebuild"
 
 
+_RECENT: dict[tuple[str, int, int], bytes] = {}  # the files read last (the placer's, then the join's)
+RECENT_FILES = 4
+
+
 def read_data(loc: Location) -> bytes:
     """A file's bytes up to the end of its last data extent (a local file's sparse zero tail, which an OUT's
-    consume-queue files have past their last unit, is not read); elsewhere the whole file."""
+    consume-queue files have past their last unit, is not read); elsewhere the whole file. The last few local files
+    read are kept (by path, size and mtime): placing a queue's units and joining its file read the same file."""
     if not is_local(loc):
         return loc.read_bytes()
+    st = os.stat(loc.path)  # FileNotFoundError as open's (no descriptor opened for a file read just before)
+    key = (loc.path, st.st_size, st.st_mtime_ns)
+    if key in _RECENT:
+        return _RECENT[key]
     with open(loc.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        extents = data_extents(f.fileno(), size)
+        extents = data_extents(f.fileno(), st.st_size)
         end = extents[-1][1] if extents else 0
         f.seek(0)  # data_extents moved the descriptor's position
-        return f.read(end)
+        data = f.read(end)
+    while len(_RECENT) >= RECENT_FILES:
+        _RECENT.pop(next(iter(_RECENT)))
+    _RECENT[key] = data
+    return data
+
+
+def queue_files(qdir: Location) -> list[int] | None:
+    """The start offsets of a queue directory's files (None: no such directory); os.scandir for a local one."""
+    if is_local(qdir):
+        try:
+            with os.scandir(qdir.path) as it:
+                names = [e.name for e in it]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    else:
+        if not qdir.is_dir():
+            return None
+        names = [i.base_name for i in qdir.list()]
+    return sorted(s for s in (parse_segment_name(n) for n in names) if s is not None)
 
 
 def used_length(data: bytes | memoryview) -> int:
@@ -90,18 +117,17 @@ def earlier_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlace
     write position and maxPhysicOffset as ConsumeQueue.recover loads them. A queue whose units were written out of
     step (5.x LMQ offsets used up without a unit) so continues where it is. A queue OUT1 does not hold starts
     fresh (its first unit at its own offset, pre-blank units before it)."""
-    if not qdir.is_dir():
+    files = queue_files(qdir)
+    if not files:
         return QueuePlacer()
-    files = sorted(s for s in (parse_segment_name(i.base_name) for i in qdir.list()) if s is not None)
+    found = _unit_before(qdir, files, file_size, first_phy)
+    if found is not None:
+        position, end_before = found
+        return QueuePlacer() if end_before is None else QueuePlacer(write=position, max_end=end_before)
     ld = recovery.load_queue("", 0, files, lambda s: qdir.child(file_name(s)).read_bytes(), file_size,
                              read_range=lambda s, at, n: qdir.child(file_name(s)).read_range(at, n))
-    if ld.max_phy < 0:
-        return QueuePlacer()
-    found = _unit_before(qdir, list(ld.files), file_size, first_phy)
-    if found is None:
-        return QueuePlacer(write=ld.write_offset // CQ_UNIT_SIZE, max_end=ld.max_phy)
-    position, end_before = found
-    return QueuePlacer() if end_before is None else QueuePlacer(write=position, max_end=end_before)
+    return QueuePlacer() if ld.max_phy < 0 else QueuePlacer(write=ld.write_offset // CQ_UNIT_SIZE,
+                                                            max_end=ld.max_phy)
 
 
 def _real(units: np.ndarray) -> np.ndarray:
@@ -164,7 +190,7 @@ def append_to_copy(src: Location, dst: Location, keys: KeyBatch, file_size: int,
     extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only the pages of the
     slots and entries written are touched, as the broker's own mapped file); elsewhere read, put and written whole."""
     if is_local(src) and is_local(dst):
-        copy_file(src, dst, False, True)
+        copy_file(src, dst)  # data extents only: the holes stay holes
         with open(dst.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size < file_size:
                 f.truncate(file_size)  # a 0-byte file maps as zeros

@@ -355,7 +355,8 @@ def _continued(task: CqTask, f: CqFile, data: memoryview) -> memoryview | bytes:
     qdir = task.earlier.child(f.item.topic, str(f.item.queue_id))
     first = f.queue_first * CQ_UNIT_SIZE
     first_pos = first - f.start if f.start <= first < f.start + task.file_size else 0
-    return continued.joined(qdir.child(file_name(f.start)), data, first_pos, qdir.is_dir())
+    return continued.joined(qdir.child(file_name(f.start)), data, first_pos,
+                            first_pos > 0 and continued.queue_files(qdir) is not None)
 
 
 @dataclass(frozen=True)

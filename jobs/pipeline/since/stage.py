@@ -11,7 +11,7 @@ import numpy as np
 from storage_format.clean_service import expired_queue_files, last_unit_at
 from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, file_name
 
-from ..io.copy import COPY_RANGE_HOLES, copy_file
+from ..io.copy import copy_file
 from ..io.fs import Location
 from ..recover.inputs import QueueDir
 from ..recover.write import COPY_TASK_BYTES, copy_counts
@@ -122,8 +122,8 @@ class CopyTask:
 
 
 def _copy(task: CopyTask) -> list[tuple[str, int, str | None]]:
-    """Copy OUT1's files verbatim, their all-zero blocks left as holes (OUT files are written sparse)."""
-    return [copy_file(Location(src), Location(dst), False, True) for src, dst in task.items]
+    """Copy OUT1's files verbatim, their data extents only (an OUT's files are sparse: the holes stay holes)."""
+    return [copy_file(Location(src), Location(dst)) for src, dst in task.items]
 
 
 def copy_files(sc, pairs: list[tuple[str, str, int]], quiet: bool) -> dict:
@@ -138,10 +138,7 @@ def copy_files(sc, pairs: list[tuple[str, str, int]], quiet: bool) -> dict:
     if cur:
         tasks.append(CopyTask(tuple(cur)))
     done = run_tasks(sc, tasks, _copy, "copy OUT1", total_bytes=sum(n for *_, n in pairs), quiet=quiet)
-    counts = copy_counts([r for rs in done for r in rs])
-    if COPY_RANGE_HOLES in counts:  # the expected method for sparse OUT files: not a fallback
-        counts["copy_file_range"] = counts.pop(COPY_RANGE_HOLES)
-    return counts
+    return copy_counts([r for rs in done for r in rs])
 
 
 def queue_copies(old: dict[tuple[str, int], QueueDir], skip: set[str], expired: set[str], dest: Location,
