@@ -152,7 +152,8 @@ def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
     recovered = earlier_store(case, tmp_path / "recovered", last)
     _refused(argv(case, recovered, out2, out1), capfd, out2, "byte offset", "recovered or replaced")
     _refused(argv(case, store, out2, out1, "--only", "index"), capfd, out2, "--since and --only")
-    _refused(argv(case, store, out1, out1), capfd, out1 / "nothing", "same directory")
+    _refused(argv(case, store, out1, out1), capfd, out1 / "nothing", "must be outside --since")
+    _refused(argv(case, store, out1 / "inside", out1), capfd, out1 / "inside", "must be outside --since")
     conf = tmp_path / "broker.conf"
     conf.write_text((GOLDEN / case / "broker.conf").read_text() + "\nduplicationEnable=true\n")
     _refused(argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] + argv(case, store, out2, out1)[4:],

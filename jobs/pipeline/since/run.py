@@ -3,15 +3,15 @@ index, copies and the staged files' check (the report is the rebuild job's, with
 from __future__ import annotations
 
 import argparse
-import sys
 import datetime as dt
+import sys
 import time
 from dataclasses import dataclass
 
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location, location
-from ..io.paths import real_path
+from ..io.paths import same_or_inside
 from ..io.publish import Output
 from ..outputs.stage import build_files, plan_cq, share_index_tasks
 from ..recover.inputs import list_queues
@@ -35,22 +35,14 @@ def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSett
         if getattr(args, flag):
             raise JobError(f"--since and --{flag}: --since continues a full rebuild; drop --{flag}")
     earlier = location(args.since)
-    if _same(earlier, out):
-        raise JobError(f"--since {args.since} and --out {args.out} are the same directory: OUT1 is only read; write "
-                       f"OUT2 elsewhere")
+    if same_or_inside(out, earlier) or same_or_inside(earlier, out):
+        raise JobError(f"--out {args.out} must be outside --since {args.since} and must not contain it: OUT1 is only "
+                       f"read; write OUT2 beside it")
     prev = previous_output(earlier, settings, list_segments(store, settings))
     if prev.index_name_tz != args.index_name_tz:
         raise JobError(f"--index-name-tz {args.index_name_tz}: OUT1's index files are named in "
                        f"{prev.index_name_tz}; pass --index-name-tz {prev.index_name_tz}")
     return prev
-
-
-def _same(a: Location, b: Location) -> bool:
-    """Whether two locations name the same directory (local paths resolved)."""
-    try:
-        return real_path(a) == real_path(b)
-    except (OSError, ValueError, TypeError):
-        return a.uri.rstrip("/") == b.uri.rstrip("/")
 
 
 @dataclass

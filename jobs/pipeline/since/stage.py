@@ -47,9 +47,9 @@ class SinceResult:
 
     def to_dict(self, prev: PreviousOutput, scan: ScanResult, min_offset: int) -> dict:
         """The report's `since` section."""
-        return {"out": prev.out.uri, "built_to_before": prev.built.offset,
-                "decoded_from": scan.segments[0].start if scan.segments else None,
-                "bytes_decoded": scan.bytes_read, "bytes_reused": prev.built.offset - min_offset,
+        decoded_from = scan.segments[0].start if scan.segments else prev.built.offset
+        return {"out": prev.out.uri, "built_to_before": prev.built.offset, "decoded_from": decoded_from,
+                "bytes_decoded": scan.bytes_read, "bytes_reused": max(0, decoded_from - min_offset),
                 "commitlog_min_offset": min_offset,
                 "consumequeue_files_written": len(self.cq_written),
                 "consumequeue_units_in_written_files": sum(self.cq_written.values()),
