@@ -286,7 +286,7 @@ class CopyTask:
     items: tuple[tuple[str, str, bool, bool], ...]  # (source URI, destination URI, hard-link it, zero holes)
 
 
-def _copy(task: CopyTask) -> list[tuple[str, int, str | None]]:
+def copy_task_files(task: CopyTask) -> list[tuple[str, int, str | None]]:
     """Copy files verbatim (runs in a Spark task), each by the fastest safe means (io.copy): (method, bytes,
     why it fell back) per file."""
     return [copy_file(Location(src), Location(dst), link, holes) for src, dst, link, holes in task.items]
@@ -405,8 +405,8 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
         out.copied, out.early = copy_counts(finished.results), finished.to_dict()
         _write_queues(sc, out, dest, quiet, copied=True)
     elif out.copies:
-        done = run_tasks(sc, _copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
-                         _copy, "copy",
+        done = run_tasks(sc, copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
+                         copy_task_files, "copy",
                          total_bytes=sum(s for *_, s in out.copies), quiet=quiet)
         out.copied = copy_counts([r for rs in done for r in rs])
     if out.full_index:
@@ -450,7 +450,7 @@ def _cq_tasks(queues: list[list], dest: Location, slots: int, copied: bool = Fal
     return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest, copied) for i in range(n)]
 
 
-def _copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
+def copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
                 zero_holes: set[str] = frozenset()) -> list[CopyTask]:
     """Copies packed into tasks of about COPY_TASK_BYTES; the files in `link` are hard-linked, those in
     `zero_holes` keep their all-zero blocks as holes."""

@@ -34,6 +34,7 @@ from .queue_order import out_of_step_queues
 from .cq_rows import cq_table, queue_groups, queue_table, split_lmq, unsafe_topics
 from ..convert.records import list_buffer
 from ..runtime import env
+from ..runtime.cli import warn
 from ..runtime.failure import JobError
 from ..runtime.faults import fail_once, pause_at
 from ..store.markers import store_generation
@@ -440,7 +441,7 @@ def check_tail(scan: ScanResult, accept_invalid_tail: bool, job: str) -> None:
         raise JobError("; ".join(problems) + ". The broker would stop dispatching there: run jobs.recover "
                        "first, or pass --accept-invalid-tail to rebuild up to that point")
     for problem in problems + [f.describe() for f in (scan.negative_queue_ids, scan.out_of_step_queues) if f]:
-        print(f"reput {job}: warning: {problem}", file=sys.stderr, flush=True)
+        warn(job, problem)
 
 
 def note_fallbacks(scan: ScanResult, label: str) -> None:

@@ -67,7 +67,7 @@ def new_keys(scan: ScanResult, work: Location, start: int) -> NewKeys:
 @dataclass(frozen=True)
 class IndexWork:
     """The index of OUT2: its files (names, what each continues), the tasks writing the changed ones, the copies of
-    the rest (source URI, destination URI, size), and the pending names the tasks write new files under."""
+    the rest (path in OUT2, source URI, size), and the pending names the tasks write new files under."""
 
     plan: IndexContinuation
     tasks: list
@@ -107,7 +107,7 @@ def _tasks(plan: IndexContinuation, old: list[recovery.IndexFileInfo], keys: New
         sp: IndexSpan | None = f.span
         dst = index_dir.child(f.name)
         if f.old_name is not None and (sp is None or sp.hi == sp.lo):
-            copies.append((uris[f.old_name], dst.uri, settings.index_file_size))
+            copies.append((f"index/{f.name}", uris[f.old_name], settings.index_file_size))
         elif f.old_name is not None:
             tasks.append(IndexAppend(file_no=no, src=Location(uris[f.old_name]), dst=dst, work=work,
                                      slices=tuple((s.split_index, s.lo, s.hi) for s in keys.slices(sp.lo, sp.hi)),

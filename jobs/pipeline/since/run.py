@@ -15,7 +15,7 @@ from ..io.paths import same_or_inside
 from ..io.publish import Output
 from ..outputs.stage import build_files, plan_cq, share_index_tasks
 from ..recover.inputs import list_queues
-from ..recover.write import copy_notices
+from ..recover.write import copy_counts, copy_notices, copy_task_files, copy_tasks
 from ..runtime.cli import JobError, warn
 from ..runtime.faults import pause_at
 from ..runtime.tasks import run_tasks
@@ -25,7 +25,7 @@ from ..store.markers import store_generation
 from ..store.segments import list_segments
 from .previous import PreviousOutput, previous_output
 from .index import IndexWork, name_written, plan_index_work
-from .stage import SinceResult, check_no_lost_files, copy_files, expired_queue_uris, queue_copies
+from .stage import SinceResult, check_no_lost_files, expired_queue_uris, queue_copies
 
 
 def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSettings, out: Location) -> PreviousOutput:
@@ -87,14 +87,16 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     expired = expired_queue_uris(sc, old, result.cq_written, cq_dir, settings.consume_queue_file_size,
                                  min_offset, quiet) if min_offset > 0 else set()
     result.cq_files.update(result.cq_written)
-    copies = queue_copies(old, set(result.cq_written), expired, cq_dir, result)
+    copies = queue_copies(old, set(result.cq_written), expired, result)
     if index is not None:
         name_written(staging.dir.child("index"), index.pending)
         result.take_index(index)
         copies += index.copies
     timings["expiry_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    result.copied = copy_files(sc, copies, quiet) if copies else {}
+    done = run_tasks(sc, copy_tasks(copies, staging.dir, set()), copy_task_files, "copy OUT1",
+                     total_bytes=sum(n for *_, n in copies), quiet=quiet) if copies else []
+    result.copied = copy_counts([r for rs in done for r in rs])
     timings["copy_s"] = time.monotonic() - t0
     pause_at("after-build")
     for w in warnings:

@@ -11,10 +11,8 @@ import numpy as np
 from storage_format.clean_service import expired_queue_files, last_unit_at
 from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, file_name
 
-from ..io.copy import copy_file
 from ..io.fs import Location
 from ..recover.inputs import QueueDir
-from ..recover.write import COPY_TASK_BYTES, copy_counts
 from ..runtime.cli import JobError
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
@@ -59,15 +57,20 @@ class SinceResult:
                 "copies": self.copied}
 
 
+def built_files(written: dict[str, int]) -> dict[tuple[str, int], set[int]]:
+    """The consume-queue files the scan built ("topic/queueId/start" paths) as their starts per queue."""
+    built: dict[tuple[str, int], set[int]] = {}
+    for rel in written:
+        topic, qid, name = rel.rsplit("/", 2)
+        built.setdefault((topic, int(qid)), set()).add(int(name))
+    return built
+
+
 def check_no_lost_files(old: dict[tuple[str, int], QueueDir], written: dict[str, int], earlier: Location) -> None:
     """A queue the scan reaches must not end, in OUT1, in a file after the last one the scan builds (OUT1 would hold
     units the commit log no longer gives)."""
-    last_built: dict[tuple[str, int], int] = {}
-    for rel in written:
-        topic, qid, name = rel.rsplit("/", 2)
-        key = (topic, int(qid))
-        last_built[key] = max(last_built.get(key, -1), int(name))
-    for key, last in last_built.items():
+    for key, starts in built_files(written).items():
+        last = max(starts)
         q = old.get(key)
         if q is not None and q.files and q.files[-1][0] > last:
             raise JobError(f"--since {earlier.uri}: {q.file_uri(q.files[-1][0])}: OUT1 holds units past those the "
@@ -99,10 +102,7 @@ def expired_queue_uris(sc, old: dict[tuple[str, int], QueueDir], written: dict[s
                        file_size: int, min_offset: int, quiet: bool) -> set[str]:
     """OUT1's consume-queue files the clean service deletes at `min_offset` (its queues' final file lists: OUT1's
     and the scan's), read in Spark tasks (a unit or two per queue)."""
-    built: dict[tuple[str, int], set[int]] = {}
-    for rel in written:
-        topic, qid, name = rel.rsplit("/", 2)
-        built.setdefault((topic, int(qid)), set()).add(int(name))
+    built = built_files(written)
     items = []
     for key, q in sorted(old.items()):
         mine = built.get(key, set())
@@ -114,37 +114,11 @@ def expired_queue_uris(sc, old: dict[tuple[str, int], QueueDir], written: dict[s
     return {u for part in run_tasks(sc, tasks, _expired, "expired consume-queue files", quiet=quiet) for u in part}
 
 
-@dataclass(frozen=True)
-class CopyTask:
-    """OUT1 files one Spark task copies into OUT2 (source URI, destination URI)."""
-
-    items: tuple[tuple[str, str], ...]
-
-
-def _copy(task: CopyTask) -> list[tuple[str, int, str | None]]:
-    """Copy OUT1's files verbatim, their data extents only (an OUT's files are sparse: the holes stay holes)."""
-    return [copy_file(Location(src), Location(dst)) for src, dst in task.items]
-
-
-def copy_files(sc, pairs: list[tuple[str, str, int]], quiet: bool) -> dict:
-    """(source, destination, size) copied in tasks of about COPY_TASK_BYTES; the copies' methods counted."""
-    tasks, cur, size = [], [], 0
-    for src, dst, n in pairs:
-        cur.append((src, dst))
-        size += n
-        if size >= COPY_TASK_BYTES:
-            tasks.append(CopyTask(tuple(cur)))
-            cur, size = [], 0
-    if cur:
-        tasks.append(CopyTask(tuple(cur)))
-    done = run_tasks(sc, tasks, _copy, "copy OUT1", total_bytes=sum(n for *_, n in pairs), quiet=quiet)
-    return copy_counts([r for rs in done for r in rs])
-
-
-def queue_copies(old: dict[tuple[str, int], QueueDir], skip: set[str], expired: set[str], dest: Location,
+def queue_copies(old: dict[tuple[str, int], QueueDir], skip: set[str], expired: set[str],
                  result: SinceResult) -> list[tuple[str, str, int]]:
-    """OUT1's consume-queue files that OUT2 holds as they are: neither built again from the scan nor expired."""
-    pairs = []
+    """OUT1's consume-queue files that OUT2 holds as they are, neither built again from the scan nor expired, as
+    copies (path in OUT2, source URI, size: recover.write.copy_tasks)."""
+    copies = []
     for key, q in sorted(old.items()):
         for start, size in q.files:
             rel = f"{key[0]}/{key[1]}/{file_name(start)}"
@@ -152,6 +126,6 @@ def queue_copies(old: dict[tuple[str, int], QueueDir], skip: set[str], expired: 
             if uri in expired:
                 result.expired_cq.append(rel)
             elif rel not in skip:
-                pairs.append((uri, dest.child(*rel.split("/")).uri, size))
+                copies.append((f"consumequeue/{rel}", uri, size))
                 result.cq_files.add(rel)
-    return pairs
+    return copies
