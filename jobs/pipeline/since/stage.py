@@ -1,15 +1,12 @@
-"""Spark side of `rebuild --since OUT1`: decode from the segment OUT1 ended in, build the consume-queue files the new
-records reach in Spark tasks (each joined to OUT1's file of the same name: outputs.continued), continue OUT1's index
-(since.plan), copy every other file of OUT1, and leave out what the clean service deletes once the log's head is gone.
-OUT1 is only read."""
+"""OUT1's consume-queue files after a `rebuild --since` build (since.run): the report's `since` counts (SinceResult),
+the check that no queue of OUT1 ends past what the scan built, the files the clean service deletes once the log's head
+is gone (read in Spark tasks), and the rest as copies. OUT1 is only read."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from storage_format.clean_service import expired_queue_files, last_unit_at
-from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, file_name
+from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, unpack_entries
 
 from ..io.fs import Location
 from ..recover.inputs import QueueDir
@@ -92,8 +89,8 @@ def _expired(task: ExpiryTask) -> list[str]:
     for old_uri, staged_uri, starts, built in task.queues:
         def last_phy(start: int, old_uri=old_uri, staged_uri=staged_uri, built=built) -> int:
             src = Location(f"{staged_uri if start in built else old_uri}/{file_name(start)}")
-            unit = src.read_range(last_unit_at(task.file_size), CQ_UNIT_SIZE)
-            return int(np.frombuffer(unit, CQ_DTYPE, 1)["phy"][0]) if len(unit) == CQ_UNIT_SIZE else 0
+            units = unpack_entries(src.read_range(last_unit_at(task.file_size), CQ_UNIT_SIZE))
+            return int(units["phy"][0]) if len(units) else 0
         gone += [f"{old_uri}/{file_name(s)}" for s in expired_queue_files(starts, last_phy, task.min_offset)]
     return gone
 
