@@ -36,8 +36,9 @@ from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
 from jobs.pipeline.verify.cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
-from jobs.pipeline.verify.index import (check_index, expected_headers, orphan_index_findings,  # noqa: E402
-                                        plan_index_checks)
+from jobs.pipeline.verify.index import (align_index_files, check_index, disk_index_files,  # noqa: E402
+                                        expected_headers, plan_index_checks)
+from jobs.pipeline.verify.index_seed import seed_position, seeded_index_check  # noqa: E402
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -53,6 +54,8 @@ from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
 CONSOLE_LINES = 25
+EXPIRED_WORDS = {"consumequeue.files": "consume-queue files", "consumequeue.units": "consume-queue units",
+                 "index.files": "index files", "index.entries": "index entries"}
 
 
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
@@ -87,7 +90,9 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     parallelism = sc.default_parallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
-        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism)
+        # the log's head expired: a queue out of step goes on from where the store holds its first remaining unit
+        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
+                        earlier=cq_dir if pointers.log_min > 0 else None, place_all=False)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
                   else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
         for f in run_tasks(sc, checks, check_cq, "consume queues", quiet=quiet):
@@ -107,17 +112,23 @@ def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
     broker's own index loss when it accounts for the findings (verify.index_gap)."""
     stats: dict = {}
     index_dir = store.child("index")
-    tasks = plan_index(scan, settings, work, index_dir,
-                       empty_file_index_count(store_generation(store, generation).generation))
-    headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
-    stats["index_files_expected"] = len(headers)
+    gen = store_generation(store, generation).generation
+    disk = disk_index_files(index_dir, found)
     before = found.files_checked
-    if tasks:
-        checks = plan_index_checks(tasks, headers, index_dir, pointers, found)
-        for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
-            found.merge(f)
+    seed = seed_position(disk, pointers.log_min)
+    if seed is not None:  # the log's head expired: the index goes on from the file holding its first kept offset
+        stats["index_files_expected"] = seeded_index_check(sc, disk, seed, scan, work, settings, index_dir, pointers,
+                                                           found, gen, quiet)
     else:
-        orphan_index_findings(index_dir, found)
+        tasks = plan_index(scan, settings, work, index_dir, empty_file_index_count(gen))
+        headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
+        stats["index_files_expected"] = len(headers)
+        if tasks:
+            checks = plan_index_checks(tasks, headers, index_dir, disk, pointers, found)
+            for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
+                found.merge(f)
+        else:
+            align_index_files([], disk, found)
     if in_flight_from is not None:
         index_in_flight(index_dir, found)
     gap = explained_gap(found, index_dir, scan, work)
@@ -243,6 +254,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),
+            "min_offset": scan.segments[0].start if scan.segments else 0,
             "message_records": scan.message_records,
             "max_physical_offset": scan.max_physical_offset,
             "scan_end": end.as_list() if end else None,
@@ -254,6 +266,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "finding_counts": dict(sorted(found.counts.items())),
         "findings_total": found.total(),
         "in_flight": dict(sorted(found.in_flight.items())),
+        "expired": dict(sorted(found.expired.items())),
         "details_kept": min(len(details), args.max_findings),
         "details_dropped": max(0, len(details) - args.max_findings) + (found.total() - len(details)),
         "per_queue": {q: dict(k) for q, k in sorted(per_queue.items())},
@@ -317,6 +330,10 @@ def print_summary(r: dict, report_path: str | None) -> None:
     if r["in_flight"]:
         print(f"in flight (a broker is running; not findings): {sum(r['in_flight'].values())} differences past "
               f"commit-log offset {r['in_flight_from']}, the last dispatched position")
+    if r["expired"]:
+        print(f"expired head (not findings): the commit log starts at offset {c['min_offset']}; the broker keeps "
+              + ", ".join(f"{n} {EXPIRED_WORDS.get(k, k)}" for k, n in r["expired"].items())
+              + " that point below it (storage_format.clean_service)")
     if not r["findings_total"]:
         print("CONSISTENT: every checked file is what the commit log implies")
         return

@@ -32,6 +32,7 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
+- `index_prefix`: an index file cut back to its entries before a commit-log offset (the state the broker had then)
 - `checkpoint`: the `checkpoint` file
 - `clean_service`: what the broker's clean service deletes of the consume queues and the index once the commit
   log's head is gone (rebuild --since over an expired head)

@@ -54,3 +54,47 @@ def index_files_expired(case: str, min_offset: int) -> int:
     while n < len(ends) - 1 and ends[n] < min_offset:
         n += 1
     return n
+
+
+def expired_copy(case: str, dest: Path, segments: int, clean: bool = True) -> int:
+    """A copy of the case with its oldest `segments` segments deleted and, with `clean`, what the clean service
+    deletes of its queues and index (read independently above) deleted too; returns the log's new min offset."""
+    import shutil
+
+    from storegen.earlier import expire_head
+
+    shutil.copytree(GOLDEN / case, dest)
+    min_offset = expire_head(dest, segments)
+    if clean:
+        kept = queue_files_after_clean(case, min_offset)
+        for p in (dest / "consumequeue").glob("*/*/*"):
+            if f"consumequeue/{p.relative_to(dest / 'consumequeue').as_posix()}" not in kept:
+                p.unlink()
+        for p in sorted((dest / "index").iterdir())[:index_files_expired(case, min_offset)]:
+            p.unlink()
+    return min_offset
+
+
+def expired_units(store: Path, min_offset: int) -> int:
+    """Units of records (not fillers) in the store's consume queues that point below the log's min offset."""
+    n = 0
+    for p in store.glob("consumequeue/*/*/*"):
+        data = p.read_bytes()
+        for at in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT):
+            phy, size = struct.unpack_from(">qi", data, at)
+            n += 0 <= phy < min_offset and 0 < size < 0x7FFFFFFF
+    return n
+
+
+def expired_index(store: Path, min_offset: int) -> tuple[int, int]:
+    """(files, entries) of the store's index below the min offset: the files before the newest one holding an entry
+    below it, and that file's entries below it."""
+    files = sorted((store / "index").iterdir())
+    heads = [struct.unpack_from(">qqqqii", p.read_bytes()[:40]) for p in files]
+    held = [i for i, h in enumerate(heads) if h[5] > 1 and h[2] < min_offset]
+    if not held:
+        return 0, 0
+    i = held[-1]
+    data, slots = files[i].read_bytes(), 64  # the golden cases' maxHashSlotNum
+    entries = [struct.unpack_from(">iqii", data, 40 + slots * 4 + p * 20)[1] for p in range(1, heads[i][5])]
+    return i, sum(1 for phy in entries if phy < min_offset)

@@ -71,9 +71,12 @@ class CqTask:
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
-            topics: set[str] | None = None, target_tasks: int = 4, earlier: Location | None = None) -> list[CqTask]:
+            topics: set[str] | None = None, target_tasks: int = 4, earlier: Location | None = None,
+            place_all: bool = True) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
-    queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32)."""
+    queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32). `earlier`: the
+    consume queues the scan's units continue, which seed where each placed queue goes on (every queue with
+    `place_all`: rebuild --since; only the queues out of step otherwise: verify of a store whose head expired)."""
     file_size = settings.consume_queue_file_size
     units = file_size // CQ_UNIT_SIZE
     q = scan.queue_table()
@@ -88,7 +91,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     for i in np.flatnonzero(wanted).tolist():
         topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
-        if not in_step[i] or earlier is not None:  # --since: placed from where OUT1 left the queue
+        if not in_step[i] or (earlier is not None and place_all):  # --since: placed from where OUT1 left the queue
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
             # whole queue as the broker's write position does
             runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size,

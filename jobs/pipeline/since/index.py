@@ -81,9 +81,26 @@ def plan_index_work(prev: PreviousOutput, scan: ScanResult, work: Location, sett
                     warnings: list[str]) -> IndexWork:
     """OUT1's index continued: which files the new keys fill and their names (driver: counts and a few keys read)."""
     listed = list_index_files(prev.out, settings, warnings)
-    uris = {info.name: uri for info, uri in listed}
-    old = sorted((i for i, _ in listed), key=lambda f: f.name)
-    start = prev.built.offset
+    return continue_files(EarlierIndex([i for i, _ in listed], {info.name: uri for info, uri in listed},
+                                       prev.built.offset), scan, work, settings, index_dir, generation, min_offset, tz)
+
+
+@dataclass(frozen=True)
+class EarlierIndex:
+    """The index files an index is continued from (name, header), where each is read, and the commit-log offset
+    the keys after them start at: OUT1's for rebuild --since, a cut copy of the store's for verify (verify.index_seed)."""
+
+    files: list[recovery.IndexFileInfo]
+    uris: dict[str, str]
+    start: int
+
+
+def continue_files(earlier: EarlierIndex, scan: ScanResult, work: Location, settings: BrokerSettings,
+                   index_dir: Location, generation: int, min_offset: int, tz: dt.tzinfo) -> IndexWork:
+    """The earlier files continued by the scan's keys from `earlier.start` on: the files they fill, names, tasks."""
+    uris = earlier.uris
+    old = sorted(earlier.files, key=lambda f: f.name)
+    start = earlier.start
     keys = new_keys(scan, work, start)
     last = max((s.last_record_offset for s in scan.accepted if s.last_record_offset is not None), default=None)
     any_record = last is not None and last >= start

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_format.arrow_numpy import to_arrow
-from storage_format.consume_queue import CQ_UNIT_SIZE, file_name, parse_file_name, unpack_entries
+from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
-from ..outputs.stage import CqTask, cq_file_bytes
+from ..outputs.stage import CqTask, QueueFiles, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
 from ..scan.result import ScanResult
@@ -56,6 +56,7 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
     exp = unpack_entries(expected or b"", file_size)
     got = unpack_entries(disk, file_size)
     differ = (exp["phy"] != got["phy"]) | (exp["size"] != got["size"]) | (exp["tags"] != got["tags"])
+    differ &= ~_expired_units(exp, got, pointers, out)
     if not differ.any():
         return
     first = start // CQ_UNIT_SIZE
@@ -92,6 +93,24 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
                 byte_offset=int(at[0]) * CQ_UNIT_SIZE, units=int(len(at)),
                 detail=f"{len(at)} non-zero units past the queue's logical end (entry {queue_end}) "
                        f"and past the first unit the broker stops at")
+
+
+def _expired_units(exp: np.ndarray, got: np.ndarray, pointers: PointerCheck, out: Findings) -> np.ndarray:
+    """The units the broker keeps of the log's expired head where a rebuild puts its fillers (a queue's first
+    remaining file: ConsumeQueue.deleteExpiredFile keeps it whole); counted as expired, not findings."""
+    filler = (exp["phy"] == 0) & (exp["size"] == PRE_BLANK_SIZE) & (exp["tags"] == 0)
+    expired = filler & (got["size"] > 0) & pointers.expired(got["phy"])
+    out.add_expired("consumequeue", "units", int(expired.sum()))
+    return expired
+
+
+def _all_expired(units: np.ndarray, pointers: PointerCheck) -> int:
+    """Units of a file whose every used unit points into the log's expired head (0: not such a file): the clean
+    service keeps a queue's last file however old, and deletes the rest only when it runs."""
+    used = ~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))
+    if not used.any() or not bool((pointers.expired(units["phy"][used]) & (units["size"][used] > 0)).all()):
+        return 0
+    return int(np.count_nonzero(used & (units["size"] != PRE_BLANK_SIZE)))  # fillers are no units of records
 
 
 HOLE_ALIGN = 4096  # a filesystem keeps data in blocks: the hole after a file's last unit starts at a block edge
@@ -145,12 +164,18 @@ def check_cq(task: CqCheckTask) -> Findings:
                 continue  # reported by disk_cq_files
             start = parse_file_name(info.base_name)
             start = -1 if start is None else start
-            if item.first_file <= start <= item.last_file and start not in seen[(item.topic, item.queue_id)]:
+            lo, hi = run_range(item)
+            if lo <= start <= hi and start not in seen[(item.topic, item.queue_id)]:
                 extra.append((item.topic, item.queue_id, info.base_name))
     for topic, qid, name in extra:
         rel = cq_rel(topic, qid, name)
         data = b.out.child(topic, str(qid), name).read_bytes()
         units = unpack_entries(data, file_size)
+        expired = _all_expired(units, task.pointers)
+        if expired:
+            out.add_expired("consumequeue", "files")
+            out.add_expired("consumequeue", "units", expired)
+            continue
         used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
         out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
                 units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
@@ -158,6 +183,12 @@ def check_cq(task: CqCheckTask) -> Findings:
         compare_cq_file(None, data, rel, topic, qid, int(name), file_size, task.queue_ends.get((topic, qid), 0),
                         task.pointers, out)
     return out
+
+
+def run_range(item: QueueFiles) -> tuple[int, int]:
+    """The files a run's task answers for: its own, and for a placed queue every file before them too (its units may
+    land below the files its queue offsets name: 5.x LMQ offsets used up without a unit)."""
+    return (0 if item.placed else item.first_file), item.last_file
 
 
 def _first_phy(data: bytes, file_size: int) -> int:
@@ -213,8 +244,9 @@ def plan_cq_checks(tasks: list[CqTask], scan: ScanResult, pointers: PointerCheck
     for t in tasks:
         for item in t.items:
             key = (item.topic, item.queue_id)
-            lo, hi = ranges.get(key, (item.first_file, item.last_file))
-            ranges[key] = (min(lo, item.first_file), max(hi, item.last_file))
+            first, last = run_range(item)
+            lo, hi = ranges.get(key, (first, last))
+            ranges[key] = (min(lo, first), max(hi, last))
     if not tasks:
         return []
     ends = queue_ends(scan)

@@ -116,6 +116,9 @@ class Findings:
     files_checked: int = 0
     # What a running broker has not dispatched yet (the tail in flight): counted apart, never a finding.
     in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # What the broker keeps of the commit log's expired head (units, files pointing below its min offset): counted
+    # apart, never a finding (storage_format.clean_service says what its clean service deletes and keeps).
+    expired: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, artifact: str, kind_name: str, path: str, count: int = 1, **detail) -> None:
         """Count `count` findings of a registered kind; keep the detail while the file's quota lasts."""
@@ -129,6 +132,11 @@ class Findings:
     def add_in_flight(self, artifact: str, kind_name: str, count: int = 1) -> None:
         """Count a difference that only says a running broker has not dispatched the tail yet."""
         self.in_flight[f"{artifact}.{kind(kind_name).name}"] += count
+
+    def add_expired(self, artifact: str, what: str, count: int = 1) -> None:
+        """Count what only says the commit log's head expired (e.g. `units`, `files`); zero counts are not kept."""
+        if count:
+            self.expired[f"{artifact}.{what}"] += count
 
     def move_to_in_flight(self, artifact: str, path: str) -> None:
         """Every finding of one file is in flight (the file a running broker is writing)."""
@@ -146,6 +154,8 @@ class Findings:
             self.counts[k] += v
         for k, v in other.in_flight.items():
             self.in_flight[k] += v
+        for k, v in other.expired.items():
+            self.expired[k] += v
         for k, v in other.by_path.items():
             self.by_path[k] += v
         self.details.extend(other.details)

@@ -57,6 +57,9 @@ def expected_headers(task: IndexTask) -> list[tuple[int, IndexHeader]]:
             r = row(plan.inherited_from, 0)
             ts, phy = max(r["store_ts"], 0), max(r["phy"], 0)
             out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, task.empty_count)))
+        elif plan.inherited is not None:  # the end of the file it follows, given (a continued index)
+            ts, phy = plan.inherited
+            out.append((plan.file_no, IndexHeader(ts, ts, phy, phy, 0, task.empty_count)))
         else:
             out.append((plan.file_no, IndexHeader(index_count=task.empty_count)))
     return out
@@ -310,9 +313,9 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
 
 
 def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHeader]], index_dir: Location,
-                      pointers: PointerCheck, found: Findings) -> list[IndexCheckTask]:
-    """Pair expected and disk files, report the unpaired ones, and keep the paired files' tasks."""
-    disk = disk_index_files(index_dir, found)
+                      disk: list[tuple[str, IndexHeader | None]], pointers: PointerCheck,
+                      found: Findings) -> list[IndexCheckTask]:
+    """Pair expected and disk files (disk_index_files), report the unpaired ones, and keep the paired files' tasks."""
     pairs = align_index_files(sorted(headers, key=lambda x: x[0]), disk, found)
     checks = []
     for t in tasks:
@@ -322,7 +325,3 @@ def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHead
                                          {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
     return checks
 
-
-def orphan_index_findings(index_dir: Location, found: Findings) -> None:
-    """When the commit log implies no index file, every index file on disk is an extra."""
-    align_index_files([], disk_index_files(index_dir, found), found)

@@ -30,6 +30,15 @@ class PointerCheck:
     valid_end: int  # end of the last valid record: the broker's max physical offset
     in_flight_from: int | None = None  # a running broker: records from here on may not be dispatched yet
 
+    @property
+    def log_min(self) -> int:
+        """The commit log's min offset (its first segment's start): what lies below it expired."""
+        return self.segments[0].start if self.segments else 0
+
+    def expired(self, phy: np.ndarray) -> np.ndarray:
+        """Which pointers lead into the commit log's expired head (0 <= phy < its min offset)."""
+        return (phy >= 0) & (phy < self.log_min)
+
     def in_flight(self, phy: int) -> bool:
         """Is a record at `phy` still in flight (a running broker may not have dispatched it)?"""
         return self.in_flight_from is not None and phy >= self.in_flight_from
@@ -40,8 +49,7 @@ class PointerCheck:
         `filler`, `blank`, `not_a_record`, `past_end`, `before_start` or `missing_segment`."""
         if size == PRE_BLANK_SIZE and phy == 0:
             return "filler"
-        first = self.segments[0].start if self.segments else 0
-        if phy < first:
+        if phy < self.log_min:
             return "before_start"
         if phy >= self.valid_end or (size is not None and size > 0 and phy + size > self.valid_end):
             return "past_end"
