@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 from dataclasses import dataclass
+from typing import Iterator
 
 from storage_format import recovery
 from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
@@ -91,11 +92,18 @@ def check_seed(task: SeedCheck) -> Findings:
     if task.append is not None:
         append_index(task.append)
     out.files_checked += 1
-    expected = task.expected.read_bytes()
-    if not stream_equal(iter([expected]), task.disk, len(expected)):
-        compare_index_file(expected, task.disk.read_bytes(), task.rel, 0, IndexLayout(task.slots, task.max_entries),
-                           task.pointers, out)
+    size = task.expected.size()
+    if not stream_equal(_chunks(task.expected, size), task.disk, size):  # both in memory only when they differ
+        compare_index_file(task.expected.read_bytes(), task.disk.read_bytes(), task.rel, 0,
+                           IndexLayout(task.slots, task.max_entries), task.pointers, out)
     return out
+
+
+def _chunks(loc: Location, size: int, step: int = 8 << 20) -> Iterator[bytes]:
+    """A file's bytes in chunks of `step`."""
+    with loc.open_input() as f:
+        for at in range(0, size, step):
+            yield bytes(f.read_at(min(step, size - at), at))
 
 
 def seeded_index_check(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, work: Location,
