@@ -24,8 +24,11 @@ from dataclasses import replace  # noqa: E402
 
 from jobs.pipeline.outputs.stage import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.verify.index_gap import explained_gap  # noqa: E402
-from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, add_generation_flag, check_report, check_store,  # noqa: E402
-                               emit, parser, progress_quiet, run_process, settings_from)
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
+                                       check_store, emit, parser, progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.store.built_to import REPORT_VERSION  # noqa: E402
+from jobs.pipeline.store.segments import list_segments  # noqa: E402
+from jobs.pipeline.verify.since import EarlierVerify, add_since_flag, checked_to, earlier_verify  # noqa: E402
 from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.workdir import fresh_work_dir  # noqa: E402
@@ -38,7 +41,7 @@ from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
 from jobs.pipeline.verify.cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
 from jobs.pipeline.verify.index import (align_index_files, check_index, disk_index_files,  # noqa: E402
                                         expected_headers, plan_index_checks)
-from jobs.pipeline.verify.index_seed import seed_position, seeded_index_check  # noqa: E402
+from jobs.pipeline.verify.index_seed import seed_bound, seed_position, seeded_index_check  # noqa: E402
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -61,13 +64,18 @@ EXPIRED_WORDS = {"consumequeue.files": "consume-queue files", "consumequeue.unit
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
            limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
-           in_flight_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
+           in_flight_from: int | None = None, since_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
     confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
-    is running): differences past it are in flight, counted apart."""
+    is running): differences past it are in flight, counted apart. `since_from` (verify --since): decode from the
+    segment holding the byte before it; what points below that segment was checked earlier, counted apart."""
     scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
-                      split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation)
+                      split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation,
+                      from_offset=None if since_from is None else since_from - 1)
     pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
+    if since_from is not None and scan.segments:  # pointers below the scan lead into the whole log
+        pointers = replace(pointers, segments=tuple(list_segments(store, settings)),
+                           checked_from=scan.segments[0].start)
     found = Findings()
     for problem in scan.tail_problems():
         # The broker stops dispatching at the first invalid record: what follows is unreachable.
@@ -90,9 +98,10 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     parallelism = sc.default_parallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
-        # the log's head expired: a queue out of step goes on from where the store holds its first remaining unit
+        # the log's head expired (or --since): a queue out of step goes on from where the store holds its first unit
+        # the scan gives
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
-                        earlier=cq_dir if pointers.log_min > 0 else None, place_all=False)
+                        earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
                   else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
         for f in run_tasks(sc, checks, check_cq, "consume queues", quiet=quiet):
@@ -115,8 +124,8 @@ def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
     gen = store_generation(store, generation).generation
     disk = disk_index_files(index_dir, found)
     before = found.files_checked
-    seed = seed_position(disk, pointers.log_min)
-    if seed is not None:  # the log's head expired: the index goes on from the file holding its first kept offset
+    seed = seed_position(disk, seed_bound(pointers))
+    if seed is not None:  # head expired, or --since: the index goes on from the store's file holding where it starts
         stats["index_files_expected"] = seeded_index_check(sc, disk, seed, scan, work, settings, index_dir, pointers,
                                                            found, gen, quiet)
     else:
@@ -195,22 +204,25 @@ def main(argv: list[str] | None = None) -> int:
     add_generation_flag(p)
     add_dledger_flag(p)
     add_engine_flag(p, "verify")
+    add_since_flag(p)
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     report_loc = check_report(args, store)
+    earlier = _earlier(args, store, settings)
     live = warn_if_running("verify", store, "; differences there are counted apart, not as findings")
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = fresh_work_dir(store, args.work_dir, "verify")
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     sc, engine = job_runner(args, "verify")
+    in_flight_from = dispatched_end(store) if live.running else None
     started = time.monotonic()
     with removed_after(work):
         work.makedirs()
         scan, found, stats = verify(sc, store, settings, work, with_cq=with_cq, with_index=with_index,
                                     split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
-                                    generation=args.rocketmq_version,
-                                    in_flight_from=dispatched_end(store) if live.running else None)
+                                    generation=args.rocketmq_version, in_flight_from=in_flight_from,
+                                    since_from=earlier.from_offset if earlier else None)
     timer = None
     if args.only is None and scan.max_physical_offset is not None and not live.running:
         timer = recovery_timer.check_at_rest(store, settings, scan.max_physical_offset,
@@ -221,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     if timer is not None:
         report["timer"] = timer.to_dict()
     report["dispatch"] = dispatch_report("verify", limit, scan)
+    report["report_version"] = REPORT_VERSION
+    report["built_to"] = checked_to(scan.segments, scan.dispatched_end(limit.offset) if scan.segments else None,
+                                    in_flight_from)
+    if earlier is not None:
+        report["since"] = {**earlier.to_dict(), "decoded_from": scan.segments[0].start if scan.segments else None,
+                           "bytes_decoded": scan.bytes_read,
+                           "earlier": dict(sorted(found.earlier.items()))}
     report["engine"] = engine.to_dict()
     dledger = dledger_section("verify", store, settings, args.dledger_reading, scan)
     if dledger is not None:
@@ -228,6 +247,19 @@ def main(argv: list[str] | None = None) -> int:
         report["dledger"]["reading_checked"] = dledger["committed_reading"]["reading"]
     emit(args, report, lambda r: print_summary(r, args.report), report_loc)
     return EXIT_FINDINGS if found.fails() else EXIT_OK
+
+
+def _earlier(args: argparse.Namespace, store: Location, settings: BrokerSettings) -> EarlierVerify | None:
+    """--since: the earlier verify checked and where this one starts (None without --since)."""
+    if not args.since:
+        return None
+    if settings.enable_dleger_commit_log:
+        raise JobError("--since on a DLedger store (enableDLegerCommitLog=true) is not implemented: run a full verify")
+    earlier = earlier_verify(args.since, settings, list_segments(store, settings), args.only)
+    if earlier.from_offset is None:
+        warn("verify", f"the store's head expired past where {earlier.report.uri} ended (offset "
+                       f"{earlier.built.offset}): nothing it checked is left; a full verify")
+    return earlier
 
 
 def build_report(args: argparse.Namespace, store: Location, settings: BrokerSettings, scan: ScanResult,
@@ -330,6 +362,11 @@ def print_summary(r: dict, report_path: str | None) -> None:
     if r["in_flight"]:
         print(f"in flight (a broker is running; not findings): {sum(r['in_flight'].values())} differences past "
               f"commit-log offset {r['in_flight_from']}, the last dispatched position")
+    if r.get("since"):
+        s = r["since"]
+        done = ", ".join(f"{n} {EXPIRED_WORDS.get(k, k)}" for k, n in s["earlier"].items()) or "nothing"
+        print(f"since {s['report']} (checked up to commit-log offset {s['built_to_before']}): decoded "
+              f"{s['bytes_decoded']} bytes from offset {s['decoded_from']}; checked earlier, not again: {done}")
     if r["expired"]:
         print(f"expired head (not findings): the commit log starts at offset {c['min_offset']}; the broker keeps "
               + ", ".join(f"{n} {EXPIRED_WORDS.get(k, k)}" for k, n in r["expired"].items())

@@ -25,10 +25,10 @@ BASE = "clean-small-11"
 SLOTS, ENTRIES = 64, 256  # the small profile's maxHashSlotNum / maxIndexNum
 
 
-def run(store: Path, tmp_path: Path, conf: Path | None = None) -> tuple[int, dict]:
+def run(store: Path, tmp_path: Path, conf: Path | None = None, *extra: str) -> tuple[int, dict]:
     report = tmp_path / "report.json"
     code = verify_main(["--store", str(store), "--broker-config", str(conf or store / "broker.conf"),
-                        "--report", str(report), "--work-dir", str(tmp_path / "work")])
+                        "--report", str(report), "--work-dir", str(tmp_path / "work"), *extra])
     return code, json.loads(report.read_text())
 
 

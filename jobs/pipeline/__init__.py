@@ -51,7 +51,8 @@ live in storage_format/, Spark column functions in udfs/.
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
-  the data files), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named), `verify.index_seed` (the index
+  the data files), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named), `verify.since` (verify --since: the earlier
+  verify's report checked, where this one starts), `verify.index_seed` (the index
   from the commit log's first kept offset on when its head expired: the store's file holding it cut back and continued)
 - `recover`: jobs.recover
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -174,37 +175,51 @@ class IndexAppend:
     max_entries: int
 
 
+APPEND_BATCH = 1 << 20  # keys put into a file per call: a task's memory is bounded whatever the keys it appends
+
+
 def append_index(task: IndexAppend) -> list[tuple[int, int | None]]:
     """Write the file; returns [(its number, the store time of its first new key: None without one)]."""
-    parts = []
-    for split, lo, hi in task.slices:
-        cols = key_columns(task.work, split)
-        parts.append(KeyBatch(*(cols[n].take(slice(lo, hi)) for n in ("key_hash", "phy", "store_ts"))))
-    keys = KeyBatch.concat(parts)
-    append_to_copy(task.src, task.dst, keys, task.file_size, task.slots, task.max_entries)
-    return [(task.file_no, int(keys.store_ts[0]) if len(keys) else None)]
+    first: list[int] = []
+
+    def batches() -> Iterator[KeyBatch]:
+        for split, lo, hi in task.slices:
+            cols = key_columns(task.work, split)
+            for a in range(lo, hi, APPEND_BATCH):
+                b = min(hi, a + APPEND_BATCH)
+                keys = KeyBatch(*(cols[n].take(slice(a, b)) for n in ("key_hash", "phy", "store_ts")))
+                if not first and len(keys):
+                    first.append(int(keys.store_ts[0]))
+                yield keys
+
+    append_to_copy(task.src, task.dst, batches(), task.file_size, task.slots, task.max_entries)
+    return [(task.file_no, first[0] if first else None)]
 
 
-def append_to_copy(src: Location, dst: Location, keys: KeyBatch, file_size: int, slots: int, max_entries: int) -> None:
-    """`src` with `keys` appended, as `dst`: on a local filesystem copied (a reflink where the filesystem shares
-    extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only the pages of the
-    slots and entries written are touched, as the broker's own mapped file); elsewhere read, put and written whole."""
+def append_to_copy(src: Location, dst: Location, batches: Iterable[KeyBatch], file_size: int, slots: int,
+                   max_entries: int) -> None:
+    """`src` with the keys of `batches` appended, as `dst`: on a local filesystem copied (a reflink where the
+    filesystem shares extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only
+    the pages of the slots and entries written are touched, as the broker's own mapped file); elsewhere read, put and
+    written whole."""
     if is_local(src) and is_local(dst):
         copy_file(src, dst)  # data extents only: the holes stay holes
         with open(dst.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size < file_size:
                 f.truncate(file_size)  # a 0-byte file maps as zeros
             with mmap.mmap(f.fileno(), file_size) as data:
-                _put(data, keys, slots, max_entries, src)
+                _put(data, batches, slots, max_entries, src)
         return
     data = bytearray(src.read_bytes())
     data.extend(bytes(file_size - len(data)))
-    _put(data, keys, slots, max_entries, src)
+    _put(data, batches, slots, max_entries, src)
     dst.write_bytes(bytes(data))
 
 
-def _put(data, keys: KeyBatch, slots: int, max_entries: int, src: Location) -> None:
-    put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, slots, max_entries)
-    if put != len(keys):
-        raise StoreFormatError(src.uri, 0, f"{len(keys) - put} new keys did not fit the index file (its header's "
-                                           f"indexCount); run a full rebuild")
+def _put(data, batches: Iterable[KeyBatch], slots: int, max_entries: int, src: Location) -> None:
+    """Each batch put in turn (one call after another equals one call with them all: tests/test_index_file)."""
+    for keys in batches:
+        put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, slots, max_entries)
+        if put != len(keys):
+            raise StoreFormatError(src.uri, 0, f"{len(keys) - put} new keys did not fit the index file (its "
+                                               f"header's indexCount); run a full rebuild")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings, property_name
@@ -51,6 +52,11 @@ def read_report(out: Location) -> dict:
                          f"directory)") from None
     except OSError as exc:
         raise _fail(out, f"cannot read {REPORT_NAME}: {exc}") from None
+    return parse_report(loc, raw)
+
+
+def parse_report(loc: Location, raw: bytes) -> dict:
+    """A run report's bytes as a dict (a one-line error naming the file and the byte offset where it is no JSON)."""
     try:
         report = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -62,12 +68,27 @@ def read_report(out: Location) -> dict:
     return report
 
 
-def check_report(out: Location, report: dict, settings: BrokerSettings) -> BuiltTo:
-    """What OUT1's report must say for --since to build on it; returns where it was built to."""
+def check_version(report: dict, fail: Callable[[str], JobError], full: str) -> None:
+    """A report a later run builds on must be of a version this reput reads."""
     version = report.get("report_version", 1)
     if not isinstance(version, int) or version > REPORT_VERSION:
-        raise _fail(out, f"written by a newer reput (report version {version}; this reput reads up to "
-                         f"{REPORT_VERSION}): rebuild in full, or run the newer reput")
+        raise fail(f"written by a newer reput (report version {version}; this reput reads up to "
+                   f"{REPORT_VERSION}): {full}, or run the newer reput")
+
+
+def check_settings(report: dict, settings: BrokerSettings, fail: Callable[[str], JobError], what: str) -> None:
+    """The settings that decide which units and keys go where must be those the earlier run had."""
+    then = report.get("settings") if isinstance(report.get("settings"), dict) else {}
+    now = settings.to_dict()
+    differ = [k for k in SHAPING_SETTINGS if k in then and then[k] != now.get(k)]
+    if differ:
+        named = ", ".join(f"{property_name(k)} {then[k]!r} then, {now.get(k)!r} now" for k in differ)
+        raise fail(f"{what} with other settings ({named}): --since needs the broker config it had")
+
+
+def check_report(out: Location, report: dict, settings: BrokerSettings) -> BuiltTo:
+    """What OUT1's report must say for --since to build on it; returns where it was built to."""
+    check_version(report, lambda why: _fail(out, why), "rebuild in full")
     if report.get("job") != "rebuild":
         raise _fail(out, f"made by reput {report.get('job')!r}, not rebuild: --since continues a rebuild's OUT "
                          f"(run one full rebuild first)")
@@ -82,12 +103,7 @@ def check_report(out: Location, report: dict, settings: BrokerSettings) -> Built
         built = BuiltTo.from_dict(report["built_to"])
     except (ValueError, TypeError) as exc:
         raise _fail(out, f"damaged report: {exc}") from None
-    then = report.get("settings") if isinstance(report.get("settings"), dict) else {}
-    now = settings.to_dict()
-    differ = [k for k in SHAPING_SETTINGS if k in then and then[k] != now.get(k)]
-    if differ:
-        named = ", ".join(f"{property_name(k)} {then[k]!r} then, {now.get(k)!r} now" for k in differ)
-        raise _fail(out, f"built with other settings ({named}): --since needs the broker config OUT1 was built with")
+    check_settings(report, settings, lambda why: _fail(out, why), "built")
     return built
 
 

@@ -11,6 +11,8 @@ from storage_format.arrow_numpy import to_arrow
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
+from ..io.paths import is_local
+from ..outputs.continued import read_data
 from ..outputs.stage import CqTask, QueueFiles, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
@@ -41,20 +43,25 @@ def _cq_entry(u: np.void) -> dict:
 
 
 def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, queue_id: int, start: int,
-                    file_size: int, queue_end: int, pointers: PointerCheck, out: Findings) -> None:
+                    file_size: int, queue_end: int, pointers: PointerCheck, out: Findings,
+                    disk_size: int | None = None) -> None:
     """Compare one consume-queue file with the bytes the commit log implies (None: no file expected; bytes
-    shorter than the file stand for the file with zeros after them)."""
+    shorter than the file stand for the file with zeros after them). `disk_size`: the file's size when `disk` holds
+    only its head (a sparse file's data up to its hole: zeros after it)."""
     art = "consumequeue"
-    if len(disk) != file_size:
-        out.add(art, "wrong_size", rel, expected=file_size, found=len(disk),
-                detail=f"file is {len(disk)} bytes, expected {file_size} (mappedFileSizeConsumeQueue); "
-                       + (f"entries from {start // CQ_UNIT_SIZE + len(disk) // CQ_UNIT_SIZE} on are cut off"
-                          if len(disk) < file_size else "bytes past the configured size are ignored"))
-    if expected is not None and len(disk) == file_size and disk.startswith(expected) \
-            and disk.count(0, len(expected)) == file_size - len(expected):
+    size = len(disk) if disk_size is None else disk_size
+    if size != file_size:
+        out.add(art, "wrong_size", rel, expected=file_size, found=size,
+                detail=f"file is {size} bytes, expected {file_size} (mappedFileSizeConsumeQueue); "
+                       + (f"entries from {start // CQ_UNIT_SIZE + size // CQ_UNIT_SIZE} on are cut off"
+                          if size < file_size else "bytes past the configured size are ignored"))
+    if expected is not None and size == file_size and disk.startswith(expected) \
+            and disk.count(0, len(expected)) == len(disk) - len(expected):
         return  # equal (expected may stop at its last unit: the rest must be zeros), the common case
-    exp = unpack_entries(expected or b"", file_size)
-    got = unpack_entries(disk, file_size)
+    span = file_size if disk_size is None else min(file_size, -(-max(len(expected or b""), len(disk)) // CQ_UNIT_SIZE)
+                                                   * CQ_UNIT_SIZE)  # past both heads both hold zeros
+    exp = unpack_entries(expected or b"", span)
+    got = unpack_entries(disk, span)
     differ = (exp["phy"] != got["phy"]) | (exp["size"] != got["size"]) | (exp["tags"] != got["tags"])
     differ &= ~_expired_units(exp, got, pointers, out)
     if not differ.any():
@@ -96,21 +103,35 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
 
 
 def _expired_units(exp: np.ndarray, got: np.ndarray, pointers: PointerCheck, out: Findings) -> np.ndarray:
-    """The units the broker keeps of the log's expired head where a rebuild puts its fillers (a queue's first
-    remaining file: ConsumeQueue.deleteExpiredFile keeps it whole); counted as expired, not findings."""
-    filler = (exp["phy"] == 0) & (exp["size"] == PRE_BLANK_SIZE) & (exp["tags"] == 0)
-    expired = filler & (got["size"] > 0) & pointers.expired(got["phy"])
+    """The units before the first one the scan gives, where a rebuild puts its fillers: those the broker keeps of the
+    log's expired head (a queue's first remaining file: ConsumeQueue.deleteExpiredFile keeps it whole), and with
+    verify --since those the earlier verify checked; counted apart, not findings."""
+    filler = (exp["phy"] == 0) & (exp["size"] == PRE_BLANK_SIZE) & (exp["tags"] == 0) & (got["size"] > 0)
+    expired = filler & pointers.expired(got["phy"])
+    earlier = filler & pointers.checked_earlier(got["phy"])
     out.add_expired("consumequeue", "units", int(expired.sum()))
-    return expired
+    out.add_earlier("consumequeue", "units", int(earlier.sum()))
+    return expired | earlier
 
 
-def _all_expired(units: np.ndarray, pointers: PointerCheck) -> int:
-    """Units of a file whose every used unit points into the log's expired head (0: not such a file): the clean
-    service keeps a queue's last file however old, and deletes the rest only when it runs."""
+def _file_before(units: np.ndarray, pointers: PointerCheck, out: Findings) -> bool:
+    """Whether every used unit of a file the scan gives none for points below where this check starts: into the
+    log's expired head (the clean service keeps a queue's last file however old, and deletes the rest only when it
+    runs), or with verify --since into what the earlier verify checked. Counted apart when so."""
     used = ~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))
-    if not used.any() or not bool((pointers.expired(units["phy"][used]) & (units["size"][used] > 0)).all()):
-        return 0
-    return int(np.count_nonzero(used & (units["size"] != PRE_BLANK_SIZE)))  # fillers are no units of records
+    phy = units["phy"][used]
+    if not used.any() or not bool((units["size"][used] > 0).all()):
+        return False
+    records = int(np.count_nonzero(used & (units["size"] != PRE_BLANK_SIZE)))  # fillers are no units of records
+    if bool(pointers.expired(phy).all()):
+        out.add_expired("consumequeue", "files")
+        out.add_expired("consumequeue", "units", records)
+        return True
+    if bool((pointers.expired(phy) | pointers.checked_earlier(phy)).all()):
+        out.add_earlier("consumequeue", "files")
+        out.add_earlier("consumequeue", "units", records)
+        return True
+    return False
 
 
 HOLE_ALIGN = 4096  # a filesystem keeps data in blocks: the hole after a file's last unit starts at a block edge
@@ -155,7 +176,8 @@ def check_cq(task: CqCheckTask) -> Findings:
         out.files_checked += 1
         if _equal_up_to_a_hole(loc, data, file_size):
             continue
-        compare_cq_file(data, loc.read_bytes(), rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out)
+        disk, size = _head(loc)
+        compare_cq_file(data, disk, rel, item.topic, item.queue_id, start, file_size, end, task.pointers, out, size)
     extra: list[tuple[str, int, str]] = list(task.extra_files)
     for item in b.items:
         qdir = b.out.child(item.topic, str(item.queue_id))
@@ -165,24 +187,30 @@ def check_cq(task: CqCheckTask) -> Findings:
             start = parse_file_name(info.base_name)
             start = -1 if start is None else start
             lo, hi = run_range(item)
+            if task.pointers.checked_from and seen[(item.topic, item.queue_id)]:  # --since: older files not read
+                lo = max(lo, min(seen[(item.topic, item.queue_id)]))
             if lo <= start <= hi and start not in seen[(item.topic, item.queue_id)]:
                 extra.append((item.topic, item.queue_id, info.base_name))
     for topic, qid, name in extra:
         rel = cq_rel(topic, qid, name)
-        data = b.out.child(topic, str(qid), name).read_bytes()
-        units = unpack_entries(data, file_size)
-        expired = _all_expired(units, task.pointers)
-        if expired:
-            out.add_expired("consumequeue", "files")
-            out.add_expired("consumequeue", "units", expired)
+        data, size = _head(b.out.child(topic, str(qid), name))
+        units = unpack_entries(data)
+        if _file_before(units, task.pointers, out):
             continue
         used = int((~((units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0))).sum())
         out.add("consumequeue", "extra_file", rel, queue=f"{topic}/{qid}", entry=int(name) // CQ_UNIT_SIZE,
                 units=used, detail=f"the commit log implies no such file ({used} non-zero units)")
         out.files_checked += 1
         compare_cq_file(None, data, rel, topic, qid, int(name), file_size, task.queue_ends.get((topic, qid), 0),
-                        task.pointers, out)
+                        task.pointers, out, size)
     return out
+
+
+def _head(loc: Location) -> tuple[bytes, int]:
+    """A file's bytes up to the end of its last data extent (the zeros of a sparse file's hole after it are not read:
+    12,000 queues of 6 MB files would read 72 GB) and its size."""
+    data = read_data(loc)
+    return data, (loc.size() if is_local(loc) else len(data))
 
 
 def run_range(item: QueueFiles) -> tuple[int, int]:
@@ -252,6 +280,8 @@ def plan_cq_checks(tasks: list[CqTask], scan: ScanResult, pointers: PointerCheck
     ends = queue_ends(scan)
     outside = [(t, q, n) for t, q, n in disk_cq_files(tasks[0].out, found)
                if not ((t, q) in ranges and ranges[(t, q)][0] <= int(n) <= ranges[(t, q)][1])]
+    if pointers.checked_from:  # verify --since: only files past a run the new records reach (older ones were checked)
+        outside = [(t, q, n) for t, q, n in outside if (t, q) in ranges and int(n) > ranges[(t, q)][1]]
     checks = []
     for i, t in enumerate(tasks):
         keys = {(item.topic, item.queue_id) for item in t.items}

@@ -106,7 +106,7 @@ def docs_table() -> str:
     return "\n".join(rows)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Findings:
     """Counts per (artifact, kind) and the first DETAILS_PER_KIND details per file and kind."""
 
@@ -119,6 +119,8 @@ class Findings:
     # What the broker keeps of the commit log's expired head (units, files pointing below its min offset): counted
     # apart, never a finding (storage_format.clean_service says what its clean service deletes and keeps).
     expired: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # verify --since: what lies before the offset the check starts at, checked by the earlier verify; counted apart.
+    earlier: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, artifact: str, kind_name: str, path: str, count: int = 1, **detail) -> None:
         """Count `count` findings of a registered kind; keep the detail while the file's quota lasts."""
@@ -138,6 +140,11 @@ class Findings:
         if count:
             self.expired[f"{artifact}.{what}"] += count
 
+    def add_earlier(self, artifact: str, what: str, count: int = 1) -> None:
+        """Count what the earlier verify checked (verify --since: before the offset this one starts at)."""
+        if count:
+            self.earlier[f"{artifact}.{what}"] += count
+
     def move_to_in_flight(self, artifact: str, path: str) -> None:
         """Every finding of one file is in flight (the file a running broker is writing)."""
         for (p, kind_name), n in list(self.by_path.items()):
@@ -156,6 +163,8 @@ class Findings:
             self.in_flight[k] += v
         for k, v in other.expired.items():
             self.expired[k] += v
+        for k, v in other.earlier.items():
+            self.earlier[k] += v
         for k, v in other.by_path.items():
             self.by_path[k] += v
         self.details.extend(other.details)

@@ -37,9 +37,15 @@ class SeedTask:
     disk: Location
     copy: Location
     bound: int
+    log_min: int  # of the entries kept, those below it point into the log's expired head
     file_size: int
     slots: int
     max_entries: int
+
+
+def seed_bound(pointers: PointerCheck) -> int:
+    """Where the expected index takes over from the store's: the log's min offset, or where verify --since starts."""
+    return max(pointers.log_min, pointers.checked_from)
 
 
 def seed_position(disk: DiskIndex, bound: int) -> int | None:
@@ -51,26 +57,28 @@ def seed_position(disk: DiskIndex, bound: int) -> int | None:
     return held[-1] if held else None
 
 
-def cut_copy(task: SeedTask) -> tuple[int, IndexHeader]:
-    """Copy the store's file and cut the copy back to its entries below the bound: (entries kept, its header)."""
+def cut_copy(task: SeedTask) -> tuple[int, int, IndexHeader]:
+    """Copy the store's file and cut the copy back to its entries below the bound: (entries kept, those of them
+    below the log's min offset, the copy's header)."""
     layout = IndexLayout(task.slots, task.max_entries)
     if is_local(task.disk) and is_local(task.copy):
         copy_file(task.disk, task.copy)
         with open(task.copy.path, "r+b") as f:
             f.truncate(task.file_size)  # a short file reads as zeros after its end, as the broker maps it
             with mmap.mmap(f.fileno(), task.file_size) as data:
-                return _cut(data, layout, task.bound)
+                return _cut(data, layout, task)
     data = bytearray(task.disk.read_bytes()[:task.file_size].ljust(task.file_size, b"\0"))
-    kept = _cut(data, layout, task.bound)
+    kept = _cut(data, layout, task)
     task.copy.write_bytes(bytes(data))
     return kept
 
 
-def _cut(data: bytearray | mmap.mmap, layout: IndexLayout, bound: int) -> tuple[int, IndexHeader]:
-    kept = entries_below(data, layout, bound)
+def _cut(data: bytearray | mmap.mmap, layout: IndexLayout, task: SeedTask) -> tuple[int, int, IndexHeader]:
+    expired = entries_below(data, layout, task.log_min)
+    kept = entries_below(data, layout, task.bound)
     if kept:
         cut_index_file(data, layout, kept)
-    return kept, IndexHeader.from_bytes(bytes(data[:HEADER_SIZE]))
+    return kept, min(expired, kept), IndexHeader.from_bytes(bytes(data[:HEADER_SIZE]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,14 +118,17 @@ def seeded_index_check(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResul
                        settings: BrokerSettings, index_dir: Location, pointers: PointerCheck, found: Findings,
                        generation: int, quiet: bool) -> int:
     """Compare the store's index from its file `at` on with the seed's continuation; returns the files expected."""
-    bound = pointers.log_min
+    bound = seed_bound(pointers)
     name = disk[at][0]
     task = SeedTask(disk=index_dir.child(name), copy=work.child("index-seed", name), bound=bound,
-                    file_size=settings.index_file_size, slots=settings.max_hash_slot_num,
+                    log_min=pointers.log_min, file_size=settings.index_file_size, slots=settings.max_hash_slot_num,
                     max_entries=settings.max_index_num)
-    kept, header = run_tasks(sc, [task], cut_copy, "index seed", quiet=quiet)[0]
-    found.add_expired("index", "files", at)
-    found.add_expired("index", "entries", kept)
+    kept, expired, header = run_tasks(sc, [task], cut_copy, "index seed", quiet=quiet)[0]
+    gone = sum(1 for _, h in disk[:at] if h is None or h.end_phy_offset < pointers.log_min)
+    found.add_expired("index", "files", gone)
+    found.add_earlier("index", "files", at - gone)
+    found.add_expired("index", "entries", expired)
+    found.add_earlier("index", "entries", kept - expired)
     plan = continue_files(EarlierIndex([recovery.IndexFileInfo(name, header)], {name: task.copy.uri}, bound), scan,
                           work, settings, work.child("index-expected"), generation, 0, dt.timezone.utc)
     appends = [t for t in plan.tasks if isinstance(t, IndexAppend)]

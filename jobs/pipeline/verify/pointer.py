@@ -29,6 +29,7 @@ class PointerCheck:
     segments: tuple[Segment, ...]
     valid_end: int  # end of the last valid record: the broker's max physical offset
     in_flight_from: int | None = None  # a running broker: records from here on may not be dispatched yet
+    checked_from: int = 0  # verify --since: the earlier verify checked what points below this offset
 
     @property
     def log_min(self) -> int:
@@ -38,6 +39,10 @@ class PointerCheck:
     def expired(self, phy: np.ndarray) -> np.ndarray:
         """Which pointers lead into the commit log's expired head (0 <= phy < its min offset)."""
         return (phy >= 0) & (phy < self.log_min)
+
+    def checked_earlier(self, phy: np.ndarray) -> np.ndarray:
+        """Which pointers lead below the offset this check starts at, into what the earlier verify checked."""
+        return (phy >= self.log_min) & (phy < self.checked_from)
 
     def in_flight(self, phy: int) -> bool:
         """Is a record at `phy` still in flight (a running broker may not have dispatched it)?"""

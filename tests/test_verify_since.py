@@ -1,0 +1,134 @@
+"""verify --since REPORT: after an earlier consistent verify (its report), only what the commit log gained since is
+decoded and checked (from the segment holding the earlier end); what lies before counts as checked earlier. Damage in
+the new part is found at its byte offset; a report that cannot be built on is one line and exit 2."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from jobs.rebuild import main as rebuild_main
+from tests.conftest import GOLDEN
+from tests.since_helpers import cut_offset, earlier_store, expired_copy
+from tests.test_hostile import run_job
+from tests.test_verify import run
+
+CASE = "clean-medium-11"
+CONF = GOLDEN / CASE / "broker.conf"
+CQ_UNIT = 20
+
+
+@pytest.fixture(scope="module")
+def last_week(spark, tmp_path_factory) -> tuple[Path, dict]:
+    """The case's store as it stood at 60% of its records (its queues and index rebuilt) and its verify's report."""
+    root = tmp_path_factory.mktemp("last-week")
+    store = earlier_store(CASE, root / "store", cut_offset(CASE, 0.6))
+    assert rebuild_main(["--store", str(store), "--broker-config", str(CONF), "--out", str(root / "out"),
+                         "--quiet"]) == 0
+    for part in ("consumequeue", "index"):
+        shutil.copytree(root / "out" / part, store / part)
+    code, report = run(store, root)
+    assert code == 0 and report["built_to"]["offset"] == cut_offset(CASE, 0.6)
+    (root / "report.json").rename(root / "last-week.json")
+    return root / "last-week.json", report
+
+
+def since(store: Path, tmp_path: Path, earlier: Path) -> tuple[int, dict]:
+    return run(store, tmp_path, CONF, "--since", str(earlier))
+
+
+def test_since_decodes_the_new_part_only_and_agrees(last_week, tmp_path):
+    """The whole store --since last week: consistent, decoded from the segment holding last week's end, and its own
+    built_to is the log's end (what next week's --since starts from)."""
+    earlier, before = last_week
+    code, report = since(GOLDEN / CASE, tmp_path, earlier)
+    assert code == 0, report["findings"][:3]
+    s = report["since"]
+    end = before["built_to"]["offset"]
+    assert s["decoded_from"] < end <= s["decoded_from"] + 262144 and s["checked_from"] == end
+    assert s["bytes_decoded"] <= report["commitlog"]["max_physical_offset"] - s["decoded_from"] + 262144
+    assert s["earlier"]["consumequeue.units"] > 0 and s["earlier"]["index.files"] > 0
+    assert report["built_to"]["offset"] == report["commitlog"]["max_physical_offset"]
+
+
+def test_damage_in_the_new_part_is_found(last_week, tmp_path):
+    """A unit past last week's end flipped in a queue file: entry_differs at its byte offset; a file wholly before the
+    decoded segment is not read again (the earlier verify checked it)."""
+    earlier, before = last_week
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / CASE, store)
+    end = before["built_to"]["offset"]
+    files = sorted(store.glob("consumequeue/*/*/*"))
+    new = next(p for p in files if struct.unpack_from(">q", p.read_bytes(), p.stat().st_size - CQ_UNIT)[0] > end
+               and struct.unpack_from(">q", p.read_bytes(), 0)[0] < end)
+    data = bytearray(new.read_bytes())
+    at = next(a for a in range(0, len(data), CQ_UNIT) if struct.unpack_from(">q", data, a)[0] > end)
+    data[at + 11] ^= 0x01  # the unit's size
+    new.write_bytes(bytes(data))
+    old = next(p for p in files if 0 < struct.unpack_from(">q", p.read_bytes(), p.stat().st_size - CQ_UNIT)[0] < end // 2)
+    raw = bytearray(old.read_bytes())
+    raw[11] ^= 0x01
+    old.write_bytes(bytes(raw))
+    code, report = since(store, tmp_path, earlier)
+    assert code == 1
+    assert [(d["path"], d["kind"], d["byte_offset"]) for d in report["findings"]] == [
+        (new.relative_to(store).as_posix(), "entry_differs", at)]
+
+
+def test_head_expired_since(last_week, tmp_path, capfd):
+    """Three segments gone (not past last week's end): consistent, the expired head counted apart. Gone past it (a
+    missed month): nothing of the earlier check is left, said on stderr, and a full verify runs."""
+    earlier, _ = last_week
+    store = tmp_path / "store"
+    expired_copy(CASE, store, 3)
+    code, report = since(store, tmp_path, earlier)
+    assert code == 0 and report["expired"]["consumequeue.units"] > 0 and report["since"]["checked_from"]
+    gone = tmp_path / "gone"
+    min_offset = expired_copy(CASE, gone, 120)
+    capfd.readouterr()
+    code, report = since(gone, tmp_path, earlier)
+    assert code == 0 and report["since"]["checked_from"] is None and report["commitlog"]["min_offset"] == min_offset
+    assert "nothing it checked is left; a full verify" in capfd.readouterr().err
+
+
+def test_reports_that_cannot_be_built_on_are_refused(last_week, tmp_path, capfd):
+    """Another job's report, an inconsistent or partial verify, a damaged or missing report, --only, a store that no
+    longer holds what was checked: one line naming the problem, exit 2."""
+    earlier, report = last_week
+    base = ["--store", str(GOLDEN / CASE), "--broker-config", str(CONF), "--work-dir", str(tmp_path / "w")]
+
+    def refused(path_or_report, *words: str, extra: tuple[str, ...] = (), store: Path | None = None) -> None:
+        path = path_or_report
+        if isinstance(path_or_report, dict):
+            path = tmp_path / "r.json"
+            path.write_text(json.dumps(path_or_report))
+        argv = base + ["--since", str(path), *extra]
+        if store is not None:
+            argv[1] = str(store)
+        code, _, err = run_job("verify", argv, capfd)
+        lines = [line for line in err.splitlines() if line.startswith("reput verify: error:")]
+        assert code == 2 and len(lines) == 1, err[-2000:]
+        for w in words:
+            assert w in lines[0], lines[0]
+
+    refused({**report, "job": "rebuild"}, "not of verify")
+    refused({**report, "status": "inconsistent", "findings_total": 3}, "found 3 findings")
+    refused({**report, "checked": {**report["checked"], "index": False}}, "a partial verify")
+    refused({**report, "report_version": 99}, "newer reput")
+    refused({**report, "built_to": None}, "no built_to")
+    refused({**report, "settings": {**report["settings"], "max_index_num": 1}}, "maxIndexNum")
+    refused(tmp_path / "missing.json", "no such file")
+    (tmp_path / "bad.json").write_bytes(b'{"job": "verify",')
+    refused(tmp_path / "bad.json", "byte offset", "not JSON")
+    refused(earlier, "--only", extra=("--only", "index"))
+    changed = tmp_path / "changed"
+    shutil.copytree(GOLDEN / CASE, changed)
+    end = report["built_to"]["offset"]
+    seg = max((p for p in (changed / "commitlog").iterdir() if int(p.name) < end), key=lambda p: int(p.name))
+    raw = bytearray(seg.read_bytes())
+    raw[end - int(seg.name) - 10] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    refused(earlier, "no longer holds", seg.name, store=changed)
