@@ -1,8 +1,10 @@
-"""The nightly comparison (issue 33 item 3): a store grown by 1/8 since last night's rebuild OUT1. Each round runs,
-as whole processes in alternating order, the full `jobs.rebuild` of the store and `jobs.rebuild --since OUT1`; per
-run the wall time and the report's total_s (after start-up). Printed: the medians, their ratio (the target: --since
-<= 0.25x the full rebuild after start-up), the bytes --since decoded against the new bytes plus the segment OUT1
-ended in, and whether OUT2 equals the full rebuild byte for byte.
+"""The nightly comparison (issue 33 items 3 and 4): a store grown by 1/8 since last night's rebuild OUT1. Each round
+runs, as whole processes in alternating order, the full `jobs.rebuild` of the store and `jobs.rebuild --since OUT1`;
+then the same for `jobs.verify` and `jobs.verify --since` last night's verify report (last night's store with OUT1's
+queues and index; tonight's with the full rebuild's); per run the wall time and the report's total_s or seconds
+(after start-up). Printed: the medians, their ratios (the target: --since <= 0.25x the full job after start-up), the
+bytes --since decoded against the new bytes plus the segment OUT1 ended in, and whether OUT2 equals the full rebuild
+byte for byte.
 
 The store is the bench's shape with --nightly-segment-mib segments (the default 1 GiB segment is half the bench store:
 "the segment OUT1 ended in" would be a third of the work; production stores hold hundreds of segments). Last night's
@@ -11,6 +13,7 @@ them), the one holding it copied with zeros after the cut, as the broker's preal
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import statistics
 import time
@@ -41,11 +44,15 @@ class NightlyRuns:
     def median(self, job: str, key: str) -> float:
         return statistics.median(r[key] for r in self.runs[job])
 
+    def ratio(self, job: str = "") -> float:
+        """--since over the full job after start-up (job "": rebuild, "verify_": verify)."""
+        return self.median(f"{job}since", "total_s") / self.median(f"{job}full", "total_s")
+
     def to_dict(self) -> dict:
-        ratio = self.median("since", "total_s") / self.median("full", "total_s")
         return {"store": str(self.store), "cut": self.cut, "end": self.end, "segment_size": self.segment_size,
-                "runs": self.runs, "since_over_full_after_startup": round(ratio, 3), "target": TARGET,
-                "out2_equals_full_rebuild": self.identical}
+                "runs": self.runs, "since_over_full_after_startup": round(self.ratio(), 3),
+                "verify_since_over_full_after_startup": round(self.ratio("verify_"), 3) if self.runs.get(
+                    "verify_since") else None, "target": TARGET, "out2_equals_full_rebuild": self.identical}
 
 
 def side_by_side(spec: StoreSpec, root: Path, rounds: int, split_size: int, segment_mib: int,
@@ -70,7 +77,35 @@ def side_by_side(spec: StoreSpec, root: Path, rounds: int, split_size: int, segm
             runs.runs.setdefault(job, []).append(run)
     same = compare_stores(full, out2, ("consumequeue", "index"))
     runs.identical = same.identical and not same.notes  # index names too
+    verify_side_by_side(runs, root, last_night, out1, full, conf, rounds)
     return runs
+
+
+def _linked_store(root: Path, name: str, log: Path, derived: Path) -> Path:
+    """A store of `log`'s commit log and config with `derived`'s queues and index, every file hard-linked (verify only
+    reads them)."""
+    store = root / name
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir()
+    shutil.copytree(log / "commitlog", store / "commitlog", copy_function=os.link)
+    shutil.copy(log / "broker.conf", store / "broker.conf")
+    for part in ("consumequeue", "index"):
+        shutil.copytree(derived / part, store / part, copy_function=os.link)
+    return store
+
+
+def verify_side_by_side(runs: NightlyRuns, root: Path, last_night: Path, out1: Path, full: Path, conf: list[str],
+                        rounds: int) -> None:
+    """Last night's verify (not timed), then tonight's full verify and verify --since its report, alternating."""
+    then = _linked_store(root, "nightly-verify-then", last_night, out1)
+    now = _linked_store(root, "nightly-verify-now", runs.store, full)
+    report = root / "nightly-verify-then.json"
+    print(f"[bench] nightly: last night's verify of {then} (not timed) ...", flush=True)
+    run_job("verify", ["--store", str(then), "--report", str(report), *conf])
+    for i in range(rounds):
+        for job in (("full", "since") if i % 2 == 0 else ("since", "full")):
+            since = ["--since", str(report)] if job == "since" else []
+            runs.runs.setdefault(f"verify_{job}", []).append(run_job("verify", ["--store", str(now), *conf, *since]))
 
 
 def table(r: NightlyRuns) -> str:
@@ -87,4 +122,12 @@ def table(r: NightlyRuns) -> str:
              f"  --since decoded {since.get('bytes_decoded', 0) / 1e6:,.0f} MB (new bytes + the segment OUT1 ended "
              f"in: <= {(new + r.segment_size) / 1e6:,.0f} MB)",
              f"  OUT2 equals the full rebuild byte for byte: {r.identical}"]
+    if r.runs.get("verify_since"):
+        v = r.runs["verify_since"][-1]
+        lines += [f"  {'full verify':<22}{r.median('verify_full', 'wall_s'):>9.2f}"
+                  f"{r.median('verify_full', 'total_s'):>18.2f}",
+                  f"  {'verify --since REPORT':<22}{r.median('verify_since', 'wall_s'):>9.2f}"
+                  f"{r.median('verify_since', 'total_s'):>18.2f}",
+                  f"  verify --since / full after start-up: {r.ratio('verify_'):.3f} (target <= {TARGET}); decoded "
+                  f"{(v.get('bytes_decoded') or 0) / 1e6:,.0f} MB"]
     return "\n".join(lines)

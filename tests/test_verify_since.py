@@ -12,7 +12,7 @@ import pytest
 
 from jobs.rebuild import main as rebuild_main
 from tests.conftest import GOLDEN
-from tests.since_helpers import cut_offset, earlier_store, expired_copy
+from tests.since_helpers import cut_offset, earlier_store, expired_copy, expired_index
 from tests.test_hostile import run_job
 from tests.test_verify import run
 
@@ -55,8 +55,9 @@ def test_since_decodes_the_new_part_only_and_agrees(last_week, tmp_path):
 
 
 def test_damage_in_the_new_part_is_found(last_week, tmp_path):
-    """A unit past last week's end flipped in a queue file: entry_differs at its byte offset; a file wholly before the
-    decoded segment is not read again (the earlier verify checked it)."""
+    """A unit past last week's end flipped in a queue file, and the keyHash of the index entry the decoded segment
+    starts with: each found at its offset; a file wholly before the decoded segment is not read again (the earlier
+    verify checked it)."""
     earlier, before = last_week
     store = tmp_path / "store"
     shutil.copytree(GOLDEN / CASE, store)
@@ -72,10 +73,17 @@ def test_damage_in_the_new_part_is_found(last_week, tmp_path):
     raw = bytearray(old.read_bytes())
     raw[11] ^= 0x01
     old.write_bytes(bytes(raw))
+    files, kept = expired_index(store, (end - 1) // 262144 * 262144)  # below the decoded segment's start
+    seed = sorted((store / "index").iterdir())[files]
+    raw = bytearray(seed.read_bytes())
+    raw[40 + 64 * 4 + (kept + 1) * 20 + 1] ^= 0x01
+    seed.write_bytes(bytes(raw))
     code, report = since(store, tmp_path, earlier)
     assert code == 1
-    assert [(d["path"], d["kind"], d["byte_offset"]) for d in report["findings"]] == [
-        (new.relative_to(store).as_posix(), "entry_differs", at)]
+    assert [(d["path"], d["kind"], d["byte_offset"]) for d in report["findings"]
+            if d["artifact"] == "consumequeue"] == [(new.relative_to(store).as_posix(), "entry_differs", at)]
+    assert [(d["path"], d["position"]) for d in report["findings"] if d["kind"] == "entry_differs"
+            and d["artifact"] == "index"] == [(f"index/{seed.name}", kept + 1)]
 
 
 def test_head_expired_since(last_week, tmp_path, capfd):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 from dataclasses import dataclass
-from typing import Iterator
 
 from storage_format import recovery
 from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
@@ -24,9 +23,11 @@ from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
 from ..since.index import EarlierIndex, continue_files
 from .findings import Findings
-from .index import check_index, compare_index_file, expected_headers, plan_index_checks, stream_equal
+from .cq import HOLE_ALIGN
+from .index import check_index, compare_index_file, expected_headers, plan_index_checks
 from .pointer import PointerCheck
 
+CHUNK = 8 << 20
 DiskIndex = list[tuple[str, IndexHeader | None]]  # the store's index files in name order (verify.index.disk_index_files)
 
 
@@ -91,27 +92,44 @@ class SeedCheck:
     rel: str
     slots: int
     max_entries: int
+    kept: int  # the entries the expected file took from the store's own file (equal by construction)
     pointers: PointerCheck
 
 
 def check_seed(task: SeedCheck) -> Findings:
-    """Write the expected file (the seed continued) and compare the store's file with it."""
+    """Write the expected file (the seed continued) and compare the store's file with it: header and slots, and the
+    entries after those it took from the store's file; both files whole only when they differ."""
     out = Findings()
     if task.append is not None:
         append_index(task.append)
     out.files_checked += 1
-    size = task.expected.size()
-    if not stream_equal(_chunks(task.expected, size), task.disk, size):  # both in memory only when they differ
-        compare_index_file(task.expected.read_bytes(), task.disk.read_bytes(), task.rel, 0,
-                           IndexLayout(task.slots, task.max_entries), task.pointers, out)
+    layout = IndexLayout(task.slots, task.max_entries)
+    tail = layout.entry_at(min(IndexHeader.from_bytes(bytes(task.expected.read_range(0, HEADER_SIZE))).as_loaded()
+                               .index_count, layout.max_entries))
+    if not _equal_past_the_kept(task, layout, tail):
+        expected = bytearray(task.expected.read_bytes())
+        expected[tail:] = bytes(len(expected) - tail)  # the copy may carry the store's bytes past its count
+        compare_index_file(bytes(expected), task.disk.read_bytes(), task.rel, 0, layout, task.pointers, out)
     return out
 
 
-def _chunks(loc: Location, size: int, step: int = 8 << 20) -> Iterator[bytes]:
-    """A file's bytes in chunks of `step`."""
-    with loc.open_input() as f:
-        for at in range(0, size, step):
-            yield bytes(f.read_at(min(step, size - at), at))
+def _equal_past_the_kept(task: SeedCheck, layout: IndexLayout, tail: int) -> bool:
+    """The store's file holds the expected bytes, reading header and slots, the entries after the kept ones (those
+    it gave the expected file itself), and past the expected file's last entry (`tail`) zeros, read only where the
+    store's file holds data (not its hole)."""
+    size = task.expected.size()
+    if task.disk.size() != size:
+        return False
+    hole = -(-tail // HOLE_ALIGN) * HOLE_ALIGN
+    zeros_to = size if hole >= size or not task.disk.is_hole(hole, size) else hole
+    with task.expected.open_input() as e, task.disk.open_input() as d:
+        for a, b in ((0, layout.entries_at), (layout.entry_at(task.kept + 1), tail), (tail, zeros_to)):
+            for at in range(a, b, CHUNK):
+                n = min(CHUNK, b - at)
+                want = bytes(n) if a == tail else bytes(e.read_at(n, at))
+                if bytes(d.read_at(n, at)) != want:
+                    return False
+    return True
 
 
 def seeded_index_check(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, work: Location,
@@ -135,7 +153,8 @@ def seeded_index_check(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResul
     builds = [t for t in plan.tasks if not isinstance(t, IndexAppend)]
     first = SeedCheck(append=appends[0] if appends else None,
                       expected=appends[0].dst if appends else task.copy, disk=task.disk, rel=f"index/{name}",
-                      slots=settings.max_hash_slot_num, max_entries=settings.max_index_num, pointers=pointers)
+                      slots=settings.max_hash_slot_num, max_entries=settings.max_index_num, kept=kept,
+                      pointers=pointers)
     for f in run_tasks(sc, [first], check_seed, "index seed", quiet=quiet):
         found.merge(f)
     headers = [h for part in run_tasks(sc, builds, expected_headers, "index headers", quiet=quiet) for h in part]
