@@ -95,6 +95,7 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
                   commitlog_offset=step.offset, queue=step.queue, queue_offset=step.queue_offset,
                   next_offset=step.slot, message=step.describe())
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
+    stats["commitlog_min_offset"] = pointers.log_min  # the store's (a --since scan starts later)
     parallelism = sc.default_parallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
@@ -286,7 +287,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),
-            "min_offset": scan.segments[0].start if scan.segments else 0,
+            "min_offset": stats.get("commitlog_min_offset", 0),
             "message_records": scan.message_records,
             "max_physical_offset": scan.max_physical_offset,
             "scan_end": end.as_list() if end else None,
@@ -294,7 +295,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
             "segments_with_data_after_end": scan.stitched.data_after_end,
             "decoders": scan.decoders(),
         },
-        **stats,
+        **{k: v for k, v in stats.items() if k != "commitlog_min_offset"},
         "finding_counts": dict(sorted(found.counts.items())),
         "findings_total": found.total(),
         "in_flight": dict(sorted(found.in_flight.items())),

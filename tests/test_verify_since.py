@@ -91,9 +91,10 @@ def test_head_expired_since(last_week, tmp_path, capfd):
     missed month): nothing of the earlier check is left, said on stderr, and a full verify runs."""
     earlier, _ = last_week
     store = tmp_path / "store"
-    expired_copy(CASE, store, 3)
+    min_offset = expired_copy(CASE, store, 3)
     code, report = since(store, tmp_path, earlier)
     assert code == 0 and report["expired"]["consumequeue.units"] > 0 and report["since"]["checked_from"]
+    assert report["commitlog"]["min_offset"] == min_offset
     gone = tmp_path / "gone"
     min_offset = expired_copy(CASE, gone, 120)
     capfd.readouterr()
