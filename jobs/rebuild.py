@@ -25,6 +25,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone)
 from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
 from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
+from jobs.pipeline.since.inplace import check_in_place, rebuild_in_place  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_VERSION, built_to  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
@@ -66,7 +67,7 @@ def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, in
 def _args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     p = parser("rebuild", "Rebuild consume queues and index files from a RocketMQ commit log, byte-exact.")
-    p.add_argument("--out", required=True, help="output directory (must not exist unless --overwrite)")
+    p.add_argument("--out", help="output directory (must not exist unless --overwrite; not with --in-place)")
     p.add_argument("--only", choices=("consumequeue", "index"), help="build only this artifact")
     p.add_argument("--topics", help="comma-separated topics: build only their consume queues")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
@@ -77,10 +78,22 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--since", metavar="OUT1",
                    help="continue an earlier rebuild's OUT1 (only read): decode from the segment it ended in, append "
                         "to its consume queues and index, copy the rest; OUT equals a full rebuild (docs/nightly.md)")
+    p.add_argument("--in-place", action="store_true",
+                   help="with --since: bring OUT1 itself up to tonight (only the files that change are written; a "
+                        "backup in --backup-dir, a journal; recover --resume / --rollback finish or undo a killed run)")
+    p.add_argument("--backup-dir", help="with --in-place: where OUT1's replaced and deleted files are kept")
     add_generation_flag(p)
     add_dledger_flag(p)
     add_engine_flag(p, "rebuild")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.in_place and not (args.since and args.backup_dir):
+        p.error("--in-place needs --since OUT1 and --backup-dir")
+    if args.in_place and args.out and args.out != args.since:
+        p.error("--in-place writes OUT1 itself: drop --out (or give --since's directory)")
+    if not args.in_place and not args.out:
+        p.error("the following arguments are required: --out")
+    args.out = args.out or args.since
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,12 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
     prev = since_checks(args, store, settings, out) if args.since else None
+    if prev is not None:
+        emit(args, _since(args, store, settings, out, prev, limit, tz, quiet), _print_human, report_loc)
+        return EXIT_OK
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     sc, engine = job_runner(args, "rebuild")
-    if prev is not None:
-        emit(args, _publish_since(sc, args, store, settings, staging, prev, limit, tz, quiet, engine), _print_human,
-             report_loc)
-        return EXIT_OK
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
@@ -214,6 +226,10 @@ def _print_human(r: dict) -> None:
               f"bytes from offset {s['decoded_from']}, reused {s['bytes_reused']}; {r['consumequeue_files']} "
               f"consume-queue files ({s['consumequeue_files_written']} written), {len(r['index_files'])} index files "
               f"({len(s['index_files_written'])} written)")
+        if "in_place" in r:
+            i = r["in_place"]
+            print(f"in place: {i['operations']} file operations; what they replaced or deleted is in {i['backup_dir']} "
+                  f"(reput recover --store {r['out']} --rollback --backup-dir {i['backup_dir']} undoes them)")
     else:
         print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
               f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
@@ -236,6 +252,20 @@ def _publish_since(sc, args, store: Location, settings: BrokerSettings, staging:
         report["engine"] = engine.to_dict()
         staging.publish(json_bytes(report))
     return report
+
+
+def _since(args, store: Location, settings: BrokerSettings, out: Location, prev: PreviousOutput, limit, tz,
+           quiet: bool) -> dict:
+    """rebuild --since: OUT2 staged and published, or with --in-place OUT1 itself brought up to the store
+    (since.inplace); returns the report."""
+    if args.in_place:
+        check_in_place(args, prev)  # before Spark starts
+        sc, engine = job_runner(args, "rebuild")
+        return rebuild_in_place(sc, args, store, settings, prev, limit.offset, tz, quiet, lambda run: {
+            **_since_report(args, run, settings, limit, prev), "engine": engine.to_dict()})
+    staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
+    sc, engine = job_runner(args, "rebuild")
+    return _publish_since(sc, args, store, settings, staging, prev, limit, tz, quiet, engine)
 
 
 def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:

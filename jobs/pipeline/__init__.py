@@ -47,7 +47,8 @@ live in storage_format/, Spark column functions in udfs/.
   `since.previous` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.plan` (the
   index continued and named, the clean service's deletions: no I/O), `since.index` (the new keys
   counted per split, the index files' tasks), `since.stage` (expired files found in tasks, OUT1's files copied),
-  `since.run` (the checks before Spark, then everything up to the staged OUT2)
+  `since.run` (the checks before Spark, then everything up to the staged OUT2), `since.inplace` (--in-place:
+  only the changed files staged, switched into OUT1 by recover's in-place protocol)
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against

@@ -35,7 +35,7 @@ def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSett
         if getattr(args, flag):
             raise JobError(f"--since and --{flag}: --since continues a full rebuild; drop --{flag}")
     earlier = location(args.since)
-    if same_or_inside(out, earlier) or same_or_inside(earlier, out):
+    if not args.in_place and (same_or_inside(out, earlier) or same_or_inside(earlier, out)):
         raise JobError(f"--out {args.out} must be outside --since {args.since} and must not contain it: OUT1 is only "
                        f"read; write OUT2 beside it")
     prev = previous_output(earlier, settings, list_segments(store, settings))
@@ -56,8 +56,10 @@ class SinceRun:
 
 
 def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, staging: Output,
-                  prev: PreviousOutput, limit_offset: int | None, tz: dt.tzinfo, quiet: bool) -> SinceRun:
-    """Decode from the segment OUT1 ended in and stage OUT2: consume queues, index, copies of the rest."""
+                  prev: PreviousOutput, limit_offset: int | None, tz: dt.tzinfo, quiet: bool,
+                  copy_rest: bool = True) -> SinceRun:
+    """Decode from the segment OUT1 ended in and stage OUT2: consume queues, index, copies of the rest (none with
+    `copy_rest` False: --in-place stages only the files that change, since.inplace switches them into OUT1)."""
     timings: dict[str, float] = {}
     started = t0 = time.monotonic()
     scan = scan_store(sc, store, settings, work=staging.work, with_cq=True, with_keys=settings.message_index_enable,
@@ -95,7 +97,7 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     timings["expiry_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     done = run_tasks(sc, copy_tasks(copies, staging.dir, set()), copy_task_files, "copy OUT1",
-                     total_bytes=sum(n for *_, n in copies), quiet=quiet) if copies else []
+                     total_bytes=sum(n for *_, n in copies), quiet=quiet) if copies and copy_rest else []
     result.copied = copy_counts([r for rs in done for r in rs])
     timings["copy_s"] = time.monotonic() - t0
     pause_at("after-build")
