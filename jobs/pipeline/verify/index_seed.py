@@ -1,8 +1,9 @@
-"""Verify, index files from a commit-log offset on: where the commit log's head expired, the store's index file
-holding its first kept offset is cut back to the entries before it (storage_format.index_prefix) and continued by
-the keys from there, as `rebuild --since` continues OUT1's last file (since.index.continue_files); the files after
-it are compared as a full verify compares them. The entries before the offset, and the older files the clean service
-deletes when it runs, are counted as expired: their records are gone, so nothing can check them."""
+"""Verify, index files from a commit-log offset on (the log's min offset once its head expired, or the start of the
+segment `verify --since` decodes from): the store's index file holding that offset is cut back to the entries before
+it (storage_format.index_prefix) and continued by the keys from there, as `rebuild --since` continues OUT1's last
+file (since.index.continue_files); the files after it are compared as a full verify compares them. The entries
+before the offset and the older files are counted apart: as expired (their records are gone, so nothing can check
+them; the clean service deletes such files when it runs) or as checked by the earlier verify."""
 from __future__ import annotations
 
 import datetime as dt
