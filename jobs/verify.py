@@ -99,8 +99,7 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     parallelism = sc.default_parallelism
     if with_cq:
         cq_dir = store.child("consumequeue")
-        # the log's head expired (or --since): a queue out of step goes on from where the store holds its first unit
-        # the scan gives
+        # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
                         earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks

@@ -61,8 +61,7 @@ def rebuild_in_place(sc, args: argparse.Namespace, store: Location, settings: Br
                                 limit_offset, tz, quiet, copy_rest=False)
         report = {**report_of(run), "in_place": {"backup_dir": str(backup)}}
         (staging / REPORT_NAME).write_bytes(json_bytes(report))
-        written = [f"consumequeue/{rel}" for rel in run.result.cq_written] \
-            + [f"index/{name}" for name in run.result.index_written] + [REPORT_NAME]
+        written = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         gone = [f"consumequeue/{rel}" for rel in run.result.expired_cq] \
             + [f"index/{name}" for name in _index_names(path) if name not in set(run.result.index_names)]
         ops = inplace.build_ops(path, staging, written, gone, hashed=not inplace.same_filesystem(path, backup))

@@ -96,8 +96,10 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
         copies += index.copies
     timings["expiry_s"] = time.monotonic() - t0
     t0 = time.monotonic()
+    if not copy_rest:  # in place: a file stays where it is, but one that changes its name (OUT1's trailing empty
+        copies = [c for c in copies if Location(c[1]).name != c[0].rsplit("/", 1)[1]]  # index file) is staged anew
     done = run_tasks(sc, copy_tasks(copies, staging.dir, set()), copy_task_files, "copy OUT1",
-                     total_bytes=sum(n for *_, n in copies), quiet=quiet) if copies and copy_rest else []
+                     total_bytes=sum(n for *_, n in copies), quiet=quiet) if copies else []
     result.copied = copy_counts([r for rs in done for r in rs])
     timings["copy_s"] = time.monotonic() - t0
     pause_at("after-build")
