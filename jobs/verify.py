@@ -64,18 +64,18 @@ EXPIRED_WORDS = {"consumequeue.files": "consume-queue files", "consumequeue.unit
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
            limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
-           in_flight_from: int | None = None, since_from: int | None = None) -> tuple[ScanResult, Findings, dict]:
+           in_flight_from: int | None = None, since: EarlierVerify | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
     confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
-    is running): differences past it are in flight, counted apart. `since_from` (verify --since): decode from the
-    segment holding the byte before it; what points below that segment was checked earlier, counted apart."""
+    is running): differences past it are in flight, counted apart. `since` (verify --since): decode from the
+    segment holding the byte before its start; what points below that segment was checked earlier, counted apart."""
+    since_from = since.from_offset if since is not None else None
     scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation,
                       from_offset=None if since_from is None else since_from - 1)
     pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
     if since_from is not None and scan.segments:  # pointers below the scan lead into the whole log
-        pointers = replace(pointers, segments=tuple(list_segments(store, settings)),
-                           checked_from=scan.segments[0].start)
+        pointers = replace(pointers, segments=since.segments, checked_from=scan.segments[0].start)
     found = Findings()
     for problem in scan.tail_problems():
         # The broker stops dispatching at the first invalid record: what follows is unreachable.
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         scan, found, stats = verify(sc, store, settings, work, with_cq=with_cq, with_index=with_index,
                                     split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
                                     generation=args.rocketmq_version, in_flight_from=in_flight_from,
-                                    since_from=earlier.from_offset if earlier else None)
+                                    since=earlier)
     timer = None
     if args.only is None and scan.max_physical_offset is not None and not live.running:
         timer = recovery_timer.check_at_rest(store, settings, scan.max_physical_offset,

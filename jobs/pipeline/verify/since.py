@@ -25,11 +25,13 @@ def add_since_flag(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class EarlierVerify:
-    """The earlier verify's report and where this one starts (None: its end expired, a full check)."""
+    """The earlier verify's report and where this one starts (None: its end expired, a full check), with the store's
+    segments as listed for the check (the pointers into the whole log use them: listed once)."""
 
     report: Location
     built: BuiltTo
     from_offset: int | None
+    segments: tuple[Segment, ...] = ()
 
     def to_dict(self) -> dict:
         return {"report": self.report.uri, "built_to_before": self.built.offset, "checked_from": self.from_offset}
@@ -70,12 +72,12 @@ def earlier_verify(arg: str, settings: BrokerSettings, segments: list[Segment], 
         raise fail(f"damaged report: {exc}") from None
     check_settings(report, settings, fail, "checked")
     if segments and segments[0].start >= built.offset:  # its end expired: nothing of the earlier check is left
-        return EarlierVerify(loc, built, None)
+        return EarlierVerify(loc, built, None, tuple(segments))
     differs = tail_difference(segments, built)
     if differs is not None:
         raise fail(f"the store no longer holds what that verify checked: {differs} (recovered or replaced since, or "
                    f"another store's report): run a full verify")
-    return EarlierVerify(loc, built, built.offset)
+    return EarlierVerify(loc, built, built.offset, tuple(segments))
 
 
 def checked_to(segments: list[Segment], end: int | None, in_flight_from: int | None) -> dict | None:
