@@ -27,7 +27,7 @@ from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
 from storage_format.settings import load_settings
 
 from . import broker, convert_pairs, dledger_broker, iomodel, recovery, report, scaleout, stages
-from . import lmq_decode, nightly, scale, scale_jobs
+from . import lmq_decode, lmq_scale, nightly, scale, scale_jobs
 from . import startup as startup_bench
 from .cpu import CpuWatch
 from .iocount import IoWatch
@@ -135,7 +135,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     r.add_argument("--scale-pairs", type=int, default=3, help="interleaved rounds for --scale-messages (default 3)")
     r.add_argument("--scale-stores", default=scale_jobs.DEFAULT_STORES,
                    help=f"stage scale's stores, messages:topics:queues each ({scale_jobs.BODY[0]}-"
-                        f"{scale_jobs.BODY[1]} B bodies; default {scale_jobs.DEFAULT_STORES})")
+                        f"{scale_jobs.BODY[1]} B bodies; default {scale_jobs.DEFAULT_STORES}; none: only --scale-lmq)")
+    r.add_argument("--scale-lmq", metavar="MESSAGES:QUEUES", help="stage scale also measures a store of QUEUES "
+                   "%%LMQ%% queues (e.g. 16000000:100000; bench/lmq_scale.py)")
     r.add_argument("--scale-rounds", type=int, default=3, help="rounds of stage scale (default 3)")
     r.add_argument("--scale-convert", type=int, default=0, metavar="MESSAGES",
                    help="stage scale also converts the DLedger twins (written once, untimed) of its stores of up to "
@@ -177,7 +179,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown stages {sorted(unknown)}; choose from {STAGES + EXTRA_STAGES}")
     try:
-        scale_jobs.parse_stores(args.scale_stores)
+        if args.scale_stores != "none":
+            scale_jobs.parse_stores(args.scale_stores)
+        if args.scale_lmq:
+            lmq_scale.parse(args.scale_lmq)
     except ValueError as exc:
         p.error(str(exc))
     if "lmq-decode" in args.stages.split(",") and (args.lmq_share > 0 or args.dledger):
@@ -242,17 +247,6 @@ def _compare(label: str, failures: list[str], wanted: bool, run, table):
     return result
 
 
-def _io_text(moved: list, store_gb: float, fixed_s: float) -> str:
-    """The bytes-moved table and the scale-out model of the rebuild stage ("" without counts): a recovery's
-    work does not grow with the store like a rebuild's (docs/performance.md, "Scale-out model")."""
-    if not moved:
-        return ""
-    parts = [iomodel.bytes_table(moved)]
-    parts += [iomodel.model_table(b, store_gb, fixed_s) for b in moved
-              if b.name.startswith("jobs.rebuild")]
-    return "\n\n".join(parts)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Write or reuse the store, run the stages, print the table, write the JSON; returns the exit status."""
     args = parse_args(argv)
@@ -286,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_runs = None
     decode_runs = None
     scaleout_runs = None
-    scale_job_runs = nightly_runs = None
+    scale_job_runs = nightly_runs = lmq_scale_runs = None
     try:
         if "read" in wanted:
             results.append(_best("read only", store, args.repeat,
@@ -323,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             decode_runs = lmq_decode.side_by_side(spark, store, lmq_twin, args.root, args.pairs, args.split_size,
                                                   records, args.lmq_compare_queues)
             _show(lmq_decode.table(decode_runs))
-        if "scale" in wanted:
+        if "scale" in wanted and args.scale_lmq:
+            lmq_scale_runs = lmq_scale.side_by_side(*lmq_scale.store(args.scale_lmq, spec, args.root, args.regenerate),
+                                                    args.root, args.scale_rounds, args.split_size)
+            _show(lmq_scale.table(lmq_scale_runs))
+        if "scale" in wanted and args.scale_stores != "none":
             scale_job_runs = scale_jobs.side_by_side(scale_jobs.stores(args.scale_stores, spec, args.root,
                                                                        args.scale_convert, args.regenerate),
                                                      args.root, args.scale_rounds,
@@ -345,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     settings_line = (f"Spark {startup.detail['master']}, split size {args.split_size >> 20} MiB; "
                      f"peak worker RSS = highest VmHWM of one Python worker during the stage")
     moved = [b for r in results if (b := iomodel.stage_bytes(r, data_bytes)) is not None]
-    io_text = _io_text(moved, args.model_store_gb, round(startup.seconds, 1))
+    io_text = iomodel.io_text(moved, args.model_store_gb, round(startup.seconds, 1))
     _show(report.table(results, info, machine, settings_line), io_text)  # now: the comparisons take long
     side = _compare("rebuild side by side", failures, "rebuild" in compares,
                     lambda: broker.side_by_side(args.broker_build, store, args.root, args.pairs, args.master,
@@ -397,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(results, info, machine, settings_line))
     texts = [(startup_runs, startup_bench.table), (scale_runs, scale.table), (scaleout_runs, scaleout.table),
-             (scale_job_runs, scale_jobs.table), (nightly_runs, nightly.table),
+             (scale_job_runs, scale_jobs.table), (lmq_scale_runs, lmq_scale.table), (nightly_runs, nightly.table),
              (side, broker.table), (dledger_side, dledger_broker.table),
              *[(runs, recovery.table) for runs in recovery_runs],
              (recovery_runs if len(recovery_runs) == 2 else None, lambda r: recovery.scale_lines(*r)),
@@ -415,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = report.json_report(results, info, machine, config)
     for key, runs in (("side_by_side", side), ("dledger_side_by_side", dledger_side),
                       ("startup_side_by_side", startup_runs), ("rate_against_store_size", scale_runs),
-                      ("scale_out", scaleout_runs), ("scale", scale_job_runs), ("nightly", nightly_runs)):
+                      ("scale_out", scaleout_runs), ("scale", scale_job_runs), ("nightly", nightly_runs),
+                      ("scale_lmq", lmq_scale_runs)):
         if runs is not None:
             figures[key] = runs.to_dict()
     if recovery_runs:

@@ -122,3 +122,14 @@ def model_table(b: StageBytes, store_gb: float, fixed_s: float, places: tuple[Pl
         lines.append(f"  {place.name:<26}{place.read_gb_s:>10g}{place.write_gb_s:>11g}{place.cores:>6}"
                      f"{e.cpu_s:>13,.0f}{e.io_s:>13,.0f}{e.seconds:>9,.0f}  {e.bound}")
     return "\n".join(lines)
+
+
+def io_text(moved: list, store_gb: float, fixed_s: float) -> str:
+    """The bytes-moved table and the scale-out model of the rebuild stage ("" without counts): a recovery's
+    work does not grow with the store like a rebuild's (docs/performance.md, "Scale-out model")."""
+    if not moved:
+        return ""
+    parts = [bytes_table(moved)]
+    parts += [model_table(b, store_gb, fixed_s) for b in moved
+              if b.name.startswith("jobs.rebuild")]
+    return "\n\n".join(parts)

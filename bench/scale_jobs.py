@@ -64,6 +64,7 @@ class ProcessPeaks:
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid, self.interval = pid, interval
         self.peaks = dict.fromkeys(KINDS, 0)
+        self.fds = dict.fromkeys(KINDS, 0)  # the most descriptors one process of the kind held open at a poll
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -86,6 +87,7 @@ class ProcessPeaks:
             mib = _hwm_mib(pid)
             if kind and mib:
                 self.peaks[kind] = max(self.peaks[kind], mib)
+                self.fds[kind] = max(self.fds[kind], _fd_count(pid))
 
 
 def _tree(root: int) -> list[int]:
@@ -106,6 +108,13 @@ def _kind(pid: int) -> str | None:
         return None
     return "jvm" if os.path.basename(cmdline.split(b"\0", 1)[0]) == b"java" else "worker" if _is_python(cmdline) \
         else None
+
+
+def _fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir(PROC / str(pid) / "fd"))
+    except OSError:
+        return 0
 
 
 def _hwm_mib(pid: int) -> int:
@@ -130,7 +139,7 @@ def run_job(job: str, argv: list[str]) -> dict:
     records = report.get("message_records") or (report.get("commitlog") or {}).get("message_records")
     return {"wall_s": round(wall, 3), "total_s": total, "records": records,
             "bytes_decoded": (report.get("since") or {}).get("bytes_decoded", report.get("bytes_read")),
-            **{f"{k}_peak_mib": v for k, v in watch.peaks.items()}}
+            **{f"{k}_peak_mib": v for k, v in watch.peaks.items()}, **{f"{k}_fds": v for k, v in watch.fds.items()}}
 
 
 @dataclass(frozen=True)

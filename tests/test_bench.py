@@ -314,6 +314,7 @@ def test_the_scale_stage_reads_its_stores_and_weighs_the_largest_against_the_sma
                               str(tmp_path / "out")])
     assert run["records"] == 2000 and run["total_s"] > 0 and run["wall_s"] > run["total_s"]
     assert run["driver_peak_mib"] > 20 and run["jvm_peak_mib"] > 50, run  # the default engine: Spark
+    assert run["jvm_fds"] > run["driver_fds"] > 0, run
     small, large = ScaleStore(tmp_path, None, 10, 64), ScaleStore(tmp_path, None, 40, 12000)
     runs = ScaleJobRuns([small, large])
     for store_, total, peak in ((small, 1.0, 100), (large, 5.0, 160)):
@@ -324,3 +325,42 @@ def test_the_scale_stage_reads_its_stores_and_weighs_the_largest_against_the_sma
     assert "| 4e-05 M / 12,000 queues | rebuild | 8.0 s | 5.0 s | 0.00 M/s | 160 MB | 300 MB | 200 MB |" in text
     assert "rebuild: largest / smallest store it ran on: rate 0.80x (target >= 0.8), peaks driver 1.60x" in text
     assert "OUTSIDE the targets" in text
+
+
+def test_the_many_queue_check_agrees_with_the_brokers_queues_and_names_what_breaks_a_rule(tmp_path) -> None:
+    """bench.lmq_check reads a queue against the commit log with its own struct reading: RocketMQ 4.9.8's own
+    consume queues (an LMQ store: multi-dispatch names %LMQ% and %RETRY% queues) pass; a unit of the wrong size,
+    a unit pointing at another queue's record and a blank unit before the last are each named. --scale-lmq's
+    MESSAGES:QUEUES is parsed, a bad one refused."""
+    import shutil
+    import struct
+
+    from bench.__main__ import parse_args
+    from bench.lmq_check import CommitLog, SampleCheck, check_queue
+    from bench.lmq_scale import parse
+    from tests.conftest import GOLDEN
+
+    store = tmp_path / "lmq"
+    shutil.copytree(GOLDEN / "lmq-clean-small-11", store)
+    log, found = CommitLog(store), SampleCheck()
+    for topic in sorted((store / "consumequeue").iterdir()):
+        for queue in sorted(topic.iterdir()):
+            check_queue(log, topic.name, int(queue.name), queue, found)
+    assert found.queues == 29 and found.units == 7305 and found.problems == []
+    lmq = store / "consumequeue" / "%LMQ%dev-0001" / "0"
+    path = next(lmq.iterdir())
+    data = bytearray(path.read_bytes())
+    offset, size, tags = struct.unpack_from(">qiq", data, 20)
+    struct.pack_into(">qiq", data, 20, offset, size + 1, tags)  # unit 1: the wrong size
+    struct.pack_into(">qiq", data, 40, *struct.unpack_from(">qiq", data, 0))  # unit 2: unit 0's record
+    struct.pack_into(">qiq", data, 60, 0, 0, 0)  # unit 3: blank, units after it
+    path.write_bytes(bytes(data))
+    found = SampleCheck()
+    check_queue(log, "%LMQ%dev-0001", 0, lmq, found)
+    log.close()
+    assert [p.split(":")[0] for p in found.problems] == ["consumequeue/%LMQ%dev-0001/0@1", "consumequeue/%LMQ%dev-0001/0@2",
+                                                         "consumequeue/%LMQ%dev-0001/0"], found.problems
+    assert "blank" in found.problems[2] and "size" in found.problems[0]
+    assert parse("16000000:100000") == (16_000_000, 100_000)
+    with pytest.raises(SystemExit):
+        parse_args(["--stages", "scale", "--scale-lmq", "16000000"])

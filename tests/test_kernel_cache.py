@@ -154,6 +154,7 @@ from storage_format.settings import load_settings
 
 class Context:  # a TaskRunner (jobs.pipeline.runtime.engine) running the tasks here, in this process
     default_parallelism = 2
+    driver_memory = None
     def run_tasks(self, items, fn, label, total_bytes=0, quiet=False):
         return [fn(item) for item in items]
 

@@ -13,6 +13,7 @@ live in storage_format/, Spark column functions in udfs/.
   (--engine and auto's choice), `runtime.local` (the local engine:
   forked worker processes, no JVM), `runtime.heap` (task processes keep the memory a task frees for the next
   one), `runtime.limits` (the open-file limit a job needs: raised or refused before it starts),
+  `runtime.driver_memory` (the driver's need from the queues and splits counted, against spark.driver.memory),
   `runtime.env` (the one registry of
   REPUT_* variables: name, default, effect; non-default values noted and reported), `runtime.package` (the zip and env
   spark-submit ships to a cluster)

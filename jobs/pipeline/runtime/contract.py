@@ -5,7 +5,10 @@ circle)."""
 from __future__ import annotations
 
 import os
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from .driver_memory import DriverMemory
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -17,6 +20,10 @@ class TaskRunner(Protocol):
 
     @property
     def default_parallelism(self) -> int: ...
+
+    @property
+    def driver_memory(self) -> DriverMemory | None:
+        """The memory setting that bounds the driver (None: none does, the local engine)."""
 
     def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
                   quiet: bool = False) -> list[R]: ...

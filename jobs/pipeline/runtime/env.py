@@ -27,7 +27,8 @@ class EnvVar:
 REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("REPUT_SPARK_MASTER", "local[*]", "the Spark master jobs run on when --master is not given (a cluster "
            "URL moves where jobs run)"),
-    EnvVar("REPUT_DRIVER_MEMORY", "4g", "spark.driver.memory of the driver JVM reput starts"),
+    EnvVar("REPUT_DRIVER_MEMORY", "4g", "spark.driver.memory of the driver JVM reput starts; a store whose queues "
+           "would need more is refused by name"),
     EnvVar("REPUT_DRIVER_JAVA_OPTIONS", None, "replaces reput's driver JVM options (class-data archive, C1 only) "
            "with these; empty: Spark's defaults"),
     EnvVar("REPUT_WORKER_DAEMON", None, "the Python worker daemon module Spark starts (default: reput's warm "

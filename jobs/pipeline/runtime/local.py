@@ -67,6 +67,11 @@ class LocalRunner:
     def default_parallelism(self) -> int:
         return self.workers
 
+    @property
+    def driver_memory(self) -> None:
+        """No JVM and no memory setting: the local engine's driver is bounded by the machine only."""
+        return None
+
     def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
                   quiet: bool = False) -> list[R]:
         """fn(item) for every item, results in item order, progress lines on stderr unless quiet."""

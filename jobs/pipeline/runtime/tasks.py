@@ -13,6 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
+from .contract import under_spark_submit
+from .driver_memory import SETTING, DriverMemory, driver_memory_of
 from .heap import keep_freed_memory
 
 if TYPE_CHECKING:
@@ -101,6 +103,11 @@ class SparkRunner:
     @property
     def default_parallelism(self) -> int:
         return self.context.defaultParallelism
+
+    @property
+    def driver_memory(self) -> DriverMemory:
+        """spark.driver.memory as the driver runs with it, and who set it."""
+        return driver_memory_of(self.context.getConf().get(SETTING, None), under_spark_submit())
 
     def run_tasks(self, items: Sequence[T], fn: Callable[[T], R], label: str, total_bytes: int = 0,
                   quiet: bool = False) -> list[R]:

@@ -15,6 +15,7 @@ from storage_format.queue_table import MergedQueues, QueueTable, merge_queue_tab
 
 from ..io.fs import Location
 from ..io.workdir import read_queue_table
+from ..runtime.driver_memory import DriverMemory, check_driver_memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +180,7 @@ class ScanResult:
     negative_queue_ids: NegativeQueueIds | None = None
     out_of_step_queues: OutOfStepQueues | None = None  # found when consume-queue rows were written (queue_order)
     work: Location | None = None  # where the decode tasks wrote their files (queue tables included)
+    driver_memory: DriverMemory | None = None  # the driver's memory setting, checked when the queues are counted
     _merged: MergedQueues | None = field(default=None, repr=False)
 
     @property
@@ -245,6 +247,7 @@ class ScanResult:
         """The accepted splits' queue tables merged per (topic, queueId), folded one split at a time (once: kept)."""
         if self._merged is None:
             self._merged = merge_queue_tables(self.split_queues(s) for s in self.accepted)
+            check_driver_memory(len(self._merged), len(self.splits), self.driver_memory)
         return self._merged
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:

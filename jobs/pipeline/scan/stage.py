@@ -415,7 +415,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     if stitched.failed is not None:
         raise summaries[stitched.failed].error
     result = ScanResult(segments=segments, splits=splits, stitched=stitched, summaries=summaries,
-                        work=work if work is not None else tables)
+                        work=work if work is not None else tables, driver_memory=sc.driver_memory)
     check_multi_dispatch(result)
     check_queue_offsets(result, base)
     result.negative_queue_ids = find_negative_queue_ids(result, base)
