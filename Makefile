@@ -30,7 +30,9 @@ demo: venv
 	$(PY) -m storegen.sample $(DEMO)/store
 	$(PY) -m storegen.sample --dledger $(DEMO)/dledger-store
 	$(PY) -m jobs.inspect --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf
-	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt
+	# --engine spark: the sample store is small enough for auto to take the local engine; the demo shows Spark's path
+	$(PY) -m jobs.rebuild --store $(DEMO)/store --broker-config $(DEMO)/store/broker.conf --out $(DEMO)/rebuilt \
+		--engine spark
 	mkdir -p $(DEMO)/checked && ln -s ../store/commitlog ../rebuilt/consumequeue ../rebuilt/index $(DEMO)/checked/
 	$(PY) -m jobs.verify --store $(DEMO)/checked --broker-config $(DEMO)/store/broker.conf
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"

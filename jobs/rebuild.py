@@ -32,6 +32,7 @@ from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
+from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
@@ -115,14 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         emit(args, _since(args, store, settings, out, prev, limit, tz, quiet), _print_human, report_loc)
         return EXIT_OK
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc, engine = job_runner(args, "rebuild")
+    segments = list_segments(store, settings)
+    sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments))
     timings: dict[str, float] = {}
     started = time.monotonic()
     with staging:
         t0 = time.monotonic()
         scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
                           split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
-                          quiet=quiet)
+                          quiet=quiet, segments=segments)
         timings["decode_s"] = time.monotonic() - t0
         timings.update(scan.task_timings())
         pause_at("after-decode")
@@ -260,11 +262,11 @@ def _since(args, store: Location, settings: BrokerSettings, out: Location, prev:
     (since.inplace); returns the report."""
     if args.in_place:
         check_in_place(args, prev)  # before Spark starts
-        sc, engine = job_runner(args, "rebuild")
+        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
         return rebuild_in_place(sc, args, store, settings, prev, limit.offset, tz, quiet, lambda run: {
             **_since_report(args, run, settings, limit, prev), "engine": engine.to_dict()})
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc, engine = job_runner(args, "rebuild")
+    sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
     return _publish_since(sc, args, store, settings, staging, prev, limit, tz, quiet, engine)
 
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .kernels.index_chain import entry_bytes, newest_by_hash
+from .kernels.index_chain import append_chain, entry_bytes, newest_by_hash
 
 
 HEADER_SIZE = 40
@@ -368,10 +368,10 @@ def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy:
     `data` is the whole file, writable (a bytearray, or a file mapped shared: only the pages of the slots and
     entries written are touched).
 
-    Vectorised like a fresh file: a new entry's previous-in-slot position is the newest new entry of
-    its slot before it, or for the first of its slot the slot's value on disk when that is valid at
-    its put (0 < value <= indexCount); each first put into a slot without a valid value counts in
-    hashSlotCount.
+    The chain (index_chain.append_chain, compiled; append_chain_numpy its reference): a new entry's
+    previous-in-slot position is the newest new entry of its slot before it, or for the first of its slot the
+    slot's value on disk when that is valid at its put (0 < value <= indexCount); each first put into a slot
+    without a valid value counts in hashSlotCount. The entries' other fields are vectorised.
     """
     header = IndexHeader.from_bytes(data[:HEADER_SIZE]).as_loaded()
     count = header.index_count
@@ -382,15 +382,8 @@ def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy:
     ts = np.asarray(store_ts[:n], np.int64)
     ph = np.asarray(phy[:n], np.int64)
     layout = IndexLayout(slots, max_entries)
-    table = layout.slot_table(data)  # a writable view: only the slots that change are written
-    position = count + np.arange(n, dtype=np.int64)
-    order, s_sorted, same, last = _by_slot(key_slots(kh, slots))
     prev = np.empty(n, np.int64)
-    prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
-    first_put = order[~same]
-    on_disk = table[s_sorted[~same]].astype(np.int64)
-    valid = (on_disk > 0) & (on_disk <= position[first_put])
-    prev[first_put] = np.where(valid, on_disk, 0)
+    invalid = append_chain(kh, slots, np.frombuffer(data, np.uint8, slots * SLOT_SIZE, HEADER_SIZE), count, prev)
     fresh = count <= 1  # the file's first put sets the header's begin fields
     base = np.full(n, ts[0] if fresh else header.begin_timestamp, np.int64)
     base[0] = header.begin_timestamp
@@ -398,11 +391,26 @@ def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy:
     entries["hash"], entries["phy"], entries["diff"], entries["prev"] = kh, ph, _time_diff(ts, base), prev
     at = layout.entry_at(count)
     data[at:at + n * ENTRY_SIZE] = entries.tobytes()
-    table[s_sorted[last]] = position[order[last]]
     begin_ts, begin_phy = (int(ts[0]), int(ph[0])) if fresh else (header.begin_timestamp, header.begin_phy_offset)
     data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
-                                     header.hash_slot_count + int(np.count_nonzero(~valid)), count + n).to_bytes()
+                                     header.hash_slot_count + invalid, count + n).to_bytes()
     return n
+
+
+def append_chain_numpy(key_hash: np.ndarray, slots: int, table: np.ndarray, count: int) -> tuple[np.ndarray, int]:
+    """Reference for index_chain.append_chain, vectorised (a stable sort by slot): each entry's previous position
+    and the count of puts finding no valid slot value; `table` (the file's slot table, big-endian int32) updated."""
+    n = len(key_hash)
+    position = count + np.arange(n, dtype=np.int64)
+    order, s_sorted, same, last = _by_slot(key_slots(np.asarray(key_hash, np.int64), slots))
+    prev = np.empty(n, np.int64)
+    prev[order[same]] = position[order[np.flatnonzero(same) - 1]]
+    first_put = order[~same]
+    on_disk = table[s_sorted[~same]].astype(np.int64)
+    valid = (on_disk > 0) & (on_disk <= position[first_put])
+    prev[first_put] = np.where(valid, on_disk, 0)
+    table[s_sorted[last]] = position[order[last]]
+    return prev, int(np.count_nonzero(~valid))
 
 
 def is_time_matched(h: IndexHeader, begin: int, end: int) -> bool:

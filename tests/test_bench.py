@@ -311,9 +311,9 @@ def test_the_scale_stage_reads_its_stores_and_weighs_the_largest_against_the_sma
     store = tmp_path / "store"
     write_bench_store(store, StoreSpec(messages=2000, segment_size=1 << 20), progress=False)
     run = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
-                              str(tmp_path / "out")])
+                              str(tmp_path / "out"), "--engine", "spark"])
     assert run["records"] == 2000 and run["total_s"] > 0 and run["wall_s"] > run["total_s"]
-    assert run["driver_peak_mib"] > 20 and run["jvm_peak_mib"] > 50, run  # the default engine: Spark
+    assert run["driver_peak_mib"] > 20 and run["jvm_peak_mib"] > 50, run
     assert run["jvm_fds"] > run["driver_fds"] > 0, run
     small, large = ScaleStore(tmp_path, None, 10, 64), ScaleStore(tmp_path, None, 40, 12000)
     runs = ScaleJobRuns([small, large])

@@ -68,7 +68,7 @@ def killed(golden, tmp_path_factory) -> Iterator[dict[str, Path]]:
             env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT=point,
                        REPUT_TEST_PAUSE_MARK=str(root / "paused"))
             argv = [sys.executable, "-m", "jobs.rebuild", *rebuild_argv(golden, outdir / "out", overwrite),
-                    "--master", "local[2]"]
+                    "--master", "local[2]", "--engine", "spark"]
             with open(root / "stderr", "wb") as err:
                 proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                         start_new_session=True)

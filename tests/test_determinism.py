@@ -31,7 +31,8 @@ def rebuild_argv(golden: Path, out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def other_masters(golden, tmp_path_factory) -> dict[str, tuple[int, Path, str, Path]]:
-    """Rebuild in two other Spark sessions at once (subprocesses, since the suite shares one session):
+    """Rebuild in two other Spark sessions at once (subprocesses, since the suite shares one session; --engine spark:
+    on a store this small auto would take the local engine):
     `one-core` on local[1]; `retried` on local[2,2] (2 attempts per task) with one decode task made to
     fail. Returns name -> (exit status, OUT, stderr, failure marker)."""
     specs = {"one-core": ("local[1]", False), "retried": ("local[2,2]", True)}
@@ -44,7 +45,7 @@ def other_masters(golden, tmp_path_factory) -> dict[str, tuple[int, Path, str, P
         # Spark's own log is off by default; the retried run asks for its warnings to see the lost task.
         log = ("--log-level", "warn") if fail else ()
         proc = subprocess.Popen([sys.executable, "-m", "jobs.rebuild", *rebuild_argv(golden, root / "out"),
-                                 "--master", master, *log], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+                                 "--master", master, "--engine", "spark", *log], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
         procs[name] = (proc, root, marker, err)
     results = {}
     try:

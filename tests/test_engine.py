@@ -34,7 +34,7 @@ CORES = len(os.sched_getaffinity(0))
     ("auto", "recover", "local[2]", True, "spark", None),  # spark-submit: Spark always
     ("auto", "recover", "yarn", False, "spark", None),  # a cluster master: Spark always
     ("auto", "recover", "spark://host:7077", False, "spark", None),
-    ("auto", "rebuild", "local[2]", False, "spark", None),  # rebuild/convert/catalog keep Spark under auto
+    ("auto", "rebuild", "local[2]", False, "spark", None),  # rebuild: Spark when its commit log is not known
     ("auto", "convert", "local[*]", False, "spark", None),
     ("auto", "catalog", "local[*]", False, "spark", None),
     ("spark", "recover", "local[2]", False, "spark", None),
@@ -58,6 +58,25 @@ def test_engine_choice(requested, job, master, submitted, engine, workers):
 def test_explicit_local_engine_that_cannot_run_is_refused(master, submitted, says):
     with pytest.raises(JobError, match=says):
         choose_engine("local", "recover", master, submitted)
+
+
+@pytest.mark.parametrize("store_bytes, master, submitted, engine", [
+    (3 << 30, "local[2]", False, "local"),  # the bench store: the JVM's start-up would be half the run
+    (4 << 30, "local[2]", False, "local"),
+    ((4 << 30) + 1, "local[2]", False, "spark"),  # larger: Spark's build is as fast or faster
+    (1 << 20, "local[2]", True, "spark"),  # spark-submit, a cluster, a running context: Spark whatever the size
+    (1 << 20, "yarn", False, "spark"),
+    (1 << 20, "local[2]", "running", "spark"),
+])
+def test_rebuild_under_auto_takes_the_local_engine_up_to_4_gib(store_bytes, master, submitted, engine):
+    """The rebuild's engine under auto follows the commit log's size on a local master; the reason names it."""
+    choice = choose_engine("auto", "rebuild", master, submitted is True, submitted == "running", store_bytes)
+    assert choice.name == engine
+    if choice.name == "local":
+        assert "of commit log (up to 4.0 GiB)" in choice.reason
+    elif submitted is False and master.startswith("local"):
+        assert "rebuild of 4.0 GiB of commit log (over 4.0 GiB) runs on Spark" in choice.reason
+    assert choose_engine("auto", "convert", "local[2]", False, False, 1 << 20).name == "spark"  # by size: rebuild only
 
 
 def test_auto_jobs_are_the_small_ones():

@@ -69,7 +69,8 @@ def interrupted(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess
         root = tmp_path_factory.mktemp(name)
         env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-build-task", REPUT_TEST_PAUSE_MARK=str(root / "paused"))
         argv = [sys.executable, "-m", "jobs.rebuild", "--store", str(store), "--broker-config",
-                str(store / "broker.conf"), "--out", str(root / "out" / "rebuilt"), "--master", "local[2]", "--quiet"]
+                str(store / "broker.conf"), "--out", str(root / "out" / "rebuilt"), "--master", "local[2]", "--quiet",
+                "--engine", "spark"]
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         runs[name] = (proc, root)

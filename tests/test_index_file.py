@@ -170,6 +170,28 @@ def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunk
         position += len(chunk)
 
 
+@settings(max_examples=300, deadline=None)
+@given(slots=st.integers(1, 9), count=st.integers(1, 60),
+       table=st.lists(st.integers(-2**31, 2**31 - 1) | st.integers(0, 70), min_size=9, max_size=9),
+       keys=st.lists(st.integers(0, 2**31 - 1), max_size=50))
+def test_compiled_append_chain_equals_numpy_reference(slots, count, table, keys):
+    """index_chain.append_chain (appending to an existing file: slot values on disk checked as putKey checks them,
+    garbage and positions past the entry's own included) gives the previous positions, the hashSlotCount increase
+    and the big-endian slot table of the vectorised reference."""
+    from storage_format.index_file import append_chain_numpy
+    from storage_format.kernels.index_chain import append_chain
+
+    on_disk = np.array(table[:slots], ">i4")
+    kh = np.array(keys, np.int64)
+    compiled_table = bytearray(on_disk.tobytes())
+    prev = np.empty(len(kh), np.int64)
+    invalid = append_chain(kh, slots, np.frombuffer(compiled_table, np.uint8), count, prev)
+    reference_table = on_disk.copy()
+    reference_prev, reference_invalid = append_chain_numpy(kh, slots, reference_table, count)
+    assert prev.tolist() == reference_prev.tolist() and invalid == reference_invalid
+    assert bytes(compiled_table) == reference_table.tobytes()
+
+
 @pytest.mark.parametrize("max_index_num", [2, 3, 5])
 def test_the_index_roll_is_one_rule_for_rebuild_and_recovery(max_index_num):
     """index_file.index_file_count (the rebuild's plan) and recovery.resume_index from an empty index (the

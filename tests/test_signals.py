@@ -51,7 +51,7 @@ class Case:
     everyone: bool = False  # to every process of the run, as systemd's KillMode=control-group does
     never: bool = False  # the control run: not signalled, it must leave nothing either
     guarded: bool = False  # as soon as the job's start-up handler is in place (it then imports pyspark, ...)
-    engine: str | None = None  # --engine (recover's auto is the local engine on local[2])
+    engine: str | None = None  # --engine (recover's auto is the local engine on local[2]; so is a small rebuild's)
 
 
 FAST = [Case("rebuild-imports-int", "rebuild", signal.SIGINT, guarded=True),
@@ -126,7 +126,8 @@ def _start(case: Case, root: Path) -> Run:
     argv = [sys.executable, "-m", f"jobs.{case.job}", "--store", str(store), "--broker-config",
             str(store / "broker.conf"), "--out", str(outdir / "out"), "--master", "local[2]"]
     argv += ["--overwrite"] if case.overwrite else []
-    argv += ["--engine", case.engine] if case.engine else []
+    engine = case.engine or ("spark" if case.job == "rebuild" else None)  # these rebuild cases are the JVM's
+    argv += ["--engine", engine] if engine else []
     err = open(root / "stderr", "wb")
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=err, start_new_session=True)

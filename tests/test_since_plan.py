@@ -65,3 +65,18 @@ def test_clean_service_rules():
     old = [_last_file(5, format_name(1_780_000_000_000 + i), end_phy=e) for i, e in enumerate((10, 20, 500))]
     plan = continue_index(old, [], [], [], 600, None, 300, UTC)
     assert plan.expired == [old[0].name, old[1].name] and [f.name for f in plan.files] == [old[2].name]
+
+
+@settings(max_examples=200, deadline=None)
+@given(units=st.integers(0, 8000), used=st.data())
+def test_used_length_is_the_end_of_the_last_unit_holding_a_non_zero_byte(units, used):
+    """outputs.continued.used_length (searched from the end back, a step at a time) equals the end of the last
+    20-byte unit with any non-zero byte, read unit by unit; a trailing part shorter than a unit is ignored."""
+    from jobs.pipeline.outputs.continued import used_length
+
+    data = bytearray(units * 20 + used.draw(st.integers(0, 19)))
+    for at in used.draw(st.lists(st.integers(0, max(0, len(data) - 1)), max_size=4)) if data else []:
+        data[at] = used.draw(st.integers(1, 255))
+    whole = len(data) - len(data) % 20
+    expected = max(((i + 1) * 20 for i in range(whole // 20) if any(data[i * 20:(i + 1) * 20])), default=0)
+    assert used_length(memoryview(bytes(data))) == expected

@@ -12,6 +12,7 @@ loads and that each reference and test exists):
 | `row_groups.group_rows` | `jobs.pipeline.scan.cq_rows.cq_table` | `tests/test_split_kernel.py::test_kernel_equals_reference_on_generated` |
 | `index_chain.newest_by_hash` | `storage_format.index_file.newest_positions_numpy` | `tests/test_index_file.py::test_compiled_entries_equal_numpy_reference` |
 | `index_chain.entry_bytes` | `storage_format.index_file.entry_bytes_numpy` | `tests/test_index_file.py::test_compiled_entries_equal_numpy_reference` |
+| `index_chain.append_chain` | `storage_format.index_file.append_chain_numpy` | `tests/test_index_file.py::test_compiled_append_chain_equals_numpy_reference` |
 | `lmq_kernel.multi_dispatch_items` | `storage_format.multi_dispatch.lmq_entries` | `tests/test_split_kernel.py::test_kernel_equals_reference_on_generated_lmq` |
 | `kernel_bytes.java_hash` | `storage_format.java_hash.java_hash` | `tests/test_split_kernel.py::test_kernel_hash_is_javas_string_hash` |
 | `crc_kernel.crc32` | `zlib.crc32` | `tests/test_crc_kernel.py::test_kernel_crc_equals_zlib` |

@@ -47,3 +47,29 @@ def entry_bytes(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slo
         for b in range(8):
             out[o + 4 + b] = (p >> (56 - 8 * b)) & 0xFF
     return out
+
+
+@njit()
+def append_chain(key_hash: np.ndarray, slots: int, table: np.ndarray, count: int, prevs: np.ndarray) -> int:
+    """putKey's chain for entries appended to an existing file at positions count, count + 1, ...: `table` is the
+    file's slot table as its big-endian bytes, updated in place (only the slots put into are written); each
+    entry's previous position goes to `prevs`, 0 where the slot's value is not 0 < value <= the entry's position
+    (IndexFile.putKey's check). Returns the puts that found no valid value: hashSlotCount's increase
+    (index_file.append_chain_numpy is the reference)."""
+    invalid = 0
+    for i in range(key_hash.shape[0]):
+        o = (np.int64(key_hash[i]) % slots) * 4
+        v = (np.int64(table[o]) << 24) | (np.int64(table[o + 1]) << 16) | (np.int64(table[o + 2]) << 8) \
+            | np.int64(table[o + 3])
+        if v >= 2147483648:
+            v -= 4294967296
+        position = count + i
+        if v <= 0 or v > position:
+            v = 0
+            invalid += 1
+        prevs[i] = v
+        table[o] = (position >> 24) & 0xFF
+        table[o + 1] = (position >> 16) & 0xFF
+        table[o + 2] = (position >> 8) & 0xFF
+        table[o + 3] = position & 0xFF
+    return invalid

@@ -25,6 +25,7 @@ def warm() -> dict[str, int]:
         column.flags.writeable = False
     index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
     index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
+    index_chain.append_chain(np.zeros(1, np.int64), 3, np.zeros(12, np.uint8), 1, np.zeros(1, np.int64))
     offsets = np.zeros(1, np.int64)
     buf = np.frombuffer(bytes(64), np.uint8)  # read-only, as a read chunk is
     layout_kernel.hop_entries(buf, 0, 0, 64, 48, np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int8),
@@ -41,6 +42,7 @@ def warm() -> dict[str, int]:
                "hop_copy": layout_kernel.hop_copy, "rewrite_prepared": layout_kernel.rewrite_prepared,
                "map_offsets": layout_kernel.map_offsets,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes,
+               "append_chain": index_chain.append_chain,
                "crc32": crc_kernel.crc32, "find_record": record_search.find_record}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 

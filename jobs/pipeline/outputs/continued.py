@@ -68,11 +68,21 @@ def queue_files(qdir: Location) -> list[int] | None:
     return sorted(s for s in (parse_segment_name(n) for n in names) if s is not None)
 
 
+USED_SCAN = 1 << 16  # bytes looked at per step, from the end back: the last unit is near the end of what is read
+
+
 def used_length(data: bytes | memoryview) -> int:
-    """The end of a consume-queue file's last unit holding a non-zero byte (0: none)."""
-    raw = np.frombuffer(data, np.uint8, len(data) - len(data) % CQ_UNIT_SIZE).reshape(-1, CQ_UNIT_SIZE)
-    used = np.flatnonzero(raw.any(axis=1))
-    return (int(used[-1]) + 1) * CQ_UNIT_SIZE if len(used) else 0
+    """The end of a consume-queue file's last unit holding a non-zero byte (0: none), its last non-zero byte searched
+    from the end back (the bytes read stop at the file's last data extent, so it is usually in the last step)."""
+    raw = np.frombuffer(data, np.uint8, len(data) - len(data) % CQ_UNIT_SIZE)
+    end = len(raw)
+    while end > 0:
+        start = max(0, end - USED_SCAN)
+        nonzero = np.flatnonzero(raw[start:end])
+        if len(nonzero):
+            return ((start + int(nonzero[-1])) // CQ_UNIT_SIZE + 1) * CQ_UNIT_SIZE
+        end = start
+    return 0
 
 
 def first_difference(a: memoryview, b: memoryview) -> int | None:

@@ -3,8 +3,9 @@
 Every job's parallel work goes through one contract, `TaskRunner` (`default_parallelism`, `run_tasks`), which
 both engines satisfy; `choose_engine` (pure) decides which one a job gets, `job_runner` starts it.
 `--engine auto` is the local engine when the master is `local[...]`, the job is not running under spark-submit
-and the job is one whose runs are small (recover, inspect, verify); Spark otherwise (a cluster master, or
-spark-submit: Spark always; a SparkContext already running in this process, e.g. a notebook's, is used).
+and the job is one whose runs are small (recover, inspect, verify) or a rebuild of a commit log of up to 4 GiB
+(where the JVM's start-up is half the run); Spark otherwise (a cluster master, or spark-submit: Spark always; a
+SparkContext already running in this process, e.g. a notebook's, is used).
 Light to import: pyspark is imported only when the Spark engine is chosen.
 """
 from __future__ import annotations
@@ -23,6 +24,10 @@ from .limits import ensure_open_files
 ENGINES = ("auto", "spark", "local")
 # Jobs whose runs are small enough that the JVM's start-up is most of them: the local engine under auto.
 LOCAL_UNDER_AUTO = frozenset({"recover", "inspect", "verify"})
+# Jobs on the local engine under auto up to a commit log of this many bytes (its segments' sizes): below it the
+# JVM's start-up and exit (~2 s) outweigh what Spark's build gains; above it Spark's is as fast or faster
+# (docs/performance.md, "Which engine under auto").
+LOCAL_UNDER_AUTO_UP_TO = {"rebuild": 4 << 30}
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
 
@@ -66,10 +71,12 @@ def local_cores(master: str) -> int | None:
     return max(int(n), 1)
 
 
-def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_running: bool = False) -> EngineChoice:
+def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_running: bool = False,
+                  store_bytes: int | None = None) -> EngineChoice:
     """The engine for `job` given --engine, the master in effect (--master or REPUT_SPARK_MASTER), whether the
-    job runs under spark-submit and whether a SparkContext already runs in this process (a notebook's, a
-    test's). Raises JobError for an explicit local engine that cannot honour the rest."""
+    job runs under spark-submit, whether a SparkContext already runs in this process (a notebook's, a test's) and
+    the bytes of commit log it reads (None: not known). Raises JobError for an explicit local engine that cannot
+    honour the rest."""
     cores = local_cores(master)
     if requested == "spark":
         return EngineChoice("spark", requested, "--engine spark")
@@ -85,23 +92,34 @@ def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_
         return EngineChoice("spark", requested, "auto: under spark-submit")
     if cores is None:
         return EngineChoice("spark", requested, f"auto: master {master} is a cluster")
-    if job not in LOCAL_UNDER_AUTO:
-        return EngineChoice("spark", requested, f"auto: {job} runs on Spark unless --engine local")
+    up_to = LOCAL_UNDER_AUTO_UP_TO.get(job)
+    small = up_to is not None and store_bytes is not None and store_bytes <= up_to
+    if job not in LOCAL_UNDER_AUTO and not small:
+        over = f" of {_gib(store_bytes)} of commit log (over {_gib(up_to)})" if up_to and store_bytes else ""
+        return EngineChoice("spark", requested, f"auto: {job}{over} runs on Spark unless --engine local")
     if spark_running:
         return EngineChoice("spark", requested, "auto: a SparkContext already runs in this process")
-    return EngineChoice("local", requested, f"auto: master {master}, not under spark-submit", cores)
+    size = f", {_gib(store_bytes)} of commit log (up to {_gib(up_to)})" if small else ""
+    return EngineChoice("local", requested, f"auto: master {master}, not under spark-submit{size}", cores)
+
+
+def _gib(n: int | None) -> str:
+    n = n or 0
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def add_engine_flag(p: argparse.ArgumentParser, job: str) -> None:
     """--engine {auto,spark,local} with what auto means for this job."""
+    up_to = LOCAL_UNDER_AUTO_UP_TO.get(job)
     auto = ("the local engine with a local[...] master outside spark-submit, else Spark" if job in LOCAL_UNDER_AUTO
-            else "Spark")
+            else f"the local engine for a commit log of up to {_gib(up_to)} with a local[...] master outside "
+                 f"spark-submit, else Spark" if up_to else "Spark")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help=f"what runs the job's tasks: spark (a Spark application), local (forked worker processes on "
                         f"this machine, no JVM), auto (default: {auto})")
 
 
-def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineChoice]:
+def job_runner(args: argparse.Namespace, job: str, store_bytes: int | None = None) -> tuple[TaskRunner, EngineChoice]:
     """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
     choice (named on stderr: one line, unless --quiet or under spark-submit, where the engine is always Spark and
     PySpark's launcher merges the driver's stderr into stdout, so a --json report would not parse)."""
@@ -110,7 +128,8 @@ def job_runner(args: argparse.Namespace, job: str) -> tuple[TaskRunner, EngineCh
         print(f"reput {job}: note: {raised}", file=sys.stderr, flush=True)
     master = args.master or env.value("REPUT_SPARK_MASTER")
     submitted = under_spark_submit()
-    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, submitted, spark_running())
+    choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, submitted, spark_running(),
+                           store_bytes)
     if not args.quiet and not submitted:  # spark-submit: always Spark, and its driver's stderr joins stdout
         print(f"reput {job}: note: {choice.line()}", file=sys.stderr, flush=True)
     if choice.name == "local":

@@ -23,7 +23,7 @@ from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUE
                                            MultiDispatchRules, rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
-from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, plan_splits, stitch
+from storage_format.scan_plan import DEFAULT_SPLIT_SIZE, END_ERROR, Segment, plan_splits, stitch
 from storage_format.settings import BrokerSettings
 from storage_format.index_keys import KeyBatch
 from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, decode_fast, record_after_clean_end
@@ -371,7 +371,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
                generation: int | None = None, with_records: bool = False, tables: Location | None = None,
-               keep_queues: bool = True) -> ScanResult:
+               keep_queues: bool = True, segments: list[Segment] | None = None) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
     `from_offset` starts at the segment holding that offset (recovery's start segment). With
@@ -380,9 +380,10 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     multi-dispatch rules; None detects it from the store's marker files. `with_records` lists each DLedger
     record in the split summaries (convert's layout input). `tables` (without `work`): where the decode tasks put
     their splits' queue tables, which otherwise come to the driver whole (queues x splits rows); `keep_queues`
-    False drops them in the tasks (a job that reads no per-queue figure: catalog).
+    False drops them in the tasks (a job that reads no per-queue figure: catalog). `segments`: the store's segments
+    as the caller listed them already (None: listed here).
     """
-    segments = list_segments(store, settings)
+    segments = list_segments(store, settings) if segments is None else segments
     if from_offset is not None:
         segments = [s for s in segments if s.start + s.size > from_offset]
     splits = plan_splits(segments, split_size)

@@ -24,11 +24,19 @@ SHAPING_SETTINGS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queu
 
 @dataclass(frozen=True)
 class PreviousOutput:
-    """An earlier rebuild's OUT: where it is, its report, and the commit-log position it was built to."""
+    """An earlier rebuild's OUT: where it is, its report, and the commit-log position it was built to; the store's
+    segments as the check listed them (the scan and the clean service's rules read the same listing: one round
+    trip on object storage, and one view of the store)."""
 
     out: Location
     report: dict
     built: BuiltTo
+    segments: list[Segment]
+
+    @property
+    def bytes_to_decode(self) -> int:
+        """The segments' bytes from the one OUT1 ended in on (what the engine under auto is chosen by)."""
+        return sum(s.size for s in self.segments if s.start + s.size >= self.built.offset)
 
     @property
     def index_name_tz(self) -> str:
@@ -115,4 +123,4 @@ def previous_output(out: Location, settings: BrokerSettings, segments: list[Segm
     if differs is not None:
         raise _fail(out, f"the store no longer holds what it was built from: {differs} (the store was recovered or "
                          f"replaced since, or OUT1 is another store's): run a full rebuild")
-    return PreviousOutput(out, report, built)
+    return PreviousOutput(out, report, built, segments)

@@ -64,13 +64,13 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     started = t0 = time.monotonic()
     scan = scan_store(sc, store, settings, work=staging.work, with_cq=True, with_keys=settings.message_index_enable,
                       split_size=args.split_size, dispatch_limit=limit_offset, generation=args.rocketmq_version,
-                      from_offset=prev.built.offset - 1, quiet=quiet)
+                      from_offset=prev.built.offset - 1, quiet=quiet, segments=prev.segments)
     timings["decode_s"] = time.monotonic() - t0
     timings.update(scan.task_timings())
     pause_at("after-decode")
     check_tail(scan, args.accept_invalid_tail, "rebuild")
     t0 = time.monotonic()
-    min_offset = list_segments(store, settings)[0].start
+    min_offset = prev.segments[0].start
     result, warnings = SinceResult(), []
     index = _index_work(args, store, prev, scan, staging, settings, min_offset, tz, warnings)
     cq_dir = staging.dir.child("consumequeue")
