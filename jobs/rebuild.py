@@ -115,13 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if prev is not None:
         emit(args, _since(args, store, settings, out, prev, limit, tz, quiet), _print_human, report_loc)
         return EXIT_OK
+    segments = list_segments(store, settings)  # a store's refusals by name come before OUT is locked
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    segments = list_segments(store, settings)
-    sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments))
-    timings: dict[str, float] = {}
-    started = time.monotonic()
-    with staging:
-        t0 = time.monotonic()
+    with staging:  # the run lock is released however it ends (the engine's start refused included)
+        sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments))
+        timings: dict[str, float] = {}
+        started = t0 = time.monotonic()
         scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
                           split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
                           quiet=quiet, segments=segments)
@@ -244,10 +243,11 @@ def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
     return built.to_dict() if built is not None else None
 
 
-def _publish_since(sc, args, store: Location, settings: BrokerSettings, staging: Output, prev: PreviousOutput, limit,
-                   tz, quiet: bool, engine) -> dict:
+def _publish_since(args, store: Location, settings: BrokerSettings, staging: Output, prev: PreviousOutput, limit,
+                   tz, quiet: bool) -> dict:
     """rebuild --since: stage OUT2 (since.run), check it as every OUT, publish it with its report."""
-    with staging:
+    with staging:  # the run lock is released however it ends (the engine's start refused included)
+        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
         run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
         check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
         report = _since_report(args, run, settings, limit, prev)
@@ -266,8 +266,7 @@ def _since(args, store: Location, settings: BrokerSettings, out: Location, prev:
         return rebuild_in_place(sc, args, store, settings, prev, limit.offset, tz, quiet, lambda run: {
             **_since_report(args, run, settings, limit, prev), "engine": engine.to_dict()})
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
-    return _publish_since(sc, args, store, settings, staging, prev, limit, tz, quiet, engine)
+    return _publish_since(args, store, settings, staging, prev, limit, tz, quiet)
 
 
 def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:

@@ -304,3 +304,15 @@ def test_the_engine_line_is_on_stderr_except_quiet_or_under_spark_submit(monkeyp
     err = capsys.readouterr()
     assert ("reput inspect: note: engine spark" in err.err) == printed
     assert "engine" not in err.out
+
+
+def test_a_rebuild_whose_engine_cannot_start_leaves_no_lock(tmp_path, capfd):
+    """--engine local with a cluster master is refused after OUT was checked and locked: one line, exit 2, and
+    OUT's lock file is gone with the run (the next run finds nothing beside OUT)."""
+    from tests.test_hostile import run_job
+
+    store = GOLDEN / "clean-small-11"
+    code, _out, err = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                                          str(tmp_path / "out"), "--engine", "local", "--master", "spark://h:7077"], capfd)
+    assert code == 2 and "--engine local: the master spark://h:7077 is not local" in err, err
+    assert list(tmp_path.iterdir()) == []

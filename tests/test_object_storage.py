@@ -142,6 +142,20 @@ def test_rebuild_to_s3_is_byte_exact_and_overwrite_replaces_it(s3, capsys):
     assert {k.split("/")[0] for k in s3.tree(f"{BUCKET}/out")} == {"rebuild"}
 
 
+def test_rebuild_of_a_small_s3_store_as_a_whole_process_takes_the_local_engine(s3, tmp_path, killed_temp):
+    """`python -m jobs.rebuild` s3:// -> s3:// on local[2]: auto takes the local engine (a commit log under 4 GiB),
+    whose forked workers read and write through the filesystem layer (an S3 client each); OUT equals the golden
+    files."""
+    out = "out/rebuild-local"
+    env = {**os.environ, **s3.env, **private_temp_env(killed_temp)}
+    done = subprocess.run([sys.executable, "-m", "jobs.rebuild", *store(CLEAN), "--out", uri(out), "--master",
+                           "local[2]", "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    engine = json.loads(done.stdout)["engine"]
+    assert engine["name"] == "local" and engine["workers"] == 2 and "of commit log (up to 4.0 GiB)" in engine["reason"]
+    assert_rebuilt(s3, out)
+
+
 def test_verify_s3_store_writes_its_report_to_s3(s3, capsys):
     """verify reads the store from s3:// (CONSISTENT), keeps its work files under an s3:// --work-dir
     (removed afterwards) and writes --report to s3://."""

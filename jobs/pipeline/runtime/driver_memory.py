@@ -5,10 +5,11 @@ once the scan has counted the queues, before any per-queue plan is made: a drive
 in one line naming spark.driver.memory and how it was set, instead of dying half-way (or being killed by its
 container's limit in cluster mode).
 
-The figures are measured (docs/performance.md, "Driver memory"): the driver JVM's peak is flat whatever the
-store holds (290-450 MB from 64 to 100,000 queues; in local mode it hosts the executors too); the driver's Python
-takes about 130-170 MB before any store, plus the per-queue and per-split bytes below (measured: 1.4 KB a queue
-rebuilding 12,000 plain queues, 2.3 KB rebuilding and 3.4 KB verifying 100,000 LMQ queues; ~2 KB a split)."""
+The figures are measured (docs/performance.md, "100,000 LMQ queues at 16 M messages"): the driver JVM's peak is
+flat whatever the store holds (290-450 MB from 64 to 100,000 queues; in local mode it hosts the executors too); the
+driver's Python takes about 130-170 MB before any store, plus the per-queue and per-split bytes below (measured:
+1.4 KB a queue rebuilding 12,000 plain queues, 2.3 KB rebuilding and 3.4 KB verifying 100,000 LMQ queues; ~2 KB a
+split)."""
 from __future__ import annotations
 
 import re
