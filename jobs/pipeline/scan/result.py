@@ -246,8 +246,9 @@ class ScanResult:
     def queue_table(self) -> MergedQueues:
         """The accepted splits' queue tables merged per (topic, queueId), folded one split at a time (once: kept)."""
         if self._merged is None:
-            self._merged = merge_queue_tables(self.split_queues(s) for s in self.accepted)
-            check_driver_memory(len(self._merged), len(self.splits), self.driver_memory)
+            merged = merge_queue_tables(self.split_queues(s) for s in self.accepted)
+            check_driver_memory(len(merged), len(self.splits), self.driver_memory)  # kept only once it fits
+            self._merged = merged
         return self._merged
 
     def records_per_queue(self) -> dict[str, dict[int, int]]:

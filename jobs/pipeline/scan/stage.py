@@ -44,7 +44,7 @@ from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODE
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from ..io.workdir import write_cq, write_keys, write_queue_table, write_record_sizes, write_transaction_ends
-from ..store.segments import list_segments
+from ..store.segments import list_segments, segments_from
 
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
@@ -385,7 +385,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     """
     segments = list_segments(store, settings) if segments is None else segments
     if from_offset is not None:
-        segments = [s for s in segments if s.start + s.size > from_offset]
+        segments = segments_from(segments, from_offset)
     splits = plan_splits(segments, split_size)
     lmq = multi_dispatch_rules(store, settings, generation)
     kernel = env.value(KERNEL_ENV) != "0"

@@ -13,6 +13,7 @@ from storage_format.settings import BrokerSettings, property_name
 from ..io.fs import Location
 from ..runtime.cli import JobError
 from ..store.built_to import REPORT_VERSION, BuiltTo, tail_difference
+from ..store.segments import segments_from
 
 REPORT_NAME = "reput-report.json"
 # settings that decide which units and keys the broker writes where: OUT1's and tonight's must agree
@@ -36,7 +37,7 @@ class PreviousOutput:
     @property
     def bytes_to_decode(self) -> int:
         """The segments' bytes from the one OUT1 ended in on (what the engine under auto is chosen by)."""
-        return sum(s.size for s in self.segments if s.start + s.size >= self.built.offset)
+        return sum(s.size for s in segments_from(self.segments, self.built.offset - 1))  # as the scan reads them
 
     @property
     def index_name_tz(self) -> str:

@@ -28,6 +28,11 @@ def list_segments(store: Location, settings: BrokerSettings) -> list[Segment]:
     return plan_log(plain, None if data is None else _log_files(data), settings.mapped_file_size_commitlog)
 
 
+def segments_from(segments: list[Segment], offset: int) -> list[Segment]:
+    """The segments a scan starting at commit-log `offset` reads: the one holding it and those after."""
+    return [s for s in segments if s.start + s.size > offset]
+
+
 def _log_files(loc: Location) -> list[LogFile]:
     """Every entry of a commit-log directory (log_sources refuses those the broker would not take as segments)."""
     return [LogFile(i.base_name, i.size or 0, loc.child(i.base_name).uri, loc.child_kind(i) or "") for i in loc.list()]
