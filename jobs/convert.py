@@ -44,6 +44,7 @@ from jobs.pipeline.scan import crc_audit  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
+from jobs.pipeline.store.built_to import REPORT_NAMES, built_to_in, continuable  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section, member_choice  # noqa: E402
 from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes, implausible_timestamp  # noqa: E402
@@ -52,7 +53,7 @@ from storage_format.markers import CHECKPOINT  # noqa: E402
 from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
-REPORT_NAME = "reput-convert-report.json"
+REPORT_NAME = REPORT_NAMES["convert"]
 HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
@@ -259,7 +260,9 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     staging.dir.child(CONF_NAME).write_bytes(converted_config(source_conf, store_root(args.out), plain).encode("latin-1"))
     copied = [c[1].rsplit("/", 1)[1] for c in copies]
     _check_out(staging.dir, plain, cq_files, index_names, [w.name for w in written] + copied)
-    return {"job": "convert", "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
+    built = built_to_in(staging.dir.child("commitlog"), expect_end)  # OUT's own log: the new offsets
+    return {**continuable(built, None, staging.dir, args.index_name_tz), "job": "convert",
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(), "store": args.store,
             "out": args.out, "settings": plain.to_dict(), "segments_written": [w.name for w in written],
             "plain_segments_copied": copied, "message_records": out_scan.message_records,
             "max_physical_offset": expect_end, "prepared_offsets_rewritten": sum(w.prepared_rewritten for w in written),

@@ -26,7 +26,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
 from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
 from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
 from jobs.pipeline.since.inplace import check_in_place, rebuild_in_place  # noqa: E402
-from jobs.pipeline.store.built_to import REPORT_VERSION, built_to  # noqa: E402
+from jobs.pipeline.store.built_to import REPORT_NAMES, REPORT_VERSION, built_to  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
@@ -45,7 +45,7 @@ from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
-REPORT_NAME = "reput-report.json"
+REPORT_NAME = REPORT_NAMES["rebuild"]
 
 
 def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:

@@ -36,6 +36,7 @@ from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
 from jobs.pipeline.io.background_copy import BackgroundCopy  # noqa: E402
 from jobs.pipeline.io.copy import link_refusal  # noqa: E402
+from jobs.pipeline.store.built_to import REPORT_NAMES, continuable  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
@@ -49,7 +50,7 @@ from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E4
 from storage_format.recovery import RecoveryError  # noqa: E402
 from storage_format.store_layout import commitlog_path  # noqa: E402
 
-REPORT_NAME = "reput-recover-report.json"
+REPORT_NAME = REPORT_NAMES["recover"]
 
 
 def _args(argv: list[str] | None):
@@ -294,6 +295,8 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
             if names:
                 summary["index"]["to_create"] = names
             summary["out"] = out.uri
+            summary["settings"] = settings.to_dict()  # what a later rebuild --since checks its settings against
+            summary.update(continuable(*plan.continued_to(), staging.dir, args.index_name_tz))
             summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
             work.delete_tree()
             staging.publish(json_bytes(summary))

@@ -3,6 +3,7 @@ keys themselves, rebuild's names continued, and the clean service's deletions (s
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -80,3 +81,44 @@ def test_used_length_is_the_end_of_the_last_unit_holding_a_non_zero_byte(units, 
     whole = len(data) - len(data) % 20
     expected = max(((i + 1) * 20 for i in range(whole // 20) if any(data[i * 20:(i + 1) * 20])), default=0)
     assert used_length(memoryview(bytes(data))) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(old_units=st.integers(1, 30), first=st.data(), new_units=st.integers(0, 10), tags_moved=st.data())
+def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, first, new_units, tags_moved):
+    """outputs.continued.joined with keep_tags (OUT1 a recover OUT): where both hold units, OUT1's are kept (another
+    tagsCode than the scan's is the broker's recovery's, not a fault); the scan's from OUT1's end on; a unit whose
+    offset or size differs is refused naming its byte offset. Without keep_tags the tagsCode differs: refused."""
+    import struct
+    import tempfile
+    from pathlib import Path
+
+    from jobs.pipeline.io.fs import Location
+    from jobs.pipeline.outputs.continued import joined
+    from storage_format.errors import StoreFormatError
+
+    def unit(i: int, tags: int) -> bytes:
+        return struct.pack(">qiq", 1000 + 100 * i, 100, tags)
+
+    start = first.draw(st.integers(0, old_units - 1))
+    moved = set(tags_moved.draw(st.lists(st.integers(start, old_units - 1), max_size=3)))
+    old = b"".join(unit(i, 7 + (i in moved)) for i in range(old_units))
+    path = Path(tempfile.mkdtemp(prefix="joined-")) / "00000000000000000000"  # a new file: read_data keeps recent ones
+    path.write_bytes(old + bytes(40))
+    scan = bytes(20 * start) + b"".join(unit(i, 7) for i in range(start, old_units + new_units))
+    got = joined(Location(str(path)), memoryview(scan), 20 * start, True, keep_tags=True)
+    assert bytes(got) == old + scan[len(old):]
+    if moved:
+        try:
+            joined(Location(str(path)), memoryview(scan), 20 * start, True)
+            raise AssertionError("another tagsCode passed without keep_tags")
+        except StoreFormatError as exc:
+            assert exc.offset == 20 * min(moved)
+    wrong = bytearray(scan)
+    wrong[20 * (old_units - 1) + 8] ^= 1  # OUT1's last unit's size as the scan has it
+    try:
+        joined(Location(str(path)), memoryview(bytes(wrong)), 20 * start, True, keep_tags=True)
+        raise AssertionError("another size passed")
+    except StoreFormatError as exc:
+        assert exc.offset == 20 * (old_units - 1)
+    shutil.rmtree(path.parent)

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from storage_format import recovery
-from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlacer, file_name, unpack_entries
+from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlacer, file_name, unpack_entries
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import append_to_index_file
 from storage_format.index_keys import KeyBatch
@@ -26,6 +26,7 @@ from ..io.paths import is_local
 from ..io.workdir import key_columns
 
 RERUN = "run a full rebuild"
+UNIT_TAGS_AT = CQ_DTYPE.fields["tags"][1]  # a unit's tagsCode follows its commit-log offset and size
 
 
 _RECENT: dict[tuple[str, int, int], bytes] = {}  # the files read last (the placer's, then the join's)
@@ -92,10 +93,21 @@ def first_difference(a: memoryview, b: memoryview) -> int | None:
     return int(diff[0]) if len(diff) else None
 
 
-def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: bool) -> memoryview | bytes:
+def first_unit_difference(a: memoryview, b: memoryview) -> int | None:
+    """Byte index of the first unit where two equally long runs of whole units differ in commit-log offset or size
+    (their tagsCode aside; None: none does)."""
+    x = np.frombuffer(a, np.uint8).reshape(-1, CQ_UNIT_SIZE)[:, :UNIT_TAGS_AT]
+    y = np.frombuffer(b, np.uint8).reshape(-1, CQ_UNIT_SIZE)[:, :UNIT_TAGS_AT]
+    diff = np.flatnonzero((x != y).any(axis=1))
+    return int(diff[0]) * CQ_UNIT_SIZE if len(diff) else None
+
+
+def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: bool,
+           keep_tags: bool = False) -> memoryview | bytes:
     """The file's bytes in OUT2 (up to its last unit): `data` is the scan's file (its units from `first_pos` on, the
     bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known` whether OUT1 holds
-    the queue at all."""
+    the queue at all. `keep_tags`: OUT1's units are kept as they are where both hold units, compared by offset and
+    size only (a recover OUT: the broker's recovery may give them another tagsCode than a dispatch does)."""
     try:
         old = memoryview(read_data(earlier))
     except FileNotFoundError:
@@ -112,12 +124,15 @@ def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: boo
     if len(data) < old_used:
         at = len(data) + (first_difference(old[len(data):old_used], memoryview(bytes(old_used - len(data)))) or 0)
         raise StoreFormatError(earlier.uri, at, f"OUT1 holds units the commit log no longer gives; {RERUN}")
-    at = first_difference(old[first_pos:old_used], data[first_pos:old_used])
+    compare = first_unit_difference if keep_tags else first_difference
+    at = compare(old[first_pos:old_used], data[first_pos:old_used])
     if at is not None:
         at += first_pos
         raise StoreFormatError(earlier.uri, at - at % CQ_UNIT_SIZE,
                                f"the unit OUT1 holds differs from the one the commit log gives (OUT1 changed or "
                                f"damaged since, or the queue's units were placed out of step); {RERUN}")
+    if keep_tags:
+        return bytes(old[:old_used]) + bytes(data[old_used:end])
     return bytes(old[:first_pos]) + bytes(data[first_pos:end])
 
 

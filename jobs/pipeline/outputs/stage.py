@@ -68,11 +68,12 @@ class CqTask:
     splits: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     tables: tuple[tuple[int, QueueTable], ...] = ()
     earlier: Location | None = None  # rebuild --since: OUT1's consumequeue/, whose files these continue (continued)
+    earlier_tags_kept: bool = False  # OUT1 is a recover OUT: its units kept as they are (continued.joined)
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
             topics: set[str] | None = None, target_tasks: int = 4, earlier: Location | None = None,
-            place_all: bool = True) -> list[CqTask]:
+            place_all: bool = True, earlier_tags_kept: bool = False) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
     queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32). `earlier`: the
     consume queues the scan's units continue, which seed where each placed queue goes on (every queue with
@@ -105,7 +106,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     groups = _pack_runs(runs, units, file_size, target_tasks)
     where = _task_splits(scan, q, [(g[0][0], g[-1][0]) for g in groups])
     return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t,
-                   earlier=earlier) for g, (w, t) in zip(groups, where)]
+                   earlier=earlier, earlier_tags_kept=earlier_tags_kept) for g, (w, t) in zip(groups, where)]
 
 
 def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
@@ -359,7 +360,7 @@ def _continued(task: CqTask, f: CqFile, data: memoryview) -> memoryview | bytes:
     first = f.queue_first * CQ_UNIT_SIZE
     first_pos = first - f.start if f.start <= first < f.start + task.file_size else 0
     return continued.joined(qdir.child(file_name(f.start)), data, first_pos,
-                            first_pos > 0 and continued.queue_files(qdir) is not None)
+                            first_pos > 0 and continued.queue_files(qdir) is not None, task.earlier_tags_kept)
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,12 @@ class DLedgerRecoveryPlan(CommonPlan):
                                         "indexed again, including those the broker never re-indexes")
         return index
 
+    def continued_to(self) -> tuple[None, str]:
+        """A recovered DLedger-mode store is not continued by `rebuild --since`: DLedger's recovery rewrites the
+        data files' tail and leaves keys unindexed (verify.index_gap), which a continuation cannot tell apart."""
+        return None, ("a recovered DLedger-mode store (DLedger's recovery rewrites its data files' tail and leaves "
+                      "keys unindexed)")
+
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the --dry-run output), in the plain plan's shape plus "dledger"."""
         e, cp0 = self.plan.entries, self.markers.checkpoint

@@ -13,6 +13,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..store.built_to import BuiltTo, built_to
 from ..store.markers import StoreMarkers
 from ..runtime import env
 from .inputs import QueueDir
@@ -109,6 +110,22 @@ class RecoveryPlan(CommonPlan):
     timer: object = None  # recover.timer.TimerOutcome: the 5.x timer store's check (and --repair-timer)
 
     # ---- derived views ---------------------------------------------------------------------------
+    def continued_to(self) -> tuple[BuiltTo | None, str | None]:
+        """What the recovered store's consume queues and index were built to, for a later `rebuild --since` (its
+        commit log ends at the truncation point, dispatched whole by the recovery and the start after it), or why
+        they cannot be continued: records the broker never dispatches (5.x's start dispatches from the log's end)."""
+        held, up_to = self.dispatch.get("records_not_dispatched", 0), self.dispatch.get("dispatched_up_to")
+        if held and up_to is not None and self.reput_from > up_to:
+            return None, (f"the recovered store holds {held} records from commit-log offset {up_to} on that the "
+                          f"broker never dispatches (5.x's start dispatches from the log's end): --since would "
+                          f"give them consume-queue units the broker's store does not have")
+        cut = sorted(f"{k[0]}/{k[1]}" for k, st in self.states.items() if st.cut)
+        if cut:
+            return None, (f"the recovery cut {len(cut)} consume queue{'s' if len(cut) > 1 else ''} (e.g. {cut[0]}) "
+                          f"before units it left on disk past the truncation point, which the broker overwrites as "
+                          f"it writes on: --since does not continue such files")
+        return built_to(self.segments, self.truncation.offset), None
+
     @property
     def index_changes(self) -> bool:
         """True when recovery deletes, appends to or creates index files."""

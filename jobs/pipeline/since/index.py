@@ -9,7 +9,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from storage_format import recovery
-from storage_format.index_file import empty_file_index_count
+from storage_format.index_file import HEADER_FIELD_OFFSETS, empty_file_index_count
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
@@ -17,6 +17,7 @@ from ..io.workdir import key_columns
 from ..outputs.continued import IndexAppend
 from ..outputs.stage import IndexFilePlan, IndexTask, KeySlice, pending_name
 from ..recover.inputs import at_or_after, list_index_files
+from ..runtime.cli import JobError
 from ..scan.result import ScanResult
 from .plan import IndexContinuation, IndexSpan, continue_index, index_spans
 from .previous import PreviousOutput
@@ -81,8 +82,20 @@ def plan_index_work(prev: PreviousOutput, scan: ScanResult, work: Location, sett
                     warnings: list[str]) -> IndexWork:
     """OUT1's index continued: which files the new keys fill and their names (driver: counts and a few keys read)."""
     listed = list_index_files(prev.out, settings, warnings)
+    _check_index_end(prev, listed)
     return continue_files(EarlierIndex([i for i, _ in listed], {info.name: uri for info, uri in listed},
                                        prev.built.offset), scan, work, settings, index_dir, generation, min_offset, tz)
+
+
+def _check_index_end(prev: PreviousOutput, listed: list[tuple[recovery.IndexFileInfo, str]]) -> None:
+    """OUT1's last index file must hold entries of records before OUT1's end only (a broker started on a recover
+    or convert OUT since indexes past it)."""
+    last = max(listed, key=lambda f: f[0].name, default=None)
+    if last is None or last[0].header.index_count <= 1 or last[0].header.end_phy_offset < prev.built.offset:
+        return
+    raise JobError(f"--since {prev.out.uri}: {last[1]} at byte offset {HEADER_FIELD_OFFSETS['endPhyOffset']}: its "
+                   f"endPhyOffset {last[0].header.end_phy_offset} lies at or past OUT1's end by its report "
+                   f"({prev.built.offset}): indexed on since (a broker started on OUT1?); run a full rebuild")
 
 
 @dataclass(frozen=True)

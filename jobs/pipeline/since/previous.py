@@ -3,24 +3,28 @@ a wrong OUT1 (another store's, a store recovered or replaced since, a partial or
 one line and exit 2 with nothing written."""
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Callable
 
+from storage_format.markers import ABORT, CHECKPOINT
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings, property_name
 
 from ..io.fs import Location
+from ..io.live_broker import broker_lock
 from ..runtime.cli import JobError
-from ..store.built_to import REPORT_VERSION, BuiltTo, tail_difference
+from ..store.built_to import REPORT_NAMES, REPORT_VERSION, BuiltTo, tail_difference
 from ..store.segments import segments_from
 
-REPORT_NAME = "reput-report.json"
+REPORT_NAME = REPORT_NAMES["rebuild"]  # the report --since writes (and --in-place writes into OUT1)
 # settings that decide which units and keys the broker writes where: OUT1's and tonight's must agree
 SHAPING_SETTINGS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue", "max_hash_slot_num",
                     "max_index_num", "message_index_enable", "enable_multi_dispatch", "enable_lmq",
                     "enable_dleger_commit_log", "d_leger_self_id", "enable_controller_mode",
                     "all_ack_in_sync_state_set", "duplication_enable", "read_uncommitted", "broker_role")
+DLEDGER_ONLY = ("d_leger_self_id",)  # compared only where either side is in DLedger mode (a convert's OUT is not)
 
 
 @dataclass(frozen=True)
@@ -50,18 +54,21 @@ def _fail(out: Location, why: str) -> JobError:
 
 
 def read_report(out: Location) -> dict:
-    """OUT1's run report as a dict (a one-line error naming the file, and the byte offset where it is no JSON)."""
-    loc = out.child(REPORT_NAME)
+    """OUT1's run report as a dict: a rebuild's, else a recover's or a convert's (a one-line error naming the file,
+    and the byte offset where it is no JSON)."""
     try:
         if not out.is_dir():
             raise _fail(out, "no such directory (the earlier rebuild's OUT)")
-        raw = loc.read_bytes()
+        for name in REPORT_NAMES.values():
+            loc = out.child(name)
+            if loc.exists():
+                return parse_report(loc, loc.read_bytes())
     except FileNotFoundError:
-        raise _fail(out, f"no {REPORT_NAME}: not a published reput output (an unfinished run, or another "
-                         f"directory)") from None
+        pass
     except OSError as exc:
-        raise _fail(out, f"cannot read {REPORT_NAME}: {exc}") from None
-    return parse_report(loc, raw)
+        raise _fail(out, f"cannot read its run report: {exc}") from None
+    raise _fail(out, f"no {REPORT_NAME}: not a published reput output (an unfinished run, or another directory; a "
+                     f"recover or convert OUT holds {REPORT_NAMES['recover']} or {REPORT_NAMES['convert']})")
 
 
 def parse_report(loc: Location, raw: bytes) -> dict:
@@ -89,7 +96,8 @@ def check_settings(report: dict, settings: BrokerSettings, fail: Callable[[str],
     """The settings that decide which units and keys go where must be those the earlier run had."""
     then = report.get("settings") if isinstance(report.get("settings"), dict) else {}
     now = settings.to_dict()
-    differ = [k for k in SHAPING_SETTINGS if k in then and then[k] != now.get(k)]
+    dledger = bool(then.get("enable_dleger_commit_log")) or settings.enable_dleger_commit_log
+    differ = [k for k in SHAPING_SETTINGS if k in then and then[k] != now.get(k) and (dledger or k not in DLEDGER_ONLY)]
     if differ:
         named = ", ".join(f"{property_name(k)} {then[k]!r} then, {now.get(k)!r} now" for k in differ)
         raise fail(f"{what} with other settings ({named}): --since needs the broker config it had")
@@ -98,14 +106,19 @@ def check_settings(report: dict, settings: BrokerSettings, fail: Callable[[str],
 def check_report(out: Location, report: dict, settings: BrokerSettings) -> BuiltTo:
     """What OUT1's report must say for --since to build on it; returns where it was built to."""
     check_version(report, lambda why: _fail(out, why), "rebuild in full")
-    if report.get("job") != "rebuild":
-        raise _fail(out, f"made by reput {report.get('job')!r}, not rebuild: --since continues a rebuild's OUT "
-                         f"(run one full rebuild first)")
+    if report.get("job") not in REPORT_NAMES or report.get("dry_run"):
+        raise _fail(out, f"made by reput {report.get('job')!r}{' --dry-run' if report.get('dry_run') else ''}: "
+                         f"--since continues the OUT of a rebuild, a recover --out or a convert (run one full "
+                         f"rebuild first)")
+    if report.get("built_to_not_continuable"):
+        raise _fail(out, f"its {report['job']} report says it cannot be continued: "
+                         f"{report['built_to_not_continuable']}; run one full rebuild (later nights continue that)")
     for flag in ("only", "topics"):
         if report.get(flag):
             raise _fail(out, f"a partial rebuild (--{flag} {report[flag]}): --since continues a full one")
     if "built_to" not in report:
-        raise _fail(out, "its report has no built_to (made by a reput older than --since): run one full rebuild")
+        raise _fail(out, f"its report has no built_to (made by a reput {report['job']} older than --since): run one "
+                         f"full rebuild")
     if report["built_to"] is None:
         raise _fail(out, "built from a commit log without records: nothing to continue, run a full rebuild")
     try:
@@ -116,10 +129,31 @@ def check_report(out: Location, report: dict, settings: BrokerSettings) -> Built
     return built
 
 
+def check_as_written(out: Location, report: dict) -> None:
+    """A recover or convert OUT is a store a broker may have been started on since: its consume queues and index
+    then moved on past what the report says they were built to. Refused when a broker runs on it, left its abort
+    file, or rewrote its checkpoint (the broker writes it as it dispatches and at shutdown)."""
+    if report["job"] == "rebuild":
+        return
+    lock = broker_lock(out)
+    if lock.running:
+        raise _fail(out, f"a broker is running on it ({lock.describe()}): its files move on past what reput wrote; "
+                         f"--since continues a {report['job']} OUT as reput left it (keep a copy of OUT before "
+                         f"starting a broker on it)")
+    cp = out.child(CHECKPOINT)
+    now = hashlib.sha256(cp.read_bytes()).hexdigest() if cp.exists() else None
+    if out.child(ABORT).exists() or now != report.get("checkpoint_sha256"):
+        what = "its abort file" if out.child(ABORT).exists() else f"{cp.uri} differs from the one reput wrote"
+        raise _fail(out, f"a broker opened it since reput's {report['job']} wrote it ({what}): its consume queues "
+                         f"and index moved on past its report's built_to; --since continues a {report['job']} OUT as "
+                         f"reput left it (keep a copy of OUT before starting a broker on it), or run a full rebuild")
+
+
 def previous_output(out: Location, settings: BrokerSettings, segments: list[Segment]) -> PreviousOutput:
     """OUT1 read and checked against the store: the bytes it was built from must still be there."""
     report = read_report(out)
     built = check_report(out, report, settings)
+    check_as_written(out, report)
     differs = tail_difference(segments, built)
     if differs is not None:
         raise _fail(out, f"the store no longer holds what it was built from: {differs} (the store was recovered or "

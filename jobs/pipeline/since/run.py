@@ -39,6 +39,9 @@ def since_checks(args: argparse.Namespace, store: Location, settings: BrokerSett
         raise JobError(f"--out {args.out} must be outside --since {args.since} and must not contain it: OUT1 is only "
                        f"read; write OUT2 beside it")
     prev = previous_output(earlier, settings, list_segments(store, settings))
+    if args.in_place and prev.report["job"] != "rebuild":
+        raise JobError(f"--in-place: --since {args.since} is a {prev.report['job']} OUT, a store a broker may start "
+                       f"on (its checkpoint and files are the broker's to change): write OUT2 beside it with --out")
     if prev.index_name_tz != args.index_name_tz:
         raise JobError(f"--index-name-tz {args.index_name_tz}: OUT1's index files are named in "
                        f"{prev.index_name_tz}; pass --index-name-tz {prev.index_name_tz}")
@@ -76,7 +79,8 @@ def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: Broke
     cq_dir = staging.dir.child("consumequeue")
     cq_dir.makedirs()
     earlier = prev.out.child("consumequeue")
-    tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier)
+    tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism, earlier=earlier,
+                    earlier_tags_kept=prev.report["job"] == "recover")
     if index is not None:  # one Spark job: the index files' tasks beside the consume queues' (as a rebuild's)
         tasks = share_index_tasks(index.tasks, sc.default_parallelism) + tasks
     for kind, written, _ in run_tasks(sc, tasks, build_files, "consume queues + index files", quiet=quiet):

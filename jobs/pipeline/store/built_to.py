@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from storage_format.markers import CHECKPOINT
 from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
@@ -15,6 +16,9 @@ from ..io.fs import Location
 # the run report's contract version: 1 is the first report a later run builds on (rebuild --since reads it;
 # a report without the key is version 1)
 REPORT_VERSION = 1
+# the run report each job publishes its OUT with, in the order rebuild --since looks for them in an earlier OUT
+REPORT_NAMES = {"rebuild": "reput-report.json", "recover": "reput-recover-report.json",
+                "convert": "reput-convert-report.json"}
 TAIL_BYTES = 4096
 BLOCK_BYTES = 256
 
@@ -71,6 +75,12 @@ def built_to(segments: list[Segment], offset: int) -> BuiltTo | None:
     return BuiltTo(offset, Location(seg.path).name, seg.size, tail_from, _digests(data))
 
 
+def built_to_in(log_dir: Location, offset: int) -> BuiltTo | None:
+    """`built_to` over a plain commit-log directory as written (its files by name, not as a broker config leads)."""
+    segments = [Segment(int(i.base_name), i.size or 0, log_dir.child(i.base_name).uri) for i in log_dir.list()]
+    return built_to(sorted(segments, key=lambda s: s.start), offset)
+
+
 def tail_difference(segments: list[Segment], built: BuiltTo) -> str | None:
     """Where the store's commit log no longer holds the bytes `built` names (one line naming the file and byte
     offset), None when it does."""
@@ -91,3 +101,16 @@ def tail_difference(segments: list[Segment], built: BuiltTo) -> str | None:
             size = min(BLOCK_BYTES, len(data) - i * BLOCK_BYTES)
             return f"{uri} at byte offset {at}: the {size} bytes there differ from those the output was built from"
     return None
+
+
+def continuable(built: BuiltTo | None, why_not: str | None, out_dir: Location, index_name_tz: str) -> dict:
+    """What a recover or convert report carries so that `rebuild --since` can continue its OUT, a store the broker
+    may be started on: where its queues and index were built to (or why they cannot be continued), the time zone its
+    index files are named in, and its checkpoint's digest (a broker that wrote to OUT since changes it)."""
+    cp = out_dir.child(CHECKPOINT)
+    section: dict = {"report_version": REPORT_VERSION, "built_to": None if built is None else built.to_dict(),
+                     "index_name_time_zone": index_name_tz,
+                     "checkpoint_sha256": hashlib.sha256(cp.read_bytes()).hexdigest() if cp.exists() else None}
+    if why_not is not None:
+        section["built_to_not_continuable"] = why_not
+    return section
