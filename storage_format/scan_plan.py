@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 from .commitlog import END_BAD_ENTRY, END_BLANK, END_FILE, END_STOP, ScanEnd, segment_name
 from .dledger import sequence_problem
+from .errors import SettingsError
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # bytes of commit log per decode task
+MAX_SPLITS = 200_000  # 25 TB in default splits; more is a split size given without its unit
 END_NO_NEXT_SEGMENT = "no_next_segment"
 END_MISSING_SEGMENT = "missing_segment"
 END_ERROR = "error"  # the split could not be decoded (its summary carries the error)
@@ -89,6 +91,16 @@ class Stitched:
     @property
     def complete(self) -> bool:
         return not self.redo
+
+
+def check_split_count(segments: list[Segment], split_size: int) -> None:
+    """Refuse a split size that cuts the log into more than MAX_SPLITS splits (a size given without its unit: each
+    split is a task's state on the driver and files in the work directory), before any is made."""
+    count = sum(1 if split_size <= 0 else max(1, -(-seg.size // split_size)) for seg in segments)
+    if count > MAX_SPLITS:
+        raise SettingsError(f"--split-size {split_size}: {count:,} splits of {split_size:,} bytes over "
+                            f"{sum(s.size for s in segments):,} bytes of commit-log files (at most {MAX_SPLITS:,}); "
+                            f"sizes are bytes unless suffixed, e.g. 128m (the default)")
 
 
 def plan_splits(segments: list[Segment], split_size: int) -> list[Split]:

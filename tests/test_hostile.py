@@ -330,3 +330,17 @@ def test_verify_of_a_truncated_last_data_file_is_one_line(golden, spark, tmp_pat
     errors = [line for line in stderr.splitlines() if line.startswith("reput verify: error: ")]
     assert code == 2 and len(errors) == 1 and f"{last} at byte offset {last.stat().st_size}" in errors[0], stderr
     assert "Traceback" not in stderr
+
+
+def test_a_split_size_given_without_its_unit_is_refused_before_any_split(golden, spark, tmp_path, capfd):
+    """`--split-size 8` (bytes; 8m was meant) over clean-small-11's 2.4 MB of commit-log files would be 294,912
+    splits, each a task's state and work files (a 128-byte split of the 4 M bench store once ran 10 minutes and
+    took 5 GB before its Ctrl-C): one line naming the flag and the count, exit 2, nothing written."""
+    out = tmp_path / "out"
+    store = golden / "clean-small-11"
+    code, _, stderr = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"),
+                                          "--out", str(out), "--split-size", "8"], capfd)
+    errors = [line for line in stderr.splitlines() if line.startswith("reput rebuild: error: ")]
+    assert code == 2 and len(errors) == 1, stderr[-2000:]
+    assert "--split-size 8: 294,912 splits of 8 bytes" in errors[0] and "e.g. 128m" in errors[0], errors[0]
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
