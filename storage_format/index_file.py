@@ -355,14 +355,18 @@ def _time_diff(store_ts: np.ndarray, base: np.ndarray, int_max: int = INT_MAX) -
     """timeDiff in seconds of each entry against the header begin timestamp its put saw (0 when that
     is <= 0, clamped to 0..Integer.MAX_VALUE, Java's truncating division)."""
     delta = store_ts - base
-    diff = np.sign(delta) * (np.abs(delta) // 1000)  # Java long division truncates toward zero
-    diff = np.clip(diff, 0, int_max)
-    diff[base <= 0] = 0
+    if len(delta) and int(delta.min()) >= 0:  # the usual case: truncation is floor division
+        diff = np.minimum(delta // 1000, int_max)
+    else:
+        diff = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, int_max)  # Java's long division truncates
+    if len(base) and int(base.min()) <= 0:
+        diff[base <= 0] = 0
     return diff.astype(np.int32)
 
 
 def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray,
-                         slots: int, max_entries: int) -> int:
+                         slots: int, max_entries: int,
+                         write_entries: Callable[[int, memoryview], None] | None = None) -> int:
     """Put entries into an existing file in place, with the result of IndexFile.putKey one by one;
     returns how many fitted. Used by recovery, which resumes indexing in the last kept file, and rebuild --since.
     `data` is the whole file, writable (a bytearray, or a file mapped shared: only the pages of the slots and
@@ -371,7 +375,9 @@ def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy:
     The chain (index_chain.append_chain, compiled; append_chain_numpy its reference): a new entry's
     previous-in-slot position is the newest new entry of its slot before it, or for the first of its slot the
     slot's value on disk when that is valid at its put (0 < value <= indexCount); each first put into a slot
-    without a valid value counts in hashSlotCount. The entries' other fields are vectorised.
+    without a valid value counts in hashSlotCount. The entries' other fields are vectorised. `write_entries(byte
+    offset, bytes)`: how the new entries reach the file when not through `data` (a pwrite into a file mapped as
+    `data`: one call instead of a page fault per page of a hole).
     """
     header = IndexHeader.from_bytes(data[:HEADER_SIZE]).as_loaded()
     count = header.index_count
@@ -390,7 +396,10 @@ def append_to_index_file(data: bytearray | mmap.mmap, key_hash: np.ndarray, phy:
     entries = np.empty(n, dtype=ENTRY_DTYPE)
     entries["hash"], entries["phy"], entries["diff"], entries["prev"] = kh, ph, _time_diff(ts, base), prev
     at = layout.entry_at(count)
-    data[at:at + n * ENTRY_SIZE] = entries.tobytes()
+    if write_entries is None:
+        data[at:at + n * ENTRY_SIZE] = entries.tobytes()
+    else:
+        write_entries(at, memoryview(entries.view(np.uint8)))
     begin_ts, begin_phy = (int(ts[0]), int(ph[0])) if fresh else (header.begin_timestamp, header.begin_phy_offset)
     data[:HEADER_SIZE] = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(ph[-1]),
                                      header.hash_slot_count + invalid, count + n).to_bytes()

@@ -16,6 +16,8 @@ from .errors import SettingsError
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # bytes of commit log per decode task
 MAX_SPLITS = 200_000  # 25 TB in default splits; more is a split size given without its unit
+TASKS_PER_WORKER = 4  # a short scan's splits per worker (balanced_split_size)
+MIN_BALANCED_SPLIT = 16 << 20  # below this a split's fixed cost (a task, its work files) outweighs the balance
 END_NO_NEXT_SEGMENT = "no_next_segment"
 END_MISSING_SEGMENT = "missing_segment"
 END_ERROR = "error"  # the split could not be decoded (its summary carries the error)
@@ -91,6 +93,19 @@ class Stitched:
     @property
     def complete(self) -> bool:
         return not self.redo
+
+
+def balanced_split_size(segments: list[Segment], split_size: int, workers: int) -> int:
+    """The split size a scan uses: `split_size`, or less where the log it reads is too short to give every worker
+    TASKS_PER_WORKER splits of it (a night's scan of three segments on two workers: two tasks at once, then one
+    alone while the other worker waits), never below MIN_BALANCED_SPLIT."""
+    if split_size <= 0 or workers <= 0:
+        return split_size
+    want = TASKS_PER_WORKER * workers
+    total = sum(s.size for s in segments)
+    if total // split_size >= want:
+        return split_size
+    return max(MIN_BALANCED_SPLIT, min(split_size, -(-total // want)))
 
 
 def check_split_count(segments: list[Segment], split_size: int) -> None:

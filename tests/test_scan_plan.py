@@ -71,3 +71,26 @@ def test_last_segment_full_ends_with_no_next_segment():
     sp = plan_splits(segments(0), 0)
     out = stitch(sp, {0: walk(0, 0, END_BLANK, 990)})
     assert out.end.reason == END_NO_NEXT_SEGMENT and out.end.offset == 1000
+
+
+def test_a_short_log_is_cut_finer_so_every_worker_gets_splits():
+    """balanced_split_size: a log too short for TASKS_PER_WORKER splits per worker gets smaller splits (never
+    below MIN_BALANCED_SPLIT, never above the size asked); a long one, or 0 (a split per segment), is left alone;
+    check_split_count refuses a size that would make more than MAX_SPLITS splits, before any is made."""
+    from storage_format.errors import SettingsError
+    from storage_format.scan_plan import (MAX_SPLITS, MIN_BALANCED_SPLIT, TASKS_PER_WORKER, balanced_split_size,
+                                          check_split_count)
+
+    mib = 1 << 20
+    night = [Segment(i * 128 * mib, 128 * mib, f"s{i}") for i in range(3)]  # a night: three segments
+    size = balanced_split_size(night, 128 * mib, 2)
+    assert size == 48 * mib and len(plan_splits(night, size)) >= TASKS_PER_WORKER * 2
+    full = [Segment(i * 128 * mib, 128 * mib, f"s{i}") for i in range(17)]
+    assert balanced_split_size(full, 128 * mib, 2) == 128 * mib
+    tiny = [Segment(0, 256 << 10, "s0")]
+    assert balanced_split_size(tiny, 128 * mib, 2) == MIN_BALANCED_SPLIT
+    assert balanced_split_size(night, 0, 2) == 0 and balanced_split_size(night, 8 * mib, 2) == 8 * mib
+    check_split_count(night, mib)  # 384 splits: taken
+    with pytest.raises(SettingsError, match=r"--split-size 8: 50,331,648 splits of 8 bytes .* \(at most 200,000\)"):
+        check_split_count(night, 8)
+    assert MAX_SPLITS == 200_000

@@ -71,9 +71,9 @@ def test_clean_service_rules():
 @settings(max_examples=200, deadline=None)
 @given(units=st.integers(0, 8000), used=st.data())
 def test_used_length_is_the_end_of_the_last_unit_holding_a_non_zero_byte(units, used):
-    """outputs.continued.used_length (searched from the end back, a step at a time) equals the end of the last
+    """outputs.earlier_file.used_length (searched from the end back, a step at a time) equals the end of the last
     20-byte unit with any non-zero byte, read unit by unit; a trailing part shorter than a unit is ignored."""
-    from jobs.pipeline.outputs.continued import used_length
+    from jobs.pipeline.outputs.earlier_file import used_length
 
     data = bytearray(units * 20 + used.draw(st.integers(0, 19)))
     for at in used.draw(st.lists(st.integers(0, max(0, len(data) - 1)), max_size=4)) if data else []:
@@ -107,7 +107,7 @@ def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, f
     path.write_bytes(old + bytes(40))
     scan = bytes(20 * start) + b"".join(unit(i, 7) for i in range(start, old_units + new_units))
     got = joined(Location(str(path)), memoryview(scan), 20 * start, True, keep_tags=True)
-    assert bytes(got) == old + scan[len(old):]
+    assert got.prefix == len(old) and old[:got.prefix] + bytes(got.rest) == old + scan[len(old):]
     if moved:
         try:
             joined(Location(str(path)), memoryview(scan), 20 * start, True)
@@ -122,3 +122,82 @@ def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, f
     except StoreFormatError as exc:
         assert exc.offset == 20 * (old_units - 1)
     shutil.rmtree(path.parent)
+
+
+def _unit_before_whole(data: bytes, phy: int) -> tuple[int, int | None] | None:
+    """outputs.continued._unit_before for one file read whole (the reading before it read from the end back)."""
+    from jobs.pipeline.outputs.continued import _real
+    from storage_format.consume_queue import unpack_entries
+
+    units = unpack_entries(data)
+    real = np.flatnonzero(_real(units))
+    k = int(np.searchsorted(units["phy"][real], phy)) if len(real) else 0
+    if not len(real) or k == len(real) or int(units["phy"][real[k]]) != phy:
+        return None
+    slot = int(real[k])
+    if slot == 0:
+        return 0, None
+    before = units[slot - 1]
+    return slot, (int(before["phy"]) + int(before["size"]) if _real(units[slot - 1:slot])[0] else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 16000), blanks=st.integers(0, 3), zeros=st.integers(0, 5000), pick=st.data())
+def test_the_unit_before_is_found_reading_from_the_end_back(n, blanks, zeros, pick):
+    """outputs.continued._unit_before reads a file from its end back (four times as far each time) and finds what a
+    reading of the whole file finds: the unit for a commit-log offset and the end of the one before it, for
+    offsets held, between units, before the first and past the last; pre-blank units ahead, zeros after."""
+    import struct
+    import tempfile
+    from pathlib import Path
+
+    from jobs.pipeline.io.fs import Location
+    from jobs.pipeline.outputs.continued import _unit_before
+    from storage_format.consume_queue import PRE_BLANK_SIZE
+
+    phys = [1000 + 37 * i for i in range(n)]
+    data = b"".join(struct.pack(">qiq", 0, PRE_BLANK_SIZE, 0) for _ in range(blanks)) + \
+        b"".join(struct.pack(">qiq", p, 30, 5) for p in phys) + bytes(20 * zeros)
+    target = pick.draw(st.one_of(st.sampled_from(phys) if phys else st.just(5), st.integers(0, 1000 + 37 * n + 50)))
+    path = Path(tempfile.mkdtemp(prefix="unit-before-")) / "00000000000000000000"
+    path.write_bytes(data)
+    try:
+        got = _unit_before(Location(str(path.parent)), [0], 1 << 30, target)
+    finally:
+        shutil.rmtree(path.parent)
+    assert got == _unit_before_whole(data, target)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prefix_units=st.integers(0, 5000), rest=st.binary(max_size=400))
+def test_a_file_written_after_a_prefix_of_another_is_the_prefix_then_the_rest(prefix_units, rest):
+    """io.copy.write_after_prefix: OUT2's file is OUT1's first bytes (copy_file_range between local files), the
+    rest, then zeros up to the file size."""
+    _after_prefix(prefix_units, rest, "copy_file_range")
+
+
+def test_a_prefix_is_streamed_where_the_kernel_cannot_copy(monkeypatch):
+    """Where either file is not local the prefix is streamed through the filesystem layer: the same bytes."""
+    import jobs.pipeline.io.copy as copy
+
+    monkeypatch.setattr(copy, "_local", lambda loc: False)
+    _after_prefix(3000, b"\1" * 61, "stream")
+
+
+def _after_prefix(prefix_units: int, rest: bytes, method: str) -> None:
+    import os
+    import tempfile
+
+    from jobs.pipeline.io.copy import write_after_prefix
+    from jobs.pipeline.io.fs import location
+
+    src_bytes = os.urandom(20 * prefix_units + 60)
+    prefix, size = 20 * prefix_units, 20 * prefix_units + len(rest) + 1000
+    root = tempfile.mkdtemp(prefix="after-prefix-")
+    try:
+        src, dst = location(f"{root}/src"), location(f"{root}/q/dst")
+        src.write_bytes(src_bytes)
+        assert write_after_prefix(src, prefix, rest, dst, size) == (method, prefix, None)
+        assert dst.read_bytes() == src_bytes[:prefix] + rest + bytes(size - prefix - len(rest))
+    finally:
+        shutil.rmtree(root)

@@ -43,7 +43,8 @@ live in storage_format/, Spark column functions in udfs/.
   record named)
 - `outputs`: stages 3-4
   `outputs.stage` (consume-queue files and index files from the work files), `outputs.continued` (rebuild
-  --since: a consume-queue file joined to the earlier OUT's, its units placed from that queue's state and checked)
+  --since: a consume-queue file joined to the earlier OUT's, its units placed from that queue's state and checked),
+  `outputs.earlier_file` (that earlier file read from a unit on to its end of data only, where its units end)
 - `since`: rebuild --since OUT1 (docs/nightly.md)
   `since.previous` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.plan` (the
   index continued and named, the clean service's deletions: no I/O), `since.index` (the new keys

@@ -151,6 +151,30 @@ def copy_file(src: Location, dst: Location, link: bool = False, zero_holes: bool
     return COPY_STREAM, copy_stream(src, dst, cancel), None
 
 
+def write_after_prefix(src: Location, prefix: int, rest, dst: Location, size: int) -> tuple[str, int, str | None]:
+    """Write dst as src's first `prefix` bytes, then `rest`, then zeros up to `size` bytes (a sparse tail where
+    local): the prefix copied in the kernel where both are local. (method, prefix bytes, why it fell back) as
+    copy_file's."""
+    method, why = COPY_STREAM, None
+    if _local(src) and _local(dst) and hasattr(os, "copy_file_range"):
+        os.makedirs(os.path.dirname(dst.path), exist_ok=True)
+        try:
+            with open(src.path, "rb") as fin, open(dst.path, "wb") as fout:
+                _copy_extent(fin.fileno(), fout.fileno(), 0, prefix, src.path)
+                fout.seek(prefix)
+                fout.write(rest)
+                if fout.tell() > size:
+                    raise ValueError(f"{dst.uri}: {fout.tell()} bytes written, more than the file size {size}")
+                fout.truncate(size)
+            return COPY_RANGE, prefix, None
+        except OSError as exc:
+            if exc.errno not in _NO_RANGE:
+                raise
+            method, why = COPY_STREAM_FALLBACK, f"copy_file_range: {errno.errorcode.get(exc.errno, exc.errno)}"
+    dst.write_with_zero_tail([src.read_range(0, prefix), rest], size)
+    return method, prefix, why
+
+
 def device(path: str) -> int:
     """The device (filesystem) a local path lives on."""
     return os.stat(path).st_dev

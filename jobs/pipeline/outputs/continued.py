@@ -20,38 +20,14 @@ from storage_format.index_file import append_to_index_file
 from storage_format.index_keys import KeyBatch
 from storage_format.segment_names import parse_segment_name
 
-from ..io.copy import copy_file, data_extents
-from ..io.fs import Location
+from ..io.copy import copy_file
+from ..io.fs import Location, pwrite_all
 from ..io.paths import is_local
 from ..io.workdir import key_columns
+from .earlier_file import STEP, Tail, read_back, read_tail, used_end
 
 RERUN = "run a full rebuild"
 UNIT_TAGS_AT = CQ_DTYPE.fields["tags"][1]  # a unit's tagsCode follows its commit-log offset and size
-
-
-_RECENT: dict[tuple[str, int, int], bytes] = {}  # the files read last (the placer's, then the join's)
-RECENT_FILES = 4
-
-
-def read_data(loc: Location) -> bytes:
-    """A file's bytes up to the end of its last data extent (a local file's sparse zero tail, which an OUT's
-    consume-queue files have past their last unit, is not read); elsewhere the whole file. The last few local files
-    read are kept (by path, size and mtime): placing a queue's units and joining its file read the same file."""
-    if not is_local(loc):
-        return loc.read_bytes()
-    st = os.stat(loc.path)  # FileNotFoundError as open's (no descriptor opened for a file read just before)
-    key = (loc.path, st.st_size, st.st_mtime_ns)
-    if key in _RECENT:
-        return _RECENT[key]
-    with open(loc.path, "rb") as f:
-        extents = data_extents(f.fileno(), st.st_size)
-        end = extents[-1][1] if extents else 0
-        f.seek(0)  # data_extents moved the descriptor's position
-        data = f.read(end)
-    while len(_RECENT) >= RECENT_FILES:
-        _RECENT.pop(next(iter(_RECENT)))
-    _RECENT[key] = data
-    return data
 
 
 def queue_files(qdir: Location) -> list[int] | None:
@@ -67,23 +43,6 @@ def queue_files(qdir: Location) -> list[int] | None:
             return None
         names = [i.base_name for i in qdir.list()]
     return sorted(s for s in (parse_segment_name(n) for n in names) if s is not None)
-
-
-USED_SCAN = 1 << 16  # bytes looked at per step, from the end back: the last unit is near the end of what is read
-
-
-def used_length(data: bytes | memoryview) -> int:
-    """The end of a consume-queue file's last unit holding a non-zero byte (0: none), its last non-zero byte searched
-    from the end back (the bytes read stop at the file's last data extent, so it is usually in the last step)."""
-    raw = np.frombuffer(data, np.uint8, len(data) - len(data) % CQ_UNIT_SIZE)
-    end = len(raw)
-    while end > 0:
-        start = max(0, end - USED_SCAN)
-        nonzero = np.flatnonzero(raw[start:end])
-        if len(nonzero):
-            return ((start + int(nonzero[-1])) // CQ_UNIT_SIZE + 1) * CQ_UNIT_SIZE
-        end = start
-    return 0
 
 
 def first_difference(a: memoryview, b: memoryview) -> int | None:
@@ -102,38 +61,49 @@ def first_unit_difference(a: memoryview, b: memoryview) -> int | None:
     return int(diff[0]) * CQ_UNIT_SIZE if len(diff) else None
 
 
+@dataclass(frozen=True)
+class Joined:
+    """A consume-queue file of OUT2: OUT1's file's first `prefix` bytes (copied by the kernel where both are local),
+    then `rest` (the scan's units from there), then zeros."""
+
+    earlier: Location | None
+    prefix: int
+    rest: memoryview | bytes
+
+
 def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: bool,
-           keep_tags: bool = False) -> memoryview | bytes:
+           keep_tags: bool = False) -> Joined:
     """The file's bytes in OUT2 (up to its last unit): `data` is the scan's file (its units from `first_pos` on, the
     bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known` whether OUT1 holds
     the queue at all. `keep_tags`: OUT1's units are kept as they are where both hold units, compared by offset and
-    size only (a recover OUT: the broker's recovery may give them another tagsCode than a dispatch does)."""
+    size only (a recover OUT: the broker's recovery may give them another tagsCode than a dispatch does). OUT1's
+    file is read from `first_pos` on only."""
     try:
-        old = memoryview(read_data(earlier))
+        tail = read_tail(earlier, first_pos)
     except FileNotFoundError:
         if first_pos > 0 and queue_known:
             raise StoreFormatError(earlier.uri, 0, f"missing from OUT1, which holds the queue: the commit log gives "
                                                    f"units from byte offset {first_pos} of it; {RERUN}") from None
-        return data
-    old_used = used_length(old)
+        return Joined(None, 0, data)
+    old_used = used_end(earlier, tail)
     if old_used < first_pos:
         raise StoreFormatError(earlier.uri, old_used, f"OUT1's units end here, the commit log's next unit for the "
                                                       f"queue lands at byte offset {first_pos} (the broker writes it "
                                                       f"at its write position: out of step); {RERUN}")
-    end = max(old_used, len(data))
+    old = tail.data[:old_used - first_pos]  # OUT1's units from first_pos on
     if len(data) < old_used:
-        at = len(data) + (first_difference(old[len(data):old_used], memoryview(bytes(old_used - len(data)))) or 0)
+        cut = max(len(data), first_pos)
+        at = cut + (first_difference(old[cut - first_pos:], memoryview(bytes(old_used - cut))) or 0)
         raise StoreFormatError(earlier.uri, at, f"OUT1 holds units the commit log no longer gives; {RERUN}")
     compare = first_unit_difference if keep_tags else first_difference
-    at = compare(old[first_pos:old_used], data[first_pos:old_used])
+    at = compare(old, data[first_pos:old_used])
     if at is not None:
         at += first_pos
         raise StoreFormatError(earlier.uri, at - at % CQ_UNIT_SIZE,
                                f"the unit OUT1 holds differs from the one the commit log gives (OUT1 changed or "
                                f"damaged since, or the queue's units were placed out of step); {RERUN}")
-    if keep_tags:
-        return bytes(old[:old_used]) + bytes(data[old_used:end])
-    return bytes(old[:first_pos]) + bytes(data[first_pos:end])
+    keep = old_used if keep_tags else first_pos
+    return Joined(earlier, keep, data[keep:])
 
 
 def earlier_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:
@@ -163,10 +133,10 @@ def _real(units: np.ndarray) -> np.ndarray:
 
 def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> tuple[int, int | None] | None:
     """(queue position of OUT1's unit for commit-log offset `phy`, the end of the unit before it: None when it is the
-    queue's first), None when OUT1 holds no unit there. Read from the newest file back (the unit lies near the end)."""
+    queue's first), None when OUT1 holds no unit there. Read from the newest file back, each from its end back (the
+    unit lies near the end)."""
     for i in range(len(files) - 1, -1, -1):
-        units = unpack_entries(read_data(qdir.child(file_name(files[i]))))
-        real = np.flatnonzero(_real(units))
+        tail, units, real = _tail_reaching(qdir.child(file_name(files[i])), phy)
         if not len(real):
             continue
         k = int(np.searchsorted(units["phy"][real], phy))
@@ -175,7 +145,7 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
                 continue  # before this file's first unit: an earlier file
             return None
         slot = int(real[k])
-        position = (files[i] + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        position = (files[i] + tail.start + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
         if slot > 0:
             before = units[slot - 1]
             return position, (int(before["phy"]) + int(before["size"]) if _real(units[slot - 1:slot])[0] else None)
@@ -184,6 +154,19 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
         last = unpack_entries(qdir.child(file_name(files[i - 1])).read_range(file_size - CQ_UNIT_SIZE, CQ_UNIT_SIZE))
         return position, int(last["phy"][0]) + int(last["size"][0]) if len(last) and _real(last)[0] else None
     return None
+
+
+def _tail_reaching(loc: Location, phy: int) -> tuple[Tail, np.ndarray, np.ndarray]:
+    """(the file's tail, its units, which of them are written units) read from the end back, four times as far each
+    time, until its first written unit lies before commit-log offset `phy` or the tail is the whole file."""
+    back = STEP
+    while True:
+        tail = read_back(loc, back)
+        units = unpack_entries(tail.data)
+        real = np.flatnonzero(_real(units))
+        if tail.start == 0 or (len(real) and int(units["phy"][real[0]]) < phy):
+            return tail, units, real
+        back *= 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +181,7 @@ class IndexAppend:
     file_size: int
     slots: int
     max_entries: int
+    precopied: Location | None = None  # src copied already (during the decode), moved into place as dst
 
 
 APPEND_BATCH = 1 << 20  # keys put into a file per call: a task's memory is bounded whatever the keys it appends
@@ -217,23 +201,26 @@ def append_index(task: IndexAppend) -> list[tuple[int, int | None]]:
                     first.append(int(keys.store_ts[0]))
                 yield keys
 
-    append_to_copy(task.src, task.dst, batches(), task.file_size, task.slots, task.max_entries)
+    append_to_copy(task.src, task.dst, batches(), task.file_size, task.slots, task.max_entries, task.precopied)
     return [(task.file_no, first[0] if first else None)]
 
 
 def append_to_copy(src: Location, dst: Location, batches: Iterable[KeyBatch], file_size: int, slots: int,
-                   max_entries: int) -> None:
+                   max_entries: int, precopied: Location | None = None) -> None:
     """`src` with the keys of `batches` appended, as `dst`: on a local filesystem copied (a reflink where the
-    filesystem shares extents; its zeros left as holes) and the keys put through a shared mapping of the copy (only
-    the pages of the slots and entries written are touched, as the broker's own mapped file); elsewhere read, put and
-    written whole."""
+    filesystem shares extents; its zeros left as holes; or moved from `precopied`, a copy made already) and the keys
+    put through a shared mapping of the copy (only the pages of the slots and entries written are touched, as the
+    broker's own mapped file); elsewhere read, put and written whole."""
     if is_local(src) and is_local(dst):
-        copy_file(src, dst)  # data extents only: the holes stay holes
+        if precopied is not None:
+            precopied.move_to(dst)
+        else:
+            copy_file(src, dst)  # data extents only: the holes stay holes
         with open(dst.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size < file_size:
                 f.truncate(file_size)  # a 0-byte file maps as zeros
-            with mmap.mmap(f.fileno(), file_size) as data:
-                _put(data, batches, slots, max_entries, src)
+            with mmap.mmap(f.fileno(), file_size) as data:  # the entries by pwrite: a hole's pages not faulted in
+                _put(data, batches, slots, max_entries, src, lambda at, b: pwrite_all(f.fileno(), b, at))
         return
     data = bytearray(src.read_bytes())
     data.extend(bytes(file_size - len(data)))
@@ -241,10 +228,10 @@ def append_to_copy(src: Location, dst: Location, batches: Iterable[KeyBatch], fi
     dst.write_bytes(bytes(data))
 
 
-def _put(data, batches: Iterable[KeyBatch], slots: int, max_entries: int, src: Location) -> None:
+def _put(data, batches: Iterable[KeyBatch], slots: int, max_entries: int, src: Location, write_entries=None) -> None:
     """Each batch put in turn (one call after another equals one call with them all: tests/test_index_file)."""
     for keys in batches:
-        put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, slots, max_entries)
+        put = append_to_index_file(data, keys.key_hash, keys.phy, keys.store_ts, slots, max_entries, write_entries)
         if put != len(keys):
             raise StoreFormatError(src.uri, 0, f"{len(keys) - put} new keys did not fit the index file (its "
                                                f"header's indexCount); run a full rebuild")

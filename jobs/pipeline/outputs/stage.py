@@ -25,6 +25,7 @@ from storage_format.settings import BrokerSettings
 
 from . import continued
 from ..runtime.faults import pause_at
+from ..io.copy import write_after_prefix
 from ..io.fs import Location
 from ..scan.result import ScanResult
 from ..io.workdir import cq_columns, key_columns, offset_map, read_queue_table
@@ -336,17 +337,31 @@ def _part(units: CqColumns, a: int, b: int) -> CqColumns:
     return CqColumns(units.queue_offset[a:b], units.phy[a:b], units.size[a:b], units.tags[a:b])
 
 
-def build_cq(task: CqTask) -> dict:
-    """Write the task's consume-queue files; returns {relative path: entries} for the report."""
+def build_cq(task: CqTask) -> dict | ContinuedFiles:
+    """Write the task's consume-queue files; returns {relative path: entries} for the report, with rebuild --since
+    (`earlier`) also how OUT1's part of each file was copied."""
     written: dict[str, int] = {}
+    copies: list[tuple[str, int, str | None]] = []
     for f in cq_file_bytes(task, trim=True):
         name = file_name(f.start)  # the zeros after the last entry need not be written
         data = memoryview(f.data)[:f.used]
-        if task.earlier is not None:
-            data = _continued(task, f, data)
-        task.out.child(f.item.topic, str(f.item.queue_id), name).write_with_zero_tail([data], task.file_size)
+        dest = task.out.child(f.item.topic, str(f.item.queue_id), name)
+        j = _continued(task, f, data) if task.earlier is not None else None
+        if j is not None and j.earlier is not None and j.prefix:
+            copies.append(write_after_prefix(j.earlier, j.prefix, j.rest, dest, task.file_size))
+        else:
+            dest.write_with_zero_tail([data if j is None else j.rest], task.file_size)
         written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
-    return written
+    return written if task.earlier is None else ContinuedFiles(written, copies)
+
+
+@dataclass(frozen=True)
+class ContinuedFiles:
+    """What a rebuild --since consume-queue task wrote: {relative path: entries}, and how OUT1's part of each file
+    came over (io.copy methods: the report counts them, a fallback is named)."""
+
+    written: dict[str, int]
+    copies: list[tuple[str, int, str | None]]
 
 
 def _placer(task: CqTask, item: QueueFiles, phy: np.ndarray) -> QueuePlacer:
@@ -354,7 +369,7 @@ def _placer(task: CqTask, item: QueueFiles, phy: np.ndarray) -> QueuePlacer:
     return continued.earlier_placer(task.earlier.child(item.topic, str(item.queue_id)), task.file_size, int(phy[0]))
 
 
-def _continued(task: CqTask, f: CqFile, data: memoryview) -> memoryview | bytes:
+def _continued(task: CqTask, f: CqFile, data: memoryview) -> continued.Joined:
     """rebuild --since: the file joined to OUT1's file of the same name (outputs.continued)."""
     qdir = task.earlier.child(f.item.topic, str(f.item.queue_id))
     first = f.queue_first * CQ_UNIT_SIZE

@@ -23,8 +23,8 @@ from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUE
                                            MultiDispatchRules, rules_for)
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
-from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment, check_split_count, plan_splits,
-                                     stitch)
+from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment, balanced_split_size,
+                                     check_split_count, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
 from storage_format.index_keys import KeyBatch
 from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, decode_fast, record_after_clean_end
@@ -388,7 +388,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     if from_offset is not None:
         segments = segments_from(segments, from_offset)
     check_split_count(segments, split_size)
-    splits = plan_splits(segments, split_size)
+    splits = plan_splits(segments, balanced_split_size(segments, split_size, sc.default_parallelism))
     lmq = multi_dispatch_rules(store, settings, generation)
     kernel = env.value(KERNEL_ENV) != "0"
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,

@@ -79,12 +79,14 @@ class IndexWork:
 
 def plan_index_work(prev: PreviousOutput, scan: ScanResult, work: Location, settings: BrokerSettings,
                     index_dir: Location, generation: int, min_offset: int, tz: dt.tzinfo,
-                    warnings: list[str]) -> IndexWork:
-    """OUT1's index continued: which files the new keys fill and their names (driver: counts and a few keys read)."""
+                    warnings: list[str], precopied: dict[str, Location] | None = None) -> IndexWork:
+    """OUT1's index continued: which files the new keys fill and their names (driver: counts and a few keys read).
+    `precopied`: OUT1's files copied already (by name), which a task appending to them moves into place."""
     listed = list_index_files(prev.out, settings, warnings)
     _check_index_end(prev, listed)
     return continue_files(EarlierIndex([i for i, _ in listed], {info.name: uri for info, uri in listed},
-                                       prev.built.offset), scan, work, settings, index_dir, generation, min_offset, tz)
+                                       prev.built.offset), scan, work, settings, index_dir, generation, min_offset, tz,
+                          precopied)
 
 
 def _check_index_end(prev: PreviousOutput, listed: list[tuple[recovery.IndexFileInfo, str]]) -> None:
@@ -109,7 +111,8 @@ class EarlierIndex:
 
 
 def continue_files(earlier: EarlierIndex, scan: ScanResult, work: Location, settings: BrokerSettings,
-                   index_dir: Location, generation: int, min_offset: int, tz: dt.tzinfo) -> IndexWork:
+                   index_dir: Location, generation: int, min_offset: int, tz: dt.tzinfo,
+                   precopied: dict[str, Location] | None = None) -> IndexWork:
     """The earlier files continued by the scan's keys from `earlier.start` on: the files they fill, names, tasks."""
     uris = earlier.uris
     old = sorted(earlier.files, key=lambda f: f.name)
@@ -124,12 +127,13 @@ def continue_files(earlier: EarlierIndex, scan: ScanResult, work: Location, sett
     last_ts = scan.accepted[-1].last_store_ts if any_record else None
     plan = continue_index(old, spans, firsts, lasts, start, last_ts, min_offset, tz)
     index_dir.makedirs()
-    tasks, copies, pending = _tasks(plan, old, keys, uris, work, settings, index_dir, generation)
+    tasks, copies, pending = _tasks(plan, old, keys, uris, work, settings, index_dir, generation, precopied or {})
     return IndexWork(plan, tasks, copies, pending, keys.total)
 
 
 def _tasks(plan: IndexContinuation, old: list[recovery.IndexFileInfo], keys: NewKeys, uris: dict[str, str],
-           work: Location, settings: BrokerSettings, index_dir: Location, generation: int):
+           work: Location, settings: BrokerSettings, index_dir: Location, generation: int,
+           precopied: dict[str, Location]):
     """(Spark tasks, copies, pending names) for the files of the plan."""
     tasks, copies, pending = [], [], {}
     ends = {o.name: o.header.as_loaded() for o in old}
@@ -142,7 +146,7 @@ def _tasks(plan: IndexContinuation, old: list[recovery.IndexFileInfo], keys: New
             tasks.append(IndexAppend(file_no=no, src=Location(uris[f.old_name]), dst=dst, work=work,
                                      slices=tuple((s.split_index, s.lo, s.hi) for s in keys.slices(sp.lo, sp.hi)),
                                      file_size=settings.index_file_size, slots=settings.max_hash_slot_num,
-                                     max_entries=settings.max_index_num))
+                                     max_entries=settings.max_index_num, precopied=precopied.get(f.old_name)))
         else:
             before = keys.slices(sp.lo - 1, sp.lo)[0] if sp.lo > 0 else None
             inherited = None

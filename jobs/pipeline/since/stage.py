@@ -27,6 +27,7 @@ class SinceResult:
     index_names: list[str] = field(default_factory=list)
     cq_written: dict[str, int] = field(default_factory=dict)  # files built from the scan: units each
     copied: dict = field(default_factory=dict)
+    cq_prefixes: dict = field(default_factory=dict)  # how OUT1's units ahead of the scan's came into written files
     expired_cq: list[str] = field(default_factory=list)
     expired_index: list[str] = field(default_factory=list)
     index_keys_added: int = 0
@@ -51,7 +52,7 @@ class SinceResult:
                 "consumequeue_files_copied": len(self.cq_files) - len(self.cq_written),
                 "index_files_written": self.index_written, "index_keys_added": self.index_keys_added,
                 "expired": {"consumequeue_files": len(self.expired_cq), "index_files": self.expired_index},
-                "copies": self.copied}
+                "copies": self.copied, "consumequeue_prefixes": self.cq_prefixes}
 
 
 def built_files(written: dict[str, int]) -> dict[tuple[str, int], set[int]]:

@@ -12,7 +12,7 @@ from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
 from ..io.paths import is_local
-from ..outputs.continued import read_data
+from ..outputs.earlier_file import read_data
 from ..outputs.stage import CqTask, QueueFiles, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
