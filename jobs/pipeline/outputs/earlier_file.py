@@ -34,8 +34,8 @@ RECENT_FILES = 4
 
 
 def read_tail(loc: Location, start: int) -> Tail:
-    """The file's bytes from `start` to its end of data (FileNotFoundError as open's); a tail read before from
-    `start` or earlier serves (a file elsewhere than on a local filesystem is read whole, once)."""
+    """The file's bytes from `start` to its end of data (FileNotFoundError as open's); a local file's tail read
+    before from `start` or earlier serves (by path, size and modification time)."""
     return _tail(loc, lambda end: start)
 
 
@@ -45,7 +45,12 @@ def read_back(loc: Location, back: int) -> Tail:
 
 
 def _tail(loc: Location, start_of: Callable[[int], int]) -> Tail:
-    key = (loc.path, *(_stamp(os.stat(loc.path)) if is_local(loc) else (-1, -1)))
+    if not is_local(loc):  # read whole, not kept (no cheap way to know the file is still the one read)
+        data = loc.read_bytes()
+        at = min(start_of(len(data)), len(data))
+        return Tail(at, len(data), memoryview(data)[at:])
+    st = os.stat(loc.path)
+    key = (loc.path, st.st_size, st.st_mtime_ns)
     kept = _RECENT.get(key)
     if kept is None or kept.start > start_of(kept.end):
         while len(_RECENT) >= RECENT_FILES:
@@ -55,14 +60,7 @@ def _tail(loc: Location, start_of: Callable[[int], int]) -> Tail:
     return Tail(at, kept.end, kept.data[at - kept.start:])
 
 
-def _stamp(st: os.stat_result) -> tuple[int, int]:
-    return st.st_size, st.st_mtime_ns
-
-
 def _read(loc: Location, start_of: Callable[[int], int]) -> Tail:
-    if not is_local(loc):
-        data = loc.read_bytes()
-        return Tail(0, len(data), memoryview(data))
     with open(loc.path, "rb") as f:
         extents = data_extents(f.fileno(), os.fstat(f.fileno()).st_size)
         end = extents[-1][1] if extents else 0
