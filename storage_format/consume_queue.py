@@ -131,12 +131,20 @@ class QueuePlacer:
         if self.write is None:
             keep, at = place_units(qo, phy, size)
         else:  # the state carried in as a unit already written just before the write position
-            keep, at = place_units(np.r_[self.write - 1, qo], np.r_[self.max_end - 1, phy], np.r_[1, size])
+            keep, at = place_units(_after(self.write - 1, qo), _after(self.max_end - 1, phy), _after(1, size))
             keep, at = keep[1:], at[1:]
         if len(at):
             self.write = int(at[-1]) + 1
             self.max_end = max(self.max_end, int((phy[keep] + size[keep]).max()))
         return keep, at
+
+
+def _after(first: int, rest: np.ndarray) -> np.ndarray:
+    """[first, *rest] as int64 (np.r_'s answer without its per-call parsing: a queue's chunk at a time)."""
+    out = np.empty(len(rest) + 1, np.int64)
+    out[0] = first
+    out[1:] = rest
+    return out
 
 
 def place_units_reference(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -254,3 +254,19 @@ def test_ctrl_c_during_since_publishes_nothing_and_leaves_out1(spark, tmp_path):
     assert _group_gone(proc.pid, within_s=60) and tree_digest(out1) == before
     assert rebuild(case, store, out2, "--since", str(out1)) == 0
     assert consume_queue_hashes(out2) == golden_consume_queue_hashes(case)
+
+
+def test_since_reading_out1_files_a_few_units_at_a_time_equals_the_golden_store(spark, tmp_path, monkeypatch):
+    """OUT1's consume-queue files read from the end back a few units at a time (outputs.continued.STEP made 2 units:
+    the placer's tail grows four times over and over, the join reads from the overlap on, and each file's head is
+    copied by copy_file_range, as for the production sizes of files far larger than a step): the golden files."""
+    import jobs.pipeline.outputs.continued as continued
+
+    monkeypatch.setattr(continued, "STEP", 40)
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1), "--engine", "local") == 0
+    assert consume_queue_hashes(tmp_path / "out2") == golden_consume_queue_hashes(case)
+    assert index_hashes(tmp_path / "out2") == golden_index_hashes(case)
+    prefixes = report(tmp_path / "out2")["since"]["consumequeue_prefixes"]
+    assert prefixes["copy_file_range"]["files"] > 0, prefixes

@@ -106,18 +106,18 @@ def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, f
     path = Path(tempfile.mkdtemp(prefix="joined-")) / "00000000000000000000"  # a new file: read_data keeps recent ones
     path.write_bytes(old + bytes(40))
     scan = bytes(20 * start) + b"".join(unit(i, 7) for i in range(start, old_units + new_units))
-    got = joined(Location(str(path)), memoryview(scan), 20 * start, True, keep_tags=True)
+    got = joined(Location(str(path)), memoryview(scan), 20 * start, lambda: True, keep_tags=True)
     assert got.prefix == len(old) and old[:got.prefix] + bytes(got.rest) == old + scan[len(old):]
     if moved:
         try:
-            joined(Location(str(path)), memoryview(scan), 20 * start, True)
+            joined(Location(str(path)), memoryview(scan), 20 * start, lambda: True)
             raise AssertionError("another tagsCode passed without keep_tags")
         except StoreFormatError as exc:
             assert exc.offset == 20 * min(moved)
     wrong = bytearray(scan)
     wrong[20 * (old_units - 1) + 8] ^= 1  # OUT1's last unit's size as the scan has it
     try:
-        joined(Location(str(path)), memoryview(bytes(wrong)), 20 * start, True, keep_tags=True)
+        joined(Location(str(path)), memoryview(bytes(wrong)), 20 * start, lambda: True, keep_tags=True)
         raise AssertionError("another size passed")
     except StoreFormatError as exc:
         assert exc.offset == 20 * (old_units - 1)

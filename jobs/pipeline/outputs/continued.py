@@ -9,7 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ..io.copy import copy_file
 from ..io.fs import Location, pwrite_all
 from ..io.paths import is_local
 from ..io.workdir import key_columns
-from .earlier_file import STEP, Tail, read_back, read_tail, used_end
+from .earlier_file import STEP, Tail, kept_head, read_back, read_tail, used_end
 
 RERUN = "run a full rebuild"
 UNIT_TAGS_AT = CQ_DTYPE.fields["tags"][1]  # a unit's tagsCode follows its commit-log offset and size
@@ -69,19 +69,20 @@ class Joined:
     earlier: Location | None
     prefix: int
     rest: memoryview | bytes
+    head: memoryview | None = None  # OUT1's first `prefix` bytes where they were read already (none copied then)
 
 
-def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: bool,
+def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: Callable[[], bool],
            keep_tags: bool = False) -> Joined:
     """The file's bytes in OUT2 (up to its last unit): `data` is the scan's file (its units from `first_pos` on, the
-    bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known` whether OUT1 holds
-    the queue at all. `keep_tags`: OUT1's units are kept as they are where both hold units, compared by offset and
+    bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known()` whether OUT1
+    holds the queue at all (asked only then). `keep_tags`: OUT1's units are kept as they are where both hold units, compared by offset and
     size only (a recover OUT: the broker's recovery may give them another tagsCode than a dispatch does). OUT1's
     file is read from `first_pos` on only."""
     try:
         tail = read_tail(earlier, first_pos)
     except FileNotFoundError:
-        if first_pos > 0 and queue_known:
+        if first_pos > 0 and queue_known():
             raise StoreFormatError(earlier.uri, 0, f"missing from OUT1, which holds the queue: the commit log gives "
                                                    f"units from byte offset {first_pos} of it; {RERUN}") from None
         return Joined(None, 0, data)
@@ -103,7 +104,7 @@ def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: boo
                                f"the unit OUT1 holds differs from the one the commit log gives (OUT1 changed or "
                                f"damaged since, or the queue's units were placed out of step); {RERUN}")
     keep = old_used if keep_tags else first_pos
-    return Joined(earlier, keep, data[keep:])
+    return Joined(earlier, keep, data[keep:], kept_head(earlier, keep))
 
 
 def earlier_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:

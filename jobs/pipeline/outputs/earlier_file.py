@@ -44,6 +44,16 @@ def read_back(loc: Location, back: int) -> Tail:
     return _tail(loc, lambda end: max(0, end - back) // CQ_UNIT_SIZE * CQ_UNIT_SIZE)
 
 
+def kept_head(loc: Location, n: int) -> memoryview | None:
+    """The file's first `n` bytes where a tail read before from its start holds them (a file read whole by the
+    placer, the size of most queues' files), else None."""
+    if not is_local(loc):
+        return None
+    st = os.stat(loc.path)
+    kept = _RECENT.get((loc.path, st.st_size, st.st_mtime_ns))
+    return kept.data[:n] if kept is not None and kept.start == 0 and kept.end >= n else None
+
+
 def _tail(loc: Location, start_of: Callable[[int], int]) -> Tail:
     if not is_local(loc):  # read whole, not kept (no cheap way to know the file is still the one read)
         data = loc.read_bytes()

@@ -347,12 +347,18 @@ def build_cq(task: CqTask) -> dict | ContinuedFiles:
         data = memoryview(f.data)[:f.used]
         dest = task.out.child(f.item.topic, str(f.item.queue_id), name)
         j = _continued(task, f, data) if task.earlier is not None else None
-        if j is not None and j.earlier is not None and j.prefix:
+        if j is not None and j.head is not None and j.prefix:
+            dest.write_with_zero_tail([j.head, j.rest], task.file_size)
+            copies.append((HEAD_AS_READ, j.prefix, None))
+        elif j is not None and j.earlier is not None and j.prefix:
             copies.append(write_after_prefix(j.earlier, j.prefix, j.rest, dest, task.file_size))
         else:
             dest.write_with_zero_tail([data if j is None else j.rest], task.file_size)
         written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
     return written if task.earlier is None else ContinuedFiles(written, copies)
+
+
+HEAD_AS_READ = "written_as_read"  # OUT1's units ahead of the scan's written from the bytes placing them read
 
 
 @dataclass(frozen=True)
@@ -375,7 +381,7 @@ def _continued(task: CqTask, f: CqFile, data: memoryview) -> continued.Joined:
     first = f.queue_first * CQ_UNIT_SIZE
     first_pos = first - f.start if f.start <= first < f.start + task.file_size else 0
     return continued.joined(qdir.child(file_name(f.start)), data, first_pos,
-                            first_pos > 0 and continued.queue_files(qdir) is not None, task.earlier_tags_kept)
+                            lambda: continued.queue_files(qdir) is not None, task.earlier_tags_kept)
 
 
 @dataclass(frozen=True)
