@@ -72,17 +72,17 @@ def _tail(loc: Location, start_of: Callable[[int], int]) -> Tail:
 
 def _read(loc: Location, start_of: Callable[[int], int]) -> Tail:
     with open(loc.path, "rb") as f:
-        extents = data_extents(f.fileno(), os.fstat(f.fileno()).st_size)
-        end = extents[-1][1] if extents else 0
-        at = min(start_of(end), end)
-        buf = memoryview(bytearray(end - at))
-        got = 0
-        while got < len(buf):
-            n = os.preadv(f.fileno(), [buf[got:]], at + got)
-            if n == 0:
-                break
-            got += n
-        return Tail(at, at + got, buf[:got])
+        at, data = _read_from(f, start_of)
+    return Tail(at, at + len(data), memoryview(data))
+
+
+def _read_from(f, start_of: Callable[[int], int]) -> tuple[int, bytes]:
+    """(where the bytes start, the open local file's bytes from there to its end of data)."""
+    extents = data_extents(f.fileno(), os.fstat(f.fileno()).st_size)
+    end = extents[-1][1] if extents else 0
+    at = min(start_of(end), end)
+    f.seek(at)  # data_extents moved the descriptor's position
+    return at, f.read(end - at)
 
 
 def read_data(loc: Location) -> bytes:
@@ -90,9 +90,7 @@ def read_data(loc: Location) -> bytes:
     if not is_local(loc):
         return loc.read_bytes()
     with open(loc.path, "rb") as f:
-        extents = data_extents(f.fileno(), os.fstat(f.fileno()).st_size)
-        f.seek(0)  # data_extents moved the descriptor's position
-        return f.read(extents[-1][1] if extents else 0)
+        return _read_from(f, lambda end: 0)[1]
 
 
 def used_length(data: bytes | memoryview) -> int:

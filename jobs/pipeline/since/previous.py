@@ -3,7 +3,6 @@ a wrong OUT1 (another store's, a store recovered or replaced since, a partial or
 one line and exit 2 with nothing written."""
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -15,7 +14,7 @@ from storage_format.settings import BrokerSettings, property_name
 from ..io.fs import Location
 from ..io.live_broker import broker_lock
 from ..runtime.cli import JobError
-from ..store.built_to import REPORT_NAMES, REPORT_VERSION, BuiltTo, tail_difference
+from ..store.built_to import REPORT_NAMES, REPORT_VERSION, BuiltTo, checkpoint_digest, tail_difference
 from ..store.segments import segments_from
 
 REPORT_NAME = REPORT_NAMES["rebuild"]  # the report --since writes (and --in-place writes into OUT1)
@@ -140,10 +139,9 @@ def check_as_written(out: Location, report: dict) -> None:
         raise _fail(out, f"a broker is running on it ({lock.describe()}): its files move on past what reput wrote; "
                          f"--since continues a {report['job']} OUT as reput left it (keep a copy of OUT before "
                          f"starting a broker on it)")
-    cp = out.child(CHECKPOINT)
-    now = hashlib.sha256(cp.read_bytes()).hexdigest() if cp.exists() else None
-    if out.child(ABORT).exists() or now != report.get("checkpoint_sha256"):
-        what = "its abort file" if out.child(ABORT).exists() else f"{cp.uri} differs from the one reput wrote"
+    if out.child(ABORT).exists() or checkpoint_digest(out) != report.get("checkpoint_sha256"):
+        what = ("its abort file" if out.child(ABORT).exists()
+                else f"{out.child(CHECKPOINT).uri} differs from the one reput wrote")
         raise _fail(out, f"a broker opened it since reput's {report['job']} wrote it ({what}): its consume queues "
                          f"and index moved on past its report's built_to; --since continues a {report['job']} OUT as "
                          f"reput left it (keep a copy of OUT before starting a broker on it), or run a full rebuild")

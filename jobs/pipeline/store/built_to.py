@@ -107,10 +107,15 @@ def continuable(built: BuiltTo | None, why_not: str | None, out_dir: Location, i
     """What a recover or convert report carries so that `rebuild --since` can continue its OUT, a store the broker
     may be started on: where its queues and index were built to (or why they cannot be continued), the time zone its
     index files are named in, and its checkpoint's digest (a broker that wrote to OUT since changes it)."""
-    cp = out_dir.child(CHECKPOINT)
     section: dict = {"report_version": REPORT_VERSION, "built_to": None if built is None else built.to_dict(),
-                     "index_name_time_zone": index_name_tz,
-                     "checkpoint_sha256": hashlib.sha256(cp.read_bytes()).hexdigest() if cp.exists() else None}
+                     "index_name_time_zone": index_name_tz, "checkpoint_sha256": checkpoint_digest(out_dir)}
     if why_not is not None:
         section["built_to_not_continuable"] = why_not
     return section
+
+
+def checkpoint_digest(store_dir: Location) -> str | None:
+    """sha256 of a store directory's checkpoint file (None: it has none): what a recover or convert report records
+    and rebuild --since compares (a broker running on the store rewrites it)."""
+    cp = store_dir.child(CHECKPOINT)
+    return hashlib.sha256(cp.read_bytes()).hexdigest() if cp.exists() else None
