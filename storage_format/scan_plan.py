@@ -105,7 +105,7 @@ def balanced_split_size(segments: list[Segment], split_size: int, workers: int) 
     total = sum(s.size for s in segments)
     if total // split_size >= want:
         return split_size
-    return max(MIN_BALANCED_SPLIT, min(split_size, -(-total // want)))
+    return min(split_size, max(MIN_BALANCED_SPLIT, -(-total // want)))
 
 
 def check_split_count(segments: list[Segment], split_size: int) -> None:

@@ -90,6 +90,7 @@ def test_a_short_log_is_cut_finer_so_every_worker_gets_splits():
     tiny = [Segment(0, 256 << 10, "s0")]
     assert balanced_split_size(tiny, 128 * mib, 2) == MIN_BALANCED_SPLIT
     assert balanced_split_size(night, 0, 2) == 0 and balanced_split_size(night, 8 * mib, 2) == 8 * mib
+    assert balanced_split_size(tiny, mib, 2) == mib  # a size asked below the floor is kept, never raised
     check_split_count(night, mib)  # 384 splits: taken
     with pytest.raises(SettingsError, match=r"--split-size 8: 50,331,648 splits of 8 bytes .* \(at most 200,000\)"):
         check_split_count(night, 8)
