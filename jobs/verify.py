@@ -16,6 +16,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
     guard_startup()
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 import datetime as dt  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
@@ -38,10 +39,11 @@ from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
-from jobs.pipeline.verify.cq import check_cq, orphan_cq_task, plan_cq_checks  # noqa: E402
-from jobs.pipeline.verify.index import (align_index_files, check_index, disk_index_files,  # noqa: E402
-                                        expected_headers, plan_index_checks)
-from jobs.pipeline.verify.index_seed import seed_bound, seed_position, seeded_index_check  # noqa: E402
+from jobs.pipeline.verify.cq import orphan_cq_task, plan_cq_checks  # noqa: E402
+from jobs.pipeline.verify.index import (align_index_files, check_index, expected_headers,  # noqa: E402
+                                        plan_index_checks)
+from jobs.pipeline.verify.index_seed import (IndexPlan, check_queue_or_seed, plan_index_check,  # noqa: E402
+                                             seed_bound, seeded_index_check)
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -97,6 +99,9 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     stats["commitlog_min_offset"] = pointers.log_min  # the store's (a --since scan starts later)
     parallelism = sc.default_parallelism
+    index_plan = (plan_index_check(store.child("index"), scan, work, settings, pointers,
+                                   store_generation(store, generation).generation) if with_index else None)
+    seed_result = None
     if with_cq:
         cq_dir = store.child("consumequeue")
         # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
@@ -104,11 +109,16 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
                         earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
                   else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
-        for f in run_tasks(sc, checks, check_cq, "consume queues", quiet=quiet):
+        seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
+        results = run_tasks(sc, seed + checks, check_queue_or_seed,  # the seed first: the longest task
+                            "consume queues" + (" and index seed" if seed else ""), quiet=quiet)
+        seed_result = results.pop(0) if seed else None
+        for f in results:
             found.merge(f)
         stats["consumequeue_files_checked"] = found.files_checked
-    if with_index:
-        stats.update(_check_index(sc, store, settings, scan, work, pointers, found, generation, in_flight_from, quiet))
+    if index_plan is not None:
+        stats.update(_check_index(sc, store, settings, scan, work, pointers, found, index_plan, seed_result,
+                                  in_flight_from, quiet))
     if settings.enable_dleger_commit_log:
         stats["dledger_index_units_checked"] = check_dledger_index(sc, store, settings, scan, found, quiet)
         stats["bad_body_crc_records"] = check_body_crcs(sc, store, settings, scan, found, quiet)
@@ -116,20 +126,23 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
 
 
 def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
-                 pointers, found: Findings, generation: int | None, in_flight_from: int | None, quiet: bool) -> dict:
+                 pointers, found: Findings, plan: IndexPlan, seed_result: tuple[bool, int] | None,
+                 in_flight_from: int | None, quiet: bool) -> dict:
     """index/ against the files the commit log implies (findings into `found`); the counts for the report, and the
     broker's own index loss when it accounts for the findings (verify.index_gap)."""
     stats: dict = {}
     index_dir = store.child("index")
-    gen = store_generation(store, generation).generation
-    disk = disk_index_files(index_dir, found)
+    found.merge(plan.listing)
+    disk = plan.disk
     before = found.files_checked
-    seed = seed_position(disk, seed_bound(pointers))
-    if seed is not None:  # head expired, or --since: the index goes on from the store's file holding where it starts
-        stats["index_files_expected"] = seeded_index_check(sc, disk, seed, scan, work, settings, index_dir, pointers,
-                                                           found, gen, quiet)
+    if plan.at is not None:  # head expired, or --since: the index goes on from the store's file holding where it starts
+        outcome = seeded_index_check(sc, plan, seed_result, scan, work, settings, index_dir, pointers, found, quiet)
+        stats["index_files_expected"], stats["index_seed"] = outcome.files_expected, outcome.to_dict()
+        if outcome.why:
+            print(f"reput verify: note: {outcome.file} checked by a {outcome.checked_by}, the slower path: "
+                  f"{outcome.why}", file=sys.stderr, flush=True)
     else:
-        tasks = plan_index(scan, settings, work, index_dir, empty_file_index_count(gen))
+        tasks = plan_index(scan, settings, work, index_dir, empty_file_index_count(plan.generation))
         headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
         stats["index_files_expected"] = len(headers)
         if tasks:

@@ -50,21 +50,34 @@ def cut_index_file(data: bytearray | mmap.mmap, layout: IndexLayout, keep: int) 
     if keep < 1:
         raise ValueError("an index file cut keeps at least its first entry (before it, the file did not exist)")
     entries = layout.entries(data)
-    table = layout.slot_table(data)
-    heads = table.astype(np.int64)
-    for _ in range(used):  # a chain is at most `used` long; a damaged loop ends here too
-        undo = np.flatnonzero(heads > keep)
-        if not len(undo):
-            break
-        heads[undo] = np.clip(entries["prev"][np.minimum(heads[undo], used - 1)].astype(np.int64), 0, None)
-    changed = np.flatnonzero(heads != table)
-    table[changed] = heads[changed]
-    undone = int(np.count_nonzero(entries["prev"][keep + 1:used] == 0))
-    last = entries[keep]
-    end_ts = header.begin_timestamp + (int(last["diff"]) * 1000 if keep > 1 else 0)
-    header_after = IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]),
-                               header.hash_slot_count - undone, keep + 1)
+    header_after = cut_head(data, layout, header, entries[keep], entries["prev"][keep + 1:used], keep)
     for at in range(layout.entry_at(keep + 1), layout.entry_at(used), ZERO_CHUNK):
         end = min(at + ZERO_CHUNK, layout.entry_at(used))
         data[at:end] = bytes(end - at)
     data[:HEADER_SIZE] = header_after.to_bytes()
+
+
+def cut_head(head: bytearray | mmap.mmap, layout: IndexLayout, header: IndexHeader, last: np.void,
+             undone_prev: np.ndarray, keep: int) -> IndexHeader:
+    """The slot table of `head` (a file, or its header and slots alone) walked back to the first `keep` entries, and
+    the header after the cut (cut_index_file's rule): `last` is entry `keep`, `undone_prev` the prevIndex of the
+    entries after it (positions keep + 1 ... the header's last)."""
+    table = layout.slot_table(head)
+    undo = np.flatnonzero(table > keep)
+    top = keep + len(undone_prev)  # the last used position: a head past it walks from it (a damaged file)
+    prev = np.maximum(undone_prev.astype(np.int64), 0)  # a negative prevIndex ends its chain
+    start = table[undo].astype(np.int64)
+    walk = start.copy()
+    live = np.arange(len(walk))  # the walks still past the kept entries
+    for _ in range(top + 1):  # a chain is at most `top + 1` long; a damaged loop ends here too
+        if not len(live):
+            break
+        step = prev[np.minimum(walk[live], top) - keep - 1]
+        walk[live] = step
+        live = live[step > keep]
+    changed = walk != start
+    table[undo[changed]] = walk[changed]
+    undone = int(np.count_nonzero(undone_prev == 0))
+    end_ts = header.begin_timestamp + (int(last["diff"]) * 1000 if keep > 1 else 0)
+    return IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]),
+                       header.hash_slot_count - undone, keep + 1)

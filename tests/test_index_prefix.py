@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from storage_format.index_file import IndexLayout, append_to_index_file
-from storage_format.index_prefix import cut_index_file, entries_below
+from storage_format.index_file import ENTRY_DTYPE, IndexHeader, IndexLayout, append_to_index_file
+from storage_format.index_prefix import cut_head, cut_index_file, entries_below
 from tests.test_index_file import HEADER, MAX, SLOTS, empty_file, put_key_reference
 
 LAYOUT = IndexLayout(SLOTS, MAX)
@@ -58,3 +58,36 @@ def test_a_cut_keeps_at_least_one_entry():
     same = bytearray(whole)
     cut_index_file(same, LAYOUT, 5)
     assert same == whole
+
+
+def walk_back_reference(table: list[int], prev: list[int], keep: int, used: int) -> list[int]:
+    """Each slot's head walked back one slot at a time: down prevIndex while past `keep` (a negative prev is 0, a head
+    past the last used position reads that position's prev), at most `used` steps (a damaged loop stops there)."""
+    heads = []
+    for h in table:
+        for _ in range(used):
+            if h <= keep:
+                break
+            h = max(0, prev[min(h, used - 1)])
+        heads.append(h)
+    return heads
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), used=st.integers(3, MAX))
+def test_cut_head_walks_damaged_chains_as_the_reference(data, used):
+    """cut_head on a damaged file (slot values and prevIndex anywhere, loops included) gives each slot the value the
+    slot-by-slot walk gives, and takes the undone entries without a prev off hashSlotCount."""
+    keep = data.draw(st.integers(1, used - 2))
+    value = st.integers(-3, MAX + 3)
+    table = data.draw(st.lists(value, min_size=SLOTS, max_size=SLOTS))
+    prev = data.draw(st.lists(value, min_size=used, max_size=used))
+    head = bytearray(LAYOUT.entries_at)
+    LAYOUT.slot_table(head)[:] = table  # a header-and-slots buffer, as verify's in-memory seed check cuts
+    header = IndexHeader(1_700_000_000_000, 0, 5, 9, 40, used)
+    last = np.zeros(1, ENTRY_DTYPE)[0]
+    undone = np.array(prev[keep + 1:], ">i4")
+    after = cut_head(head, LAYOUT, header, last, undone, keep)
+    assert LAYOUT.slot_table(head).tolist() == walk_back_reference(table, prev, keep, used)
+    assert after.index_count == keep + 1
+    assert after.hash_slot_count == 40 - sum(1 for p in prev[keep + 1:] if p == 0)

@@ -5,6 +5,7 @@ publish rule holds (an OUT whose run never wrote its report, the commit, is refu
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -319,3 +320,24 @@ def test_rebuild_since_on_s3_continues_an_s3_out(s3, capsys, tmp_path):
     report = json_out(capsys)
     assert report["since"]["built_to_before"] < report["built_to"]["offset"]
     assert_rebuilt(s3, "out/night-2")
+
+
+def test_verify_since_of_an_s3_store_cuts_the_seed_as_a_copy(s3, capsys, tmp_path):
+    """verify --since of an s3:// store: the index file holding where it starts cannot be mapped where it lies, so it
+    is checked by a cut copy, the slower path, named in the report and on stderr; the store is CONSISTENT."""
+    from tests.since_helpers import cut_offset, earlier_store
+
+    earlier = earlier_store(CLEAN, tmp_path / "earlier", cut_offset(CLEAN, 0.7))
+    assert rebuild_main(["--store", str(earlier), *conf(CLEAN), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    for part in ("consumequeue", "index"):
+        shutil.copytree(tmp_path / "out" / part, earlier / part)
+    then = tmp_path / "then.json"
+    assert verify_main(["--store", str(earlier), *conf(CLEAN), "--report", str(then), "--quiet"]) == 0
+    capsys.readouterr()
+    assert verify_main([*store(CLEAN), "--since", str(then), "--work-dir", uri("tmp"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["status"] == "consistent" and report["since"]["checked_from"]
+    seed = report["index_seed"]
+    assert seed["checked_by"] == "cut copy" and "not on a local filesystem" in seed["why"]
+    assert f"note: {report['index_seed']['file']} checked by a cut copy, the slower path" in err

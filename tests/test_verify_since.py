@@ -52,6 +52,7 @@ def test_since_decodes_the_new_part_only_and_agrees(last_week, tmp_path):
     assert s["bytes_decoded"] <= report["commitlog"]["max_physical_offset"] - s["decoded_from"] + 262144
     assert s["earlier"]["consumequeue.units"] > 0 and s["earlier"]["index.files"] > 0
     assert report["built_to"]["offset"] == report["commitlog"]["max_physical_offset"]
+    assert report["index_seed"]["checked_by"] == "in memory" and report["index_seed"]["why"] is None
 
 
 def test_damage_in_the_new_part_is_found(last_week, tmp_path):
@@ -84,6 +85,8 @@ def test_damage_in_the_new_part_is_found(last_week, tmp_path):
             if d["artifact"] == "consumequeue"] == [(new.relative_to(store).as_posix(), "entry_differs", at)]
     assert [(d["path"], d["position"]) for d in report["findings"] if d["kind"] == "entry_differs"
             and d["artifact"] == "index"] == [(f"index/{seed.name}", kept + 1)]
+    assert report["index_seed"] == {"file": f"index/{seed.name}", "checked_by": "cut copy",
+                                    "why": "the in-memory check found a difference: the cut copy names it"}
 
 
 def test_head_expired_since(last_week, tmp_path, capfd):
@@ -94,6 +97,7 @@ def test_head_expired_since(last_week, tmp_path, capfd):
     min_offset = expired_copy(CASE, store, 3)
     code, report = since(store, tmp_path, earlier)
     assert code == 0 and report["expired"]["consumequeue.units"] > 0 and report["since"]["checked_from"]
+    assert report["index_seed"]["checked_by"] == "in memory"
     assert report["commitlog"]["min_offset"] == min_offset
     gone = tmp_path / "gone"
     min_offset = expired_copy(CASE, gone, 120)

@@ -193,17 +193,22 @@ def append_index(task: IndexAppend) -> list[tuple[int, int | None]]:
     first: list[int] = []
 
     def batches() -> Iterator[KeyBatch]:
-        for split, lo, hi in task.slices:
-            cols = key_columns(task.work, split)
-            for a in range(lo, hi, APPEND_BATCH):
-                b = min(hi, a + APPEND_BATCH)
-                keys = KeyBatch(*(cols[n].take(slice(a, b)) for n in ("key_hash", "phy", "store_ts")))
-                if not first and len(keys):
-                    first.append(int(keys.store_ts[0]))
-                yield keys
+        for keys in key_batches(task.work, task.slices):
+            if not first and len(keys):
+                first.append(int(keys.store_ts[0]))
+            yield keys
 
     append_to_copy(task.src, task.dst, batches(), task.file_size, task.slots, task.max_entries, task.precopied)
     return [(task.file_no, first[0] if first else None)]
+
+
+def key_batches(work: Location, slices: tuple[tuple[int, int, int], ...]) -> Iterator[KeyBatch]:
+    """The keys of the work files' rows (split, first row, end row), in dispatch order, APPEND_BATCH at a time."""
+    for split, lo, hi in slices:
+        cols = key_columns(work, split)
+        for a in range(lo, hi, APPEND_BATCH):
+            b = min(hi, a + APPEND_BATCH)
+            yield KeyBatch(*(cols[n].take(slice(a, b)) for n in ("key_hash", "phy", "store_ts")))
 
 
 def append_to_copy(src: Location, dst: Location, batches: Iterable[KeyBatch], file_size: int, slots: int,

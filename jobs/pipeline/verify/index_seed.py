@@ -3,29 +3,34 @@ segment `verify --since` decodes from): the store's index file holding that offs
 it (storage_format.index_prefix) and continued by the keys from there, as `rebuild --since` continues OUT1's last
 file (since.index.continue_files); the files after it are compared as a full verify compares them. The entries
 before the offset and the older files are counted apart: as expired (their records are gone, so nothing can check
-them; the clean service deletes such files when it runs) or as checked by the earlier verify."""
+them; the clean service deletes such files when it runs) or as checked by the earlier verify. A local store's file
+is checked without a copy first (equal_in_memory: its header and slots cut in memory, the new entries compared
+where they lie); only a difference, or a remote store, pays for the cut copy that names what differs."""
 from __future__ import annotations
 
 import datetime as dt
 import mmap
 from dataclasses import dataclass
 
+import numpy as np
+
 from storage_format import recovery
-from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
-from storage_format.index_prefix import cut_index_file, entries_below
+from storage_format.index_file import (ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexHeader, IndexLayout,
+                                       append_to_index_file)
+from storage_format.index_prefix import cut_head, cut_index_file, entries_below
 from storage_format.settings import BrokerSettings
 
 from ..io.copy import copy_file
 from ..io.fs import Location
 from ..io.paths import is_local
-from ..outputs.continued import IndexAppend, append_index
+from ..outputs.continued import IndexAppend, append_index, key_batches
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
-from ..since.index import EarlierIndex, continue_files
+from ..since.index import EarlierIndex, IndexWork, continue_files
 from .findings import Findings
-from .cq import HOLE_ALIGN
-from .index import check_index, compare_index_file, expected_headers, plan_index_checks
+from .cq import HOLE_ALIGN, CqCheckTask, check_cq
+from .index import check_index, compare_index_file, disk_index_files, expected_headers, plan_index_checks
 from .pointer import PointerCheck
 
 CHUNK = 8 << 20
@@ -133,33 +138,204 @@ def _equal_past_the_kept(task: SeedCheck, layout: IndexLayout, tail: int) -> boo
     return True
 
 
-def seeded_index_check(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, work: Location,
-                       settings: BrokerSettings, index_dir: Location, pointers: PointerCheck, found: Findings,
-                       generation: int, quiet: bool) -> int:
-    """Compare the store's index from its file `at` on with the seed's continuation; returns the files expected."""
+@dataclass(frozen=True, kw_only=True)
+class SeedInMemory:
+    """The store's seed file (local, of the configured size) checked without a copy: its header and slot table cut
+    back to the first `kept` entries in memory, the new keys (work-file rows) put into them, and the result compared
+    with the file, whose kept entries are the expected file's by construction."""
+
+    disk: Location
+    kept: int
+    log_min: int
+    work: Location
+    slices: tuple[tuple[int, int, int], ...]
+    slots: int
+    max_entries: int
+
+
+def plan_header(disk: Location, bound: int, layout: IndexLayout) -> tuple[int, IndexHeader]:
+    """(entries below `bound`, the header the continuation plan reads) of a local seed file, read in a few places
+    (a binary search): the cut's count and end fields; its hashSlotCount, which no plan reads, left as the file's."""
+    with open(disk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        kept = entries_below(data, layout, bound)
+        header = IndexHeader.from_bytes(data[:HEADER_SIZE]).as_loaded()
+        if kept < 1 or kept >= layout.used_positions(header) or len(data) < layout.entry_at(kept + 1):
+            return kept, header
+        last = np.frombuffer(data[layout.entry_at(kept):layout.entry_at(kept + 1)], ENTRY_DTYPE)[0]
+    end_ts = header.begin_timestamp + (int(last["diff"]) * 1000 if kept > 1 else 0)
+    return kept, IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]),
+                             header.hash_slot_count, kept + 1)
+
+
+def equal_in_memory(task: SeedInMemory) -> tuple[bool, int]:
+    """(whether the store's file equals the seed continued, its kept entries below the log's min offset); False
+    sends the driver to the cut copy (seeded_index_check), which names the differences."""
+    layout = IndexLayout(task.slots, task.max_entries)
+    with open(task.disk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if len(data) != layout.size:
+            return False, 0
+        return _equal_mapped(task, layout, data)  # every view of the mapping is gone when it returns
+
+
+def _equal_mapped(task: SeedInMemory, layout: IndexLayout, data: mmap.mmap) -> tuple[bool, int]:
+    header = IndexHeader.from_bytes(data[:HEADER_SIZE]).as_loaded()
+    used, keep = layout.used_positions(header), task.kept
+    expired = min(entries_below(data, layout, task.log_min), keep)
+    if not 1 <= keep < used:
+        return False, expired
+    entries = layout.entries(data)
+    head = bytearray(data[:layout.entries_at])  # header and slots: the expected file's, once cut and put into
+    head[:HEADER_SIZE] = cut_head(head, layout, header, entries[keep], entries["prev"][keep + 1:used],
+                                  keep).to_bytes()
+    differs: list[int] = []
+
+    def compare(at: int, new: memoryview) -> None:  # the new entries, as append_to_index_file writes them
+        if not _same(data, at, new):
+            differs.append(at)
+
+    end = layout.entry_at(keep + 1)
+    for keys in key_batches(task.work, task.slices):
+        put = append_to_index_file(head, keys.key_hash, keys.phy, keys.store_ts, task.slots, task.max_entries,
+                                   compare)
+        if put != len(keys):
+            return False, expired
+        end += put * ENTRY_SIZE
+    return not differs and _same(data, 0, memoryview(head)) and _zeros_after(task.disk, data, end), expired
+
+
+def _same(data: mmap.mmap, at: int, new: memoryview) -> bool:
+    """The mapped file holds `new` at byte `at`."""
+    return at + len(new) <= len(data) and bool(np.array_equal(np.frombuffer(data, np.uint8, len(new), at),
+                                                              np.frombuffer(new, np.uint8)))
+
+
+def _zeros_after(disk: Location, data: mmap.mmap, end: int) -> bool:
+    """The mapped file holds zeros from `end` on, read only where it holds data (not its hole)."""
+    hole = -(-end // HOLE_ALIGN) * HOLE_ALIGN
+    stop = len(data) if hole >= len(data) or not disk.is_hole(hole, len(data)) else hole
+    return all(not np.frombuffer(data, np.uint8, min(CHUNK, stop - at), at).any() for at in range(end, stop, CHUNK))
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """verify's index check as far as it is planned before the consume-queue stage: the store's index files in name
+    order and the findings of listing them (merged when the index check runs, so the report keeps its order), the
+    store's generation, the seed file's position (None: a full index check) and, for a local seed file, its
+    in-memory check (run beside the queue checks: check_queue_or_seed) with the continuation it checks."""
+
+    disk: DiskIndex
+    listing: Findings
+    generation: int
+    at: int | None = None
+    task: SeedInMemory | None = None
+    continued: IndexWork | None = None
+
+
+def plan_index_check(index_dir: Location, scan: ScanResult, work: Location, settings: BrokerSettings,
+                     pointers: PointerCheck, generation: int) -> IndexPlan:
+    """The store's index files listed, the seed found and, when local, its in-memory check planned."""
+    listing = Findings()
+    disk = disk_index_files(index_dir, listing)
+    bound = seed_bound(pointers)
+    at = seed_position(disk, bound)
+    if at is None or not is_local(index_dir):
+        return IndexPlan(disk, listing, generation, at)
+    name = disk[at][0]
+    disk_file = index_dir.child(name)
+    kept, header = plan_header(disk_file, bound, IndexLayout(settings.max_hash_slot_num, settings.max_index_num))
+    continued = _continue(name, header, disk_file.uri, bound, scan, work, settings, generation)
+    appends = [t for t in continued.tasks if isinstance(t, IndexAppend)]
+    task = SeedInMemory(disk=disk_file, kept=kept, log_min=pointers.log_min, work=work,
+                        slices=appends[0].slices if appends else (), slots=settings.max_hash_slot_num,
+                        max_entries=settings.max_index_num)
+    return IndexPlan(disk, listing, generation, at, task, continued)
+
+
+def check_queue_or_seed(item: CqCheckTask | SeedInMemory) -> Findings | tuple[bool, int]:
+    """One task of verify's consume-queue stage: a queue check, or the seed file's in-memory check beside them."""
+    return equal_in_memory(item) if isinstance(item, SeedInMemory) else check_cq(item)
+
+
+@dataclass(frozen=True)
+class SeedOutcome:
+    """How seeded_index_check went: the index files it expected, and how the seed file was checked (the report's
+    `index_seed`): in memory, or by a cut copy, the slower path, and why it was taken."""
+
+    files_expected: int
+    file: str
+    checked_by: str  # IN_MEMORY or CUT_COPY
+    why: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "checked_by": self.checked_by, "why": self.why}
+
+
+IN_MEMORY, CUT_COPY = "in memory", "cut copy"
+REMOTE = "the store is not on a local filesystem (the file is not mapped where it lies)"
+DIFFERS = "the in-memory check found a difference: the cut copy names it"
+
+
+def seeded_index_check(sc: TaskRunner, plan: IndexPlan, seed_result: tuple[bool, int] | None, scan: ScanResult,
+                       work: Location, settings: BrokerSettings, index_dir: Location, pointers: PointerCheck,
+                       found: Findings, quiet: bool) -> SeedOutcome:
+    """Compare the store's index from the seed file on with the seed's continuation. A local seed file is first
+    checked in memory (`seed_result`: its check run beside the queue checks; None: run now); where that finds a
+    difference, or the file is remote, a cut copy of it is continued and compared (naming the differences)."""
+    at, builds, why = plan.at, None, REMOTE
+    if plan.task is not None and plan.continued is not None:
+        if seed_result is None:
+            seed_result = run_tasks(sc, [plan.task], equal_in_memory, "index seed", quiet=quiet)[0]
+        equal, expired = seed_result
+        if equal:
+            _count_seed(plan.disk, at, plan.task.kept, expired, pointers, found)
+            found.files_checked += 1
+            builds, why = [t for t in plan.continued.tasks if not isinstance(t, IndexAppend)], None
+        else:
+            why = DIFFERS
+    if builds is None:
+        builds = _seed_by_copy(sc, plan.disk, at, scan, work, settings, index_dir, pointers, found, plan.generation,
+                               quiet)
+    headers = [h for part in run_tasks(sc, builds, expected_headers, "index headers", quiet=quiet) for h in part]
+    checks = plan_index_checks(builds, headers, index_dir, plan.disk[at + 1:], pointers, found)
+    for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
+        found.merge(f)
+    return SeedOutcome(1 + len(headers), f"index/{plan.disk[at][0]}", CUT_COPY if why else IN_MEMORY, why)
+
+
+def _continue(name: str, header: IndexHeader, uri: str, bound: int, scan: ScanResult, work: Location,
+              settings: BrokerSettings, generation: int) -> IndexWork:
+    """The continuation plan of the seed file (its cut's header) by the scan's keys from `bound` on."""
+    return continue_files(EarlierIndex([recovery.IndexFileInfo(name, header)], {name: uri}, bound), scan, work,
+                          settings, work.child("index-expected"), generation, 0, dt.timezone.utc)
+
+
+def _count_seed(disk: DiskIndex, at: int, kept: int, expired: int, pointers: PointerCheck, found: Findings) -> None:
+    """The files before the seed and its kept entries, counted as expired or as checked earlier."""
+    gone = sum(1 for _, h in disk[:at] if h is None or h.end_phy_offset < pointers.log_min)
+    found.add_expired("index", "files", gone)
+    found.add_earlier("index", "files", at - gone)
+    found.add_expired("index", "entries", expired)
+    found.add_earlier("index", "entries", kept - expired)
+
+
+def _seed_by_copy(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, work: Location,
+                  settings: BrokerSettings, index_dir: Location, pointers: PointerCheck, found: Findings,
+                  generation: int, quiet: bool) -> list:
+    """The seed file cut as a copy, continued and compared (its findings into `found`); returns the plan's tasks
+    building the files after it."""
     bound = seed_bound(pointers)
     name = disk[at][0]
     task = SeedTask(disk=index_dir.child(name), copy=work.child("index-seed", name), bound=bound,
                     log_min=pointers.log_min, file_size=settings.index_file_size, slots=settings.max_hash_slot_num,
                     max_entries=settings.max_index_num)
     kept, expired, header = run_tasks(sc, [task], cut_copy, "index seed", quiet=quiet)[0]
-    gone = sum(1 for _, h in disk[:at] if h is None or h.end_phy_offset < pointers.log_min)
-    found.add_expired("index", "files", gone)
-    found.add_earlier("index", "files", at - gone)
-    found.add_expired("index", "entries", expired)
-    found.add_earlier("index", "entries", kept - expired)
-    plan = continue_files(EarlierIndex([recovery.IndexFileInfo(name, header)], {name: task.copy.uri}, bound), scan,
-                          work, settings, work.child("index-expected"), generation, 0, dt.timezone.utc)
+    _count_seed(disk, at, kept, expired, pointers, found)
+    plan = _continue(name, header, task.copy.uri, bound, scan, work, settings, generation)
     appends = [t for t in plan.tasks if isinstance(t, IndexAppend)]
-    builds = [t for t in plan.tasks if not isinstance(t, IndexAppend)]
     first = SeedCheck(append=appends[0] if appends else None,
                       expected=appends[0].dst if appends else task.copy, disk=task.disk, rel=f"index/{name}",
                       slots=settings.max_hash_slot_num, max_entries=settings.max_index_num, kept=kept,
                       pointers=pointers)
     for f in run_tasks(sc, [first], check_seed, "index seed", quiet=quiet):
         found.merge(f)
-    headers = [h for part in run_tasks(sc, builds, expected_headers, "index headers", quiet=quiet) for h in part]
-    checks = plan_index_checks(builds, headers, index_dir, disk[at + 1:], pointers, found)
-    for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
-        found.merge(f)
-    return 1 + len(headers)
+    return [t for t in plan.tasks if not isinstance(t, IndexAppend)]
