@@ -78,6 +78,13 @@ def cut_head(head: bytearray | mmap.mmap, layout: IndexLayout, header: IndexHead
     changed = walk != start
     table[undo[changed]] = walk[changed]
     undone = int(np.count_nonzero(undone_prev == 0))
+    return header_after_cut(header, last, keep, header.hash_slot_count - undone)
+
+
+def header_after_cut(header: IndexHeader, last: np.void, keep: int, hash_slot_count: int) -> IndexHeader:
+    """The header of a file cut back to its first `keep` entries, `last` being entry `keep`: indexCount keep + 1, the
+    end fields the last kept entry's (its store time to whole seconds, as its timeDiff holds it), the begin fields
+    kept, hashSlotCount as given."""
     end_ts = header.begin_timestamp + (int(last["diff"]) * 1000 if keep > 1 else 0)
-    return IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]),
-                       header.hash_slot_count - undone, keep + 1)
+    return IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]), hash_slot_count,
+                       keep + 1)

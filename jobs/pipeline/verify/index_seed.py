@@ -17,7 +17,7 @@ import numpy as np
 from storage_format import recovery
 from storage_format.index_file import (ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexHeader, IndexLayout,
                                        append_to_index_file)
-from storage_format.index_prefix import cut_head, cut_index_file, entries_below
+from storage_format.index_prefix import cut_head, cut_index_file, entries_below, header_after_cut
 from storage_format.settings import BrokerSettings
 
 from ..io.copy import copy_file
@@ -126,8 +126,7 @@ def _equal_past_the_kept(task: SeedCheck, layout: IndexLayout, tail: int) -> boo
     size = task.expected.size()
     if task.disk.size() != size:
         return False
-    hole = -(-tail // HOLE_ALIGN) * HOLE_ALIGN
-    zeros_to = size if hole >= size or not task.disk.is_hole(hole, size) else hole
+    zeros_to = _data_end(task.disk, tail, size)
     with task.expected.open_input() as e, task.disk.open_input() as d:
         for a, b in ((0, layout.entries_at), (layout.entry_at(task.kept + 1), tail), (tail, zeros_to)):
             for at in range(a, b, CHUNK):
@@ -162,9 +161,7 @@ def plan_header(disk: Location, bound: int, layout: IndexLayout) -> tuple[int, I
         if kept < 1 or kept >= layout.used_positions(header) or len(data) < layout.entry_at(kept + 1):
             return kept, header
         last = np.frombuffer(data[layout.entry_at(kept):layout.entry_at(kept + 1)], ENTRY_DTYPE)[0]
-    end_ts = header.begin_timestamp + (int(last["diff"]) * 1000 if kept > 1 else 0)
-    return kept, IndexHeader(header.begin_timestamp, end_ts, header.begin_phy_offset, int(last["phy"]),
-                             header.hash_slot_count, kept + 1)
+    return kept, header_after_cut(header, last, kept, header.hash_slot_count)
 
 
 def equal_in_memory(task: SeedInMemory) -> tuple[bool, int]:
@@ -209,10 +206,16 @@ def _same(data: mmap.mmap, at: int, new: memoryview) -> bool:
                                                               np.frombuffer(new, np.uint8)))
 
 
+def _data_end(disk: Location, end: int, size: int) -> int:
+    """How far a check for zeros from `end` on must read the file: to the block edge after `end` when the rest is a
+    hole, else to its size."""
+    hole = -(-end // HOLE_ALIGN) * HOLE_ALIGN
+    return size if hole >= size or not disk.is_hole(hole, size) else hole
+
+
 def _zeros_after(disk: Location, data: mmap.mmap, end: int) -> bool:
     """The mapped file holds zeros from `end` on, read only where it holds data (not its hole)."""
-    hole = -(-end // HOLE_ALIGN) * HOLE_ALIGN
-    stop = len(data) if hole >= len(data) or not disk.is_hole(hole, len(data)) else hole
+    stop = _data_end(disk, end, len(data))
     return all(not np.frombuffer(data, np.uint8, min(CHUNK, stop - at), at).any() for at in range(end, stop, CHUNK))
 
 
