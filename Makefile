@@ -60,20 +60,23 @@ nightly-demo: venv
 	@echo "  what was decoded, reused and expired); the catalog $(N)/catalog holds both nights' records; tonight's"
 	@echo "  verify --since $(N)/verify-1.json checked only what the log gained ($(N)/verify-2.json)"
 
-# The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`).
+# The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`),
+# in TEST_WORKERS xdist workers (2, the CI machine's cores: the suite waits on JVMs and subprocesses as much as it
+# computes, and two workers take 0.7x of one's time; docs/testing.md).
+TEST_WORKERS ?= 2
 test: venv system-deps
-	$(PY) -m pytest -q -m "not full and not cluster" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not full and not cluster" tests
 
 # Everything, the whole matrices too (docs/testing.md): run before each release note.
 test-full: venv system-deps
-	$(PY) -m pytest -q -m "not cluster" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not cluster" tests
 
 # Every dependency at its floor in pyproject.toml (a venv outside the repository), then the tests marked `floors` there.
 test-floors:
-	PYTHON=$(PYTHON) .ci/floors
+	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/floors
 
 test-cluster: package
-	$(PY) -m pytest -q -m cluster tests/test_cluster.py
+	$(PY) -m pytest -q -n 2 --dist loadscope -m cluster tests/test_cluster.py
 
 # The compiled kernels on untrusted bytes with numba's bounds checks on. numba's cache index does not record
 # NUMBA_BOUNDSCHECK: with the usual cache the unchecked kernels would be loaded, so they compile into a cache

@@ -90,6 +90,18 @@ def private_temp_env(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def short_tmp():
+    """A temp directory with a short path, removed afterwards: Unix socket paths under it stay within 107 bytes,
+    which pytest's tmp_path (/tmp/pytest-of-root/pytest-N/popen-gwK/<test name>0 under xdist) does not promise."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="rt-"))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
 def killed_temp():
     """A short-named temp directory for the jobs a test SIGKILLs (private_temp_env), removed afterwards."""
     import shutil
@@ -140,18 +152,55 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from tests.leftovers import temp_entries
 
     session.config.stash[_BEFORE] = temp_entries()
+    session.config.stash[_WORKERS_LEFT] = []
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """An xdist worker has finished: what it found below itself is checked with the run's end (its output is lost)."""
+    left = getattr(node, "workeroutput", {}).get(_LEFT_KEY)
+    if left:
+        node.config.stash[_WORKERS_LEFT].append(f"[{node.gateway.id}] {left}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     """Nothing left behind: a run that leaves `reput-*` or Spark socket entries in the temp directory, or a process
     below this one, fails, naming each; the suite's own Spark JVM and its warm daemon's socket directory end with
-    this process (tests/test_leftovers.py checks they are gone after a run)."""
+    this process (tests/test_leftovers.py checks they are gone after a run). Under xdist (`make test`'s `-n 2`) each
+    worker checks the processes below itself, and the temp directory, which the workers share, is checked once by
+    the controller after they have all ended (this wrapper runs after xdist's own hook stops them)."""
+    result = yield
+    if exitstatus == pytest.ExitCode.INTERRUPTED or _BEFORE not in session.config.stash:
+        return result
+    worker = hasattr(session.config, "workerinput")
+    left = _left_behind(session, check_temp=not worker)
+    if worker:
+        if left:
+            session.config.workeroutput[_LEFT_KEY] = left.describe()
+        return result
+    lines = session.config.stash[_WORKERS_LEFT] + ([left.describe()] if left else [])
+    if lines:
+        import sys
+
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the run left these behind (tests/leftovers.py):\n" + "\n".join(lines)
+        if reporter is not None:
+            reporter.section("left behind", sep="=", red=True)
+            reporter.line(text)
+        else:
+            print(text, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return result
+
+
+def _left_behind(session: pytest.Session, check_temp: bool):
+    """What this process leaves: processes below it but its own Spark JVM, and (check_temp) new temp entries
+    other than its warm daemon's socket directory, which goes with that JVM."""
     import sys
 
     from tests.leftovers import left_behind
 
-    if exitstatus == pytest.ExitCode.INTERRUPTED or _BEFORE not in session.config.stash:
-        return
     spared: set[int] = set()
     context = sys.modules.get("pyspark") and sys.modules["pyspark"].SparkContext
     gateway = getattr(context, "_gateway", None) if context else None
@@ -161,16 +210,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from jobs.pipeline.runtime.worker_daemon import WARM_ENV
     if os.environ.get(WARM_ENV):  # the suite's own warm daemon's socket: it goes with the suite's JVM, at exit
         before.add(os.path.basename(os.path.dirname(os.environ[WARM_ENV])))
-    left = left_behind(before, os.getpid(), spared)
-    if left:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        text = "the run left these behind (tests/leftovers.py):\n" + left.describe()
-        if reporter is not None:
-            reporter.section("left behind", sep="=", red=True)
-            reporter.line(text)
-        else:
-            print(text, file=sys.stderr)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    wait_s = float(os.environ.get(LEFTOVER_WAIT_ENV, "10"))  # tests/test_leftovers.py's inner run: 1 s
+    return left_behind(before, os.getpid(), spared, wait_s=wait_s, check_temp=check_temp)
 
 
 _BEFORE = pytest.StashKey[set]()
+_WORKERS_LEFT = pytest.StashKey[list]()
+_LEFT_KEY = "reput_left_behind"
+LEFTOVER_WAIT_ENV = "REPUT_TEST_LEFTOVER_WAIT_S"  # how long the end waits for processes and temp entries to go

@@ -61,16 +61,17 @@ class Left:
 
 
 def left_behind(before: set[str], pid: int, spared: set[int] = frozenset(), wait_s: float = 10.0,
-                temp: Path | None = None) -> Left:
-    """What is there now and was not in `before` (temp entries), and the processes below `pid` other than
-    `spared` (and theirs); processes get `wait_s` to end first (a stopped SparkContext's workers take a moment)."""
+                temp: Path | None = None, check_temp: bool = True) -> Left:
+    """What is there now and was not in `before` (temp entries, unless not `check_temp`), and the processes below
+    `pid` other than `spared` (and theirs); both get `wait_s` to go first (a stopped SparkContext's workers take a
+    moment, and an xdist worker's JVM removes its warm daemon's socket directory as it ends)."""
     deadline = time.monotonic() + wait_s
     while True:
         procs = {p: c for p, c in descendants(pid).items() if p not in spared and not _below(p, spared)}
-        if not procs or time.monotonic() >= deadline:
-            break
+        entries = tuple(sorted(temp_entries(temp) - before)) if check_temp else ()
+        if not (procs or entries) or time.monotonic() >= deadline:
+            return Left(entries, procs)
         time.sleep(0.2)
-    return Left(tuple(sorted(temp_entries(temp) - before)), procs)
 
 
 def _below(pid: int, ancestors: set[int]) -> bool:

@@ -37,9 +37,14 @@ def only_when_selected(request):
 def shipped() -> tuple[Path, Path]:
     """dist/reput.zip, and dist/reput-env.tar.gz with ./env built again when pyproject.toml is newer
     or ./env is missing (what `make package` does; the env takes a minute or two to build)."""
-    build_zip(ZIP)
-    if env_is_stale(ENV):
-        build_env(ENV, REPO / "build" / "reput-env")
+    import fcntl
+
+    (REPO / "build").mkdir(exist_ok=True)
+    with open(REPO / "build" / "shipped.lock", "w") as lock:  # make test-cluster's two workers: one builds the env
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_zip(ZIP)
+        if env_is_stale(ENV):
+            build_env(ENV, REPO / "build" / "reput-env")
     return ZIP, ENV
 
 
@@ -184,14 +189,52 @@ def s3_store(case: str) -> tuple[str, ...]:
     return "--store", s3(f"stores/{case}"), "--broker-config", str(GOLDEN / case / "broker.conf")
 
 
-def test_worker_cannot_see_the_drivers_disk(isolated, tmp_path):
-    """The isolation itself: a file the test writes under its temp dir is not there for the worker's processes."""
-    marker = tmp_path / "visible-to-the-driver-only"
-    marker.write_text("x")
-    worker = next(p for p in Path("/proc").iterdir() if p.name.isdigit()
-                  and b"deploy.worker.Worker" in _cmdline(p) and str(isolated[1]).encode() in _cmdline(p))
-    seen = subprocess.run(["nsenter", "-t", worker.name, "-m", "test", "-e", str(marker)])
-    assert marker.exists() and seen.returncode == 1
+class TestSharingNothing:
+    """The isolated cluster's tests, one class: make test-cluster's `--dist loadscope` runs them in one xdist worker
+    while the shared cluster's run in the other (each cluster waits on JVMs more than it computes)."""
+
+    def test_worker_cannot_see_the_drivers_disk(self, isolated, tmp_path):
+        """The isolation itself: a file the test writes under its temp dir is not there for the worker's processes."""
+        marker = tmp_path / "visible-to-the-driver-only"
+        marker.write_text("x")
+        worker = next(p for p in Path("/proc").iterdir() if p.name.isdigit()
+                      and b"deploy.worker.Worker" in _cmdline(p) and str(isolated[1]).encode() in _cmdline(p))
+        seen = subprocess.run(["nsenter", "-t", worker.name, "-m", "test", "-e", str(marker)])
+        assert marker.exists() and seen.returncode == 1
+
+    def test_rebuild_verify_recover_on_s3_sharing_nothing(self, isolated):
+        """rebuild s3 -> s3 byte-exact; verify of the broker's own store through an s3:// work dir; recover --out s3://
+        equal to RocketMQ's own recovery."""
+        server, env = isolated[2], isolated[3]
+        submit(isolated, "rebuild", *s3_store(CASE), "--out", s3("rebuild-out"), "--json", env=env)
+        assert server.tree(f"{BUCKET}/rebuild-out/consumequeue") == {
+            k[len("consumequeue/"):]: v for k, v in golden_files(CASE, "consumequeue/").items()}
+        index = server.tree(f"{BUCKET}/rebuild-out/index")
+        assert [index[k] for k in sorted(index)] == index_shas(CASE)
+        done = submit(isolated, "verify", *s3_store(CASE), "--work-dir", s3("verify-work"), "--json", env=env)
+        assert json.loads(done.stdout)["status"] == "consistent"
+        submit(isolated, "recover", *s3_store("unclean-torn-11"), "--out", s3("recover-out"), "--json", env=env)
+        want = "unclean-torn-11-recovered"
+        for prefix in ("commitlog/", "consumequeue/"):
+            assert server.tree(f"{BUCKET}/recover-out/{prefix.rstrip('/')}") == {
+                k[len(prefix):]: v for k, v in golden_files(want, prefix).items()}, prefix
+        index = server.tree(f"{BUCKET}/recover-out/index")
+        assert [index[k] for k in sorted(index)] == index_shas(want)
+
+    def test_convert_on_s3_sharing_nothing_equals_the_local_convert(self, isolated, tmp_path):
+        """convert of a DLedger store s3 -> s3 on the isolated cluster writes what the local engine writes here."""
+        from jobs.convert import main as convert_main
+
+        server, env = isolated[2], isolated[3]
+        case = "dledger-clean-small-11"
+        submit(isolated, "convert", *s3_store(case), "--out", s3("convert-out"), "--json", env=env)
+        local = tmp_path / "local"
+        assert convert_main(["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out",
+                             str(local), "--engine", "local", "--master", "local[2]", "--quiet", "--json"]) == 0
+        for part in ("commitlog", "consumequeue", "index"):
+            assert server.tree(f"{BUCKET}/convert-out/{part}") == {
+                k[len(part) + 1:]: v for k, v in tree(local, part).items()}, part
+        assert sha(local / "checkpoint") == hashlib.sha256(server.read(f"{BUCKET}/convert-out/checkpoint")).hexdigest()
 
 
 def _cmdline(p: Path) -> bytes:
@@ -199,39 +242,3 @@ def _cmdline(p: Path) -> bytes:
         return (p / "cmdline").read_bytes()
     except OSError:
         return b""
-
-
-def test_rebuild_verify_recover_on_s3_sharing_nothing(isolated):
-    """rebuild s3 -> s3 byte-exact; verify of the broker's own store through an s3:// work dir; recover --out s3://
-    equal to RocketMQ's own recovery."""
-    server, env = isolated[2], isolated[3]
-    submit(isolated, "rebuild", *s3_store(CASE), "--out", s3("rebuild-out"), "--json", env=env)
-    assert server.tree(f"{BUCKET}/rebuild-out/consumequeue") == {
-        k[len("consumequeue/"):]: v for k, v in golden_files(CASE, "consumequeue/").items()}
-    index = server.tree(f"{BUCKET}/rebuild-out/index")
-    assert [index[k] for k in sorted(index)] == index_shas(CASE)
-    done = submit(isolated, "verify", *s3_store(CASE), "--work-dir", s3("verify-work"), "--json", env=env)
-    assert json.loads(done.stdout)["status"] == "consistent"
-    submit(isolated, "recover", *s3_store("unclean-torn-11"), "--out", s3("recover-out"), "--json", env=env)
-    want = "unclean-torn-11-recovered"
-    for prefix in ("commitlog/", "consumequeue/"):
-        assert server.tree(f"{BUCKET}/recover-out/{prefix.rstrip('/')}") == {
-            k[len(prefix):]: v for k, v in golden_files(want, prefix).items()}, prefix
-    index = server.tree(f"{BUCKET}/recover-out/index")
-    assert [index[k] for k in sorted(index)] == index_shas(want)
-
-
-def test_convert_on_s3_sharing_nothing_equals_the_local_convert(isolated, tmp_path):
-    """convert of a DLedger store s3 -> s3 on the isolated cluster writes what the local engine writes here."""
-    from jobs.convert import main as convert_main
-
-    server, env = isolated[2], isolated[3]
-    case = "dledger-clean-small-11"
-    submit(isolated, "convert", *s3_store(case), "--out", s3("convert-out"), "--json", env=env)
-    local = tmp_path / "local"
-    assert convert_main(["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out",
-                         str(local), "--engine", "local", "--master", "local[2]", "--quiet", "--json"]) == 0
-    for part in ("commitlog", "consumequeue", "index"):
-        assert server.tree(f"{BUCKET}/convert-out/{part}") == {
-            k[len(part) + 1:]: v for k, v in tree(local, part).items()}, part
-    assert sha(local / "checkpoint") == hashlib.sha256(server.read(f"{BUCKET}/convert-out/checkpoint")).hexdigest()

@@ -14,7 +14,8 @@ from pathlib import Path
 from tests.leftovers import descendants, left_behind, temp_entries
 
 
-def test_new_temp_entries_and_running_children_are_found(tmp_path):
+def test_new_temp_entries_and_running_children_are_found(short_tmp):
+    tmp_path = short_tmp  # a Unix socket is bound under it
     (tmp_path / "reput-old").mkdir()
     before = temp_entries(tmp_path)
     running = set(descendants(os.getpid()))  # the suite's own Spark JVM, when it has started
@@ -74,3 +75,38 @@ def _environ(pid: int) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+LEAKS = """
+import os, subprocess, sys, tempfile
+def test_leaves_a_temp_entry():
+    os.mkdir(os.path.join(tempfile.gettempdir(), "reput-in-leak"))
+def test_leaves_a_process():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)", "{marker}"])
+def test_nothing():
+    pass
+"""
+
+
+def test_a_run_under_xdist_fails_naming_what_its_workers_left(short_tmp):
+    """With `make test`'s `-n 2` the end still fails the run: a process a worker left below itself (reported by
+    that worker) and a temp entry (found by the controller once the workers have ended), each named."""
+    from tests.conftest import LEFTOVER_WAIT_ENV, REPO
+
+    temp = short_tmp / "t"
+    temp.mkdir()
+    marker = f"leak-{uuid.uuid4()}"
+    (short_tmp / "test_leaks.py").write_text(LEAKS.format(marker=marker))
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO), LEFTOVER_WAIT_ENV: "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "tests.conftest", "-p",
+                               "no:cacheprovider", "--rootdir", str(short_tmp), str(short_tmp / "test_leaks.py")],
+                              cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and marker in _cmdline(int(pid)):
+                os.kill(int(pid), 9)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout and "left these behind" in done.stdout
+    assert f"temp directory {temp}: reput-in-leak" in done.stdout
+    assert "] process " in done.stdout and marker in done.stdout

@@ -36,7 +36,9 @@ from tests.rebuild_helpers import golden_consume_queue_hashes, golden_index_hash
 from tests.test_catalog import per_topic_queue
 from tests.test_query import carries, records_by_offset, sample_keys
 
-pytestmark = pytest.mark.floors  # S3 copies (pyarrow's filesystem, moto): make test-floors runs it at the dependency floors
+# S3 copies (pyarrow's filesystem, moto) and a Delta table on S3 (deltalake): make test-floors runs a write, the reads
+# and the catalog at the dependency floors; the rest of the file's paths take the same calls
+FLOORS = pytest.mark.floors
 
 BUCKET = "reput"
 CLEAN, TORN = "clean-small-11", "unclean-torn-11"
@@ -121,6 +123,7 @@ def assert_recovered(s3, key: str, case: str) -> None:
     assert "abort" not in got and MARKER not in got and RECOVER_REPORT in got
 
 
+@FLOORS
 def test_rebuild_to_s3_is_byte_exact_and_overwrite_replaces_it(s3, capsys):
     """rebuild s3:// -> s3:// equals the golden files; an existing OUT is refused without --overwrite,
     and --overwrite replaces it whole (an object that was in the old OUT is gone); nothing lands beside OUT."""
@@ -170,6 +173,7 @@ def test_verify_s3_store_writes_its_report_to_s3(s3, capsys):
     assert written["index_files_checked"] == len(golden_index_hashes(CLEAN))
 
 
+@FLOORS
 def test_query_inspect_dump_read_s3_stores(s3, capsys):
     """query by key finds exactly the golden records carrying the key; inspect's scan equals the manifest;
     dump prints the same rows as from the local copy of the store."""
@@ -205,6 +209,7 @@ def test_recover_s3_plan_and_out_equal_the_broker_recovery(s3, capsys):
     assert json_out(capsys)["changes"] is False
 
 
+@FLOORS
 def test_catalog_appends_to_an_s3_delta_table(s3, capsys):
     """catalog --table s3://: a first run from a store holding the first six segments, a second from the
     whole store (same --store-id) appends the rest; deltalake reads the table back from the server."""

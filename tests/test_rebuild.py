@@ -10,7 +10,7 @@ from tests.conftest import GOLDEN, case_params, expected_scan, golden_cases, man
 from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
                                    index_hashes, report, run_rebuild)
 
-pytestmark = pytest.mark.floors  # a byte-exact rebuild per golden case: make test-floors runs it at the dependency floors
+FLOORS = pytest.mark.floors  # a byte-exact rebuild per golden case: make test-floors runs it at the dependency floors
 
 # Every store the broker wrote from a clean dispatch (not crashed inputs, not recovered outputs: recovery
 # indexes one record twice and leaves stale entries, which a rebuild does not reproduce). A store the broker
@@ -20,6 +20,7 @@ REOPENED = [c for c in golden_cases() if "unclean" not in c and "recovered_from"
 CONTROLLER = [c for c in CASES if manifest(c).get("controller")]
 
 
+@FLOORS
 @pytest.mark.parametrize("case", case_params(CASES))
 def test_rebuild_is_byte_exact(case, spark, tmp_path, capsys):
     """Every consume-queue file has the golden path and sha256; index files equal in name order."""
@@ -155,6 +156,7 @@ def test_out_inside_store_is_refused(spark, tmp_path, capsys):
     assert not (store / "rebuilt").exists()
 
 
+@FLOORS
 @pytest.mark.parametrize("case", case_params(REOPENED))
 def test_rebuild_of_a_reopened_store(case, spark, tmp_path, capsys):
     """A store the broker's abnormal recovery reopened: consume queues byte-exact; index files byte-exact

@@ -22,7 +22,8 @@ def _socket_file(directory, name: str, keep_bound: bool) -> tuple[str, socket.so
     return path, None
 
 
-def test_only_unbound_spark_sockets_made_since_the_start_are_swept(tmp_path) -> None:
+def test_only_unbound_spark_sockets_made_since_the_start_are_swept(short_tmp) -> None:
+    tmp_path = short_tmp  # Unix sockets are bound under it
     old, _ = _socket_file(tmp_path, f".{uuid.uuid4()}.sock", keep_bound=False)
     past = time.time() - 3600
     os.utime(old, (past, past))
@@ -42,7 +43,8 @@ def test_only_unbound_spark_sockets_made_since_the_start_are_swept(tmp_path) -> 
         listener.close()
 
 
-def test_without_proc_net_unix_nothing_is_swept(tmp_path, monkeypatch) -> None:
+def test_without_proc_net_unix_nothing_is_swept(short_tmp, monkeypatch) -> None:
+    tmp_path = short_tmp  # a Unix socket is bound under it
     left, _ = _socket_file(tmp_path, f".{uuid.uuid4()}.sock", keep_bound=False)
     monkeypatch.setattr(interrupt, "_bound_unix_paths", lambda: None)
     interrupt.sweep_sockets_in(str(tmp_path), time.time() - 60)

@@ -36,9 +36,10 @@ def package_files(repo: Path = REPO) -> list[Path]:
 
 
 def build_zip(dest: Path, repo: Path = REPO) -> list[str]:
-    """Write the zip to `dest` (via a temporary name, then rename); returns the archived names."""
+    """Write the zip to `dest` (via a temporary name of this process, then rename: two processes building it at once,
+    like make test-cluster's two xdist workers, each rename the same bytes in); returns the archived names."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     names = []
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for rel in package_files(repo):
