@@ -89,27 +89,27 @@ def private_temp_env(tmp: Path) -> dict[str, str]:
     return {"TMPDIR": str(tmp), "SPARK_LOCAL_DIRS": str(tmp), "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={tmp}"}
 
 
+def _short_temp_dir(prefix: str):
+    """A directory made directly in the temp directory (a short path), removed when the fixture ends."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.fixture
 def short_tmp():
     """A temp directory with a short path, removed afterwards: Unix socket paths under it stay within 107 bytes,
     which pytest's tmp_path (/tmp/pytest-of-root/pytest-N/popen-gwK/<test name>0 under xdist) does not promise."""
-    import shutil
-    import tempfile
-
-    tmp = Path(tempfile.mkdtemp(prefix="rt-"))
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
+    yield from _short_temp_dir("rt-")
 
 
 @pytest.fixture
 def killed_temp():
     """A short-named temp directory for the jobs a test SIGKILLs (private_temp_env), removed afterwards."""
-    import shutil
-    import tempfile
-
-    tmp = Path(tempfile.mkdtemp(prefix="reput-killed-"))
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
+    yield from _short_temp_dir("reput-killed-")
 
 
 @pytest.fixture(scope="session")
