@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo nightly-demo test test-full test-floors test-cluster test-boundscheck bench package clean
+.PHONY: venv system-deps demo nightly-demo test test-full test-floors test-cluster test-boundscheck boundscheck-warm bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,11 +80,19 @@ test-cluster: package
 
 # The compiled kernels on untrusted bytes with numba's bounds checks on. numba's cache index does not record
 # NUMBA_BOUNDSCHECK: with the usual cache the unchecked kernels would be loaded, so they compile into a cache
-# directory of their own (tests/conftest.py refuses NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR).
+# directory of their own (tests/conftest.py refuses NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR): BOUNDSCHECK_CACHE,
+# kept, when given (`make boundscheck-warm` compiles into it ahead: .ci/run does so beside make test), else a new
+# temporary one, removed after.
+BOUNDSCHECK_CACHE ?=
 test-boundscheck: venv
-	d=$$(mktemp -d) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$d $(PY) -m pytest -q tests/test_split_kernel.py tests/test_crc_kernel.py \
-		tests/test_hostile.py tests/test_index_file.py::test_compiled_entries_equal_numpy_reference \
-		tests/test_index_file.py::test_compiled_append_chain_equals_numpy_reference; rc=$$?; rm -rf "$$d"; exit $$rc
+	d=$(or $(BOUNDSCHECK_CACHE),$$(mktemp -d)) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$d $(PY) -m pytest -q tests/test_split_kernel.py \
+		tests/test_crc_kernel.py tests/test_hostile.py tests/test_index_file.py::test_compiled_entries_equal_numpy_reference \
+		tests/test_index_file.py::test_compiled_append_chain_equals_numpy_reference; rc=$$?; \
+		[ -n "$(BOUNDSCHECK_CACHE)" ] || rm -rf "$$d"; exit $$rc
+
+boundscheck-warm: venv
+	@[ -n "$(BOUNDSCHECK_CACHE)" ] || { echo "boundscheck-warm: set BOUNDSCHECK_CACHE (the bounds-checked kernels' own cache)" >&2; exit 2; }
+	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(BOUNDSCHECK_CACHE) $(PY) -m storage_format.kernels.warm
 
 bench: venv
 	$(PY) -m bench

@@ -31,6 +31,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def warm_executor_kernels(code_zip: Path) -> None:
+    """Compile (or load) the kernels once as an executor on this machine finds them: the code imported from
+    `code_zip`, so numba caches them where a `--py-files` zip's kernels go (storage_format.kernels.jit). A
+    loopback cluster's first job then loads them, instead of each of its Python workers compiling them at once."""
+    subprocess.run([sys.executable, "-m", "storage_format.kernels.warm"], cwd=code_zip.parent, check=True,
+                   env=dict(os.environ, PYTHONPATH=str(code_zip.resolve())), stdout=subprocess.DEVNULL)
+
+
 def cluster_env() -> dict:
     """Environment of the daemons and spark-submit: everything bound to 127.0.0.1; no PYSPARK_PYTHON, so
     the executors' Python is the one conf/spark-defaults.conf names (the shipped environment)."""

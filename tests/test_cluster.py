@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.loopback import cluster_env, loopback_cluster, start_master, start_worker, submit_argv
+from bench.loopback import cluster_env, loopback_cluster, start_master, start_worker, submit_argv, warm_executor_kernels
 from jobs.pipeline.runtime.package import build_env, build_zip, env_is_stale
 from tests import golden_walk
 from tests.conftest import GOLDEN, REPO, manifest
@@ -36,7 +36,9 @@ def only_when_selected(request):
 @pytest.fixture(scope="module")
 def shipped() -> tuple[Path, Path]:
     """dist/reput.zip, and dist/reput-env.tar.gz with ./env built again when pyproject.toml is newer
-    or ./env is missing (what `make package` does; the env takes a minute or two to build)."""
+    or ./env is missing (what `make package` does; the env takes a minute or two to build); the kernels compiled
+    once where the executors look for them (a second application on a worker finds them so; the first compiling
+    on a cold worker is tests/test_kernel_cache.py's)."""
     import fcntl
 
     (REPO / "build").mkdir(exist_ok=True)
@@ -45,6 +47,7 @@ def shipped() -> tuple[Path, Path]:
         build_zip(ZIP)
         if env_is_stale(ENV):
             build_env(ENV, REPO / "build" / "reput-env")
+        warm_executor_kernels(ZIP)
     return ZIP, ENV
 
 
