@@ -196,7 +196,9 @@ class RecordColumns:
 
     @cached_property
     def properties_length(self) -> np.ndarray:
-        at = np.minimum(self._props_len_at, len(self.arr) - 2)
+        """propertiesLength where the topic says it is; read in the buffer when a negative topicLength (an invalid
+        record, found by first_layout_error) puts it before the buffer's start."""
+        at = np.clip(self._props_len_at, 0, len(self.arr) - 2)
         raw = (self.arr[at].astype(np.int64) << 8) | self.arr[at + 1]
         return np.where(raw >= 0x8000, raw - 0x10000, raw)
 

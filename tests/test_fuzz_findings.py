@@ -57,6 +57,19 @@ def test_a_schedule_delay_java_rejects_still_ends_the_valid_log():
     assert chunk.count == 1 and chunk.end.reason == "bad_delay_level"
 
 
+@pytest.mark.parametrize("v2, length", [(True, b"\xac\x00"), (False, b"\x82")], ids=["v2-short", "v1-byte"])
+def test_a_negative_topic_length_ends_the_log_as_an_invalid_record(v2, length):
+    """A negative topicLength (v2: a signed short of -21504, further back than the buffer's start) is an invalid
+    record where the broker's reader throws, for the reference decoder too: it raised IndexError (found by
+    test_split_kernel's generated stores, 2026-12-05)."""
+    rec = bytearray(encode_record(Message(topic="TopicA", body=b"xy", store_timestamp=TS, magic_v2=v2), 0))
+    at = rec.index(b"xy") + 2  # topicLength follows the body
+    rec[at:at + len(length)] = length
+    chunk = decode_buffer(bytes(rec) + bytes(64), 0, 0, len(rec))
+    assert chunk.count == 0 and chunk.end.reason == "size_mismatch" and chunk.end.offset == 0
+    assert "topicLength" in chunk.end.detail and "is negative" in chunk.end.detail
+
+
 def test_index_file_name_that_is_no_date_only_has_to_sort():
     """IndexService.load only sorts names: recovery names new files after an undated one, not a ValueError."""
     bogus = "20261301256199999"  # month 13
