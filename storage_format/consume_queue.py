@@ -124,6 +124,7 @@ class QueuePlacer:
 
     write: int | None = None  # the next unit's position (None: nothing kept yet)
     max_end: int = -1  # the end of the last entry kept (maxPhysicOffset)
+    repeat_after_last: bool = False  # an entry after the last one kept was skipped as a repeat (empty_next_file)
 
     def place(self, queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(kept mask, position of each kept entry) of this chunk, as place_units gives them over all chunks."""
@@ -133,10 +134,26 @@ class QueuePlacer:
         else:  # the state carried in as a unit already written just before the write position
             keep, at = place_units(_after(self.write - 1, qo), _after(self.max_end - 1, phy), _after(1, size))
             keep, at = keep[1:], at[1:]
+        ends = phy + size
         if len(at):
+            last = int(np.flatnonzero(keep)[-1])
             self.write = int(at[-1]) + 1
-            self.max_end = max(self.max_end, int((phy[keep] + size[keep]).max()))
+            self.max_end = max(self.max_end, int(ends[keep].max()))
+            self.repeat_after_last = False
+            ends = ends[last + 1:]
+        if self.write is not None:  # a skipped entry ending past maxPhysicOffset was skipped as a repeat
+            self.repeat_after_last |= bool((ends > self.max_end).any())
         return keep, at
+
+    def empty_next_file(self, file_size: int) -> int | None:
+        """The start of the file the broker leaves created and empty after this queue's last unit, or None.
+
+        ConsumeQueue.putMessagePositionInfo asks getLastMappedFile for the entry's file before its repeat check:
+        an entry skipped as a repeat while the last file is full still creates the next file, which stays zeros
+        when no later entry is kept (and survives expiry, being the queue's last file)."""
+        if not self.repeat_after_last or self.write is None or (self.write * CQ_UNIT_SIZE) % file_size:
+            return None
+        return self.write * CQ_UNIT_SIZE
 
 
 def _after(first: int, rest: np.ndarray) -> np.ndarray:

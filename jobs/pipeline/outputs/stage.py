@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
-                                          QueuePlacer, keep_first_of_each_offset, place_units)
+                                          QueuePlacer, keep_first_of_each_offset)
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
                                         keys_per_file, names_for)
@@ -95,7 +95,9 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
         if not in_step[i] or (earlier is not None and place_all):  # --since: placed from where OUT1 left the queue
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
-            # whole queue as the broker's write position does
+            # whole queue as the broker's write position does, up to the file of its next offset (which the broker
+            # may leave created and empty: QueuePlacer.empty_next_file)
+            last = ((hi + 1) * CQ_UNIT_SIZE) // file_size
             runs.append((i, QueueFiles(topic=topic, queue_id=qid, first_file=first * file_size,
                                        last_file=last * file_size, queue_first_offset=lo, rows=rows[i], placed=True,
                                        streamed=rows[i] > STREAMED_ROWS)))
@@ -270,14 +272,17 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
         return
     for item, rows in zip(task.items, _run_entries(task)):
         qo, phy, size = rows.queue_offset, rows.phy, rows.size
+        placer = None
         if item.placed:
-            placed = _placer(task, item, phy).place if task.earlier is not None and len(phy) else place_units
-            keep, at = placed(qo, phy, size)
+            placer = _placer(task, item, phy) if task.earlier is not None and len(phy) else QueuePlacer()
+            keep, at = placer.place(qo, phy, size)
             first = int(at[0]) if len(at) else 0
         else:
             keep = keep_first_of_each_offset(qo)
             at, first = qo[keep], item.queue_first_offset
         yield from _files(task, item, CqColumns(at, phy[keep], size[keep], rows.tags[keep]), first, trim)
+        if placer is not None:
+            yield from _empty_next_file(task, item, placer, first)
 
 
 def _files(task: CqTask, item: QueueFiles, units: CqColumns, first: int, trim: bool) -> Iterator[CqFile]:
@@ -315,6 +320,15 @@ def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFi
             held = [_part(units, cut, len(units))]
     if held and first is not None:
         yield from _files(task, item, _concat(held), first, trim)
+    if placer is not None:
+        yield from _empty_next_file(task, item, placer, 0 if first is None else first)
+
+
+def _empty_next_file(task: CqTask, item: QueueFiles, placer: QueuePlacer, first: int) -> Iterator[CqFile]:
+    """The file the broker creates and leaves empty after a placed queue's last unit (QueuePlacer.empty_next_file)."""
+    start = placer.empty_next_file(task.file_size)
+    if start is not None:
+        yield CqFile(item, start, bytes(task.file_size), 0, 0, first)
 
 
 def _split_rows(task: CqTask, runs: _TaskQueues) -> Iterator[tuple[np.ndarray, CqColumns]]:
