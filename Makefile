@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: venv system-deps demo nightly-demo test test-full test-floors test-cluster test-boundscheck boundscheck-warm bench package clean
+.PHONY: venv system-deps oracle demo nightly-demo test test-full test-floors test-cluster test-boundscheck boundscheck-warm bench package clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-droid-fallback >/dev/null; \
 	else echo "system-deps: install the Debian package fonts-droid-fallback (as root)" >&2; exit 1; fi
 
+# RocketMQ's own store code, which the broker tests run (tests/oracle.py): ../shared/oracle/setup.sh builds it into
+# $$REPUT_ORACLE, else ~/.cache/reput-oracle, when it is missing or was built from another version of the kit (a
+# stamp in it; a lock beside it, so two runs do not build at once). setup.sh installs Debian's JDK and jars with
+# apt-get when they are missing (as root, like system-deps), then compiles for about 20 s.
+oracle:
+	$(PYTHON) -m tests.oracle
+
 demo: venv
 	rm -rf $(DEMO)
 	$(PY) -m storage_format.kernels.warm
@@ -38,7 +45,8 @@ demo: venv
 	@echo "demo: rebuilt consume queues and index files are in $(DEMO)/rebuilt (run report: $(DEMO)/rebuilt/reput-report.json)"
 
 # The nightly recipe (docs/nightly.md) on the demo store: last night's store rebuilt and catalogued; a day of
-# messages later, its oldest segment expired, catalogued again (new records appended) and rebuilt --since.
+# messages later, its oldest segment expired, catalogued again (new records appended) and rebuilt --since; the
+# broker's directory verified last night, and tonight (grown in place: the same store) verified --since.
 N := $(DEMO)/nightly
 nightly-demo: venv
 	rm -rf $(N)
@@ -50,25 +58,30 @@ nightly-demo: venv
 		--store-id demo
 	$(PY) -m jobs.rebuild --store $(N)/store --broker-config $(N)/store/broker.conf --out $(N)/rebuilt-2 \
 		--since $(N)/rebuilt-1
-	# the demo stores hold no consume queues or index of their own: each night's rebuild stands in for the broker's
-	cp -r $(N)/rebuilt-1/consumequeue $(N)/rebuilt-1/index $(N)/last-night/
-	$(PY) -m jobs.verify --store $(N)/last-night --broker-config $(N)/store/broker.conf --report $(N)/verify-1.json
-	cp -r $(N)/rebuilt-2/consumequeue $(N)/rebuilt-2/index $(N)/store/
-	$(PY) -m jobs.verify --store $(N)/store --broker-config $(N)/store/broker.conf --report $(N)/verify-2.json \
+	# the broker's own directory, verified each night: last night's store (the demo stores hold no consume queues or
+	# index of their own: each night's rebuild stands in for the broker's), then the same directory a day later
+	cp -r $(N)/last-night $(N)/broker
+	cp -r $(N)/rebuilt-1/consumequeue $(N)/rebuilt-1/index $(N)/broker/
+	$(PY) -m jobs.verify --store $(N)/broker --broker-config $(N)/store/broker.conf --report $(N)/verify-1.json
+	$(PY) -m storegen.earlier $(N) --grow $(N)/broker
+	rm -rf $(N)/broker/consumequeue $(N)/broker/index
+	cp -r $(N)/rebuilt-2/consumequeue $(N)/rebuilt-2/index $(N)/broker/
+	$(PY) -m jobs.verify --store $(N)/broker --broker-config $(N)/store/broker.conf --report $(N)/verify-2.json \
 		--since $(N)/verify-1.json
 	@echo "nightly-demo: tonight's consume queues and index files are in $(N)/rebuilt-2 (its report's since section:"
 	@echo "  what was decoded, reused and expired); the catalog $(N)/catalog holds both nights' records; tonight's"
 	@echo "  verify --since $(N)/verify-1.json checked only what the log gained ($(N)/verify-2.json)"
 
-# The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`),
-# in TEST_WORKERS xdist workers (2, the CI machine's cores: the suite waits on JVMs and subprocesses as much as it
-# computes, and two workers take 0.7x of one's time; docs/testing.md).
+# The suite CI runs: everything but the rest of the matrices (`full`) and the real cluster (`make test-cluster`), the
+# broker tests included (RocketMQ's own store code: `make oracle`), in TEST_WORKERS xdist workers (2, the CI
+# machine's cores: the suite waits on JVMs and subprocesses as much as it computes, and two workers take 0.7x of
+# one's time; docs/testing.md).
 TEST_WORKERS ?= 2
-test: venv system-deps
+test: venv system-deps oracle
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not full and not cluster" tests
 
 # Everything, the whole matrices too (docs/testing.md): run before each release note.
-test-full: venv system-deps
+test-full: venv system-deps oracle
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not cluster" tests
 
 # Every dependency at its floor in pyproject.toml (a venv outside the repository), then the tests marked `floors` there.

@@ -192,10 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("catalog", store)
     check_outside(store, table, "--table")
     report_loc = check_report(args, store)
-    sc, engine = job_runner(args, "catalog")
+    sc, engine = job_runner(args, "catalog", settings=settings)
     report = catalog(sc, store, table, settings, store_id=args.store_id, include_body=args.include_body,
                      split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
     report["engine"] = engine.to_dict()
+    report["log_place"] = args.log_place  # where the records were read (outside --store: storePathCommitLog, ...)
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
 

@@ -21,8 +21,9 @@ import time  # noqa: E402
 from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
                                       pending_name)
 from jobs.pipeline.convert import bad_crc  # noqa: E402
-from jobs.pipeline.convert.broker_conf import CONF_NAME, config_problems, converted_config, store_root  # noqa: E402
-from jobs.pipeline.convert.plan import ConvertPlan, make_plan  # noqa: E402
+from jobs.pipeline.convert.broker_conf import (CONF_NAME, config_problems, converted_config, mode_of,  # noqa: E402
+                                              store_root)
+from jobs.pipeline.convert.plan import ConvertPlan, make_plan, plan_report  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
 from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
@@ -42,6 +43,7 @@ from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E4
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.scan import crc_audit  # noqa: E402
 from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_NAMES, built_to_in, continuable  # noqa: E402
@@ -50,11 +52,9 @@ from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_r
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes, implausible_timestamp  # noqa: E402
 from storage_format.java_props import decode_properties_file  # noqa: E402
 from storage_format.markers import CHECKPOINT  # noqa: E402
-from storage_format.record import SCHEDULE_TOPIC  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 REPORT_NAME = REPORT_NAMES["convert"]
-HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     # a dry run's listing goes to a work directory of its own, removed afterwards: the driver holds no sizes either
     dry_work = None if staging is not None else fresh_work_dir(store, args.work_dir, "convert-plan")
     with staging if staging is not None else removed_after(dry_work):  # the run lock is released however it ends
-        sc, engine = job_runner(args, "convert")
+        sc, engine = job_runner(args, "convert", sum(s.size for s in list_segments(store, settings)), settings)
         timings: dict[str, float] = {}
         started = time.monotonic()
         work = staging.work if staging is not None else dry_work
@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"--dledger-reading surviving to keep them", file=sys.stderr)
         if staging is None:
             report = {"job": "convert", "dry_run": True, "store": args.store, "out": args.out, "plan": summary,
-                      "dledger": dledger, "engine": engine.to_dict(),
+                      "dledger": dledger, "engine": engine.to_dict(), "log_place": args.log_place,
                       "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
         report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)
-        report.update({"plan": summary, "dledger": dledger, "engine": engine.to_dict()})
+        report.update({"plan": summary, "dledger": dledger, "engine": engine.to_dict(), "log_place": args.log_place})
         timings["total_s"] = time.monotonic() - started
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
         staging.publish(json_bytes(report))
@@ -150,9 +150,9 @@ def _check_config(args) -> int:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
         raise JobError(f"{args.check_config}: {problems[0]}{more}")
     args.broker_config = args.check_config
-    check_store(args, settings_from(args))
+    _, settings = check_store(args, settings_from(args))
     print(f"{args.check_config} leads to the converted store {store_root(args.store)}: root and commit log there, "
-          f"DLedger off, file sizes as its files")
+          f"DLedger off, file sizes as its files; mode: {mode_of(settings, text)}")
     return EXIT_OK
 
 
@@ -211,18 +211,6 @@ def _bad_crc(args, sc, scan: ScanResult, settings: BrokerSettings, plan: Convert
               f"byte offset {bad[0]['byte_offset']}: {bad[0]['broker_will']}"
               + ("" if writing else f" (convert refuses them unless {bad_crc.ACCEPT_FLAG})"), file=sys.stderr)
     return {"count": count, "accepted": bool(bad and args.accept_bad_crc), "records": bad}
-
-
-def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
-    """The plan's figures plus what moves: schedule messages and the transaction topics' records."""
-    per_queue = scan.records_per_queue()
-    count = lambda topic: sum(per_queue.get(topic, {}).values())  # noqa: E731
-    return {**plan.to_dict(), "negative_queue_ids": scan.negative_queue_ids.to_dict()
-            if scan.negative_queue_ids is not None else None, "out_of_step_queues": scan.out_of_step_queues.to_dict()
-            if scan.out_of_step_queues is not None else None, "schedule_messages_moved": count(SCHEDULE_TOPIC),
-            "half_messages_moved": count(HALF_TOPIC), "op_half_messages_moved": count(OP_TOPIC),
-            "pending_transactions_at_most": max(0, count(HALF_TOPIC) - count(OP_TOPIC)),
-            "records_past_committed_position_left_out": left_out}
 
 
 def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
@@ -387,28 +375,29 @@ def _copy_tree(src: Location, dst: Location) -> None:
 
 
 def _write_checkpoint(store: Location, out: Location, end: int, last_ts: int | None) -> str:
-    """The source's checkpoint (store timestamps only in 4.x: they do not change), or one made from the last
-    record's storeTimestamp when the source has none or holds a time no record could have put there (named in a
-    warning: issue 36 item 5); 5.x offsets are set to the new log's end."""
+    """The source's checkpoint (its store timestamps do not change), or one made from the last record's
+    storeTimestamp when the source has none or holds a time no record could have put there (named in a warning:
+    issue 36 item 5); for every source the 5.x offsets masterFlushedOffset and confirmPhyOffset (bytes 24-39) are
+    the new log's end: 5.3.3 in controller mode then loads OUT with no correction of its confirm offset, and 4.x
+    never reads those bytes."""
     cp = StoreMarkers.read(store).found_checkpoint
     ts = last_ts or 0
     odd = implausible_timestamp(cp, ts) if cp is not None else None
+    at_end = {"master_flushed_offset": end, "confirm_phy_offset": end}
     if cp is None or odd is not None:
-        # three times, zeros after: a 5.x broker reads zero offsets as a store that never restarted
-        out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts), 4))
+        out.child(CHECKPOINT).write_bytes(checkpoint_bytes(Checkpoint(ts, ts, ts, **at_end), 5))
         if cp is None:
-            return "made from the last record's storeTimestamp (the source has no checkpoint)"
+            return f"made from the last record's storeTimestamp (the source has no checkpoint); {OFFSETS_AT_END}"
         why = (f"{store.child(CHECKPOINT).uri} at byte offset {odd[0]}: {odd[1]} is {odd[2]}, which no record of "
                f"the log put there (the last storeTimestamp is {ts})")
         warn("convert", f"{why}; OUT's checkpoint is made from the last record's storeTimestamp instead")
-        return f"made from the last record's storeTimestamp (the source's is damaged: {why})"
+        return f"made from the last record's storeTimestamp (the source's is damaged: {why}); {OFFSETS_AT_END}"
     base = store.child(CHECKPOINT).read_bytes()[:CHECKPOINT_SIZE]
-    if cp.has_v5_fields:
-        cp = dataclasses.replace(cp, master_flushed_offset=end, confirm_phy_offset=end)
-        out.child(CHECKPOINT).write_bytes(checkpoint_bytes(cp, 5, base))
-        return "copied; masterFlushedOffset and confirmPhyOffset set to the new log's end"
-    out.child(CHECKPOINT).write_bytes(checkpoint_bytes(cp, 4, base))
-    return "copied (store timestamps)"
+    out.child(CHECKPOINT).write_bytes(checkpoint_bytes(dataclasses.replace(cp, **at_end), 5, base))
+    return f"copied (store timestamps); {OFFSETS_AT_END}"
+
+
+OFFSETS_AT_END = "masterFlushedOffset and confirmPhyOffset set to the new log's end"
 
 
 def _check_out(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str],

@@ -76,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("inspect", store)
     report_loc = check_report(args, store)
     tables = _tables_dir(args, store)
-    sc, engine = job_runner(args, "inspect")
+    sc, engine = job_runner(args, "inspect", settings=settings)
     with removed_after(tables) if tables is not None else contextlib.nullcontext():  # the report reads the tables
         result = scan_store(sc, store, settings, with_keys=False, split_size=args.split_size,
                             generation=args.rocketmq_version, quiet=progress_quiet(args), tables=tables)
         report = summary(result)
     report["queue_tables"] = "work directory" if tables is not None else f"driver ({TABLES_TO_DRIVER})"
     report["engine"] = engine.to_dict()
+    report["log_place"] = args.log_place  # where the records were read (outside --store: storePathCommitLog, ...)
     dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
     if dledger is not None:
         report["dledger"] = dledger

@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("query", store)
     report_loc = check_report(args, store)
     reader = RecordReader(store, settings)
-    result: dict = {"store": store.uri, "query": {}, "index_files": None, "lookups": [], "hash_collisions": [],
-                    "unreadable": [], "warnings": [], "messages": []}
+    result: dict = {"store": store.uri, "log_place": args.log_place, "query": {}, "index_files": None, "lookups": [],
+                    "hash_collisions": [], "unreadable": [], "warnings": [], "messages": []}
     if args.msg_id is not None:
         offsets, why = query_msg_id(args.msg_id, reader, result, store)
         if why is not None:

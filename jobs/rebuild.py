@@ -25,7 +25,7 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, c
                                json_bytes, parser, progress_quiet, run_process, settings_from, time_zone)
 from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
 from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
-from jobs.pipeline.since.inplace import check_in_place, rebuild_in_place  # noqa: E402
+from jobs.pipeline.since.inplace import locked_out1, rebuild_in_place  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_NAMES, REPORT_VERSION, built_to  # noqa: E402
 from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
@@ -111,14 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
-    prev = since_checks(args, store, settings, out) if args.since else None
-    if prev is not None:
-        emit(args, _since(args, store, settings, out, prev, limit, tz, quiet), _print_human, report_loc)
+    if args.in_place:
+        emit(args, _in_place(args, store, settings, out, limit, tz, quiet), _print_human, report_loc)
+        return EXIT_OK
+    if args.since:
+        prev = since_checks(args, store, settings, out)
+        staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark
+        emit(args, _publish_since(args, store, settings, staging, prev, limit, tz, quiet), _print_human, report_loc)
         return EXIT_OK
     segments = list_segments(store, settings)  # a store's refusals by name come before OUT is locked
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
     with staging:  # the run lock is released however it ends (the engine's start refused included)
-        sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments))
+        sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments), settings)
         timings: dict[str, float] = {}
         started = t0 = time.monotonic()
         scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
@@ -133,13 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             if with_cq else []
         index_tasks = _plan_index_tasks(args, scan, settings, store, staging) if with_index else []
         cq_files, firsts, task_timings = _run_builds(sc, index_tasks + cq_tasks, quiet)
-        index_names: list[str] = []
-        if with_index:
-            index_dir = staging.dir.child("index")
-            names = name_index_files(scan, firsts, tz)
-            for no, name in sorted(names.items()):
-                index_dir.child(pending_name(no)).move_to(index_dir.child(name))
-            index_names = [names[no] for no in sorted(names)]
+        index_names = _name_index_files(staging, scan, firsts, tz) if with_index else []
         timings["build_s"] = time.monotonic() - t0
         pause_at("after-build")
         timings.update(task_timings)
@@ -156,6 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _name_index_files(staging: Output, scan: ScanResult, firsts: list[tuple[int, int | None]],
+                      tz: dt.tzinfo) -> list[str]:
+    """The built index files renamed from their pending names to the broker's (the store time opening each)."""
+    index_dir = staging.dir.child("index")
+    names = name_index_files(scan, firsts, tz)
+    for no, name in sorted(names.items()):
+        index_dir.child(pending_name(no)).move_to(index_dir.child(name))
+    return [names[no] for no in sorted(names)]
 
 
 def _plan_cq_tasks(scan: ScanResult, settings: BrokerSettings, staging: Output, topics: set[str] | None,
@@ -247,7 +255,7 @@ def _publish_since(args, store: Location, settings: BrokerSettings, staging: Out
                    tz, quiet: bool) -> dict:
     """rebuild --since: stage OUT2 (since.run), check it as every OUT, publish it with its report."""
     with staging:  # the run lock is released however it ends (the engine's start refused included)
-        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
+        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode, settings)
         run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
         check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
         report = _since_report(args, run, settings, limit, prev)
@@ -256,17 +264,14 @@ def _publish_since(args, store: Location, settings: BrokerSettings, staging: Out
     return report
 
 
-def _since(args, store: Location, settings: BrokerSettings, out: Location, prev: PreviousOutput, limit, tz,
-           quiet: bool) -> dict:
-    """rebuild --since: OUT2 staged and published, or with --in-place OUT1 itself brought up to the store
-    (since.inplace); returns the report."""
-    if args.in_place:
-        check_in_place(args, prev)  # before Spark starts
-        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode)
-        return rebuild_in_place(sc, args, store, settings, prev, limit.offset, tz, quiet, lambda run: {
+def _in_place(args, store: Location, settings: BrokerSettings, out: Location, limit, tz, quiet: bool) -> dict:
+    """rebuild --since OUT1 --in-place: OUT1's locks first (since.inplace.locked_out1), then the --since checks
+    (before Spark starts), then OUT1 itself brought up to the store; returns the report."""
+    with locked_out1(args) as target:
+        prev = since_checks(args, store, settings, out)
+        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode, settings)
+        return rebuild_in_place(sc, args, store, settings, prev, target, limit.offset, tz, quiet, lambda run: {
             **_since_report(args, run, settings, limit, prev), "engine": engine.to_dict()})
-    staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
-    return _publish_since(args, store, settings, staging, prev, limit, tz, quiet)
 
 
 def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:
@@ -298,6 +303,7 @@ def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
         "only": args.only,
         "topics": args.topics,
         "settings": settings.to_dict(),
+        "log_place": args.log_place,  # where the records were read (outside --store: storePathCommitLog, ...)
         "segments": len(scan.segments),
         "splits": len(scan.splits),
         "decoders": scan.decoders(),

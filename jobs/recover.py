@@ -17,6 +17,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -24,12 +25,10 @@ from typing import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from jobs.pipeline.recover import inplace  # noqa: E402
-from jobs.pipeline.recover.journal import JOURNAL  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
                                print_json, progress_quiet, run_process, settings_from, time_zone, warn)
-from jobs.pipeline.runtime.failure import Interrupted  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
@@ -38,8 +37,9 @@ from jobs.pipeline.io.background_copy import BackgroundCopy  # noqa: E402
 from jobs.pipeline.io.copy import link_refusal  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_NAMES, continuable  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
-from jobs.pipeline.recover.dledger import dledger_output, plan_dledger_recovery  # noqa: E402
-from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock  # noqa: E402
+from jobs.pipeline.recover.dledger import dledger_output  # noqa: E402
+from jobs.pipeline.recover.dledger_mode import named_lines, plan_dledger_store  # noqa: E402
+from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock, held  # noqa: E402
 from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
@@ -124,7 +124,7 @@ def _run(args) -> int:
     if args.resume or args.rollback:
         refuse_if_running(store, args.force, forceable=False)
         path = inplace.local_store(store.uri)
-        with _store_lock(path):
+        with held(_store_lock(path)):
             result = inplace.resume(path) if args.resume else inplace.rollback(path, Path(args.backup_dir).resolve())
         if args.json:
             print_json(result)
@@ -155,7 +155,7 @@ def _run(args) -> int:
         return _dry_run(args, store, settings, kw)
     if args.out:
         return _to_out(args, store, location(args.out), settings, kw, tz)
-    with _store_lock(inplace.local_store(store.uri)):
+    with held(_store_lock(inplace.local_store(store.uri))):  # let go after an interrupt once Spark has stopped
         return _in_place(args, store, settings, kw, tz)
 
 
@@ -189,7 +189,9 @@ def _planner(args):
 
 def _dledger_plan(sc, store: Location, settings, work: Location, **kw):
     """DLedger mode: its recovery's plan; timer files, if any, are copied unchecked, and the plan says so."""
-    plan = plan_dledger_recovery(sc, store, settings, work, **kw)
+    plan = plan_dledger_store(sc, store, settings, work, **kw)
+    for line in named_lines(plan):
+        print(f"reput recover: note: {line}", file=sys.stderr, flush=True)
     if recovery_timer.read_timer_files(store).present:
         note = ("the 5.x timer store (timerlog/, timerwheel, config/timercheck) is copied unchecked: the timer "
                 "check and --repair-timer cover plain commit logs only")
@@ -221,12 +223,13 @@ def _own_work(args, default: Callable[[], Location]) -> Location:
 
 def _dry_run(args, store: Location, settings, kw) -> int:
     """Plan only: print (and write) the plan; no store files are written."""
-    sc, args.engine_choice = job_runner(args, "recover")
+    sc, args.engine_choice = job_runner(args, "recover", settings=settings)
     work = _own_work(args, lambda: location(tempfile.mkdtemp(prefix="reput-recover-work-")))
     with removed_after(work):
         plan = _planner(args)[0](sc, store, settings, work, audit=True, **kw)
         summary = plan.to_dict()
         summary["engine"] = args.engine_choice.to_dict()
+        summary["log_place"] = args.log_place
     _write_plan(args, summary)
     if args.json:
         print_json(summary)
@@ -274,7 +277,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
                                + queue_file_copies(store))
             kw = dict(kw, on_validated=lambda log: background.add(kept_segment_copies(log,
                                                                                       args.link_sealed_segments)))
-        sc, args.engine_choice = job_runner(args, "recover")
+        sc, args.engine_choice = job_runner(args, "recover", settings=settings)
         started = time.monotonic()
         with removed_after(_own_work(args, lambda: staging.work)) as work:
             planner, outputs = _planner(args)
@@ -289,6 +292,7 @@ def _to_out(args, store: Location, out: Location, settings, kw, tz) -> int:
                 warn("recover", line)
             summary = plan.to_dict()
             summary["engine"] = args.engine_choice.to_dict()
+            summary["log_place"] = args.log_place
             summary["copies"] = output.copied
             if output.early:
                 summary["copies_while_planning"] = output.early
@@ -345,7 +349,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     backup = Path(args.backup_dir).resolve()
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
-    sc, args.engine_choice = job_runner(args, "recover")
+    sc, args.engine_choice = job_runner(args, "recover", settings=settings)
     started = time.monotonic()
     work = _own_work(args, lambda: Location(str(path / ".reput-recover.work")))
     with removed_after(work):
@@ -353,6 +357,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
         summary["engine"] = args.engine_choice.to_dict()
+        summary["log_place"] = args.log_place
         _write_plan(args, summary)
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
@@ -370,13 +375,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
                             hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
     if names:
         summary["index"]["to_create"] = names
-    try:
-        manifest = inplace.apply(path, staging, backup, ops, summary, patch_bytes)
-    except KeyboardInterrupt:
-        if (path / JOURNAL).exists():
-            raise Interrupted(f"the store is part-way through the switch: finish it with --resume, or undo it "
-                              f"with --rollback --backup-dir {backup}") from None
-        raise
+    manifest = inplace.switch(path, staging, backup, ops, summary, patch_bytes)
     summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # compares, fsyncs, backup, journal, renames
     summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}

@@ -29,7 +29,11 @@ from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_gen
                                        check_store, emit, parser, progress_quiet, run_process, settings_from, warn)
 from jobs.pipeline.store.built_to import REPORT_VERSION  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
-from jobs.pipeline.verify.since import EarlierVerify, add_since_flag, checked_to, earlier_verify  # noqa: E402
+from jobs.pipeline.store.identity import store_identity  # noqa: E402
+from jobs.pipeline.verify.out_dir import add_files_flag, out_dir  # noqa: E402
+from jobs.pipeline.verify.text import describe, print_summary  # noqa: E402,F401 (describe: tests)
+from jobs.pipeline.verify.since import (OTHER_STORE_FLAG, EarlierVerify, add_since_flag, checked_to,  # noqa: E402
+                                        earlier_verify)
 from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.workdir import fresh_work_dir  # noqa: E402
@@ -45,6 +49,7 @@ from jobs.pipeline.verify.index import (align_index_files, check_index, expected
 from jobs.pipeline.verify.index_seed import (IndexPlan, check_queue_or_seed, plan_index_check,  # noqa: E402
                                              seed_bound, seeded_index_check)
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
+from jobs.pipeline.verify.restart import restart_record  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
@@ -56,21 +61,22 @@ from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
 from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.scan import crc_audit  # noqa: E402
 from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
+from jobs.pipeline.verify import dledger_v5 as verify_v5  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
-CONSOLE_LINES = 25
-EXPIRED_WORDS = {"consumequeue.files": "consume-queue files", "consumequeue.units": "consume-queue units",
-                 "index.files": "index files", "index.entries": "index entries"}
 
 
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
            with_index: bool, split_size: int, quiet: bool,
            limit: DispatchLimit = NO_LIMIT, generation: int | None = None,
-           in_flight_from: int | None = None, since: EarlierVerify | None = None) -> tuple[ScanResult, Findings, dict]:
+           in_flight_from: int | None = None, since: EarlierVerify | None = None,
+           files: Location | None = None) -> tuple[ScanResult, Findings, dict]:
     """Scan, then compare consume queues and index files with what the broker's dispatch (up to the
     confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
     is running): differences past it are in flight, counted apart. `since` (verify --since): decode from the
-    segment holding the byte before its start; what points below that segment was checked earlier, counted apart."""
+    segment holding the byte before its start; what points below that segment was checked earlier, counted apart.
+    `files`: where the consume queues and index files are (the store's own by default; verify --files OUT)."""
+    files = files or store
     since_from = since.from_offset if since is not None else None
     scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation,
@@ -78,9 +84,49 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
     if since_from is not None and scan.segments:  # pointers below the scan lead into the whole log
         pointers = replace(pointers, segments=since.segments, checked_from=scan.segments[0].start)
+    found = log_findings(scan, store, settings, in_flight_from)
+    stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
+    stats["commitlog_min_offset"] = pointers.log_min  # the store's (a --since scan starts later)
+    parallelism = sc.default_parallelism
+    index_plan = (plan_index_check(files.child("index"), scan, work, settings, pointers,
+                                   store_generation(store, generation).generation) if with_index else None)
+    seed_result = None
+    if with_cq:
+        cq_dir = files.child("consumequeue")
+        # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
+        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
+                        earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
+        checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
+                  else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
+        seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
+        results = run_tasks(sc, seed + checks, check_queue_or_seed,  # the seed first: the longest task
+                            "consume queues" + (" and index seed" if seed else ""), quiet=quiet)
+        seed_result = results.pop(0) if seed else None
+        for f in results:
+            found.merge(f)
+        stats["consumequeue_files_checked"] = found.files_checked
+    if index_plan is not None:
+        stats.update(_check_index(sc, files, settings, scan, work, pointers, found, index_plan, seed_result,
+                                  in_flight_from, quiet, with_cq))
+    if settings.enable_dleger_commit_log:
+        stats.update(_dledger_checks(sc, store, files, settings, scan, work, found, generation, with_index, quiet))
+    return scan, found, stats
+
+
+def _dledger_checks(sc: TaskRunner, store: Location, files: Location, settings: BrokerSettings, scan: ScanResult,
+                    work: Location, found: Findings, generation: int | None, with_index: bool, quiet: bool) -> dict:
+    """A DLedger store's own checks (its index units, body CRCs), then what verify knows of a 5.x DLedger broker
+    (verify.dledger_v5: its double-indexed records set apart, a crash's dispatch lag named)."""
+    return {"dledger_index_units_checked": check_dledger_index(sc, store, settings, scan, found, quiet),
+            "bad_body_crc_records": check_body_crcs(sc, store, settings, scan, found, quiet),
+            **verify_v5.explain(store, files, settings, scan, work, found, generation, with_index)}
+
+
+def log_findings(scan: ScanResult, store: Location, settings: BrokerSettings, in_flight_from: int | None) -> Findings:
+    """What the scan found in the commit log itself: an invalid tail (the broker stops dispatching there: what follows
+    is unreachable; in flight while a broker still appends), negative queue ids, queue offsets out of step."""
     found = Findings()
     for problem in scan.tail_problems():
-        # The broker stops dispatching at the first invalid record: what follows is unreachable.
         end = scan.end
         if in_flight_from is not None:  # a record the running broker is still appending
             found.add_in_flight("commitlog", "invalid_tail")
@@ -96,47 +142,25 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
         found.add("commitlog", "out_of_step_queue_offset", step.path, count=len(step.queues), offset=step.byte_offset,
                   commitlog_offset=step.offset, queue=step.queue, queue_offset=step.queue_offset,
                   next_offset=step.slot, message=step.describe())
-    stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
-    stats["commitlog_min_offset"] = pointers.log_min  # the store's (a --since scan starts later)
-    parallelism = sc.default_parallelism
-    index_plan = (plan_index_check(store.child("index"), scan, work, settings, pointers,
-                                   store_generation(store, generation).generation) if with_index else None)
-    seed_result = None
-    if with_cq:
-        cq_dir = store.child("consumequeue")
-        # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
-        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
-                        earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
-        checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
-                  else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
-        seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
-        results = run_tasks(sc, seed + checks, check_queue_or_seed,  # the seed first: the longest task
-                            "consume queues" + (" and index seed" if seed else ""), quiet=quiet)
-        seed_result = results.pop(0) if seed else None
-        for f in results:
-            found.merge(f)
-        stats["consumequeue_files_checked"] = found.files_checked
-    if index_plan is not None:
-        stats.update(_check_index(sc, store, settings, scan, work, pointers, found, index_plan, seed_result,
-                                  in_flight_from, quiet))
-    if settings.enable_dleger_commit_log:
-        stats["dledger_index_units_checked"] = check_dledger_index(sc, store, settings, scan, found, quiet)
-        stats["bad_body_crc_records"] = check_body_crcs(sc, store, settings, scan, found, quiet)
-    return scan, found, stats
+    return found
 
 
-def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
+def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
                  pointers, found: Findings, plan: IndexPlan, seed_result: tuple[bool, int] | None,
-                 in_flight_from: int | None, quiet: bool) -> dict:
-    """index/ against the files the commit log implies (findings into `found`); the counts for the report, and the
-    broker's own index loss when it accounts for the findings (verify.index_gap)."""
+                 in_flight_from: int | None, quiet: bool, with_cq: bool) -> dict:
+    """index/ against the files the commit log implies (findings into `found`); the counts for the report, the
+    broker's own index loss when it accounts for the findings (verify.index_gap), and the record the broker's starts
+    indexed again when they did (verify.restart; what they put is counted apart)."""
     stats: dict = {}
-    index_dir = store.child("index")
+    index_dir = files.child("index")
+    restart = restart_record(scan, work, files.child("consumequeue"), settings.consume_queue_file_size,
+                             plan.generation, with_cq)
     found.merge(plan.listing)
     disk = plan.disk
     before = found.files_checked
     if plan.at is not None:  # head expired, or --since: the index goes on from the store's file holding where it starts
-        outcome = seeded_index_check(sc, plan, seed_result, scan, work, settings, index_dir, pointers, found, quiet)
+        outcome = seeded_index_check(sc, plan, seed_result, scan, work, settings, index_dir, pointers, found, quiet,
+                                     restart)
         stats["index_files_expected"], stats["index_seed"] = outcome.files_expected, outcome.to_dict()
         if outcome.why:
             print(f"reput verify: note: {outcome.file} checked by a {outcome.checked_by}, the slower path: "
@@ -146,7 +170,7 @@ def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
         headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
         stats["index_files_expected"] = len(headers)
         if tasks:
-            checks = plan_index_checks(tasks, headers, index_dir, disk, pointers, found)
+            checks = plan_index_checks(tasks, headers, index_dir, disk, pointers, found, restart)
             for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
                 found.merge(f)
         else:
@@ -157,6 +181,8 @@ def _check_index(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
     if gap is not None:
         stats["index_gap"] = {**gap.to_dict(), "message": gap.describe(sum(
             n for k, n in found.counts.items() if k.startswith("index.")))}
+    if restart is not None and found.restarts:
+        stats["restart_record"] = restart.to_dict()
     stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
     stats["index_files_checked"] = found.files_checked - before
     return stats
@@ -218,24 +244,27 @@ def main(argv: list[str] | None = None) -> int:
     add_dledger_flag(p)
     add_engine_flag(p, "verify")
     add_since_flag(p)
+    add_files_flag(p)
     args = p.parse_args(argv)
     store, settings = check_store(args, settings_from(args))
     report_loc = check_report(args, store)
     earlier = _earlier(args, store, settings)
+    target = out_dir(args, store, settings)
     live = warn_if_running("verify", store, "; differences there are counted apart, not as findings")
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     work = fresh_work_dir(store, args.work_dir, "verify")
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
-    sc, engine = job_runner(args, "verify")
-    in_flight_from = dispatched_end(store) if live.running else None
+    sc, engine = job_runner(args, "verify", settings=settings)
+    # --files OUT: the log past OUT's end is not built yet (counted apart as a running broker's tail is)
+    in_flight_from = target.built_to if target is not None else dispatched_end(store) if live.running else None
     started = time.monotonic()
     with removed_after(work):
         work.makedirs()
         scan, found, stats = verify(sc, store, settings, work, with_cq=with_cq, with_index=with_index,
                                     split_size=args.split_size, quiet=progress_quiet(args), limit=limit,
                                     generation=args.rocketmq_version, in_flight_from=in_flight_from,
-                                    since=earlier)
+                                    since=earlier, files=target.dir if target is not None else None)
     timer = None
     if args.only is None and scan.max_physical_offset is not None and not live.running:
         timer = recovery_timer.check_at_rest(store, settings, scan.max_physical_offset,
@@ -249,11 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     report["report_version"] = REPORT_VERSION
     report["built_to"] = checked_to(scan.segments, scan.dispatched_end(limit.offset) if scan.segments else None,
                                     in_flight_from)
+    report["store_identity"] = store_identity(store, scan.segments, (report["built_to"] or {}).get("file")).to_dict()
     if earlier is not None:
         report["since"] = {**earlier.to_dict(), "decoded_from": scan.segments[0].start if scan.segments else None,
                            "bytes_decoded": scan.bytes_read,
                            "earlier": dict(sorted(found.earlier.items()))}
     report["engine"] = engine.to_dict()
+    if target is not None:
+        report["files"] = target.to_dict()
     dledger = dledger_section("verify", store, settings, args.dledger_reading, scan)
     if dledger is not None:
         report["dledger"] = dledger
@@ -265,13 +297,20 @@ def main(argv: list[str] | None = None) -> int:
 def _earlier(args: argparse.Namespace, store: Location, settings: BrokerSettings) -> EarlierVerify | None:
     """--since: the earlier verify checked and where this one starts (None without --since)."""
     if not args.since:
+        if args.since_other_store:
+            raise JobError(f"{OTHER_STORE_FLAG} goes with --since REPORT (it accepts a report made on another store)")
         return None
     if settings.enable_dleger_commit_log:
         raise JobError("--since on a DLedger store (enableDLegerCommitLog=true) is not implemented: run a full verify")
-    earlier = earlier_verify(args.since, settings, list_segments(store, settings), args.only)
+    earlier = earlier_verify(args.since, store, settings, list_segments(store, settings), args.only,
+                             args.since_other_store)
     if earlier.from_offset is None:
         warn("verify", f"the store's head expired past where {earlier.report.uri} ended (offset "
                        f"{earlier.built.offset}): nothing it checked is left; a full verify")
+    if earlier.other_store is not None:
+        warn("verify", f"{OTHER_STORE_FLAG}: {earlier.report.uri} was made on another store "
+                       f"({earlier.other_store['differs']}): what it checked before offset {earlier.built.offset} "
+                       f"counts as checked here without being read (the report's since.other_store)")
     return earlier
 
 
@@ -296,6 +335,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "checked": {"consumequeue": with_cq, "index": with_index,
                     "index_disabled_by_config": not settings.message_index_enable},
         "settings": settings.to_dict(),
+        "log_place": args.log_place,  # where the records were read (outside --store: storePathCommitLog, ...)
         "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),
@@ -312,6 +352,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "findings_total": found.total(),
         "in_flight": dict(sorted(found.in_flight.items())),
         "expired": dict(sorted(found.expired.items())),
+        "restart_reindex": dict(sorted(found.restarts.items())),
         "details_kept": min(len(details), args.max_findings),
         "details_dropped": max(0, len(details) - args.max_findings) + (found.total() - len(details)),
         "per_queue": {q: dict(k) for q, k in sorted(per_queue.items())},
@@ -319,87 +360,6 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
         "findings": details[:args.max_findings],
         "seconds": round(seconds, 3),
     }
-
-
-def describe(d: dict) -> str:
-    """One console line for a finding: where, what, expected vs found."""
-    where = d["path"]
-    if "entry" in d and d["kind"] not in ("missing_file", "extra_file"):
-        where += f" entry {d['entry']}"
-    elif d.get("position") is not None and d["kind"] not in ("missing_file",):
-        where += f" position {d['position']}"
-    if d.get("slot") is not None and d["kind"] in ("slot_differs", "key_not_found", "broken_chain"):
-        where += f" slot {d['slot']}"
-    if d.get("byte_offset") is not None:
-        where += f" (byte {d['byte_offset']})"
-    what = d["kind"]
-    expected, found = d.get("expected", "-"), d.get("found", "-")  # a finding may carry either, or neither
-    if d.get("field"):
-        what += f" {d['field']}: expected {expected}, found {found}"
-    elif d.get("fields") and isinstance(expected, dict) and isinstance(found, dict):
-        what += " " + ", ".join(f"{f} expected {expected.get(f)} found {found.get(f)}" for f in d["fields"])
-    elif d["kind"] == "slot_differs":
-        what += f": expected {expected}, found {found}"
-    elif d["kind"] == "extra_entry" and "found" in d:
-        what += f": {found}"
-    elif d["kind"] == "missing_entry" and "expected" in d:
-        what += f": expected {expected}"
-    if d.get("points_at"):
-        what += f" -> points at: {d['points_at']}"
-    if d.get("reason"):
-        what += f": {d['reason']}"
-    elif d.get("detail"):
-        what += f": {d['detail']}"
-    return f"  {where}: {what}"
-
-
-def print_summary(r: dict, report_path: str | None) -> None:
-    """The console summary: what was compared, counts per kind, the first findings."""
-    c = r["commitlog"]
-    print(f"store {r['store']}")
-    print(f"commit log: {c['message_records']} records in {c['segments']} segments, valid up to offset "
-          f"{c['max_physical_offset']}")
-    print(f"scan ended: {c['scan_end_detail']}")
-    if "dledger" in r:
-        d = r["dledger"]
-        print(f"DLedger: {d['entries']} entries (index {d['first_entry_index']} .. {d['last_entry_index']}), "
-              f"{r.get('dledger_index_units_checked', 0)} DLedger index units compared; reading checked: "
-              f"{d['reading_checked']} ({d['committed_reading']['reason']})")
-    if r["checked"]["consumequeue"]:
-        print(f"consume queues: {r.get('consumequeue_files_checked', 0)} files compared")
-    if r["checked"]["index"]:
-        print(f"index: {r.get('index_files_expected', 0)} files expected, {r.get('index_files_on_disk', 0)} on disk, "
-              f"{r.get('index_files_checked', 0)} compared")
-    elif r["checked"]["index_disabled_by_config"]:
-        print("index: not checked (messageIndexEnable=false)")
-    if r["in_flight"]:
-        print(f"in flight (a broker is running; not findings): {sum(r['in_flight'].values())} differences past "
-              f"commit-log offset {r['in_flight_from']}, the last dispatched position")
-    if r.get("since"):
-        s = r["since"]
-        done = ", ".join(f"{n} {EXPIRED_WORDS.get(k, k)}" for k, n in s["earlier"].items()) or "nothing"
-        print(f"since {s['report']} (checked up to commit-log offset {s['built_to_before']}): decoded "
-              f"{s['bytes_decoded']} bytes from offset {s['decoded_from']}; checked earlier, not again: {done}")
-    if r["expired"]:
-        print(f"expired head (not findings): the commit log starts at offset {c['min_offset']}; the broker keeps "
-              + ", ".join(f"{n} {EXPIRED_WORDS.get(k, k)}" for k, n in r["expired"].items())
-              + " that point below it (storage_format.clean_service)")
-    if not r["findings_total"]:
-        print("CONSISTENT: every checked file is what the commit log implies")
-        return
-    print(f"INCONSISTENT: {r['findings_total']} findings")
-    for kind, n in r["finding_counts"].items():
-        print(f"  {kind}: {n}")
-    if r.get("index_gap"):
-        print(f"  expected: {r['index_gap']['message']}")
-    shown = r["findings"][:CONSOLE_LINES]
-    print(f"first {len(shown)} of {r['findings_total']}:")
-    for d in shown:
-        print(describe(d))
-    if report_path:
-        print(f"details: {report_path}")
-    else:
-        print("details: pass --report FILE.json (or --json)")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   truncation), `recovery.index` (index resume), `recovery.post_start` (4.x post-start re-dispatch),
   `recovery.checkpoint_after` (the checkpoint left behind), `recovery.sequence` (the whole sequence, pure),
   `recovery.dledger` (DLedger mode: DLedger's recovery walk and index rewrite, the cut at the write end, the
-  restart's dispatch, the DLedger checkpoint and currterm), `recovery.timer` (the 5.x timer store after a cut:
+  restart's dispatch, the DLedger checkpoint and currterm), `recovery.dledger_v5` (5.3.3's DLedger-mode recovery:
+  the load dispatch, its end computed without entry headers, the restart from committedPos), `recovery.timer` (the 5.x timer store after a cut:
   warnings, the --repair-timer plan)
 - `timer`: the 5.x timer message store's files: `timer.log` (timer-log units, filler, the broker's recovery
   scan), `timer.wheel` (the wheel's slots), `timer.check` (`config/timercheck`), `timer.metrics`

@@ -202,6 +202,65 @@ def empty_file_index_count(generation: int) -> int:
     return 0 if generation < 5 else 1
 
 
+LAYOUT_SEARCH_BYTES = 8 << 20  # an index file up to this size is searched whole when the quick candidates fail
+_PROBE = ENTRY_SIZE + SLOT_SIZE  # one read of an entry and the word after it
+
+
+def layouts_fitting(size: int, header: IndexHeader, read: Callable[[int, int], bytes],
+                    default: IndexLayout, search: bool = True) -> list[IndexLayout]:
+    """The layouts (maxHashSlotNum, maxIndexNum) an index file of `size` bytes could have been written with, as its
+    header and entries show: 40 + 4 x slots + 20 x entries = size, at least indexCount entries and hashSlotCount
+    slots, and the last entry put (position indexCount - 1) a real one, at the head of its key's slot, with a
+    previous position before it and nothing after it. `read(offset, length)` reads the file. Tried first as a full
+    file (indexCount = maxIndexNum: the broker opens the next file then) and as `default`, a few small reads; with
+    `search`, a file up to LAYOUT_SEARCH_BYTES that fits neither is read whole and tried at every slot count. A file
+    without entries fits nothing shown."""
+    count = header.index_count
+    top = (size - HEADER_SIZE - ENTRY_SIZE * count) // SLOT_SIZE
+    low = max(1, header.hash_slot_count)
+    if count < 2 or top < low:
+        return []
+    cache: dict[int, int] = {}
+
+    def probe(words: np.ndarray) -> np.ndarray:
+        """The big-endian words at these word positions, read a probe at a time (cached)."""
+        for w in np.atleast_1d(words).tolist():
+            if w not in cache:
+                raw = bytes(read(w * SLOT_SIZE, _PROBE))
+                for k in range(_PROBE // SLOT_SIZE):
+                    piece = raw[k * SLOT_SIZE:(k + 1) * SLOT_SIZE]
+                    cache.setdefault(w + k, int.from_bytes(piece, "big", signed=True) if len(piece) == SLOT_SIZE
+                                     else 0)
+        return np.array([cache[w] for w in np.atleast_1d(words).tolist()], np.int64).reshape(np.shape(words))
+
+    quick = np.array(sorted(v for v in {top, default.slots} if low <= v <= top), dtype=np.int64)
+    found = _fitting(size, count, quick, probe)
+    if found or not search or size > LAYOUT_SEARCH_BYTES:
+        return found
+    words = np.frombuffer(bytes(read(0, size)), ">i4", size // SLOT_SIZE).astype(np.int64)
+    return _fitting(size, count, np.arange(low, top + 1, dtype=np.int64), words.__getitem__)
+
+
+def _fitting(size: int, count: int, slots: np.ndarray,
+             at: Callable[[np.ndarray], np.ndarray]) -> list[IndexLayout]:
+    """The slot counts among `slots` whose layout the file's last entry fits (layouts_fitting), as layouts; `at`
+    gives the file's big-endian words at word positions."""
+    slots = slots[(size - HEADER_SIZE - SLOT_SIZE * slots) % ENTRY_SIZE == 0]
+    if not len(slots):
+        return []
+    last = (HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * (count - 1)) // SLOT_SIZE  # its first word
+    entry = [np.asarray(at(last + k), dtype=np.int64) for k in range(5)]  # keyHash, phyOffset (2), timeDiff, prev
+    key_hash, prev = entry[0], entry[4]
+    real = np.any(np.stack(entry) != 0, axis=0) & (key_hash >= 0) & (entry[3] >= 0) & (entry[1] >= 0) \
+        & (prev >= 0) & (prev < count - 1)
+    head = np.asarray(at(HEADER_SIZE // SLOT_SIZE + np.where(real, key_hash, 0) % slots), dtype=np.int64)
+    words = size // SLOT_SIZE
+    after = last + 5  # the next position's first word: never written
+    nothing_after = np.where(after < words, np.asarray(at(np.minimum(after, words - 1)), dtype=np.int64) == 0, True)
+    ok = real & (head == count - 1) & nothing_after
+    return [IndexLayout(int(s), (size - HEADER_SIZE - SLOT_SIZE * int(s)) // ENTRY_SIZE) for s in slots[ok]]
+
+
 def read_only(a: np.ndarray) -> np.ndarray:
     """`a` as a read-only array (a view when it is writable): the index kernels are compiled and warmed for
     the read-only columns the work files give; a writable array (recovery's selected tail keys) would make

@@ -110,8 +110,9 @@ def _segments(files: list[LogFile], file_size: int, header: int, what: str) -> l
                                               f"directory")
         if f.size != file_size:
             raise StoreFormatError(f.path, min(f.size, file_size),
-                                   f"{what} is {f.size} bytes, expected {file_size} (mappedFileSizeCommitLog; the "
-                                   f"broker refuses to load it); pass the broker's config with --broker-config")
+                                   f"{what} is {f.size} bytes, expected {file_size} (mappedFileSizeCommitLog in "
+                                   f"effect; the store's files are not all of one size): the broker refuses to load "
+                                   f"it")
         out.append(Segment(start, f.size, f.path, header))
     return sorted(out, key=lambda s: s.start)
 

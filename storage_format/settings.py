@@ -245,49 +245,133 @@ def load_settings(path: str | Path | None) -> BrokerSettings:
     return load_settings_with_warnings(path).settings
 
 
-def infer_file_sizes(s: BrokerSettings, segment_sizes: list[int], cq_file_sizes: list[int]) -> tuple[BrokerSettings, list[str]]:
-    """Without a broker config: the commit-log segment size and the consume-queue file size the files on disk
-    show (the broker pre-allocates both at full size), with a note for each value taken from them."""
-    notes = []
-    if segment_sizes and len(set(segment_sizes)) == 1 and segment_sizes[0] != s.mapped_file_size_commitlog:
-        s = dataclasses.replace(s, mapped_file_size_commitlog=segment_sizes[0])
-        notes.append(f"no broker config: mappedFileSizeCommitLog={segment_sizes[0]} taken from the commit-log "
-                     f"segment sizes on disk")
-    cq = [n for n in cq_file_sizes if n > 0]
-    if cq and len(set(cq)) == 1 and cq[0] != s.consume_queue_file_size and cq[0] % CQ_UNIT_SIZE == 0:
-        s = dataclasses.replace(s, mapped_file_size_consume_queue=cq[0])
-        notes.append(f"no broker config: mappedFileSizeConsumeQueue={cq[0]} taken from the consume-queue file "
-                     f"sizes on disk")
-    return s, notes
+Files = tuple[tuple[str, int], ...]  # (path, size) of some files of one kind
 
 
-def config_disagreement(s: BrokerSettings, cq_files: list[tuple[str, int]],
-                        index_files: list[tuple[str, int]]) -> str | None:
-    """With a broker config: why the files on disk show it is not the store's, or None. Every sampled non-empty
-    consume-queue file (or every index file) has one size, not the one the config makes: the broker with this
-    config fails to load those consume queues (MappedFileQueue.load: "length not matched message store config
-    value") and reads those index files' slots with the wrong counts. One odd file is damage (verify's finding),
-    not a config question, and so is a lone file; empty files are a crash's (the broker creates, then extends)."""
-    def one_size(files: list[tuple[str, int]]) -> tuple[str, int] | None:
-        sized = [(path, n) for path, n in files if n > 0]
-        return sized[0] if len(sized) >= 2 and len({n for _, n in sized}) == 1 else None
+@dataclass(frozen=True)
+class FilesShown:
+    """What a store's files show of its size settings: a sample of each kind of file, (path, size), and the index
+    layout their headers and entries show (index_file.layouts_fitting; None: none, or not one)."""
 
-    cq, ix = one_size(cq_files), one_size(index_files)
+    segments: Files = ()  # commit-log segments and DLedger data files: both mappedFileSizeCommitLog
+    consume_queues: Files = ()
+    index_files: Files = ()
+    index_layout: IndexLayout | None = None
+    timer_logs: Files = ()
+
+
+@dataclass(frozen=True)
+class SizeDifference:
+    """A size setting the store's files show another value of: which files (commitlog, consumequeue, index,
+    timerlog), what the config makes, what the files are, what the broker does with them, and the settings that fit
+    the files (property -> value; empty: the files do not say)."""
+
+    files: str
+    text: str
+    broker: str
+    fits: dict[str, int]
+
+
+def _one_size(files: Files, at_least: int) -> tuple[str, int] | None:
+    """The first file, when at least `at_least` non-empty files are given and all have one size (empty files are
+    a crash's: the broker creates a file, then extends it)."""
+    sized = [(path, n) for path, n in files if n > 0]
+    return sized[0] if len(sized) >= at_least and len({n for _, n in sized}) == 1 else None
+
+
+def size_differences(s: BrokerSettings, shown: FilesShown, lone: bool = False) -> list[SizeDifference]:
+    """Every size setting whose files on disk say the config is not the store's. Commit-log segments (and DLedger
+    data files) all of one other size: the broker refuses to load them. Consume-queue files, every sampled non-empty
+    one of one other size, at least two (one odd file is damage, verify's finding): the broker fails to load them
+    (MappedFileQueue.load: "length not matched message store config value"). Index files whose headers and entries
+    show another layout, else at least two of one other size: the broker reads their hash slots with the wrong
+    counts. Timer-log files, at least two of one other size: the timer log does not load. `lone`: one file of a kind
+    is enough (no config to blame: the files are all there is to go by)."""
+    two = 1 if lone else 2
     default = BrokerSettings()
+    unset = " (the default: the config does not set it)"
+    out = []
+    seg = _one_size(shown.segments, 1)
+    if seg is not None and seg[1] != s.mapped_file_size_commitlog:
+        said = unset if s.mapped_file_size_commitlog == default.mapped_file_size_commitlog else ""
+        out.append(SizeDifference("commitlog",
+                                  f"mappedFileSizeCommitLog={s.mapped_file_size_commitlog}{said}, but the store's "
+                                  f"commit-log files are {seg[1]} bytes ({seg[0]})", "refuses to load its commit log",
+                                  {"mappedFileSizeCommitLog": seg[1]}))
+    cq = _one_size(shown.consume_queues, two)
     if cq is not None and cq[1] != s.consume_queue_file_size:
-        said = " (the default: the config does not set it)" if s.mapped_file_size_consume_queue == \
-            default.mapped_file_size_consume_queue else ""
-        return (f"mappedFileSizeConsumeQueue={s.mapped_file_size_consume_queue}{said} makes {s.consume_queue_file_size}"
-                f"-byte consume-queue files, but the store's are {cq[1]} bytes ({cq[0]}): the broker with this config "
-                f"fails to load them; set mappedFileSizeConsumeQueue={cq[1]} as the store's broker had it")
-    if ix is not None and ix[1] != s.index_file_size:
+        said = unset if s.mapped_file_size_consume_queue == default.mapped_file_size_consume_queue else ""
+        fits = {"mappedFileSizeConsumeQueue": cq[1]} if cq[1] % CQ_UNIT_SIZE == 0 else {}
+        out.append(SizeDifference("consumequeue",
+                                  f"mappedFileSizeConsumeQueue={s.mapped_file_size_consume_queue}{said} makes "
+                                  f"{s.consume_queue_file_size}-byte consume-queue files, but the store's are {cq[1]} "
+                                  f"bytes ({cq[0]})", "fails to load its consume queues", fits))
+    ix = shown.index_layout
+    sized = _one_size(shown.index_files, 1 if ix is not None else two)
+    if ix is not None and ix != s.index_layout or ix is None and sized is not None and sized[1] != s.index_file_size:
         said = " (the defaults: the config sets neither)" if (s.max_hash_slot_num, s.max_index_num) == \
             (default.max_hash_slot_num, default.max_index_num) else ""
-        return (f"maxHashSlotNum={s.max_hash_slot_num}, maxIndexNum={s.max_index_num}{said} make {s.index_file_size}"
-                f"-byte index files (40 + 4 x maxHashSlotNum + 20 x maxIndexNum), but the store's are {ix[1]} bytes "
-                f"({ix[0]}): the broker with this config reads their hash slots with the wrong counts; set both as "
-                f"the store's broker had them")
-    return None
+        headers = f" whose headers and entries show maxHashSlotNum={ix.slots}, maxIndexNum={ix.max_entries}" \
+            if ix is not None else " (40 + 4 x maxHashSlotNum + 20 x maxIndexNum)"
+        where = f" ({sized[0]})" if sized is not None else ""
+        size = sized[1] if sized is not None else ix.size
+        out.append(SizeDifference("index",
+                                  f"maxHashSlotNum={s.max_hash_slot_num}, maxIndexNum={s.max_index_num}{said} make "
+                                  f"{s.index_file_size}-byte index files, but the store's are {size} bytes{headers}"
+                                  f"{where}", "reads its index files' hash slots with the wrong counts",
+                                  {"maxHashSlotNum": ix.slots, "maxIndexNum": ix.max_entries} if ix is not None
+                                  else {}))
+    timer = _one_size(shown.timer_logs, two)
+    if timer is not None and timer[1] != s.mapped_file_size_timer_log:
+        said = unset if s.mapped_file_size_timer_log == default.mapped_file_size_timer_log else ""
+        out.append(SizeDifference("timerlog",
+                                  f"mappedFileSizeTimerLog={s.mapped_file_size_timer_log}{said}, but the store's "
+                                  f"timer-log files are {timer[1]} bytes ({timer[0]})", "does not load its timer log",
+                                  {"mappedFileSizeTimerLog": timer[1]}))
+    return out
+
+
+def config_disagreement(s: BrokerSettings, shown: FilesShown, found: list[SizeDifference] | None = None) -> str | None:
+    """With a broker config: every size setting the store's files show another value of (size_differences, or
+    `found`), in one line with the values that fit them; None when there is none."""
+    found = size_differences(s, shown) if found is None else found
+    if not found:
+        return None
+    fits = {k: v for d in found for k, v in d.fits.items()}
+    unknown = [d for d in found if not d.fits]
+    what = ", ".join(f"{k}={v}" for k, v in fits.items())
+    then = f"set {what} as the store's broker had them" if fits else ""
+    if unknown:
+        then += (" and " if then else "") + "set maxHashSlotNum and maxIndexNum as the store's broker had them " \
+                                            "(its index files do not show the two apart)"
+    broker = ", ".join(d.broker for d in found)
+    return f"{'; '.join(d.text for d in found)}: the broker with this config {broker}; {then}"
+
+
+_SHOWN_BY = {"mappedFileSizeCommitLog": "commit-log segment sizes", "mappedFileSizeConsumeQueue":
+             "consume-queue file sizes", "maxHashSlotNum": "index files' headers and entries", "maxIndexNum":
+             "index files' headers and entries", "mappedFileSizeTimerLog": "timer-log file sizes"}
+
+
+def infer_file_sizes(s: BrokerSettings, shown: FilesShown) -> tuple[BrokerSettings, list[str]]:
+    """Without a broker config: each size setting as the store's files show it (the broker pre-allocates every file
+    at full size), with a note for each value taken from them. Index files that show no layout (none with an entry
+    to tell the counts by) and are not of the default size are refused (SettingsError): the default would build
+    files the store's broker cannot read."""
+    notes = []
+    taken = {k: v for d in size_differences(s, shown, lone=True) for k, v in d.fits.items()}
+    for name, value in taken.items():
+        s = dataclasses.replace(s, **{_PROPERTY_FIELDS[name][0]: value})
+        notes.append(f"no broker config: {name}={value} taken from the {_SHOWN_BY[name]} on disk")
+    sizes = {n for _, n in shown.index_files if n > 0}
+    if shown.index_layout is None and sizes and sizes != {s.index_file_size}:
+        path = next(p for p, n in shown.index_files if n > 0)
+        raise SettingsError(f"no broker config, and the store's index files ({path}: {min(sizes)} bytes) show neither "
+                            f"maxHashSlotNum nor maxIndexNum (no file holds an entry to tell them by) and are not "
+                            f"of the broker's default size {s.index_file_size}: pass the store's broker config "
+                            f"(--broker-config)")
+    _validate(s)
+    return s, notes
 
 
 INT_MAX = (1 << 31) - 1  # a Java int: the broker computes file sizes as ints and maps at most 2 GiB - 1

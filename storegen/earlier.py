@@ -4,10 +4,12 @@ the broker's preallocated segment holds them and later segments not yet there; e
 deleted, as the broker's clean service deletes them after fileReservedTime.
 
 `python -m storegen.earlier DIR` writes DIR/last-night (the sample store 7/8 of the way through) and DIR/store
-(the whole sample store, its oldest segment gone)."""
+(the whole sample store, its oldest segment gone); `--grow STORE` then brings a copy of last-night up to DIR/store in
+place, as one broker directory grows (verify --since builds on a report of the same store only)."""
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
 import shutil
 import sys
@@ -71,6 +73,29 @@ def cut_store(store: Path, dest: Path, cut: int, link: bool = False) -> None:
                 f.write(bytes(size - (cut - start)))
 
 
+def grow_in_place(store: Path, today: Path) -> None:
+    """`store` (`today` as it stood earlier: cut_store, not linked) brought up to `today`'s commit log and root files
+    the way a broker brings its own directory on: a segment both hold is written over where it differs (the broker
+    writes on into its preallocated segment: it stays the same file), the segments `today` adds are copied in, those it
+    no longer holds (expired) deleted. Its consume queues and index are left to the caller."""
+    mine = {p.name: p for p in (store / "commitlog").iterdir()}
+    theirs = {p.name: p for p in (today / "commitlog").iterdir()}
+    for name, seg in sorted(theirs.items()):
+        dst = store / "commitlog" / name
+        if name not in mine:
+            shutil.copy(seg, dst)
+            os.chmod(dst, 0o644)
+        elif not filecmp.cmp(seg, dst, shallow=False):
+            with open(seg, "rb") as src, open(dst, "r+b") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+                out.truncate()
+    for name in mine.keys() - theirs.keys():
+        mine[name].unlink()
+    for f in today.iterdir():
+        if f.is_file() and not f.is_symlink():
+            shutil.copyfile(f, store / f.name)
+
+
 def expire_head(store: Path, segments: int = 1) -> int:
     """Delete the store's oldest `segments` segments; returns the commit log's new min offset."""
     segs = sorted((store / "commitlog").iterdir(), key=lambda s: int(s.name))
@@ -83,8 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m storegen.earlier", description=__doc__)
     p.add_argument("dir", type=Path)
     p.add_argument("--messages", type=int, default=DEMO_MESSAGES)
+    p.add_argument("--grow", type=Path, metavar="STORE",
+                   help="instead: bring STORE (a copy of DIR/last-night) up to DIR/store's commit log in place, as the "
+                        "broker's own directory grows (grow_in_place)")
     args = p.parse_args(argv)
     store = args.dir / "store"
+    if args.grow is not None:
+        grow_in_place(args.grow, store)
+        print(f"{args.grow}: its commit log is {store}'s now, written in place (oldest segment gone)")
+        return 0
     if store.exists():
         print(f"storegen.earlier: {store} exists; choose an empty directory", file=sys.stderr)
         return 2

@@ -30,12 +30,27 @@ def golden_cases(prefixes: tuple[str, ...] = ("",), exclude: tuple[str, ...] = (
 KNOWN_FAILING: dict[str, str] = {}
 
 
+BROKER_MARKER = ("broker: runs RocketMQ's own store code (the oracle build, tests/oracle.py), given to every test "
+                 "that takes the `oracle` fixture; `make test` builds it (`make oracle`) and runs them; a missing "
+                 "build fails them, `-m 'not broker'` leaves them out")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """NUMBA_BOUNDSCHECK=1 needs a cache directory of its own: numba's cache index does not record the
-    setting, so the usual cache would hand back kernels compiled without bounds checks (`make test-boundscheck`)."""
+    setting, so the usual cache would hand back kernels compiled without bounds checks (`make test-boundscheck`).
+    Registers the `broker` marker (pytest_collection_modifyitems gives it)."""
+    config.addinivalue_line("markers", BROKER_MARKER)
     if os.environ.get("NUMBA_BOUNDSCHECK") == "1" and not os.environ.get("NUMBA_CACHE_DIR"):
         pytest.exit("NUMBA_BOUNDSCHECK=1 without NUMBA_CACHE_DIR: numba would load the kernels cached without "
                     "bounds checks; set NUMBA_CACHE_DIR to an empty directory (make test-boundscheck)", returncode=2)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by it
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that takes the `oracle` fixture is marked `broker`."""
+    for item in items:
+        if "oracle" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
 
 
 def case_params(cases: list[str], passing: frozenset[str] = frozenset()) -> list:
@@ -118,6 +133,19 @@ def golden() -> Path:
     if not GOLDEN.is_dir():
         pytest.fail(GOLDEN_MISSING, pytrace=False)
     return GOLDEN
+
+
+@pytest.fixture(scope="session")
+def oracle():
+    """RocketMQ's own store code (tests/oracle.py: the kit's build in $REPUT_ORACLE or ~/.cache/reput-oracle); a
+    test that takes it fails, naming `make oracle`, when the build is missing or was made from another kit."""
+    from tests.oracle import Oracle, oracle_root, problem
+
+    root = oracle_root()
+    why = problem(root)
+    if why:
+        pytest.fail(why, pytrace=False)
+    return Oracle(root.resolve())
 
 
 @pytest.fixture(scope="session")

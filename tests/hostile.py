@@ -21,6 +21,8 @@ from storegen.encoder import write_store
 from storage_format.properties import TAGS, locate_properties
 from storage_format.record import TRAN_MASK, Message, properties_string
 from storage_format.settings import load_settings
+from jobs.pipeline.io.fs import Location
+from jobs.pipeline.io.out_files import FILES_NAME, recorded
 
 JOBS = ("rebuild", "inspect", "verify", "recover")  # recover runs with --dry-run
 
@@ -86,8 +88,18 @@ def tree_digest(root: Path) -> dict[str, str]:
                 kind = f"-> {os.readlink(path)}" if path.is_symlink() else oct(path.lstat().st_mode)
                 out[os.path.normpath(os.path.join(rel_dir, f))] = kind
                 continue
-            out[os.path.normpath(os.path.join(rel_dir, f))] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[os.path.normpath(os.path.join(rel_dir, f))] = file_digest(path)
     return out
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file; of an OUT's record of its files (io.out_files) without the modification times, which two
+    runs writing the same bytes do not share."""
+    if path.name != FILES_NAME:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    files = recorded(Location(str(path.parent)))
+    return hashlib.sha256(repr(sorted((f.path, f.size) for f in files.files.values())).encode()
+                          + repr(sorted(files.dirs)).encode()).hexdigest()
 
 
 def segment_paths(store: Path) -> list[Path]:

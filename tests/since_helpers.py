@@ -26,6 +26,23 @@ def earlier_store(case: str, dest: Path, cut: int) -> Path:
     return dest
 
 
+def grown_in_place(case: str, store: Path) -> Path:
+    """`store` (the case as it stood earlier: earlier_store) brought up to the whole case as a broker's directory grows
+    (storegen.earlier.grow_in_place: the same segment files written on, the same directory), with the case's consume
+    queues and index in place of its own: the store an earlier verify of `store` was made on, a night later."""
+    import shutil
+
+    from storegen.earlier import grow_in_place
+
+    grow_in_place(store, GOLDEN / case)
+    for part in ("consumequeue", "index"):
+        shutil.rmtree(store / part, ignore_errors=True)
+        shutil.copytree(GOLDEN / case / part, store / part)
+        for p in [store / part, *(store / part).rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    return store
+
+
 def queue_files_after_clean(case: str, min_offset: int) -> set[str]:
     """The case's consume-queue files the clean service keeps at `min_offset`, read from the golden files: per queue,
     oldest first, every file but the last goes while the phy of its last unit is below min_offset."""
@@ -61,9 +78,15 @@ def expired_copy(case: str, dest: Path, segments: int, clean: bool = True) -> in
     deletes of its queues and index (read independently above) deleted too; returns the log's new min offset."""
     import shutil
 
+    shutil.copytree(GOLDEN / case, dest)
+    return expire(case, dest, segments, clean)
+
+
+def expire(case: str, dest: Path, segments: int, clean: bool = True) -> int:
+    """`dest` (the whole case: a copy, or grown in place) with its oldest `segments` segments deleted and, with
+    `clean`, what the clean service deletes of its queues and index; returns the log's new min offset."""
     from storegen.earlier import expire_head
 
-    shutil.copytree(GOLDEN / case, dest)
     min_offset = expire_head(dest, segments)
     if clean:
         kept = queue_files_after_clean(case, min_offset)

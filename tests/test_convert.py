@@ -1,12 +1,11 @@
 """convert (issue 21): a DLedger store as a plain store. The layout rule and the compiled passes against their
 references; the golden DLedger stores converted: the source untouched, every record the same bytes but for
 PHYSICALOFFSET and the prepared offset, every (topic, queue, offset) the same message, consume queues and index
-files equal to reput's own rebuild of OUT; and RocketMQ 4.9.8's plain store itself (the oracle build, found
-through REPUT_ORACLE_BUILD) opening OUT with a normal recovery that truncates nothing and rebuilding the same
-consume queues and index files byte for byte."""
+files equal to reput's own rebuild of OUT; and the broker itself (the oracle build, tests/oracle.py): RocketMQ
+4.9.8's plain store opening OUT with a normal recovery that truncates nothing and rebuilding the same consume queues
+and index files byte for byte, and 5.3.3 in controller mode opening OUT and truncating nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,13 +23,10 @@ from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, bl
                                              layout_reference, prepared_offset_at, rewrite_reference, rolls)
 from storage_format.kernels.layout_kernel import hop_copy, hop_entries, rewrite_prepared
 from tests.conftest import GOLDEN
+from tests.oracle import broker_rebuild, consume_queues, deliver_nothing, index_files, rebuild_timer, v5_reopen
 from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
 
 CASES = ("dledger-clean-small-11", "dledger-upgrade-11", "dledger-rebuild-headless-11")
-ORACLE_BUILD = Path(os.environ.get("REPUT_ORACLE_BUILD", "/work/oracle/build-plain"))
-JAVA_OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-              "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
-              "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED"]
 
 
 # -- the layout rule ---------------------------------------------------------------------------------------------
@@ -132,8 +128,9 @@ def test_hop_copy_kernel_equals_the_reference(golden):
 # -- the golden DLedger stores converted -------------------------------------------------------------------------
 
 def _tree_digest(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    from tests.hostile import file_digest
+
+    return {p.relative_to(root).as_posix(): file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -258,27 +255,6 @@ def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
         assert _tree_digest(out / part) == _tree_digest(rebuilt / part), part
 
 
-def _java_missing() -> str | None:
-    if shutil.which("java") is None:
-        return "no java on PATH (the broker proof runs RocketMQ 4.9.8's own store code)"
-    if not (ORACLE_BUILD / "classpath.txt").is_file() or \
-            not (ORACLE_BUILD / "classes" / "RebuildTimer.class").is_file():
-        return (f"no oracle build at {ORACLE_BUILD} (set REPUT_ORACLE_BUILD; ../shared/oracle/README.md builds it "
-                f"with RebuildTimer)")
-    return None
-
-
-def _broker(root: Path, conf: Path, log: Path) -> dict:
-    """RebuildTimer (RocketMQ 4.9.8's DefaultMessageStore: load = recovery, start = dispatch) on a store."""
-    entries = (ORACLE_BUILD / "classpath.txt").read_text().strip().split(":")
-    cp = ":".join(e if os.path.isabs(e) else str(ORACLE_BUILD.parent / e) for e in entries)
-    done = subprocess.run(["java", "-Xms256m", "-Xmx256m", *JAVA_OPENS, "-Duser.timezone=UTC",
-                           "-Drocketmq.client.logUseSlf4j=true", "-cp", cp, "RebuildTimer", str(root), str(conf)],
-                          capture_output=True, text=True, env=dict(os.environ, ROCKETMQ_LOG=str(log)), timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{")))
-
-
 def _index_entries(store: Path) -> int:
     """Index entries in a store's index files (the header's indexCount, at byte 36, counts one unused slot)."""
     return sum(struct.unpack_from(">i", p.read_bytes(), 36)[0] - 1 for p in (store / "index").iterdir())
@@ -320,52 +296,58 @@ def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monke
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, spark, case, tmp_path):
-    """The broker's recovery of OUT truncates nothing; its rebuild of OUT's commit log gives reput's files.
-
-    The rebuild half runs with one index file big enough for every key (maxIndexNum, maxHashSlotNum raised), for
-    the broker and for reput alike. With the stores' maxIndexNum=256 it flaked (2 in ~25 in-suite runs): the broker
-    names an index file by the wall-clock millisecond (yyyyMMddHHmmssSSS) and a warm rebuild fills a 256-entry
-    file in about a millisecond (consecutive names 1 ms apart were seen), so two files can get one name and the
-    second maps the first's file (the broker's own corruption, as golden/README.md says for rebuild-headless-11).
-    One file is created once: no race. Index files with the stores' own settings are compared with reput's
-    rebuild of OUT in test_queues_and_index_equal_reputs_rebuild_of_out; consume queues here as they are."""
-    from jobs.rebuild import main as rebuild_main
-
-    why = _java_missing()
-    if why:
-        pytest.skip(why)
+def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, oracle, case, tmp_path):
+    """The broker's recovery of OUT truncates nothing; its rebuild of OUT's commit log gives OUT's files, with the
+    stores' own settings (a broker run that lost an index file to a same-millisecond name runs again:
+    tests/oracle.py's broker_rebuild)."""
     out, conf, _ = converted[case]
     end = json.loads((out / "reput-convert-report.json").read_text())["max_physical_offset"]
-    # 1. OUT as a broker finds it: a normal recovery (no abort) that truncates nothing and changes nothing
+    # 1. OUT as a broker finds it: a normal recovery (no abort) that truncates nothing and changes nothing (its delay
+    # offsets all delivered, so that the schedule service appends nothing whatever the clock says)
     whole = tmp_path / "whole"
     shutil.copytree(out, whole, ignore=shutil.ignore_patterns("reput-*"))
+    deliver_nothing(whole)
     before = _tree_digest(whole)
-    figures = _broker(whole, conf, tmp_path / "whole.log")
+    figures = rebuild_timer(oracle, whole, conf, tmp_path / "whole.log")
     assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
     assert "last shutdown normally" in (tmp_path / "whole.log").read_text()
     after = _tree_digest(whole)
     data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] not in ("lock", "config")}  # noqa: E731
     assert data(after) == data(before)  # (config/: the schedule service persists its delay offsets at shutdown)
-    # 2. the broker's own rebuild of OUT's commit log, with one index file holding every key (see the docstring)
-    keys = _index_entries(out)
-    assert keys > 0
-    one_file = tmp_path / "one-index-file.conf"
-    one_file.write_text("".join(line for line in conf.read_text().splitlines(True)
-                                if not line.startswith(("maxIndexNum", "maxHashSlotNum")))
-                        + f"maxIndexNum={2 * keys + 2}\nmaxHashSlotNum=4096\n")
-    bare = tmp_path / "bare"
-    shutil.copytree(out / "commitlog", bare / "commitlog")
-    figures = _broker(bare, one_file, tmp_path / "bare.log")
-    assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
-    assert _tree_digest(bare / "consumequeue") == _tree_digest(out / "consumequeue")
-    ours = tmp_path / "reput"
-    assert rebuild_main(["--store", str(out), "--broker-config", str(one_file), "--out", str(ours),
-                         "--quiet", "--json"]) == 0
-    index = lambda d: [hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
-                       for p in sorted((d / "index").iterdir())]
-    assert len(index(bare)) == 1 and _index_entries(bare) == keys
-    assert index(bare) == index(ours)
+    # 2. the broker's own rebuild of OUT's commit log: OUT's consume queues and index files
+    figures = broker_rebuild(oracle, out / "commitlog", tmp_path / "bare", conf)
+    assert figures["max_phy_offset"] == end
+    assert consume_queues(tmp_path / "bare") == consume_queues(out)
+    assert index_files(tmp_path / "bare") == index_files(out) and len(index_files(out)) > 1
+
+
+def test_5_3_3_in_controller_mode_opens_out_and_truncates_nothing(converted, oracle, tmp_path):
+    """RocketMQ 5.3.3 in controller mode (the kit's V5Golden reopen, with OUT's reput-broker.conf and controller
+    mode chosen as the kit's broker-controller.conf chooses it) opens the converted dledger-clean-small-11 with a
+    normal recovery: its commit log ends where OUT's does, nothing is appended, and no commit-log, consume-queue or
+    index byte changes (issue 37 item 6)."""
+    out, _, _ = converted["dledger-clean-small-11"]
+    end = json.loads((out / "reput-convert-report.json").read_text())["max_physical_offset"]
+    conf = tmp_path / "controller.conf"
+    conf.write_text((out / "reput-broker.conf").read_text() + "enableControllerMode=true\nallAckInSyncStateSet=true\n")
+    store = tmp_path / "store"
+    shutil.copytree(out, store, ignore=shutil.ignore_patterns("reput-*"))
+    before = _tree_digest(store)
+    events = {e["event"]: e for e in v5_reopen(oracle, store, conf)}
+    assert not events["store_open"]["abort_before"] and events["store_open"]["maxPhy_after_load"] == end
+    assert events["settled"]["maxPhy"] == end and events["settled"]["appended_bytes"] == 0
+    assert not events["shutdown"]["abort_file_after"]
+    log = (tmp_path / "store.reopen.log").read_text()
+    assert "last shutdown normally" in log and "The commitlog files are deleted" not in log
+    # OUT's checkpoint holds masterFlushedOffset = confirmPhyOffset = OUT's end (issue 55 item 1): with
+    # allAckInSyncStateSet the broker corrects nothing (else one "Correcting. Key:" line per message) and logs no
+    # ERROR about the confirm offset
+    assert struct.unpack_from(">2q", (out / "checkpoint").read_bytes(), 24) == (end, end)
+    assert "Correcting" not in log and not [x for x in log.splitlines() if "ERROR" in x and "confirmOffset" in x]
+    after = _tree_digest(store)
+    kept = ("commitlog", "consumequeue", "index")
+    data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] in kept}  # noqa: E731
+    assert data(after) == data(before) and len(data(before)) > 20
 
 
 # -- the operator's side -----------------------------------------------------------------------------------------
@@ -679,7 +661,9 @@ def test_a_checkpoint_of_random_bytes_is_replaced_and_named(spark, tmp_path, cap
     assert code == 0 and len(warnings) == 1 and f"{store / 'checkpoint'} at byte offset 0" in warnings[0], err
     out = (tmp_path / "out" / "checkpoint").read_bytes()
     last = max(_walk_store_times(tmp_path / "out"))
-    assert len(out) == 4096 and struct.unpack_from(">3q", out) == (last, last, last) and out[24:] == bytes(4072)
+    end = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())["max_physical_offset"]
+    assert len(out) == 4096 and struct.unpack_from(">5q", out) == (last, last, last, end, end)
+    assert out[40:] == bytes(4056)
 
 
 def _walk_store_times(store: Path) -> list[int]:

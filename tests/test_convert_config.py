@@ -2,11 +2,13 @@
 OUT, DLedger is off, the store's file sizes are stated, and a config that leads elsewhere is refused by key."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 
 from jobs.pipeline.convert.broker_conf import _escape, config_problems, converted_config
 from storage_format.java_props import parse_properties
 from storage_format.settings import BrokerSettings
+from tests.test_frontdoor import no_spark  # noqa: F401 (a fixture)
 
 SOURCE = """# a DLedger broker's config, as RocketMQ's conf/dledger/broker-n0.conf sets it
 brokerClusterName = RaftCluster
@@ -74,3 +76,49 @@ def test_a_group_of_several_is_told_which_member_to_convert_and_what_the_reading
     assert "the 2092 entries past the saved committedIndex are left out" in left and "surviving" in left
     assert "are kept" in member_choice(_section(3, "surviving", 2092))[1]
     assert "convert the same log" in member_choice(_section(3, "checkpoint", 0))[1]
+
+
+def test_each_mode_line_is_one_setting_and_check_config_names_the_mode(no_spark, tmp_path, capsys):
+    """The mode lines convert writes each become one property when uncommented (issue 55 item 5: the hints were one
+    line holding two keys, one wrong property); --check-config names the mode the file selects, and refuses the
+    controllerAddr placeholder left as written."""
+    from jobs.pipeline.convert.broker_conf import MODE_LINES, PLACEHOLDER, mode_of
+    from storage_format.settings import settings_from_mapping
+    from jobs.convert import main as convert_main
+    from jobs.pipeline.runtime.cli import run_main
+    from tests.conftest import GOLDEN
+
+    out = str(tmp_path / "store-plain")
+    text = converted_config(SOURCE, out, SETTINGS)
+    assert mode_of(SETTINGS, text) == "master-slave, the master (brokerRole=ASYNC_MASTER, brokerId=0)"
+    for name, keys in MODE_LINES:
+        lines = text.splitlines()
+        assert f"# {name}:" in lines
+        chosen = "\n".join(line[1:] if line.startswith("#") and line[1:].split("=")[0] in dict(keys) else line
+                           for line in lines)
+        props = parse_properties(chosen)
+        assert {k: props[k] for k, _ in keys} == dict(keys)
+        settings = settings_from_mapping(props).settings
+        assert mode_of(settings, chosen).startswith("controller mode" if "controller" in name else "master-slave")
+    controller = text.replace("#enableControllerMode=true", "enableControllerMode=true") \
+        .replace(f"#controllerAddr={PLACEHOLDER}", "controllerAddr=10.0.0.7:9878")
+    assert mode_of(settings_from_mapping(parse_properties(controller)).settings, controller) == \
+        "controller mode (enableControllerMode=true, controllerAddr=10.0.0.7:9878)"
+    slave = text + "brokerId=1\nbrokerRole=SLAVE\n"
+    assert mode_of(settings_from_mapping(parse_properties(slave)).settings, slave) == \
+        "master-slave, a slave (brokerRole=SLAVE, brokerId=1)"
+    assert config_problems(text.replace(f"#controllerAddr={PLACEHOLDER}", f"controllerAddr={PLACEHOLDER}"), out) == \
+        [f"controllerAddr={PLACEHOLDER} is the placeholder convert wrote: name your controllers"]
+    # the operator's check of the file: a converted golden store, its written config with controller mode chosen
+    store = GOLDEN / "clean-small-11"  # a plain store with the golden sizes stands for OUT here
+    conf = tmp_path / "new.conf"
+    conf.write_text(converted_config((GOLDEN / "dledger-clean-small-11" / "broker.conf").read_text(), str(store),
+                                     SETTINGS).replace("#enableControllerMode=true", "enableControllerMode=true")
+                    .replace(f"#controllerAddr={PLACEHOLDER}", "controllerAddr=10.0.0.7:9878"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main("convert", convert_main, ["--store", str(store), "--check-config", str(conf)])
+    said = capsys.readouterr()
+    assert exc.value.code == 0 and said.out.strip() == (
+        f"{conf} leads to the converted store {store}: root and commit log there, DLedger off, file sizes as its "
+        f"files; mode: controller mode (enableControllerMode=true, controllerAddr=10.0.0.7:9878)"), said

@@ -74,3 +74,39 @@ def test_the_plan_carried_split_by_split_equals_the_whole_layout(sizes, cuts, se
     for i in range(0, len(sizes), 7):
         assert plan.new_offset(int(olds[i])) == int(ref.offsets[i])
         assert plan.records_after(int(olds[i])) == len(sizes) - i - 1
+
+
+def test_the_plan_counts_only_what_moves(spark, tmp_path, capsys):
+    """An upgraded store's plain segments are copied unchanged: the dry run's schedule, half and op-half messages
+    "moved" are the DLedger part's only (issue 55 item 5: 241 schedule messages were counted, about half of them in
+    the plain part), i.e. the whole store's count less the plain part's (inspect of each); pending transactions are
+    the whole store's."""
+    import json
+    import shutil
+
+    from jobs.convert import main as convert_main
+    from jobs.pipeline.convert.plan import HALF_TOPIC, OP_TOPIC
+    from jobs.inspect import main as inspect_main
+    from storage_format.record import SCHEDULE_TOPIC
+    from tests.conftest import GOLDEN
+
+    case = GOLDEN / "dledger-upgrade-11"
+    plain = tmp_path / "plain"
+    shutil.copytree(case / "commitlog", plain / "commitlog")
+    (tmp_path / "plain.conf").write_text("".join(line for line in (case / "broker.conf").read_text().splitlines(True)
+                                                 if "dleger" not in line.lower()))
+
+    def per_topic(argv: list[str]) -> dict[str, int]:
+        assert inspect_main(argv + ["--json", "--quiet", "--engine", "local"]) == 0
+        queues = json.loads(capsys.readouterr().out)["records_per_topic_queue"]
+        return {t: sum(queues.get(t, {}).values()) for t in (SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC)}
+
+    whole = per_topic(["--store", str(case), "--broker-config", str(case / "broker.conf")])
+    kept = per_topic(["--store", str(plain), "--broker-config", str(tmp_path / "plain.conf")])
+    assert all(kept.values())  # the plain part holds some of each
+    assert convert_main(["--store", str(case), "--broker-config", str(case / "broker.conf"), "--out",
+                         str(tmp_path / "out"), "--dry-run", "--json", "--quiet"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["schedule_messages_moved"], plan["half_messages_moved"], plan["op_half_messages_moved"]) == \
+        tuple(whole[t] - kept[t] for t in (SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC)) == (113, 59, 49)
+    assert plan["pending_transactions_at_most"] == whole[HALF_TOPIC] - whole[OP_TOPIC] == 22  # the whole store's

@@ -15,7 +15,7 @@ from jobs.verify import main as verify_main
 from storage_format.dledger import READING_CHECKPOINT, READING_SURVIVING, committed_end, committed_reading, peer_count
 from storage_format.msg_id import encode_offset_msg_id
 from tests.conftest import GOLDEN, expected_scan, manifest, restored_copy
-from tests.rebuild_helpers import consume_queue_hashes, report, run_rebuild
+from tests.rebuild_helpers import consume_queue_hashes, golden_index_hashes, index_hashes, report, run_rebuild
 
 STORE_HOST = ("192.168.0.10", 10911)
 
@@ -66,7 +66,9 @@ def test_checkpoint_reading_stops_dispatch_at_the_committed_position(spark, tmp_
 
 
 def test_store_found_without_a_config(spark, tmp_path, capsys):
-    """No broker config: the single dledger-n0/data/ is read (a note says so) and the rebuild is the broker's."""
+    """No broker config: the single dledger-n0/data/ is read (a note says so) and the rebuild is the broker's, its
+    index files too: their layout is taken from the store's own (issue 55 item 3: it was the default, one
+    420,000,040-byte file instead of the broker's 25 of 5,416 bytes)."""
     from jobs.rebuild import main as rebuild_main
 
     case = "dledger-clean-small-11"
@@ -77,6 +79,8 @@ def test_store_found_without_a_config(spark, tmp_path, capsys):
     assert "mappedFileSizeCommitLog=262144" in err
     want = {k: v["sha256"] for k, v in manifest(case)["files"].items() if k.startswith("consumequeue/")}
     assert consume_queue_hashes(out) == want
+    assert "maxIndexNum=256 taken from the index files' headers and entries on disk" in err
+    assert index_hashes(out) == golden_index_hashes(case)
     assert report(out)["dledger"]["committed_reading"]["reading"] == READING_SURVIVING
 
 

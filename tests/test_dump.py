@@ -179,7 +179,8 @@ def test_records_read_a_bounded_window(case, first, golden, capsys, monkeypatch)
     real = Location.read_range
 
     def counted(self, offset, length):
-        read.append((offset, length))
+        if "/index/" not in self.uri:  # every job's first look reads a few index-file words (the index layout)
+            read.append((offset, length))
         return real(self, offset, length)
 
     monkeypatch.setattr(Location, "read_range", counted)

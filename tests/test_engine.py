@@ -69,14 +69,16 @@ def test_explicit_local_engine_that_cannot_run_is_refused(master, submitted, say
     (1 << 20, "local[2]", "running", "spark"),
 ])
 def test_rebuild_under_auto_takes_the_local_engine_up_to_4_gib(store_bytes, master, submitted, engine):
-    """The rebuild's engine under auto follows the commit log's size on a local master; the reason names it."""
+    """The rebuild's and convert's engine under auto follows the commit log's size on a local master; the reason
+    names it."""
     choice = choose_engine("auto", "rebuild", master, submitted is True, submitted == "running", store_bytes)
     assert choice.name == engine
     if choice.name == "local":
         assert "of commit log (up to 4.0 GiB)" in choice.reason
     elif submitted is False and master.startswith("local"):
         assert "rebuild of 4.0 GiB of commit log (over 4.0 GiB) runs on Spark" in choice.reason
-    assert choose_engine("auto", "convert", "local[2]", False, False, 1 << 20).name == "spark"  # by size: rebuild only
+    convert = choose_engine("auto", "convert", master, submitted is True, submitted == "running", store_bytes)
+    assert convert.name == engine  # convert chooses as rebuild does (issue 55 item 6)
 
 
 def test_auto_jobs_are_the_small_ones():
@@ -175,7 +177,7 @@ def _job(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def _normalized(out: Path) -> dict[str, str]:
     """sha256 by path, new index files by their rank (their names carry the time of the run)."""
-    files = tree(out, skip=("reput-recover-report.json", "reput-report.json"))
+    files = tree(out, skip=("reput-recover-report.json", "reput-report.json", "reput-files.parquet"))
     index = sorted(k for k in files if k.startswith("index/"))
     return {(f"index/#{index.index(k)}" if k in index else k): v for k, v in files.items()}
 
@@ -209,7 +211,7 @@ def test_rebuild_is_the_same_on_both_engines(tmp_path):
         done = _job("jobs.rebuild", "--store", str(store), "--broker-config", str(store / "broker.conf"),
                     "--out", str(out), "--engine", engine, "--master", "local[2]", "--split-size", "256k", "--quiet")
         assert done.returncode == 0, done.stderr
-        outs[engine] = tree(out, skip=("reput-report.json",))
+        outs[engine] = tree(out, skip=("reput-report.json", "reput-files.parquet"))
     assert outs["local"] == outs["spark"] and len(outs["local"]) > 10
 
 
@@ -247,8 +249,11 @@ def test_the_local_engine_imports_no_pyspark(tmp_path):
                            "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
-    assert json.loads((tmp_path / "out" / "reput-recover-report.json").read_text())["engine"] == {
+    engine = json.loads((tmp_path / "out" / "reput-recover-report.json").read_text())["engine"]
+    sizing = engine.pop("sizing")  # how the workers were counted (tests/test_local_sizing.py)
+    assert engine == {
         "name": "local", "requested": "auto", "reason": "auto: master local[2], not under spark-submit", "workers": 2}
+    assert (sizing["workers"], sizing["cpus"], sizing["master"]) == (2, 2, "local[2]")
 
 
 def test_workers_die_with_a_killed_driver(tmp_path):

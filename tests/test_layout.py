@@ -44,7 +44,7 @@ def test_docs_name_where_every_rule_lives():
 
 def named_modules(text: str) -> set[str]:
     """Names written as `name` or `sub.name` in a text."""
-    return set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)?)`", text))
+    return set(re.findall(r"`([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`", text))
 
 
 def test_pipeline_docstring_names_every_module_and_no_other():

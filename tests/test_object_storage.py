@@ -23,6 +23,7 @@ from jobs.dump import main as dump_main
 from jobs.inspect import main as inspect_main
 from jobs.pipeline.runtime.cli import JobError, run_main
 from jobs.pipeline.io.commit_marker import MARKER, DirectOutput, unfinished
+from jobs.pipeline.io import out_files
 from jobs.pipeline.io.fs import location
 from jobs.query import main as query_main
 from jobs.rebuild import REPORT_NAME
@@ -101,13 +102,13 @@ def refused(capsys, job: str, main, argv: list[str]) -> str:
 
 def assert_rebuilt(s3, key: str) -> None:
     """The rebuilt OUT on the server holds exactly the golden consume queues and index files (sha256 of
-    the bytes read back) and the run report: no work files, no marker, nothing else."""
+    the bytes read back), the run report and the record of its files: no work files, no marker, nothing else."""
     got = s3.tree(f"{BUCKET}/{key}")
     cq = {k: v for k, v in got.items() if k.startswith("consumequeue/")}
     assert cq == golden_consume_queue_hashes(CLEAN)
     index = sorted(k for k in got if k.startswith("index/"))
     assert [got[k] for k in index] == golden_index_hashes(CLEAN)
-    assert set(got) == set(cq) | set(index) | {REPORT_NAME}
+    assert set(got) == set(cq) | set(index) | {REPORT_NAME, out_files.FILES_NAME}
 
 
 def assert_recovered(s3, key: str, case: str) -> None:
@@ -126,7 +127,7 @@ def assert_recovered(s3, key: str, case: str) -> None:
 @FLOORS
 def test_rebuild_to_s3_is_byte_exact_and_overwrite_replaces_it(s3, capsys):
     """rebuild s3:// -> s3:// equals the golden files; an existing OUT is refused without --overwrite,
-    and --overwrite replaces it whole (an object that was in the old OUT is gone); nothing lands beside OUT."""
+    and --overwrite replaces it whole once it holds only what reput wrote; nothing lands beside OUT."""
     out = "out/rebuild"
     assert rebuild_main([*store(CLEAN), "--out", uri(out), "--json"]) == 0
     captured = capsys.readouterr()
@@ -138,8 +139,12 @@ def test_rebuild_to_s3_is_byte_exact_and_overwrite_replaces_it(s3, capsys):
         == manifest(CLEAN)["commitlog_scan"]["message_records"]
     with pytest.raises(JobError, match="already exists"):
         rebuild_main([*store(CLEAN), "--out", uri(out), "--json"])
-    with s3.fs().open_output_stream(f"{BUCKET}/{out}/consumequeue/stale/0/00000000000000000000") as f:
+    stale = f"{BUCKET}/{out}/consumequeue/stale/0/00000000000000000000"
+    with s3.fs().open_output_stream(stale) as f:  # not written by reput: refused by name (issue 55 item 2)
         f.write(b"from an older run")
+    with pytest.raises(JobError, match=r"consumequeue/stale/0/00000000000000000000 \(not written by reput\)"):
+        rebuild_main([*store(CLEAN), "--out", uri(out), "--overwrite", "--json"])
+    s3.fs().delete_dir(f"{BUCKET}/{out}/consumequeue/stale")  # the object and the directories it made
     assert rebuild_main([*store(CLEAN), "--out", uri(out), "--overwrite", "--json"]) == 0
     capsys.readouterr()
     assert_rebuilt(s3, out)
@@ -255,8 +260,10 @@ def test_overwrite_uncommits_the_old_output_first(s3):
     """--overwrite on object storage (no Spark): entering makes the old, committed OUT unfinished (marker
     written, then its report deleted) and empties it; a failure removes everything, the marker last."""
     out = location(uri("out/overwritten"))
-    for rel in ("reput-report.json", "consumequeue/t/0/00000000000000000000", "index/20260101000000000"):
+    for rel in ("consumequeue/t/0/00000000000000000000", "index/20260101000000000"):
         out.child(rel).write_bytes(b"old")
+    out_files.record(out)  # as a publish leaves it: the record of its files, then the report
+    out.child("reput-report.json").write_bytes(b"old")
     assert unfinished(out) is None
     with pytest.raises(JobError, match="already exists"):
         DirectOutput(out, "reput-report.json", "rebuild")
@@ -339,10 +346,15 @@ def test_verify_since_of_an_s3_store_cuts_the_seed_as_a_copy(s3, capsys, tmp_pat
     then = tmp_path / "then.json"
     assert verify_main(["--store", str(earlier), *conf(CLEAN), "--report", str(then), "--quiet"]) == 0
     capsys.readouterr()
-    assert verify_main([*store(CLEAN), "--since", str(then), "--work-dir", uri("tmp"), "--json"]) == 0
+    # the earlier verify was of a local cut copy, not of the s3:// store: said aloud
+    assert verify_main([*store(CLEAN), "--since", str(then), "--since-other-store", "--work-dir", uri("tmp"),
+                        "--json"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert report["status"] == "consistent" and report["since"]["checked_from"]
+    assert report["since"]["other_store"]["made_on"]["path"] == str(earlier.resolve())
+    assert report["store_identity"] == {"path": uri(f"stores/{CLEAN}"), "host": report["store_identity"]["host"],
+                                        "inode": None, "log_file": report["built_to"]["file"], "log_file_inode": None}
     seed = report["index_seed"]
     assert seed["checked_by"] == "cut copy" and "not on a local filesystem" in seed["why"]
     assert f"note: {report['index_seed']['file']} checked by a cut copy, the slower path" in err

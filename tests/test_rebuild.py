@@ -106,7 +106,8 @@ def test_only_index(spark, tmp_path, capsys):
 
 def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
     """An existing OUT is an error (exit 2, OUT untouched); --overwrite replaces an earlier reput output whole, and
-    refuses a directory reput did not write (issue 37 item 4: it once deleted an operator's keep.txt)."""
+    refuses a directory reput did not write (issue 37 item 4: it once deleted an operator's keep.txt) and an earlier
+    output holding a file reput did not write (issue 55 item 2: a report beside keep.txt was enough)."""
     case = "rebuild-headless-11"
     out = tmp_path / "out"
     out.mkdir()
@@ -122,10 +123,16 @@ def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
     with pytest.raises(JobError, match="is not an earlier reput output"):
         run_rebuild(case, out, "--overwrite")
     assert (out / "keep.txt").read_text() == "operator data"
-    (out / "reput-report.json").write_text("{}")  # now an earlier output of reput's (beside the operator's file)
+    (out / "reput-report.json").write_text("{}")  # a report beside the operator's file, no record of reput's files
+    with pytest.raises(JobError, match="holds no reput-files.parquet.*beside keep.txt"):
+        run_rebuild(case, out, "--overwrite")
+    (out / "keep.txt").unlink()  # a report alone: nothing to lose
     assert run_rebuild(case, out, "--overwrite") == 0
-    assert not (out / "keep.txt").exists()
     assert consume_queue_hashes(out) == golden_consume_queue_hashes(case)
+    (out / "keep.txt").write_text("operator data")  # inside a real earlier output
+    with pytest.raises(JobError, match=r"is not as reput published it .* keep.txt \(not written by reput\)"):
+        run_rebuild(case, out, "--overwrite")
+    assert (out / "keep.txt").read_text() == "operator data"
 
 
 def test_empty_and_missing_commitlog(spark, tmp_path, capsys):

@@ -4,6 +4,7 @@ is one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -176,8 +177,8 @@ def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
 
 
 def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
-    """A unit of OUT1 that the commit log no longer gives (OUT1 edited or damaged where the new scan overlaps it):
-    refused naming OUT1's file and the unit's byte offset, nothing written."""
+    """A unit of OUT1 that the commit log no longer gives (OUT1 damaged where the new scan overlaps it, its mtime
+    kept, as bit rot keeps it): refused naming OUT1's file and the unit's byte offset, nothing written."""
     case = "clean-small-11"
     out1, store = grown(case, tmp_path, 0.7)
     r = report(out1)
@@ -193,7 +194,9 @@ def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
     assert victim is not None
     data = bytearray(victim.read_bytes())
     data[at + 19] ^= 1  # the tags code's last byte
+    was = victim.stat()
     victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(was.st_atime_ns, was.st_mtime_ns))  # past the record of OUT1's files (io.out_files)
     out2 = tmp_path / "out2"
     _refused(argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
 

@@ -53,8 +53,9 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def tree(root: Path, skip: tuple[str, ...] = ("broker.conf", "manifest.json", "reput-recover-report.json")) -> dict[str, str]:
-    """sha256 of every file under root, by relative path."""
+def tree(root: Path, skip: tuple[str, ...] = ("broker.conf", "manifest.json", "reput-recover-report.json",
+                                              "reput-files.parquet")) -> dict[str, str]:
+    """sha256 of every file under root, by relative path (an OUT's record of its files left out: its mtimes)."""
     return {str(p.relative_to(root)): sha(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name not in skip}
 
 

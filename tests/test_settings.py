@@ -9,8 +9,10 @@ from storage_format.errors import SettingsError
 from storage_format.settings import (BrokerSettings, load_settings, load_settings_with_warnings, parse_delay_levels,
                                      parse_properties_text)
 from storage_format.java_props import decode_properties_file, java_parse_boolean, java_parse_integral, parse_properties
-from storage_format.settings import infer_file_sizes, settings_from_mapping, unknown_key_warning
+from storage_format.index_file import IndexLayout
+from storage_format.settings import FilesShown, infer_file_sizes, settings_from_mapping, unknown_key_warning
 from tests.conftest import GOLDEN
+from tests.test_frontdoor import no_spark  # noqa: F401 (a fixture)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -164,10 +166,20 @@ def test_file_sizes_beyond_a_java_int_are_refused_with_the_limit(props, named):
 
 
 def test_file_sizes_inferred_from_disk_without_a_config():
-    s, notes = infer_file_sizes(BrokerSettings(), [262144, 262144], [2000, 2000])
-    assert (s.mapped_file_size_commitlog, s.consume_queue_file_size) == (262144, 2000) and len(notes) == 2
-    s, notes = infer_file_sizes(BrokerSettings(), [262144, 1024], [])
+    """Without a config every size comes from the files: segments and consume queues by their sizes, the index
+    layout as the index files show it; index files that show none and are not of the default size are refused."""
+    files = FilesShown(segments=(("s0", 262144), ("s1", 262144)), consume_queues=(("q", 2000),),
+                       index_files=(("i", 5416),), index_layout=IndexLayout(64, 256), timer_logs=(("t", 4096),))
+    s, notes = infer_file_sizes(BrokerSettings(), files)
+    assert (s.mapped_file_size_commitlog, s.consume_queue_file_size, s.max_hash_slot_num, s.max_index_num,
+            s.mapped_file_size_timer_log) == (262144, 2000, 64, 256, 4096) and len(notes) == 5
+    assert "maxIndexNum=256 taken from the index files' headers and entries on disk" in notes[3]
+    s, notes = infer_file_sizes(BrokerSettings(), FilesShown(segments=(("a", 262144), ("b", 1024))))
     assert s == BrokerSettings() and not notes  # unequal sizes: nothing inferred (the scan names the odd file)
+    with pytest.raises(SettingsError, match=r"i: 5416 bytes\) show neither maxHashSlotNum nor maxIndexNum"):
+        infer_file_sizes(BrokerSettings(), FilesShown(index_files=(("i", 5416),)))
+    default = BrokerSettings().index_file_size  # empty default-size files: the default is all they can be
+    assert infer_file_sizes(BrokerSettings(), FilesShown(index_files=(("i", default),))) == (BrokerSettings(), [])
 
 
 def test_golden_broker_confs_load_without_warnings(golden):
@@ -194,14 +206,35 @@ def test_bad_settings_exit_2_in_one_line_before_any_work(tmp_path, capsys, line,
 
 
 def test_rebuild_without_a_config_takes_file_sizes_from_disk(spark, tmp_path, capsys):
-    """No --broker-config: segment and consume-queue file sizes come from the files, with a note."""
+    """No --broker-config: segment and consume-queue file sizes come from the files, the index layout from the index
+    files' headers and entries (issue 55 item 3: it was the default, one 420,000,040-byte file), each with a note;
+    consume queues and index files equal the broker's."""
     from jobs.rebuild import main as rebuild_main
-    from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes
+    from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
+                                       index_hashes)
 
     out = tmp_path / "out"
-    assert rebuild_main(["--store", str(GOLDEN / "v5-clean-small-11"), "--out", str(out), "--only", "consumequeue",
-                         "--json"]) == 0
+    assert rebuild_main(["--store", str(GOLDEN / "v5-clean-small-11"), "--out", str(out), "--json"]) == 0
     assert consume_queue_hashes(out) == golden_consume_queue_hashes("v5-clean-small-11")
+    assert index_hashes(out) == golden_index_hashes("v5-clean-small-11")
     err = capsys.readouterr().err
     assert "mappedFileSizeCommitLog=262144 taken from the commit-log segment sizes" in err
     assert "mappedFileSizeConsumeQueue=2000 taken from the consume-queue file sizes" in err
+    assert "maxHashSlotNum=64 taken from the index files' headers and entries" in err
+    assert "maxIndexNum=256 taken from the index files' headers and entries" in err
+
+
+def test_without_a_config_index_files_that_show_no_layout_are_refused(no_spark, tmp_path, capsys):
+    """No --broker-config and index files without an entry to tell maxHashSlotNum and maxIndexNum by, not of the
+    default size: refused in one line before anything is read (the default would build files of another layout)."""
+    from tests.conftest import restored_copy
+    from tests.test_frontdoor import run_job
+
+    store = restored_copy("clean-small-11", tmp_path / "store")
+    (store / "broker.conf").unlink()
+    for f in (store / "index").iterdir():
+        f.write_bytes(bytes(f.stat().st_size))  # every file zeros: no header, no entry
+    code, err = run_job("rebuild", ["--store", str(store), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and len(err) == 1 and "show neither maxHashSlotNum nor maxIndexNum" in err[0] \
+        and "pass the store's broker config (--broker-config)" in err[0], err
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 from the broker config and from the store's files; a single storePathCommitLog is honoured."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from storage_format.store_layout import (StoreListing, UnsupportedStoreError, ch
                                          inner_batch_records, layout_refusal, setting_refusal)
 from tests.conftest import GOLDEN
 from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes
+from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
 
 BASE = "v5-clean-small-11"
 
@@ -180,18 +182,71 @@ def test_single_store_path_commit_log_is_honoured(spark, tmp_path, capsys):
                                                   "--out", str(out), "--json"])
     assert exc.value.code == 0
     assert consume_queue_hashes(out) == golden_consume_queue_hashes(BASE)
+    report = json.loads(capsys.readouterr().out)
+    assert report["log_place"] == {"path": str(elsewhere), "outside_store": True, "set_by": "storePathCommitLog",
+                                   "another_store": None}
+    with pytest.raises(SystemExit) as exc:
+        run_main("verify", job_main("verify"), ["--store", str(store), "--broker-config", str(conf), "--json"])
+    captured = capsys.readouterr()
+    assert exc.value.code == 0 and json.loads(captured.out)["status"] == "consistent"
+    assert f"reput verify: note: the log is read from {elsewhere} (storePathCommitLog), outside --store {store}\n" \
+        in captured.err
     with pytest.raises(SystemExit) as exc:
         run_main("recover", job_main("recover"), ["--store", str(store), "--broker-config", str(conf),
                                                   "--in-place", "--backup-dir", str(tmp_path / "bak")])
     assert exc.value.code == 2 and "storePathCommitLog" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dledger", [False, True], ids=["storePathCommitLog", "storePathDLedgerCommitLog"])
+def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compared(no_spark, dledger, tmp_path,
+                                                                                   capsys):
+    """--store COPY with a config whose log path still names the store it was copied from (issue 55 item 4: verify
+    compared the copy's queues with the other store's log and said CONSISTENT): verify, recover, dump, query and
+    convert refuse in one line naming the setting and the path, before anything is read; inspect says on stderr
+    and in its report where it read the log."""
+    from tests.conftest import restored_copy
+
+    case = "dledger-clean-small-11" if dledger else BASE
+    original = restored_copy(case, tmp_path / "original")
+    copy = restored_copy(case, tmp_path / "copy")
+    key, log = (("storePathDLedgerCommitLog", original / "dledger-n0" / "data") if dledger else
+                ("storePathCommitLog", original / "commitlog"))
+    conf = tmp_path / "stale.conf"
+    conf.write_text((original / "broker.conf").read_text() + f"{key}={log}\n")
+    common = ["--store", str(copy), "--broker-config", str(conf)]
+    argv = {"verify": ["--json"], "recover": ["--dry-run"], "dump": ["--topic", "TopicTest", "--queue", "0"],
+            "query": ["--topic", "TopicTest", "--key", "K"], "convert": ["--out", str(tmp_path / "out")]}
+    for job, own in argv.items():
+        if job == "convert" and not dledger:
+            continue
+        code, err = run_job(job, common + own, capsys)
+        err = [line for line in err if ": warning: " not in line and ": note: " not in line]
+        assert code == 2 and len(err) == 1, (job, err)
+        assert err[0] == (f"reput {job}: error: {key} leads to {log}, outside --store {copy}: it lies in {original}, "
+                          f"which holds a store's files (another store's log); {job} would read {copy}'s files "
+                          f"against that log; point {key} at {copy}'s own log (or remove it from the broker config), "
+                          f"or give that store as --store"), err[0]
+    assert not (tmp_path / "out").exists()
+    code, err = run_job("inspect", common + ["--report", str(tmp_path / "inspect.json"), "--quiet", "--engine", "local"],
+                        capsys)
+    assert code == 0 and f"reput inspect: note: the log is read from {log} ({key}), outside --store {copy}: it lies " \
+        f"in {original}, which holds a store's files (another store's log)" in err, err
+    place = json.loads((tmp_path / "inspect.json").read_text())["log_place"]
+    assert place["outside_store"] and place["path"] == str(log) and place["set_by"] == key
+
+
 # A broker config that leaves out the store's file sizes (issue 37 item 3): the broker with it fails to load the
 # store's consume queues or misreads its index files, so every job refuses it by name before reading anything.
+EVERY_SIZE = ("set mappedFileSizeCommitLog=262144, mappedFileSizeConsumeQueue=2000, maxHashSlotNum=64, "
+              "maxIndexNum=256 as the store's broker had them")
 CONFIG_MISMATCHES = [("cq-size", "clean-small-11", ("mappedFileSizeConsumeQueue",), "mappedFileSizeConsumeQueue=6000000"),
                      ("index-size", "clean-small-11", ("maxIndexNum",), "maxIndexNum=20000000"),
                      ("dledger-all", "dledger-clean-small-11",
-                      ("mappedFileSizeConsumeQueue", "maxIndexNum", "maxHashSlotNum"), "mappedFileSizeConsumeQueue")]
+                      ("mappedFileSizeConsumeQueue", "maxIndexNum", "maxHashSlotNum"), "mappedFileSizeConsumeQueue"),
+                     # issue 55 item 3: no size key at all took three runs to name, the last after Spark started
+                     ("every-size", "clean-small-11", ("mappedFileSize", "maxIndexNum", "maxHashSlotNum"), EVERY_SIZE),
+                     ("dledger-every-size", "dledger-clean-small-11", ("mappedFileSize", "maxIndexNum",
+                                                                       "maxHashSlotNum"), EVERY_SIZE)]
 
 
 @pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "convert"])
@@ -214,16 +269,31 @@ def test_a_config_that_does_not_fit_the_stores_files_is_refused_by_name(job, cas
 
 
 def test_config_disagreement_pure():
-    """Every sampled file of one size that is not the config's: named; one odd file among others (damage, verify's
-    finding) or empty files (a crash's): not a config question."""
-    from storage_format.settings import config_disagreement
+    """Every size setting the files show another value of, in one line with the values that fit; one odd file among
+    others (damage, verify's finding) or empty files (a crash's): not a config question."""
+    from storage_format.index_file import IndexLayout
+    from storage_format.settings import FilesShown, config_disagreement
 
-    s = BrokerSettings(mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256)
-    assert config_disagreement(s, [("a", 2000), ("b", 0)], [("i", 5416)]) is None
-    assert config_disagreement(s, [("a", 2000), ("b", 4000)], [("i", 5416), ("j", 99)]) is None
-    assert config_disagreement(s, [("a", 4000)], [("i", 99)]) is None  # a lone file: damage as likely as a config
-    assert "(b)" in config_disagreement(s, [("a", 0), ("b", 4000), ("c", 4000)], [])
-    assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(s, [], [("i", 99), ("j", 99)])
+    s = BrokerSettings(mapped_file_size_commitlog=262144, mapped_file_size_consume_queue=2000, max_hash_slot_num=64,
+                       max_index_num=256)
+    assert config_disagreement(s, FilesShown(consume_queues=(("a", 2000), ("b", 0)), index_files=(("i", 5416),))) \
+        is None
+    assert config_disagreement(s, FilesShown(consume_queues=(("a", 2000), ("b", 4000)),
+                                             index_files=(("i", 5416), ("j", 99)))) is None
+    assert config_disagreement(s, FilesShown(consume_queues=(("a", 4000),), index_files=(("i", 99),))) is None
+    assert "(b)" in config_disagreement(s, FilesShown(consume_queues=(("a", 0), ("b", 4000), ("c", 4000))))
+    assert "maxHashSlotNum=64, maxIndexNum=256 make 5416-byte" in config_disagreement(
+        s, FilesShown(index_files=(("i", 99), ("j", 99))))
+    line = config_disagreement(BrokerSettings(), FilesShown(
+        segments=(("s", 262144),), consume_queues=(("a", 2000), ("b", 2000)), index_files=(("i", 5416),),
+        index_layout=IndexLayout(64, 256), timer_logs=(("t", 8192), ("u", 8192))))
+    assert line.count(";") == 4 and line.endswith("set mappedFileSizeCommitLog=262144, mappedFileSizeConsumeQueue=2000, "
+                                                  "maxHashSlotNum=64, maxIndexNum=256, mappedFileSizeTimerLog=8192 as "
+                                                  "the store's broker had them"), line
+    # one size, another split of it: the layout the entries show is what counts
+    assert "show maxHashSlotNum=64, maxIndexNum=256" in config_disagreement(
+        BrokerSettings(max_hash_slot_num=69, max_index_num=255), FilesShown(index_files=(("i", 5416),),
+                                                                              index_layout=IndexLayout(64, 256)))
 
 
 @pytest.mark.parametrize("job", ["inspect", "convert"])
@@ -241,3 +311,28 @@ def test_a_directory_inside_a_store_and_a_wrong_member_are_named(job, tmp_path, 
             run_main(job, job_main(job), argv + out)
         err = [line for line in capsys.readouterr().err.strip().splitlines() if ": warning: " not in line]
         assert exc.value.code == 2 and len(err) == 1 and said in err[0], err
+
+
+def test_rebuild_under_other_sizes_is_refused_then_taken_from_the_commit_log_alone(tmp_path, capsys):
+    """The comparison docs/convert.md describes (rebuild under a raised maxIndexNum, issue 55 item 5): refused for
+    the store's own index files with the way out named, then built from a directory holding only the commit log."""
+    from jobs.rebuild import main as rebuild_main
+    from storage_format.errors import SettingsError
+    from storage_format.index_file import IndexLayout
+
+    store = GOLDEN / "clean-small-11"
+    conf = tmp_path / "raised.conf"
+    conf.write_text("".join(line for line in (store / "broker.conf").read_text().splitlines(True)
+                            if not line.startswith(("maxIndexNum", "maxHashSlotNum")))
+                    + "maxIndexNum=100000\nmaxHashSlotNum=4096\n")
+    argv = ["--broker-config", str(conf), "--quiet", "--engine", "local"]
+    with pytest.raises(SettingsError, match=r"show maxHashSlotNum=64, maxIndexNum=256 .*\(rebuild reads only the commit "
+                                       r"log: to use other sizes on purpose, give --store a directory holding only "
+                                       r"commitlog/, e.g. a symbolic link to it\)$"):
+        rebuild_main(["--store", str(store), "--out", str(tmp_path / "refused"), *argv])
+    log_only = tmp_path / "log-only"
+    log_only.mkdir()
+    (log_only / "commitlog").symlink_to(store / "commitlog")
+    assert rebuild_main(["--store", str(log_only), "--out", str(tmp_path / "out"), *argv]) == 0
+    sizes = {p.stat().st_size for p in (tmp_path / "out" / "index").iterdir()}
+    assert sizes == {IndexLayout(4096, 100000).size} and not (tmp_path / "refused").exists()

@@ -33,8 +33,9 @@ def run(store: Path, tmp_path: Path, conf: Path | None = None, *extra: str) -> t
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    from tests.hostile import file_digest
+
+    return {str(p.relative_to(root)): file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture

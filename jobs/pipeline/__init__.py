@@ -11,7 +11,9 @@ live in storage_format/, Spark column functions in udfs/.
   `runtime.tasks` (small work items as tasks of the job's engine, with progress; the Spark engine's runner),
   `runtime.contract` (what the pipeline needs of an engine: TaskRunner; under spark-submit?), `runtime.engine`
   (--engine and auto's choice), `runtime.local` (the local engine:
-  forked worker processes, no JVM), `runtime.heap` (task processes keep the memory a task frees for the next
+  forked worker processes, no JVM), `runtime.local_sizing` (how many it forks: CPU affinity, cgroup CPU quota,
+  REPUT_LOCAL_WORKERS, what the cgroup memory limit holds), `runtime.cgroup` (the process's cgroup CPU quota and
+  memory limit, found as the JVM finds them), `runtime.heap` (task processes keep the memory a task frees for the next
   one), `runtime.limits` (the open-file limit a job needs: raised or refused before it starts),
   `runtime.driver_memory` (the driver's need from the queues and splits counted, against spark.driver.memory),
   `runtime.env` (the one registry of
@@ -22,19 +24,24 @@ live in storage_format/, Spark column functions in udfs/.
   `io.publish` (atomic publishing: staging directory, check, rename), `io.commit_marker` (publishing on object
   storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
   `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
-  (is a broker running on this store?), `io.run_lock` (one run per output: the lock file beside OUT),
+  (what a running broker means for a job), `io.store_lock` (is a broker running on this store? its lock),
+  `io.replaceable` (may a run write OUT: --overwrite replaces only an OUT as reput published it), `io.run_lock`
+  (one run per output: the lock file beside OUT),
   `io.copy` (a file copied verbatim by the fastest safe means: copy_file_range, a byte stream, an opt-in hard link),
   `io.background_copy` (files copied in a thread while the job still plans, joined before publish),
   `io.compare` (two local files byte for byte, read only where either holds data),
   `io.direct` (a large output file written from one aligned buffer, O_DIRECT where the filesystem takes it),
   `io.durable` (local files made durable: batched fsyncs of files and directories, a hard link, a copy fsynced
-  and renamed), `io.file_id` (a local file known again: its sha256, or its fingerprint with nothing read)
+  and renamed), `io.file_id` (a local file known again: its sha256, or its fingerprint with nothing read), `io.out_files`
+  (what an OUT held when it was published: its files' sizes and mtimes, proven again before --since continues it
+  and before --overwrite replaces it)
 - `store`: what a store says about itself before any scan
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
   `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable; DLedger's committed
   position), `store.dledger_report` (the report's `dledger` section), `store.built_to` (what an OUT was built to:
-  the end offset and the digests of the bytes before it, checked against the store later)
+  the end offset and the digests of the bytes before it, checked against the store later), `store.identity` (which
+  store a verify report was made on: its resolved path and inodes, beyond its commit log's bytes)
 - `scan`: stages 1-2 of every Spark job
   `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
@@ -54,9 +61,13 @@ live in storage_format/, Spark column functions in udfs/.
 - `verify`: jobs.verify's comparisons
   `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
   points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
-  the data files), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named), `verify.since` (verify --since: the earlier
+  the data files), `verify.dledger_v5` (a 5.x DLedger store: double-indexed records set apart, a crash's lag named),
+  `verify.double_index` (the broker's double-indexed records, rebuilt and compared byte for byte), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named), `verify.since` (verify --since: the earlier
   verify's report checked, where this one starts), `verify.index_seed` (the index
-  from the commit log's first kept offset on when its head expired: the store's file holding it cut back and continued)
+  from the commit log's first kept offset on when its head expired: the store's file holding it cut back and continued),
+  `verify.restart` (the broker's restart re-index of the log's last indexed record, counted apart), `verify.out_dir`
+  (verify --files OUT: a reput output's files checked against the store's log up to OUT's end), `verify.text` (the
+  console summary)
 - `recover`: jobs.recover
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
@@ -64,7 +75,8 @@ live in storage_format/, Spark column functions in udfs/.
   steps, backup, journal, resume, rollback), `recover.journal` (the switch's file operations, their JSON form,
   its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
   `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
-  of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.timer` (the 5.x timer store:
+  of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.dledger_v5` (the same for 5.3.3's
+  model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.timer` (the 5.x timer store:
   warnings, verify's timer findings, what --repair-timer writes)
 - `convert`: jobs.convert (a DLedger store to a plain commit log)
   `convert` (its stages), `convert.records` (listing a DLedger store's records from the

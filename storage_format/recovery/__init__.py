@@ -11,6 +11,8 @@ Rules as in DefaultMessageStore.load/recover/start of 4.9.8 and 5.3.3, checked a
 - `sequence`: the whole sequence as one pure function, `plan_sequence(RecoveryFacts) -> SequencePlan`
 - `dledger`: DLedger mode (4.9.8 + DLedger 0.3.1.2): DLedger's recovery walk, then the plain pieces above with
   nothing dispatched during load, `plan_dledger(DLedgerFacts) -> DLedgerPlan` (imported as a module)
+- `dledger_v5`: DLedger mode as 5.3.3 recovers it (the same walk; the dispatch during load, its end computed without
+  the entry headers, start() from the DLedger committedPos), `plan_dledger_v5(DLedgerV5Facts) -> DLedgerPlan`
 
 The names below are the package's interface (`from storage_format import recovery`).
 """

@@ -522,6 +522,7 @@ class DLedgerPlan:
     dledger_files: dict[str, bytes]  # dledger-<id>-relative name -> bytes (checkpoint, .bak, currterm, .bak)
     dispatch: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)  # what the job also names on stderr (modelled broker quirks)
 
 
 def _recovery_facts(f: DLedgerFacts) -> RecoveryFacts:
@@ -534,30 +535,32 @@ def _recovery_facts(f: DLedgerFacts) -> RecoveryFacts:
                          queues=f.queues, index=f.index, last_cq_record_ts=f.last_cq_record_ts)
 
 
-def _dledger_files(f: DLedgerFacts) -> tuple[dict[str, bytes], list[str]]:
-    """The DLedger checkpoint (and .bak) and, for a one-member group, currterm (and .bak) after the restart."""
+def member_files_after(committed_index: int, last_index: int, one_member: bool, self_id: str,
+                       currterm_raw: bytes | None) -> tuple[dict[str, bytes], list[str]]:
+    """The DLedger checkpoint (and .bak) and, for a one-member group, currterm (and .bak) after the restart (the
+    same in 4.9.8 and 5.3.3: one DLedger library)."""
     out: dict[str, bytes] = {}
     notes = []
-    cp = dledger_checkpoint_text(f.committed_index, f.entries.last_index)
+    cp = dledger_checkpoint_text(committed_index, last_index)
     out["checkpoint"] = cp
     out["checkpoint.bak"] = cp
     notes.append("DLedger checkpoint: committedIndex and endIndex as the broker persists them after the restart "
                  "(every 3 s and at shutdown, so checkpoint.bak holds the same text)")
-    if f.one_member:
+    if one_member:
         term = 0
-        if f.currterm_raw is not None:
-            for line in f.currterm_raw.decode("latin-1").splitlines():
+        if currterm_raw is not None:
+            for line in currterm_raw.decode("latin-1").splitlines():
                 k, sep, v = line.partition("=")
                 if sep and k.strip() == "currTerm" and v.strip().lstrip("-").isdigit():
                     term = int(v.strip())
-        out["currterm"] = currterm_text(f.self_id, term)
-        if f.currterm_raw is not None:
-            out["currterm.bak"] = f.currterm_raw
+        out["currterm"] = currterm_text(self_id, term)
+        if currterm_raw is not None:
+            out["currterm.bak"] = currterm_raw
         notes.append("currterm: the one-member group's election votes for itself in the same term (persistTerm "
                      "keeps the previous text in currterm.bak)")
     else:
         notes.append("currterm: left as it is (a group of several elects at runtime; reput does not model it)")
-        notes.append(f"DLedger checkpoint: committedIndex {f.committed_index} is the reading's committed entry; "
+        notes.append(f"DLedger checkpoint: committedIndex {committed_index} is the reading's committed entry; "
                      f"after a real restart of a group of several it is whatever the quorum holds then")
     return out, notes
 
@@ -575,7 +578,8 @@ def plan_dledger(f: DLedgerFacts) -> DLedgerPlan:
         cp = replace(cp, physic_msg_timestamp=last_cq_ts)
         why["physic_msg_timestamp"] = ("store time of the last dispatched NOT/COMMIT record: in DLedger mode every "
                                        "consume-queue put sets it (no commit-log flush thread does)")
-    files, notes = _dledger_files(f)
+    files, notes = member_files_after(f.committed_index, f.entries.last_index, f.one_member, f.self_id,
+                                      f.currterm_raw)
     dispatch = {"from_offset": reput_from, "to_offset": end, "committed_index": f.committed_index,
                 "rule": "start(): ReputMessageService from the consume queues' max physical offset to the DLedger "
                         "committed position; nothing is dispatched during load"}

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..consume_queue import (CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, CqColumns, keep_first_of_each_offset,
                              unpack_entries)
-from ..errors import RecoveryError
 
 
 def _first_invalid_unit(units: np.ndarray) -> int:
@@ -234,16 +233,15 @@ class QueueState:
 
     def truncate(self, phy_offset: int, read_file: Callable[[int], bytes]) -> None:
         """ConsumeQueue.truncateDirtyLogicFiles(P): drop trailing files whose first unit is at or past
-        P, then cut the write position before the first unit >= P (or invalid) of the last file."""
+        P (with every unit written into them: a later dispatch that needs the file creates it afresh), then cut
+        the write position before the first unit >= P (or invalid) of the last file."""
         self.max_phy = phy_offset
         while self.files:
             last = self.files[-1]
             units = self.unit_view(last, read_file)
             if int(units["phy"][0]) >= phy_offset:
                 self.files.pop()
-                if last in self.created:
-                    raise RecoveryError(f"{self.name}: a file written by recovery would be truncated")
-                self.truncated_files.append(last)
+                self._forget_file(last)
                 continue
             rest = units[1:]
             bad = np.flatnonzero((rest["phy"] < 0) | (rest["size"] <= 0) | (rest["phy"] >= phy_offset))
@@ -255,6 +253,23 @@ class QueueState:
             return
         self.write_offset = 0
         self.first_created = None
+
+    def _forget_file(self, start: int) -> None:
+        """A file truncation deletes: the units written into it go with it (5.3.3's DLedger recovery dispatches
+        past the point it cuts at, so a file it created may go again)."""
+        if start in self.created:
+            self.created.remove(start)
+            if self.first_created == start:
+                self.first_created, self.pre_blank_until = None, 0
+        else:
+            self.truncated_files.append(start)
+        runs = [(at, e) for at, e in zip(self.written_at, self.written)]
+        self.written_at, self.written = [], []
+        for at, e in runs:
+            keep = (at < start) | (at >= start + self.file_size)
+            if keep.any():
+                self.written_at.append(at[keep])
+                self.written.append(e.take(keep))
 
     def written_entries(self) -> tuple[np.ndarray, QueueEntries]:
         """(logical offsets, entries) of every unit written, in write order."""

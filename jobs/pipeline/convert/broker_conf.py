@@ -63,10 +63,32 @@ def converted_config(source_text: str | None, out_root: str, settings: BrokerSet
               f"storePathRootDir={_escape(out_root)}", f"storePathCommitLog={_escape(posixpath.join(out_root, 'commitlog'))}",
               "enableDLegerCommitLog=false"]
     lines += [f"{key}={sizes[key]}" for key in SIZE_KEYS]
-    lines += ["", "# the mode: one of",
-              "# controller mode (5.x):  enableControllerMode=true  controllerAddr=<host:port;...>",
-              "# master-slave:           brokerId=0  brokerRole=ASYNC_MASTER   (or SYNC_MASTER)", ""]
-    return "\n".join(lines)
+    lines += ["", "# the mode: uncomment the lines of one (each line is one setting)"]
+    for name, keys in MODE_LINES:
+        lines += [f"# {name}:"] + [f"#{key}={value}" for key, value in keys]
+    return "\n".join(lines + [""])
+
+
+PLACEHOLDER = "<host:port;...>"  # controllerAddr in the mode lines: the operator's controllers go there
+# the two plain modes, as converted_config offers them: (what it is, its settings)
+MODE_LINES = (("controller mode (5.x): the controllers elect the master", (("enableControllerMode", "true"),
+                                                                          ("controllerAddr", PLACEHOLDER))),
+              ("master-slave, this broker the master (SYNC_MASTER: a send waits for a slave)",
+               (("brokerId", "0"), ("brokerRole", "ASYNC_MASTER"))))
+
+
+def mode_of(settings: BrokerSettings, config_text: str) -> str:
+    """The mode a broker started with this config (read as `settings`) runs in, as the broker decides it: controller
+    mode when enableControllerMode is true (brokerId and brokerRole are then the controllers' to set), else
+    master-slave with its brokerRole (default ASYNC_MASTER) and brokerId (default 0, the master)."""
+    props = parse_properties(config_text)
+    if settings.enable_controller_mode:
+        addr = props.get("controllerAddr", "").strip()
+        return (f"controller mode (enableControllerMode=true, controllerAddr={addr})" if addr else
+                "controller mode (enableControllerMode=true; controllerAddr is not set)")
+    broker_id = props.get("brokerId", "0").strip() or "0"
+    who = "a slave" if settings.broker_role == "SLAVE" else "the master"
+    return f"master-slave, {who} (brokerRole={settings.broker_role}, brokerId={broker_id})"
 
 
 def store_root(given: str) -> str:
@@ -94,6 +116,8 @@ def config_problems(config_text: str, out_root: str) -> list[str]:
         problems.append(f"storePathCommitLog={commitlog} is not {posixpath.join(out, 'commitlog')}: the broker "
                         f"would open another commit log (or none) and delete OUT's consume queues past its end (\"The commitlog files "
                         f"are deleted, and delete the consume queue files\")")
+    if props.get("controllerAddr", "").strip() == PLACEHOLDER:
+        problems.append(f"controllerAddr={PLACEHOLDER} is the placeholder convert wrote: name your controllers")
     for key, value in props.items():
         path = value.strip()
         if key in ("storePathRootDir", "storePathCommitLog") or not is_path_key(key) or is_dledger_key(key) or not path:

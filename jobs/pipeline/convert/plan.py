@@ -7,16 +7,21 @@ by Spark tasks (convert.transactions): the plan holds their counts and which spl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from storage_format.commitlog_layout import END_MARKER, layout
+from storage_format.queue_table import merge_queue_tables
+from storage_format.record import SCHEDULE_TOPIC
 from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
 from .records import SplitRecords
 from .segments import SegmentTask
+
+if TYPE_CHECKING:
+    from ..scan.result import ScanResult
 
 SizesOf = Callable[[SplitRecords], np.ndarray]  # a listed split's record sizes (in memory, or its work file)
 
@@ -218,3 +223,22 @@ def make_plan(segments: list[Segment], listed: list[SplitRecords], segment_size:
                        ids_changed=records - placing.ids_same, prepared_records=sum(r.prepared for r in listed),
                        sizes_of=sizes_of, firsts=np.array([p.records.first for p in placing.splits], np.int64),
                        old_ends=np.array([p.records.old_end for p in placing.splits], np.int64))
+
+
+HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+def plan_report(plan: ConvertPlan, scan: ScanResult, left_out: int) -> dict:
+    """The plan's figures plus what moves: schedule messages and the transaction topics' records of the DLedger part
+    (an upgraded store's plain segments are copied unchanged: their records do not move); pending transactions are
+    the whole store's (a half message in the plain part may have its op message in the DLedger part)."""
+    moved = merge_queue_tables(scan.split_queues(s) for s in scan.accepted
+                               if s.first_entry_index is not None).per_topic("records")
+    whole = scan.records_per_queue()
+    count = lambda topic, of=moved: sum(of.get(topic, {}).values())  # noqa: E731
+    return {**plan.to_dict(), "negative_queue_ids": scan.negative_queue_ids.to_dict()
+            if scan.negative_queue_ids is not None else None, "out_of_step_queues": scan.out_of_step_queues.to_dict()
+            if scan.out_of_step_queues is not None else None, "schedule_messages_moved": count(SCHEDULE_TOPIC),
+            "half_messages_moved": count(HALF_TOPIC), "op_half_messages_moved": count(OP_TOPIC),
+            "pending_transactions_at_most": max(0, count(HALF_TOPIC, whole) - count(OP_TOPIC, whole)),
+            "records_past_committed_position_left_out": left_out}

@@ -236,7 +236,8 @@ def _index_bytes(store: Location, settings: BrokerSettings, name: str) -> tuple[
     size, want = loc.size(), settings.index_file_size
     if size != want:
         raise JobError(f"{loc.uri}: {size} bytes, expected {want} (maxHashSlotNum {settings.max_hash_slot_num}, "
-                       f"maxIndexNum {settings.max_index_num}); pass the broker's config with --broker-config")
+                       f"maxIndexNum {settings.max_index_num}, as the store's other index files show): a damaged "
+                       f"index file, which the broker misreads")
     return f"index/{name}", loc.read_bytes()
 
 

@@ -15,8 +15,9 @@ import json
 from ..runtime import interrupt
 from ..runtime.failure import JobError
 from ..runtime.faults import pause_at
+from . import out_files
 from .fs import Location
-from .paths import check_replaceable
+from .replaceable import check_replaceable
 
 MARKER = "_REPUT_WRITING"
 
@@ -82,6 +83,7 @@ class DirectOutput:
     def publish(self, report: bytes) -> None:
         """Drop the work files, write the run report (the commit), then the marker goes."""
         self.work.delete_tree()
+        out_files.record(self.out, (MARKER,))  # the marker goes once the report is written
         pause_at("before-commit")
         self.out.child(self.report).write_bytes(report)
         self.out.child(MARKER).delete_tree()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 
 from ..runtime.failure import JobError
 from .fs import Location
@@ -74,30 +73,3 @@ def check_outside(store: Location, other: Location, flag: str, may_contain: bool
                        f"inside the store's {real_path(store)}); the store is only read")
     if not may_contain and same_or_inside(store, other):
         raise JobError(f"{flag} {other.uri} must be outside the store {store.uri} (and must not contain it)")
-
-
-REPORT_GLOB = re.compile(r"^reput-([a-z]+-)?report\.json$")  # every job's run report (reput-report.json, ...)
-
-
-def check_replaceable(out: Location, overwrite: bool, unfinished_marker: str | None = None) -> None:
-    """OUT may be written: absent, an empty directory (a mount point made for it, say), or with --overwrite an
-    earlier reput output (it holds a run report, or `unfinished_marker`: an unfinished one). Anything else is
-    refused before any work, naming what is there: --overwrite never replaces a directory reput did not write."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise JobError(f"{out.uri} exists and is not a directory; choose a new --out")
-    if out.writes_in_place and os.path.ismount(out.path):
-        raise JobError(f"{out.uri} is a mount point: reput publishes OUT by renaming a directory built beside it into "
-                       f"place, which a mount point does not allow; give a new directory inside it "
-                       f"(--out {out.uri.rstrip('/')}/NAME)")
-    names = [i.base_name for i in out.list()]
-    if not names:
-        return
-    if not overwrite:
-        raise JobError(f"{out.uri} already exists; choose a new --out or pass --overwrite")
-    if any(REPORT_GLOB.match(n) for n in names) or (unfinished_marker is not None and unfinished_marker in names):
-        return
-    shown = ", ".join(sorted(names)[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    raise JobError(f"{out.uri} is not an earlier reput output (no reput-*report.json in it; it holds {shown}): "
-                   f"--overwrite replaces only what reput wrote; choose a new --out, or empty it yourself")

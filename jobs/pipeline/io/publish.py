@@ -22,8 +22,9 @@ from ..runtime import interrupt
 from ..runtime.failure import JobError
 from .commit_marker import DirectOutput
 from ..runtime.faults import pause_at
+from . import out_files
 from .fs import Location
-from .paths import check_replaceable
+from .replaceable import check_replaceable
 from .paths import is_local, real_path
 from .run_lock import RunLock, beside
 
@@ -117,12 +118,17 @@ class Staging:
         """Drop the work files, add the run report and rename the staging directory to OUT (replacing an
         old OUT)."""
         self.work.delete_tree()
+        out_files.record(self.dir)
         self.dir.child(self.report).write_bytes(report)
         pause_at("before-publish-rename")
         if self.out.exists() and not self.overwrite and self.out.list():  # an empty OUT was taken at the start
             raise JobError(f"{self.out.uri} appeared while this run was building it (not written by reput, which "
                            f"holds its lock); nothing published: remove it, or pass --overwrite to replace it")
         if self.out.exists():
+            try:  # again: a broker may have opened OUT while this run built
+                check_replaceable(self.out, self.overwrite)
+            except JobError as exc:
+                raise JobError(f"{exc} (found as this run was about to publish: nothing published)") from None
             self.out.move_to(self._old)
             pause_at("between-renames")
             self.dir.move_to(self.out)

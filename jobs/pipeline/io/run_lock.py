@@ -9,6 +9,7 @@ is taken, and `RunLock.acquire` says so (the caller prints it as a note).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -17,7 +18,9 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
+from ..runtime import interrupt
 from ..runtime.failure import JobError
 
 LOCK_MARK = ".reput-lock"
@@ -90,6 +93,35 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def held(*locks: RunLock) -> Iterator[None]:
+    """Take `locks` in order and hold them for the block. After an interrupt of a job under run_main they are let
+    go by interrupt.finish, once Spark has stopped writing and the clean-ups registered after them have run (a
+    second run must not take over what this one's tasks still write into)."""
+    taken: list[RunLock] = []
+    try:
+        for lock in locks:
+            lock.acquire()
+            taken.append(lock)
+            interrupt.remove_on_interrupt(lock, lock.release)
+        yield
+    except KeyboardInterrupt:
+        if not interrupt.running():
+            _release(taken)
+        raise
+    except BaseException:
+        _release(taken)
+        raise
+    _release(taken)
+
+
+def _release(locks: list[RunLock]) -> None:
+    """Let `locks` go, last taken first."""
+    for lock in reversed(locks):
+        interrupt.forget(lock)
+        lock.release()
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -2,15 +2,22 @@
 name, before any Spark work; and where the commit log lives (a single storePathCommitLog is honoured)."""
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import dataclass
 
 from storage_format import dledger
 from storage_format.commitlog import parse_segment_name
 from storage_format.errors import SettingsError
-from storage_format.settings import BrokerSettings, config_disagreement, infer_file_sizes
+from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout, layouts_fitting
+from storage_format.recovery.timer import TIMERLOG_DIR
+from storage_format.settings import (BrokerSettings, FilesShown, SizeDifference, config_disagreement,
+                                     infer_file_sizes, size_differences)
 from storage_format.store_layout import StoreListing, check_store, commitlog_path, discover_dledger
 
+from ..runtime.failure import JobError
 from .fs import Location, location
+from .paths import is_local, real_path, same_or_inside
 
 LAYOUT_DIRS = ("batchconsumequeue", "consumequeue_ext")
 
@@ -31,10 +38,11 @@ def list_store(store: Location) -> StoreListing:
 CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all are pre-allocated full size)
 
 
-def store_settings(store: Location, settings: BrokerSettings, config_given: bool) -> BrokerSettings:
+def store_settings(store: Location, settings: BrokerSettings, config_given: bool, job: str = "") -> BrokerSettings:
     """Every job's first step, before Spark starts: raise UnsupportedStoreError (exit 2) when the settings or
-    the files show a feature reput does not implement; without a broker config, take the file sizes from
-    the files on disk (a note on stderr says so), and DLedger mode from a single dledger-<id>/data/."""
+    the files show a feature reput does not implement; with a broker config, refuse it when the store's files show
+    other sizes (every one in one line); without one, take the file sizes from the files on disk (a note on stderr
+    says so), and DLedger mode from a single dledger-<id>/data/."""
     listing = list_store(store)
     if not config_given:
         found = discover_dledger(settings, listing)
@@ -43,25 +51,71 @@ def store_settings(store: Location, settings: BrokerSettings, config_given: bool
                   f"{found.d_leger_self_id}) from {dledger.home_dir(found.d_leger_self_id)}/data/", file=sys.stderr)
         settings = found
     check_store(settings, listing)
-    cq_files = _cq_files(store.child("consumequeue"))
+    shown = files_shown(store, settings)
     if config_given:
-        odd = config_disagreement(settings, cq_files, _index_files(store.child("index")))
-        if odd is not None:
-            raise SettingsError(f"the broker config does not fit the store: {odd}")
+        found = size_differences(settings, shown)
+        if found:
+            odd = config_disagreement(settings, shown, found)
+            raise SettingsError(f"the broker config does not fit the store: {odd}{_log_only_hint(job, found)}")
         return settings
-    data = dledger_data_dir(store, settings)
-    sizes = _segment_sizes(commitlog_dir(store, settings)) + (_segment_sizes(data) if data is not None else [])
-    settings, notes = infer_file_sizes(settings, sizes, [n for _, n in cq_files])
+    settings, notes = infer_file_sizes(settings, shown)
     for note in notes:
         print(f"reput: note: {note}", file=sys.stderr)
     return settings
 
 
-def _segment_sizes(commitlog: Location) -> list[int]:
-    """Sizes of the commit-log segments (20-digit names)."""
-    if not commitlog.is_dir():
+def _log_only_hint(job: str, found: list[SizeDifference]) -> str:
+    """For a job that reads only the log, refused for the sizes of files it does not read: how to build other sizes
+    on purpose (a --store holding only the commit log)."""
+    if not job or job in READS_STORE_FILES or any(d.files == "commitlog" for d in found):
+        return ""
+    return (f" ({job} reads only the commit log: to use other sizes on purpose, give --store a directory holding "
+            f"only commitlog/, e.g. a symbolic link to it)")
+
+
+def files_shown(store: Location, settings: BrokerSettings) -> FilesShown:
+    """What the store's files show of its size settings (settings.FilesShown): every commit-log segment and DLedger
+    data file where the settings lead, a sample of the consume-queue files, the index files with the layout a few of
+    them show, the timer-log files."""
+    data = dledger_data_dir(store, settings)
+    index = _index_files(store.child("index"))
+    return FilesShown(segments=tuple(_segments(commitlog_dir(store, settings)) + (_segments(data) if data else [])),
+                      consume_queues=tuple(_cq_files(store.child("consumequeue"))), index_files=tuple(index),
+                      index_layout=_index_layout(index, BrokerSettings().index_layout),
+                      timer_logs=tuple(_segments(store.child(TIMERLOG_DIR))))
+
+
+def _segments(directory: Location) -> list[tuple[str, int]]:
+    """(path, size) of the files with 20-digit names (commit-log segments, DLedger data files, timer-log files)."""
+    if not directory.is_dir():
         return []
-    return [i.size for i in commitlog.list() if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+    return [(directory.child(i.base_name).uri, i.size) for i in directory.list()
+            if i.type.name == "File" and parse_segment_name(i.base_name) is not None]
+
+
+INDEX_FILES_SAMPLED = 3  # index files whose headers are read for the layout: the first two (full) and the last
+
+
+def _index_layout(index: list[tuple[str, int]], default: IndexLayout) -> IndexLayout | None:
+    """The one layout (maxHashSlotNum, maxIndexNum) the sampled index files all fit (index_file.layouts_fitting:
+    first by a few small reads each; only when none fits so, the one with the most entries searched whole), else None
+    (no file with an entry, or more than one layout fits)."""
+    sample = index[:INDEX_FILES_SAMPLED - 1] + index[-1:] if len(index) > INDEX_FILES_SAMPLED else index
+    files = []
+    for uri, size in dict(sample).items():
+        loc = Location(uri)
+        if size >= HEADER_SIZE and not loc.not_regular():
+            files.append((loc, size, IndexHeader.from_bytes(bytes(loc.read_range(0, HEADER_SIZE)))))
+    for search in (False, True):
+        common: set[IndexLayout] | None = None
+        tried = files if not search else sorted(files, key=lambda f: -f[2].index_count)[:1]
+        for loc, size, header in tried:
+            fits = layouts_fitting(size, header, lambda at, n, loc=loc: loc.read_range(at, n), default, search)
+            if fits:
+                common = set(fits) if common is None else common & set(fits)
+        if common:
+            return next(iter(common)) if len(common) == 1 else None
+    return None
 
 
 def _cq_files(cq: Location) -> list[tuple[str, int]]:
@@ -112,6 +166,71 @@ def log_dir(store: Location, settings: BrokerSettings) -> Location:
     """The directory a job needs to find records in: DLedger data in DLedger mode, else the commit log."""
     data = dledger_data_dir(store, settings)
     return data if data is not None else commitlog_dir(store, settings)
+
+
+# Jobs that read the store's own files beside its log (consume queues, index, checkpoint, config/): given another
+# store's log, they would compare or mix the two stores' files. The others read the log alone.
+READS_STORE_FILES = ("verify", "recover", "dump", "query", "convert")
+STORE_ROOT_NAMES = ("consumequeue", "index", "checkpoint")  # what makes a directory a store root
+
+
+@dataclass(frozen=True)
+class LogPlace:
+    """Where the records a job reads lie: the directory, the setting that put it outside --store (None: inside) and,
+    when it is another store's log, why."""
+
+    path: str
+    setting: str | None
+    another_store: str | None
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "outside_store": self.setting is not None, "set_by": self.setting,
+                "another_store": self.another_store}
+
+
+def log_place(store: Location, settings: BrokerSettings) -> LogPlace:
+    """Where the settings lead a job for records (log_dir), and whether that is outside --store: a single
+    storePathCommitLog, or storePathDLedgerCommitLog. Outside, it is another store's log when the directory it lies
+    in (for a DLedger member's data, <root>/dledger-<id>/data, the one above) is a store root (consumequeue/, index/
+    or checkpoint) that does not hold --store, or when --store holds a log of its own the settings lead away from."""
+    directory = log_dir(store, settings)
+    data = dledger_data_dir(store, settings)
+    setting = "storePathDLedgerCommitLog" if data is not None else "storePathCommitLog"
+    configured = settings.store_path_dledger_commit_log if data is not None else commitlog_path(settings)
+    if not (configured or "").strip() or _inside(directory, store):  # the store's own: a link to elsewhere included
+        return LogPlace(directory.uri, None, None)
+    own = dledger_home(store, settings).child(dledger.DATA_DIR) if data is not None else store.child("commitlog")
+    root = directory.parent.parent if data is not None else directory.parent  # <root>/dledger-<id>/data, or /commitlog
+    other = root if not same_or_inside(store, root) and any(root.child(n).exists() for n in STORE_ROOT_NAMES) else None
+    why = None
+    if other is not None:
+        why = f"it lies in {other.uri}, which holds a store's files (another store's log)"
+    elif _segments(own) and not _inside(own, directory):
+        why = f"--store holds its own log, {own.uri}, which the setting leads away from"
+    return LogPlace(directory.uri, setting, why)
+
+
+def _inside(child: Location, parent: Location) -> bool:
+    """`child` is `parent` or below it, as named (a symbolic link inside the store is the store's) or as the
+    filesystem resolves it (paths.same_or_inside)."""
+    named = [os.path.abspath(x.path) if is_local(x) else real_path(x) for x in (child, parent)]
+    return named[0] == named[1] or named[0].startswith(named[1].rstrip("/") + "/") or same_or_inside(child, parent)
+
+
+def check_log_place(job: str, store: Location, settings: BrokerSettings) -> LogPlace:
+    """A log outside --store is said on stderr (the job's report carries log_place too); one that is another store's
+    is refused for the jobs that read the store's own files beside it (READS_STORE_FILES), in one line naming the
+    setting and the way out."""
+    place = log_place(store, settings)
+    if place.setting is None:
+        return place
+    if place.another_store is not None and job in READS_STORE_FILES:
+        raise JobError(f"{place.setting} leads to {place.path}, outside --store {store.uri}: {place.another_store}; "
+                       f"{job} would read {store.uri}'s files against that log; point {place.setting} at "
+                       f"{store.uri}'s own log (or remove it from the broker config), or give that store as --store")
+    print(f"reput {job}: note: the log is read from {place.path} ({place.setting}), outside --store {store.uri}"
+          + (f": {place.another_store}" if place.another_store else ""), file=sys.stderr)
+    return place
 
 
 def commitlog_dir(store: Location, settings: BrokerSettings) -> Location:

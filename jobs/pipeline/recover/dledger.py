@@ -9,7 +9,8 @@ the facts `storage_format.recovery.dledger.plan_dledger` decides on, and hand `r
    as for a plain recovery (recovery_inputs); --full-index: the rebuild stage's index from a scan of every file.
 The written output: consume queues, index and checkpoint as for a plain store (recovery_write), plus the
 DLedger member's directory: data files past the write end deleted, the DLedger index cut/rewritten, the
-DLedger checkpoint (and currterm for a one-member group) as the restarted broker leaves them.
+DLedger checkpoint (and currterm for a one-member group) as the restarted broker leaves them. The plan
+(DLedgerRecoveryPlan), the member's walk and that output are also 5.x's (jobs.pipeline.recover.dledger_v5).
 """
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ class DLedgerRecoveryPlan(CommonPlan):
     scan: ScanResult
     full_index: bool
     reading: fmt.CommittedReading
+    load_dispatch: dict | None = None  # 5.x: what the recovery dispatches during load (None: 4.x, nothing)
     segments: list = field(default_factory=list)  # plain segments of an upgraded store: never changed, copied
     segments_deleted: list = field(default_factory=list)
 
@@ -244,6 +246,7 @@ class DLedgerRecoveryPlan(CommonPlan):
                                   f"keeps its bytes; files after it are deleted"},
             "consumequeue": self._consumequeue_dict(),
             "index": index,
+            "load_dispatch": self._load_dispatch_dict(),
             "dispatch": self.plan.dispatch,
             "post_start_redispatch": {"from_offset": self.reput_from, "to_offset": self.plan.dispatch["to_offset"],
                                       "rule": self.plan.dispatch["rule"]},
@@ -255,10 +258,27 @@ class DLedgerRecoveryPlan(CommonPlan):
                                                                          self.dledger_raw.get("checkpoint")),
                         "files_rewritten": self.dledger_rewritten(), "files_deleted": self.dledger_deleted(),
                         "records_scanned_from_resume_point": self.scan.message_records, "notes": self.plan.notes},
-            "markers": {"abort": "removed" if self.abnormal else "absent", "abort.bak": "unchanged"},
+            "markers": {"abort": "removed" if self.abnormal else "absent",
+                        "abort.bak": ("crash-time abort content (5.x createTempFile backs it up)"
+                                      if self.abnormal and self.generation.generation >= 5 else "unchanged"),
+                        **({"compaction/position-checkpoint": COMPACTION_NOTE} if self.generation.generation >= 5
+                           else {})},
             "warnings": self.warnings,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
+
+
+    def _load_dispatch_dict(self) -> dict:
+        """The plan's "load_dispatch" part: 5.x's dispatch during an abnormal recovery's load, or why none runs."""
+        if self.load_dispatch is not None:
+            return self.load_dispatch
+        why = ("4.9.8's DLedger recovery dispatches nothing during load" if self.generation.generation < 5 else
+               "a clean shutdown (no abort file): 5.x's normal DLedger recovery dispatches nothing during load")
+        return {"from_offset": None, "to_offset": None, "reason": why}
+
+
+COMPACTION_NOTE = ("not written: the 5.x compaction service writes its position checkpoint at a clean shutdown "
+                   "(copied when the store has one)")
 
 
 def _committed_before(raw: bytes | None) -> int | None:
@@ -307,14 +327,11 @@ class _Dispatch:
 
 
 def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: Location, *, split_size: int,
-                          generation: int | None = None, full_index: bool = False,
+                          gen: GenerationGuess, full_index: bool = False,
                           tz: dt.tzinfo = dt.timezone.utc, quiet: bool = False, audit: bool = False,
                           dledger_reading: str | None = None) -> DLedgerRecoveryPlan:
-    """Read a DLedger-mode store, run DLedger's recovery walk, gather the facts and apply the broker's
-    DLedger-mode recovery and restart; writes nothing."""
-    if generation == 5:
-        raise recovery.RecoveryError("--rocketmq-version 5: reput models the DLedger-mode recovery of RocketMQ 4.9.8 "
-                                     "(DLedger 0.3.1.2) only")
+    """Read a 4.x DLedger-mode store (`gen`: the generation and its evidence), run DLedger's recovery walk, gather
+    the facts and apply RocketMQ 4.9.8's DLedger-mode recovery and restart; writes nothing."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     dirs, markers = dledger_dirs(settings), StoreMarkers.read(store)
@@ -347,9 +364,9 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     timings["index_plan_s"] = time.monotonic() - t0
     q = plan.queues
     warnings = _plan_warnings(sc, store, settings, work, markers, d, walked.entries, full_index, audit, split_size,
-                              quiet)
+                              quiet, 4)
     return DLedgerRecoveryPlan(
-        store=store, settings=settings, generation=GenerationGuess(4, [DLEDGER_MODEL]), markers=markers,
+        store=store, settings=settings, generation=GenerationGuess(4, [*gen.evidence, DLEDGER_MODEL]), markers=markers,
         abnormal=markers.abort is not None, dirs=dirs, data=walked.data, index_files=walked.index_files,
         dledger_raw=walked.raw, plan=plan, queue_dirs=d.queue_dirs, loads=d.loads, states=q.states,
         truncate_queues=q.truncate_queues, max_phy_before=q.max_phy_before, reput_from=q.reput_from, index=index,
@@ -382,6 +399,11 @@ def _committed(walked: _Walked, settings: BrokerSettings, flag: str | None) -> t
     """(the committed-position reading, committedIndex, its end offset) as the restarted broker settles them."""
     cp_committed = _committed_before(walked.raw["checkpoint"])
     reading = fmt.committed_reading(settings.d_leger_peers, cp_committed, flag)
+    return (reading, *drules.committed_position(walked.entries, reading.reading, cp_committed, unit_ends(walked)))
+
+
+def unit_ends(walked: _Walked):
+    """entry index -> pos + size from its DLedger index unit as found (a committedIndex's unit)."""
     index_uris = dict(walked.index_files)
 
     def unit_end(entry_index: int) -> int:
@@ -394,8 +416,7 @@ def _committed(walked: _Walked, settings: BrokerSettings, flag: str | None) -> t
             return fmt.committed_end(bytes(Location(uri).read_range(at, fmt.INDEX_UNIT_SIZE)))
         except ValueError as exc:
             raise StoreFormatError(uri, at, f"the unit of committedIndex {entry_index}: {exc}") from None
-
-    return (reading, *drules.committed_position(walked.entries, reading.reading, cp_committed, unit_end))
+    return unit_end
 
 
 def _cq_reader(d: _Dispatch):
@@ -458,7 +479,7 @@ def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, 
 
 def _plan_warnings(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers,
                    d: _Dispatch, entries: drules.EntryRecovery, full_index: bool, audit: bool, split_size: int,
-                   quiet: bool) -> list[str]:
+                   quiet: bool, generation: int) -> list[str]:
     """The plan's warnings: entries skipped, no checkpoint, --full-index, and the --dry-run audit (or what the
     dispatch scan found: negative queue ids, out-of-step queue offsets)."""
     warnings = list(d.skipped)
@@ -468,19 +489,19 @@ def _plan_warnings(sc, store: Location, settings: BrokerSettings, work: Location
         warnings.append("--full-index: every committed record is indexed again (the broker would leave the records "
                         "between the last kept index file and the resume point unindexed)")
     if audit:
-        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries))  # negative queue ids too
+        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries, generation))  # negative ids too
     else:
         warnings.extend(p.describe() for p in (d.scan.negative_queue_ids, d.scan.out_of_step_queues) if p is not None)
     return warnings
 
 
 def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_size: int, quiet: bool,
-           entries: drules.EntryRecovery) -> list[str]:
+           entries: drules.EntryRecovery, generation: int) -> list[str]:
     """--dry-run: damage the broker's DLedger-mode recovery does not look at, in the whole log: an entry or record
     before the walk's first data file (DLedger never reads it again), or a record DLedger keeps (it checks no CRC
     and no record) that RocketMQ's own checks reject; and a record whose storeTimestamp is no date."""
     audit = scan_store(sc, store, settings, split_size=split_size, work=work.child("audit"), with_cq=False,
-                       with_keys=False, label="audit", quiet=quiet, generation=4)
+                       with_keys=False, label="audit", quiet=quiet, generation=generation)
     found = []
     end = audit.end
     if end is not None and end.is_invalid and end.offset < entries.write_end:

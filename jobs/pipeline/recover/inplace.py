@@ -26,7 +26,8 @@ over the store's file, then sets its modification time to the one the journal re
 broker's own recovery writes these files in place too). Killed mid-write, a patched file holds each range's
 old or new bytes page by page: resume writes the new bytes again, rollback the old ones.
 Way back: `rollback` restores the backup (works during and after a run, as long as DIR exists);
-`resume` finishes an interrupted apply from the staging area.
+`resume` finishes an interrupted apply from the staging area. A run stopped once its journal is written (an error,
+ENOSPC or EIO, a signal) names both in its one line (`switch`, `way_out`), as does a later run refused by the journal.
 
 How a file is known again (resume, rollback): with a hard-linked backup nothing is read whole. The
 switch only renames staged files into place and links old ones into DIR, which keeps each file's
@@ -49,6 +50,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT
 
@@ -56,8 +58,9 @@ from ..io.compare import same_bytes
 from ..io.durable import copy_durable, fsync_all, fsync_dir, fsync_file, link
 from ..io.file_id import fingerprint, mtime_of, sha256_file
 from ..io.fs import pwrite_all
-from ..runtime.failure import JobError
-from ..runtime.faults import crash_point
+from ..runtime import interrupt
+from ..runtime.failure import Interrupted, JobError, one_line
+from ..runtime.faults import crash_point, pause_at
 from .journal import (BACKUP_MANIFEST, CREATE, DELETE, JOURNAL, PATCH, PATCHES_OLD, REPLACE, STAGING, Op,
                       write_pair)
 from .op_state import is_recorded, rollback_state
@@ -128,13 +131,53 @@ def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str
     return writes + dels + tail
 
 
-def check_not_interrupted(store: Path) -> None:
-    """Refuse to start while an earlier in-place run's journal is present."""
+def way_out(store: Path, backup: Path | str) -> str:
+    """How a switch that stopped part-way is finished or undone: every line that leaves one behind names both."""
+    return (f"finish it with `reput recover --store {store} --resume`, or undo it with `reput recover --store {store} "
+            f"--rollback --backup-dir {backup}`")
+
+
+def check_not_interrupted(store: Path, what: str = "the store") -> None:
+    """Refuse to start while an earlier in-place run's journal is present (inside the run's locks: a run that holds
+    them may be writing it), naming the way out with the backup the journal names."""
     journal = store / JOURNAL
     if journal.exists():
-        info = json.loads(journal.read_text())
-        raise JobError(f"{journal}: an earlier in-place recovery was interrupted (backup in {info.get('backup_dir')}); "
-                       f"run again with --resume to finish it or --rollback to restore the original files")
+        try:
+            backup = json.loads(journal.read_text()).get("backup_dir") or "DIR"
+        except (OSError, ValueError, AttributeError):
+            backup = "DIR"
+        raise JobError(f"{journal}: an earlier in-place run on {what} was interrupted part-way through its switch: "
+                       f"{way_out(store, backup)}")
+
+
+def switch(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
+           patch_bytes: dict[str, tuple[bytes, bytes]] | None = None, *, what: str = "the store") -> dict:
+    """`apply`, where a failure of any kind once the journal is written (an error, ENOSPC or EIO, Ctrl-C or SIGTERM)
+    is one line naming `way_out`, and one before it says that `what` is as it was."""
+    journaled: list[bool] = []
+    try:
+        return apply(store, staging, backup, ops, plan_summary, patch_bytes, on_journal=lambda: journaled.append(True))
+    except KeyboardInterrupt:
+        raise Interrupted(_where_stopped(store, backup, bool(journaled), what)) from None
+    except Exception as exc:
+        where = _where_stopped(store, backup, bool(journaled), what)
+        if interrupt.signalled():  # a signal's KeyboardInterrupt replaced on its way up: the signal ends the run
+            raise Interrupted(where) from None
+        raise JobError(f"{one_line(exc)}; {where}") from exc
+
+
+def _where_stopped(store: Path, backup: Path, journaled: bool, what: str) -> str:
+    """What a switch that stopped left of `what`, and the way out."""
+    try:
+        part_way = (store / JOURNAL).exists()
+    except OSError:  # the journal cannot be told: take it as there
+        part_way = True
+    if part_way:
+        return f"{what} is part-way through the switch: {way_out(store, backup)}"
+    if journaled:  # the journal written and removed again: every operation ran, the removal's flush did not
+        return (f"{what} went through the whole switch, but its end may not be on disk: should {JOURNAL} be back "
+                f"in it after a restart, {way_out(store, backup)}")
+    return f"{what} is as it was: its switch had not begun"
 
 
 def prepare_staging(store: Path) -> Path:
@@ -166,13 +209,15 @@ def _write_spans(path: Path, spans: list[tuple[int, bytes]]) -> None:
 
 
 def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
-          patch_bytes: dict[str, tuple[bytes, bytes]] | None = None) -> dict:
+          patch_bytes: dict[str, tuple[bytes, bytes]] | None = None,
+          on_journal: Callable[[], None] | None = None) -> dict:
     """Steps 2-5 of the protocol; returns the backup manifest. The waits for the disk are batched: the staged
     files and the backup's entries are made durable together (one concurrent batch, the backup made while
     the staged files are flushed), the manifest and the journal are flushed together (the journal renamed
     into place only once the manifest is durable), and the switch waits once for the data files and once
     for the store root before `abort` goes. `patch_bytes`: stage_patches' `keep` (a patched file still as
-    staged, by its fingerprint, is backed up and written from these bytes, not read and hashed again)."""
+    staged, by its fingerprint, is backed up and written from these bytes, not read and hashed again);
+    `on_journal`: called once the journal is written."""
     backup.mkdir(parents=True, exist_ok=True)
     if (backup / BACKUP_MANIFEST).exists():
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
@@ -216,6 +261,8 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     journal = {"state": "applying", "backup_dir": str(backup), "staging": str(staging), "ops": manifest["ops"]}
     write_pair(backup / BACKUP_MANIFEST, json.dumps(manifest, indent=2).encode(),
                store / JOURNAL, json.dumps(journal, indent=2).encode())
+    if on_journal is not None:
+        on_journal()
     crash_point("journaled")
     _run_ops(store, staging, ops, {k: new for k, (_, new) in (patch_bytes or {}).items()})
     crash_point("applied")
@@ -263,6 +310,7 @@ def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, byt
         elif op.op != PATCH:
             pending.add(target.parent)
         crash_point(f"op-{n}")
+        pause_at(f"op-{n}")
     fsync_all(patched + sorted(pending))
     if root_changed:
         fsync_dir(store)

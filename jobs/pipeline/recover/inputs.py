@@ -251,13 +251,15 @@ def cq_tails(scan: ScanResult, work: Location,
                                        for i in range(4))) for k, v in parts.items()}
 
 
-def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int) -> int | None:
-    """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (newest split first)."""
+def last_cq_record_offset(scan: ScanResult, work: Location, from_offset: int,
+                          before: int | None = None) -> int | None:
+    """Offset of the last scanned NOT/COMMIT record at or after `from_offset` (and below `before` when given),
+    newest split first."""
     for s in reversed(scan.accepted):
         if not s.cq_rows:
             continue
         phy = cq_columns(work, s.index)["phy"].take()
-        phy = phy[phy >= from_offset]
+        phy = phy[(phy >= from_offset) & (phy < before)] if before is not None else phy[phy >= from_offset]
         if len(phy):
             return int(phy.max())
         if s.last_record_offset is not None and s.last_record_offset < from_offset:

@@ -114,6 +114,7 @@ def _dledger(s: dict) -> list[str]:
     if before is not None:
         lines.append(f"             (the DLedger checkpoint said committedIndex {before}: "
                      f"{d['entries_past_checkpoint_committed_index']} entries lie past it)")
+    lines += _load_dispatch(s.get("load_dispatch"))
     lines += _listed("remove", [f"{d['member']}/data/{n}" for n in d["data_files_to_delete"]],
                      " (data file past the write end)")
     if idx["rewritten_from_index"] is not None:
@@ -123,6 +124,19 @@ def _dledger(s: dict) -> list[str]:
     lines += _listed("remove", [f"{d['member']}/index/{n}" for n in idx["files_to_delete"]])
     lines += _listed("rewrite", d["files_rewritten"])
     return lines + [f"    note: {n}" for n in d["notes"]]
+
+
+def _load_dispatch(ld: dict | None) -> list[str]:
+    """5.x: what the recovery dispatches during load, and the end it computes (or why nothing is dispatched)."""
+    if not ld:
+        return []
+    if ld.get("from_offset") is None:
+        return [f"    load     nothing dispatched during load: {ld['reason']}"]
+    return [f"    load     dispatches offsets {ld['from_offset']}..{ld['to_offset']} during load, from data file "
+            f"{ld['from_data_file']}: {ld['reason']}",
+            f"             stops at {ld['to_offset']}: {ld['end_reason']}",
+            f"             computed end {ld['computed_end']} ({ld['computed_end_short_by']} bytes short: "
+            f"{ld['computed_end_rule']})"]
 
 
 def _consume_queues(s: dict) -> list[str]:
@@ -206,7 +220,9 @@ def _tail(s: dict) -> list[str]:
     span = (f"re-dispatches offsets {r['from_offset']}..{r['to_offset']}" if r["to_offset"] > r["from_offset"]
             else f"has nothing to re-dispatch (from offset {r['from_offset']})")
     lines = [f"after the broker starts: it {span} ({r['rule']})",
-             f"markers: abort {m['abort']}; abort.bak {m['abort.bak']}"]
+             f"markers: abort {m['abort']}; abort.bak {m['abort.bak']}"
+             + (f"; compaction/position-checkpoint {m['compaction/position-checkpoint']}"
+                if "compaction/position-checkpoint" in m else "")]
     lines += [f"warning: {w}" for w in s["warnings"]]
     if s.get("timings"):
         lines.append("timings: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f}s" for k, v in s["timings"].items()))

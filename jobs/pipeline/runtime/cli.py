@@ -43,6 +43,7 @@ def parser(job: str, description: str, *, json_help: str = "print the report as 
 
     p = argparse.ArgumentParser(prog=f"reput {job}", description=description,
                                 epilog=f"{EXIT_STATUS_TEXT}. {DEBUG_ENV}=1 shows tracebacks and Spark's log.")
+    p.set_defaults(job=job)  # the job's name, for the checks every job makes (check_store)
     p.add_argument("--version", action="version", version=f"reput {__version__}")
     p.add_argument("--store", required=True, help="the broker's store directory (storePathRootDir): a local path "
                                                   "or a URI")
@@ -106,15 +107,16 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
     """The --store location, when it is a readable broker store (a commit-log directory: STORE/commitlog or
     the broker config's storePathCommitLog) whose settings and layout reput implements and not an unfinished
     reput output (commit_marker); and the settings to use (file sizes from disk when no broker config is
-    given: store_gate.store_settings)."""
+    given: store_gate.store_settings). A log outside the store is said on stderr and kept in `args.log_place` for
+    the report; another store's is refused where the job reads the store's own files (store_gate.check_log_place)."""
     from ..io.commit_marker import refuse_unfinished
     from ..io.fs import location
-    from ..io.store_gate import log_dir, store_settings
+    from ..io.store_gate import check_log_place, log_dir, store_settings
 
     store = location(args.store)
     try:
         refuse_unfinished(store)  # a reput output on object storage whose run never committed it
-        settings = store_settings(store, settings, args.broker_config is not None)  # refusals by name first
+        settings = store_settings(store, settings, args.broker_config is not None, args.job)  # refusals by name first
         commitlog = log_dir(store, settings)
         found = commitlog.is_dir()
     except OSError as exc:
@@ -122,6 +124,7 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
     if not found:
         raise JobError(f"no RocketMQ store at {args.store}: {_missing_log(store, settings, commitlog)}")
     _check_listable(commitlog)
+    args.log_place = check_log_place(args.job, store, settings).to_dict()
     return store, settings
 
 

@@ -5,7 +5,8 @@ both engines satisfy; `choose_engine` (pure) decides which one a job gets, `job_
 `--engine auto` is the local engine when the master is `local[...]`, the job is not running under spark-submit
 and the job is one whose runs are small (recover, inspect, verify) or a rebuild of a commit log of up to 4 GiB
 (where the JVM's start-up is half the run); Spark otherwise (a cluster master, or spark-submit: Spark always; a
-SparkContext already running in this process, e.g. a notebook's, is used).
+SparkContext already running in this process, e.g. a notebook's, is used). The local engine's worker count is then
+sized to the CPU quota, REPUT_LOCAL_WORKERS and the memory limit of the process's cgroup (`local_sizing`).
 Light to import: pyspark is imported only when the Spark engine is chosen.
 """
 from __future__ import annotations
@@ -14,12 +15,18 @@ import argparse
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from . import env
 from .contract import TaskRunner, under_spark_submit  # noqa: F401 (the jobs import TaskRunner from here)
 from .failure import JobError
 from .limits import ensure_open_files
+
+if TYPE_CHECKING:
+    from storage_format.settings import BrokerSettings
+
+    from .local_sizing import LocalSizing
 
 ENGINES = ("auto", "spark", "local")
 # Jobs whose runs are small enough that the JVM's start-up is most of them: the local engine under auto.
@@ -27,7 +34,7 @@ LOCAL_UNDER_AUTO = frozenset({"recover", "inspect", "verify"})
 # Jobs on the local engine under auto up to a commit log of this many bytes (its segments' sizes): below it the
 # JVM's start-up and exit (~2 s) outweigh what Spark's build gains; above it Spark's is as fast or faster
 # (docs/performance.md, "Which engine under auto").
-LOCAL_UNDER_AUTO_UP_TO = {"rebuild": 4 << 30}
+LOCAL_UNDER_AUTO_UP_TO = {"rebuild": 4 << 30, "convert": 4 << 30}
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
 
@@ -39,16 +46,20 @@ class EngineChoice:
     requested: str  # the --engine value
     reason: str
     workers: int | None = None  # the local engine's worker processes (its parallelism)
+    sizing: LocalSizing | None = None  # how the local engine's workers were counted (job_runner)
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "requested": self.requested, "reason": self.reason}
         if self.workers is not None:
             out["workers"] = self.workers
+        if self.sizing is not None:
+            out["sizing"] = self.sizing.to_dict()
         return out
 
     def line(self) -> str:
         workers = f", {self.workers} worker processes" if self.workers is not None else ""
-        return f"engine {self.name}{workers} ({self.reason})"
+        why = self.sizing.why() if self.sizing is not None else ""
+        return f"engine {self.name}{workers} ({self.reason}{'; ' + why if why else ''})"
 
 
 def spark_running() -> bool:
@@ -58,8 +69,8 @@ def spark_running() -> bool:
 
 
 def local_cores(master: str) -> int | None:
-    """N of `local`, `local[N]`, `local[N,F]`, `local[*]` (the cores this process may run on); None for any
-    other master (a cluster)."""
+    """N of `local`, `local[N]`, `local[N,F]`, `local[*]` (the cores this process may run on: its CPU affinity;
+    the cgroup's quota is local_sizing's); None for any other master (a cluster)."""
     m = _LOCAL_MASTER.match(master.strip())
     if not m:
         return None
@@ -69,6 +80,12 @@ def local_cores(master: str) -> int | None:
     if n == "*":
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(int(n), 1)
+
+
+def all_cores(master: str) -> bool:
+    """The master is `local[*]` (or `local[*,F]`): as many as the machine gives, which a CPU quota lowers."""
+    m = _LOCAL_MASTER.match(master.strip())
+    return m is not None and m.group(1) == "*"
 
 
 def choose_engine(requested: str, job: str, master: str, submitted: bool, spark_running: bool = False,
@@ -119,10 +136,13 @@ def add_engine_flag(p: argparse.ArgumentParser, job: str) -> None:
                         f"this machine, no JVM), auto (default: {auto})")
 
 
-def job_runner(args: argparse.Namespace, job: str, store_bytes: int | None = None) -> tuple[TaskRunner, EngineChoice]:
-    """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet), started, and the
-    choice (named on stderr: one line, unless --quiet or under spark-submit, where the engine is always Spark and
-    PySpark's launcher merges the driver's stderr into stdout, so a --json report would not parse)."""
+def job_runner(args: argparse.Namespace, job: str, store_bytes: int | None = None,
+               settings: BrokerSettings | None = None) -> tuple[TaskRunner, EngineChoice]:
+    """The engine for a job's parsed command line (--engine, --master, --log-level, --quiet, --split-size), started,
+    and the choice (named on stderr: one line, unless --quiet or under spark-submit, where the engine is always
+    Spark and PySpark's launcher merges the driver's stderr into stdout, so a --json report would not parse). The
+    local engine's workers are sized before any is forked (`settings`: the store's, None: the broker's defaults);
+    fewer than its CPUs for memory is a warning, whatever --quiet says."""
     raised = ensure_open_files()
     if raised and not args.quiet:
         print(f"reput {job}: note: {raised}", file=sys.stderr, flush=True)
@@ -130,6 +150,17 @@ def job_runner(args: argparse.Namespace, job: str, store_bytes: int | None = Non
     submitted = under_spark_submit()
     choice = choose_engine(getattr(args, "engine", "auto") or "auto", job, master, submitted, spark_running(),
                            store_bytes)
+    if choice.name == "local":
+        from storage_format.scan_plan import DEFAULT_SPLIT_SIZE
+
+        from .cli import warn
+        from .local_sizing import local_sizing
+
+        sizing = local_sizing(choice.workers or 1, master, all_cores(master),
+                              getattr(args, "split_size", DEFAULT_SPLIT_SIZE), settings, store_bytes)
+        choice = replace(choice, workers=sizing.workers, sizing=sizing)
+        if sizing.warning():
+            warn(job, sizing.warning())
     if not args.quiet and not submitted:  # spark-submit: always Spark, and its driver's stderr joins stdout
         print(f"reput {job}: note: {choice.line()}", file=sys.stderr, flush=True)
     if choice.name == "local":

@@ -31,6 +31,8 @@ REGISTRY: tuple[EnvVar, ...] = (
            "would need more is refused by name"),
     EnvVar("REPUT_DRIVER_JAVA_OPTIONS", None, "replaces reput's driver JVM options (class-data archive, C1 only) "
            "with these; empty: Spark's defaults"),
+    EnvVar("REPUT_LOCAL_WORKERS", None, "the local engine's worker processes at most (it runs the fewest of this, "
+           "the CPUs the master allows and what the cgroup memory limit holds); Spark does not read it"),
     EnvVar("REPUT_WORKER_DAEMON", None, "the Python worker daemon module Spark starts (default: reput's warm "
            "daemon, jobs.pipeline.runtime.worker_daemon; pyspark.daemon: Spark's own)"),
     EnvVar("REPUT_SPARK_LOG_LEVEL", None, "Spark's log level when --log-level is not given (default: off, warn "

@@ -10,7 +10,8 @@ their variable is set (registered in env.py, named on stderr and in the run repo
   in-convert-write (inside a segment-write task, its segment half written), after-write. Of a recover --out:
   in-background-copy (the background copy thread, after its first file; it waits there, `hold_at`, until the
   job cancels it, so that a signal then tests the way out); in-index-write (the thread writing the new index
-  files beside the consume-queue renders, before its first file; held the same way).
+  files beside the consume-queue renders, before its first file; held the same way). Of an --in-place switch
+  (recover, rebuild --since): op-<n>, after its n-th file operation (the journal written).
 - `REPUT_CRASH_AT=<point>`: `crash_point(point)` kills the process with SIGKILL there (an --in-place
   recovery's points: staged, backed-up, journaled, applied, op-<n>).
 - `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after

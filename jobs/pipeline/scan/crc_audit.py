@@ -72,11 +72,13 @@ def audit_split(task: SplitTask) -> tuple[int, list[BadCrc]]:
     return count, found
 
 
-def audit(sc: TaskRunner, scan: ScanResult, settings: BrokerSettings, quiet: bool = False) -> CrcAudit:
-    """Audit the scan's accepted splits, one task each."""
+def audit(sc: TaskRunner, scan: ScanResult, settings: BrokerSettings, quiet: bool = False,
+          from_segment: int = 0) -> CrcAudit:
+    """Audit the scan's accepted splits, one task each (those of the segments from `from_segment` on)."""
     kernel = env.value(KERNEL_ENV) != "0"
     tasks = [SplitTask(split=scan.splits[s.index], settings=settings, check_crc=True, with_cq=False, with_keys=False,
                        exact_start=s.first_offset - scan.splits[s.index].segment.start, kernel=kernel)
-             for s in scan.accepted if s.records and s.first_offset is not None]
+             for s in scan.accepted if s.records and s.first_offset is not None
+             and scan.splits[s.index].segment.start >= from_segment]
     results = run_tasks(sc, tasks, audit_split, "body CRCs", quiet=quiet) if tasks else []
     return CrcAudit(sum(n for n, _ in results), tuple(b for _, listed in results for b in listed))

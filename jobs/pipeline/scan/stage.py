@@ -529,5 +529,5 @@ def check_multi_dispatch(scan: ScanResult) -> None:
         raise SettingsError(f"the record at {seg.path} at byte offset {unset - seg.start} (commit-log offset {unset}) "
                             f"carries {INNER_MULTI_DISPATCH} and {INNER_MULTI_QUEUE_OFFSET}, which a broker writes "
                             f"only with enableMultiDispatch=true, but the broker config does not set "
-                            f"enableMultiDispatch: pass the broker's config (--broker-config) or set "
-                            f"enableMultiDispatch (and enableLmq) explicitly")
+                            f"enableMultiDispatch: set enableMultiDispatch (and enableLmq) in the broker config "
+                            f"given with --broker-config as the store's broker had them")

@@ -1,27 +1,33 @@
 """`rebuild --since OUT1 --in-place --backup-dir DIR`: OUT1 itself brought up to tonight, by recover's in-place switch
 (recover.inplace: staged files, a verified backup in DIR, a journal, one rename or unlink per file). Only the files
 that change are staged: the consume-queue files the new records reach, the index files they fill or open, the run
-report; the files the clean service deletes go (into the backup). Killed part-way, OUT1 is finished or restored by
-`reput recover --store OUT1 --resume` / `--rollback --backup-dir DIR`, as an in-place recovery is."""
+report; the files the clean service deletes go (into the backup), and nothing else of OUT1: an entry of OUT1's
+index/ that is no index file (the broker skips it) stays as it is, named on stderr and in the report. OUT1's two
+locks are taken before anything of it is read, its journal checked inside them. Killed or failed part-way through
+the switch, OUT1 is finished or restored by `reput recover --store OUT1 --resume` / `--rollback --backup-dir DIR`,
+as an in-place recovery is, and the run's one line says so."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from storage_format.settings import BrokerSettings
 
-from ..io.fs import Location
+from ..io import out_files
+from ..io.fs import Location, location
 from ..io.paths import check_outside
-from ..io.run_lock import IN_PLACE_LOCK, RunLock, beside
+from ..io.run_lock import IN_PLACE_LOCK, RunLock, beside, held
 from ..io.workdir import removed_after
 from ..recover import inplace
-from ..recover.journal import JOURNAL
-from ..runtime.cli import JobError, json_bytes, warn
-from ..runtime.failure import Interrupted
-from .previous import REPORT_NAME, PreviousOutput
+from ..recover.journal import CREATE, JOURNAL, REPLACE
+from ..runtime import interrupt
+from ..runtime.cli import json_bytes, warn
+from .previous import REPORT_NAME, PreviousOutput, check_directory
 from .run import SinceRun, rebuild_since
 
 
@@ -33,46 +39,52 @@ class InPlaceStaging:
     work: Location
 
 
-def check_in_place(args: argparse.Namespace, prev: PreviousOutput) -> tuple[Path, Path]:
-    """OUT1 on a local filesystem, no interrupted switch in it, DIR outside it: (OUT1, DIR)."""
-    path = inplace.local_store(prev.out.uri)
+@dataclass(frozen=True)
+class InPlaceTarget:
+    """OUT1 (a local directory, its path resolved) and DIR, where what the switch replaces or deletes is kept."""
+
+    out: Path
+    backup: Path
+
+
+@contextlib.contextmanager
+def locked_out1(args: argparse.Namespace) -> Iterator[InPlaceTarget]:
+    """OUT1 with both its locks held before anything of it is read: the one a rebuild publishing OUT1 takes (beside
+    it) and the one recover --in-place, --resume and --rollback take (inside it); then no interrupted switch in it."""
+    path = inplace.local_store(location(args.since).uri)
     backup = Path(args.backup_dir).resolve()
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
-    if (path / JOURNAL).exists():
-        raise JobError(f"{path / JOURNAL}: an earlier --in-place run on OUT1 was interrupted; finish it with "
-                       f"`reput recover --store {path} --resume` or undo it with `reput recover --store {path} "
-                       f"--rollback --backup-dir DIR`")
-    return path, backup
+    check_directory(Location(str(path)))  # the in-place lock file must not make a missing OUT1
+    with held(RunLock(beside(path), "rebuild", str(path)), RunLock(path / IN_PLACE_LOCK, "rebuild",
+                                                                   f"{path} (--in-place)")):
+        inplace.check_not_interrupted(path, "OUT1")
+        yield InPlaceTarget(path, backup)
 
 
 def rebuild_in_place(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, prev: PreviousOutput,
-                     limit_offset: int | None, tz: dt.tzinfo, quiet: bool,
+                     target: InPlaceTarget, limit_offset: int | None, tz: dt.tzinfo, quiet: bool,
                      report_of: Callable[[SinceRun], dict]) -> dict:
-    """Stage the files that change, then switch them into OUT1 (backup and journal first); returns the report."""
-    path, backup = check_in_place(args, prev)
-    # a rebuild publishing to OUT1 and a recover --resume / --rollback of it take these locks too
-    with RunLock(beside(path.resolve()), "rebuild", str(path)), \
-            RunLock(path / IN_PLACE_LOCK, "rebuild", f"{path} (--in-place)"):
-        staging = inplace.prepare_staging(path)
+    """Stage the files that change, then switch them into OUT1 (backup and journal first); returns the report. Runs
+    inside `locked_out1`."""
+    path, backup = target.out, target.backup
+    with _staging_area(path) as staging:
         work = Location(str(path / ".reput-since.work"))
         work.delete_tree() if work.exists() else None  # a killed run's leftovers
         with removed_after(work):
             run = rebuild_since(sc, args, store, settings, InPlaceStaging(Location(str(staging)), work), prev,
                                 limit_offset, tz, quiet, copy_rest=False)
-        report = {**report_of(run), "in_place": {"backup_dir": str(backup)}}
+        left = _not_index_files(path, run.result.index_listed)
+        report = {**report_of(run), "in_place": {"backup_dir": str(backup), "index_entries_left": left}}
         (staging / REPORT_NAME).write_bytes(json_bytes(report))
-        written = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
         gone = [f"consumequeue/{rel}" for rel in run.result.expired_cq] \
-            + [f"index/{name}" for name in _index_names(path) if name not in set(run.result.index_names)]
-        ops = inplace.build_ops(path, staging, written, gone, hashed=not inplace.same_filesystem(path, backup))
-        try:
-            manifest = inplace.apply(path, staging, backup, ops, {"job": "rebuild --since --in-place"})
-        except KeyboardInterrupt:
-            if (path / JOURNAL).exists():
-                raise Interrupted(f"OUT1 is part-way through the switch: finish it with `reput recover --store "
-                                  f"{path} --resume`, or undo it with `reput recover --store {path} --rollback "
-                                  f"--backup-dir {backup}`") from None
-            raise
+            + [f"index/{name}" for name in run.result.index_dropped]
+        written = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+        hashed = not inplace.same_filesystem(path, backup)
+        ops = inplace.build_ops(path, staging, written, gone, hashed=hashed)
+        _stage_files_record(path, staging, [o.path for o in ops if o.op in (REPLACE, CREATE)], gone)
+        # a rebuild OUT1 holds no checkpoint or abort (ordered last): the record's op can close the list
+        ops += inplace.build_ops(path, staging, [out_files.FILES_NAME], [], hashed=hashed)
+        manifest = inplace.switch(path, staging, backup, ops, {"job": "rebuild --since --in-place"}, what="OUT1")
     if manifest["backup"]["copied"]:
         warn("rebuild", f"--backup-dir {backup} is on another filesystem than OUT1: {manifest['backup']['copied']} "
                         f"files backed up by copying them (the slower path; on OUT1's filesystem they are hard-linked)")
@@ -80,8 +92,46 @@ def rebuild_in_place(sc, args: argparse.Namespace, store: Location, settings: Br
     return report
 
 
-def _index_names(out: Path) -> list[str]:
-    """OUT1's index files by name."""
-    index = out / "index"
-    return sorted(p.name for p in index.iterdir()) if index.is_dir() else []
+def _stage_files_record(out: Path, staging: Path, switched: list[str], gone: list[str]) -> None:
+    """OUT1's record of its files (io.out_files) as the switch leaves them, staged with the files it describes: the
+    record proven before the run, less what goes, with the staged files the switch renames in (a rename keeps their
+    size and mtime; a staged file equal to OUT1's stays unswitched, and so does its state)."""
+    before = out_files.recorded(Location(str(out)), None)  # check_unchanged proved it; all of OUT1 (--overwrite)
+    after = out_files.after_switch(before, Location(str(staging)), switched, gone)
+    out_files.write_record(Location(str(staging / out_files.FILES_NAME)), after)
 
+
+@contextlib.contextmanager
+def _staging_area(out: Path) -> Iterator[Path]:
+    """OUT1's staging area, fresh, for the block; removed again when the run stops before its journal is written
+    (after it, --resume renames the staged files from there)."""
+    staging = inplace.prepare_staging(out)
+
+    def drop() -> None:
+        try:
+            journaled = (out / JOURNAL).exists()
+        except OSError:
+            journaled = True
+        if not journaled:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    interrupt.remove_on_interrupt(staging, drop)  # once Spark has stopped writing into it
+    try:
+        yield staging
+    except KeyboardInterrupt:
+        if not interrupt.running():
+            interrupt.forget(staging)
+            drop()
+        raise
+    except BaseException:
+        interrupt.forget(staging)
+        drop()
+        raise
+    interrupt.forget(staging)
+
+
+def _not_index_files(out: Path, listed: list[str]) -> list[str]:
+    """The entries of OUT1's index/ the run did not take as index files (the listing named each on stderr: the
+    broker skips them); the switch leaves them as they are."""
+    index = out / "index"
+    return sorted(set(p.name for p in index.iterdir()) - set(listed)) if index.is_dir() else []

@@ -11,6 +11,7 @@ from storage_format.markers import ABORT, CHECKPOINT
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings, property_name
 
+from ..io import out_files
 from ..io.fs import Location
 from ..io.live_broker import broker_lock
 from ..runtime.cli import JobError
@@ -52,12 +53,17 @@ def _fail(out: Location, why: str) -> JobError:
     return JobError(f"--since {out.uri}: {why}")
 
 
+def check_directory(out: Location) -> None:
+    """OUT1 must be a directory (the earlier rebuild's OUT)."""
+    if not out.is_dir():
+        raise _fail(out, "no such directory (the earlier rebuild's OUT)")
+
+
 def read_report(out: Location) -> dict:
     """OUT1's run report as a dict: a rebuild's, else a recover's or a convert's (a one-line error naming the file,
     and the byte offset where it is no JSON)."""
     try:
-        if not out.is_dir():
-            raise _fail(out, "no such directory (the earlier rebuild's OUT)")
+        check_directory(out)
         for name in REPORT_NAMES.values():
             loc = out.child(name)
             if loc.exists():
@@ -147,11 +153,26 @@ def check_as_written(out: Location, report: dict) -> None:
                          f"reput left it (keep a copy of OUT before starting a broker on it), or run a full rebuild")
 
 
+def check_unchanged(out: Location) -> None:
+    """OUT1's consume queues and index exactly the files reput published (io.out_files), before anything is read
+    from them: a file removed, added, resized or written since is refused by name (a full rebuild is the way out)."""
+    was = out_files.recorded(out)
+    if was is None:
+        raise _fail(out, f"it holds no {out_files.FILES_NAME}, the record of the files reput published (an output of "
+                         f"a reput before it): what it holds cannot be proven unchanged; run a full rebuild once")
+    found = out_files.differences(was, out_files.current(out))
+    if found:
+        raise _fail(out, f"its files are not as reput published them, {out_files.summary(found)}; continuing it would "
+                         f"carry that into every later night: remove what reput did not write, or run a full rebuild "
+                         f"(without --since)")
+
+
 def previous_output(out: Location, settings: BrokerSettings, segments: list[Segment]) -> PreviousOutput:
     """OUT1 read and checked against the store: the bytes it was built from must still be there."""
     report = read_report(out)
     built = check_report(out, report, settings)
     check_as_written(out, report)
+    check_unchanged(out)
     differs = tail_difference(segments, built)
     if differs is not None:
         raise _fail(out, f"the store no longer holds what it was built from: {differs} (the store was recovered or "

@@ -32,6 +32,7 @@ class SinceResult:
     expired_index: list[str] = field(default_factory=list)
     index_keys_added: int = 0
     index_written: list[str] = field(default_factory=list)
+    index_listed: list[str] = field(default_factory=list)  # OUT1's index files as listed (not what they skipped)
 
     def take_index(self, index) -> None:
         """What the index work (since.index.IndexWork) wrote, copied and left out."""
@@ -40,6 +41,13 @@ class SinceResult:
                               if f.span is not None and (f.old_name is None or f.span.hi > f.span.lo)]
         self.expired_index = index.plan.expired
         self.index_keys_added = index.keys_added
+        self.index_listed = sorted({f.old_name for f in index.plan.files if f.old_name} | set(index.plan.expired))
+
+    @property
+    def index_dropped(self) -> list[str]:
+        """OUT1's index files OUT2 holds no file of that name for: the clean service's deletions, and OUT1's trailing
+        empty file once named anew."""
+        return sorted(set(self.index_listed) - set(self.index_names))
 
     def to_dict(self, prev: PreviousOutput, scan: ScanResult, min_offset: int) -> dict:
         """The report's `since` section."""

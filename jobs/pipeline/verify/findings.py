@@ -121,6 +121,10 @@ class Findings:
     expired: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # verify --since: what lies before the offset the check starts at, checked by the earlier verify; counted apart.
     earlier: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # What a 4.x broker's starts indexed again (the keys of the log's last indexed record when it lies at or after the
+    # consume queues' end, verify.restart): `index.starts`, `index.entries`, `index.files`; counted apart, never a
+    # finding.
+    restarts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, artifact: str, kind_name: str, path: str, count: int = 1, **detail) -> None:
         """Count `count` findings of a registered kind; keep the detail while the file's quota lasts."""
@@ -145,6 +149,11 @@ class Findings:
         if count:
             self.earlier[f"{artifact}.{what}"] += count
 
+    def add_restart(self, artifact: str, what: str, count: int = 1) -> None:
+        """Count what the broker's restart re-index wrote (verify.restart); zero counts are not kept."""
+        if count:
+            self.restarts[f"{artifact}.{what}"] += count
+
     def move_to_in_flight(self, artifact: str, path: str) -> None:
         """Every finding of one file is in flight (the file a running broker is writing)."""
         for (p, kind_name), n in list(self.by_path.items()):
@@ -154,6 +163,16 @@ class Findings:
                 del self.by_path[(p, kind_name)]
         self.counts = defaultdict(int, {k: v for k, v in self.counts.items() if v})
         self.details = [d for d in self.details if d["path"] != path]
+
+    def set_apart(self, artifact: str) -> dict[str, int]:
+        """Take every finding of one artifact out of the counts, paths and details (a rule the caller applies found
+        them to be the broker's own doing, which it counts apart); returns the counts taken."""
+        taken = {k: n for k, n in self.counts.items() if k.startswith(f"{artifact}.") and n}
+        paths = {d["path"] for d in self.details if d["artifact"] == artifact}
+        self.counts = defaultdict(int, {k: v for k, v in self.counts.items() if k not in taken and v})
+        self.by_path = defaultdict(int, {k: v for k, v in self.by_path.items() if k[0] not in paths})
+        self.details = [d for d in self.details if d["artifact"] != artifact]
+        return taken
 
     def merge(self, other: "Findings") -> None:
         """Add another task's findings (details keep their own per-file quota)."""
@@ -165,6 +184,8 @@ class Findings:
             self.expired[k] += v
         for k, v in other.earlier.items():
             self.earlier[k] += v
+        for k, v in other.restarts.items():
+            self.restarts[k] += v
         for k, v in other.by_path.items():
             self.by_path[k] += v
         self.details.extend(other.details)

@@ -1,7 +1,8 @@
 """Verify, index files: index files on disk are named by the broker's wall clock, so they are paired with
 the expected files by aligning header sequences in name order (difflib; unpaired files become
 missing/extra findings); each pair is compared streamed, and in detail (header, slots, entries, chains,
-key lookups) only when it differs."""
+key lookups) only when it differs. The last expected file and the store's files after its pair may also hold the
+broker's restart re-index (verify.restart), counted apart."""
 from __future__ import annotations
 
 import difflib
@@ -19,6 +20,7 @@ from .findings import Findings
 from ..io.fs import Location
 from ..io.workdir import read_keys
 from .pointer import PointerCheck
+from .restart import RestartRecord, RestartTail, restart_starts
 
 INDEX_FIELDS = (("hash", "keyHash"), ("phy", "phyOffset"), ("diff", "timeDiff"), ("prev", "prevIndex"))
 
@@ -31,6 +33,7 @@ class IndexCheckTask:
     disk: dict[int, str]  # file number -> URI of the paired file in the store's index/
     store_index_dir: str
     pointers: PointerCheck
+    restart: RestartTail | None = None  # the last expected file is this task's: check it for the restart re-index
 
 
 def header_key(h: IndexHeader) -> tuple[int, int, int, int, int]:
@@ -78,13 +81,22 @@ def header_dict(h: IndexHeader | None) -> dict | None:
     return h.broker_fields()
 
 
+def report_extra_file(out: Findings, name: str, h: IndexHeader | None) -> None:
+    """An index file of the store that the commit log implies none for."""
+    out.add("index", "extra_file", f"index/{name}", found_header=header_dict(h),
+            detail="the commit log implies no such index file"
+                   + (f" ({h.index_count - 1} entries, phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
+                      if h is not None else ""))
+
+
 def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[str, IndexHeader | None]],
-                      out: Findings) -> dict[int, str]:
+                      out: Findings, held: list[tuple[str, IndexHeader | None]] | None = None) -> dict[int, str]:
     """Pair expected files (creation order) with disk files (name order) by their header sequences.
 
     Runs of equal headers pair up; a replaced run pairs position by position; what is left over is
     reported missing or extra, except that a leftover disk file whose header equals a leftover
-    expected file's is paired with it and reported out of order."""
+    expected file's is paired with it and reported out of order. `held` (a list): the leftover disk files after
+    the last expected file's pair go there instead of being reported (the restart check takes them)."""
     e_keys = [header_key(h) for _, h in expected]
     d_keys = [header_key(h) if h is not None else ("unreadable", name) for name, h in disk]
     pairs: dict[int, str] = {}
@@ -114,12 +126,12 @@ def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[
                 detail=f"no index file holds expected file #{no} ({h.index_count - 1} entries, "
                        f"phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
                        + (f"; it belongs after index/{before[-1]}" if before else ""))
+    last = {name: j for j, (name, _) in enumerate(disk)}.get(pairs.get(len(expected) - 1, ""))
     for j in extra:
-        name, h = disk[j]
-        out.add("index", "extra_file", f"index/{name}", found_header=header_dict(h),
-                detail="the commit log implies no such index file"
-                       + (f" ({h.index_count - 1} entries, phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
-                          if h is not None else ""))
+        if held is not None and last is not None and j > last:
+            held.append(disk[j])
+            continue
+        report_extra_file(out, *disk[j])
     # name order must be creation order: each file starts at or after the previous file's end
     prev = None
     for name, h in disk:
@@ -277,19 +289,46 @@ def stream_equal(chunks: Iterator[bytes], loc: Location, size: int) -> bool:
 
 def check_index(task: IndexCheckTask) -> Findings:
     """Compare each paired file with the bytes the rebuild would write: streamed while they agree,
-    both files in memory for the detailed comparison only when they do not."""
+    both files in memory for the detailed comparison only when they do not. The last expected file, when it
+    differs or files follow its pair, is first checked for the broker's restart re-index (check_restart_tail)."""
     out = Findings()
     b = task.build
     layout = IndexLayout(b.slots, b.max_entries)
+    index_dir = Location(task.store_index_dir)
     for plan in b.files:
         name = task.disk[plan.file_no]
-        loc = Location(task.store_index_dir).child(name)
+        loc = index_dir.child(name)
         out.files_checked += 1
-        if stream_equal(index_file_stream(b, plan)[0], loc, layout.size):
+        restart = task.restart if task.restart is not None and task.restart.file_no == plan.file_no else None
+        if stream_equal(index_file_stream(b, plan)[0], loc, layout.size) and (restart is None or not restart.trailing):
             continue
         data, _ = index_file_bytes(b, plan)
+        if restart is not None and check_restart_tail(data, loc, restart, index_dir, layout, out):
+            continue
         compare_index_file(data, loc.read_bytes(), f"index/{name}", plan.file_no, layout, task.pointers, out)
     return out
+
+
+def check_restart_tail(expected: bytes, disk: Location, restart: RestartTail, index_dir: Location,
+                       layout: IndexLayout, out: Findings) -> bool:
+    """Whether the store's file paired with the last expected file, and the unpaired files after it, are exactly the
+    expected file followed by the broker's restart re-index (verify.restart: starts resume dispatch at or before the
+    record, and each put its keys once more): then the starts, the entries they put and the files they opened are
+    counted apart. Otherwise the files after it are reported as extra files (the caller compares the paired file as
+    any other)."""
+    starts = None
+    if restart.record.dispatch_resumes_before():
+        files = [disk.read_bytes()] + [index_dir.child(name).read_bytes() for name, _ in restart.trailing]
+        starts = restart_starts(expected, files, restart.record, layout)
+    if starts is None:
+        for name, h in restart.trailing:
+            report_extra_file(out, name, h)
+        return False
+    out.add_restart("index", "starts", starts)
+    out.add_restart("index", "entries", starts * len(restart.record.key_hash))
+    out.add_restart("index", "files", len(restart.trailing))
+    out.files_checked += len(restart.trailing)
+    return True
 
 
 def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, IndexHeader | None]]:
@@ -314,14 +353,21 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
 
 def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHeader]], index_dir: Location,
                       disk: list[tuple[str, IndexHeader | None]], pointers: PointerCheck,
-                      found: Findings) -> list[IndexCheckTask]:
-    """Pair expected and disk files (disk_index_files), report the unpaired ones, and keep the paired files' tasks."""
-    pairs = align_index_files(sorted(headers, key=lambda x: x[0]), disk, found)
+                      found: Findings, restart: RestartRecord | None = None) -> list[IndexCheckTask]:
+    """Pair expected and disk files (disk_index_files), report the unpaired ones, and keep the paired files' tasks.
+    `restart` (verify.restart): the task of the last expected file also checks it, and the unpaired disk files after
+    its pair, for the broker's restart re-index."""
+    ordered = sorted(headers, key=lambda x: x[0])
+    held: list[tuple[str, IndexHeader | None]] | None = [] if restart is not None else None
+    pairs = align_index_files(ordered, disk, found, held)
+    last = ordered[-1][0] if ordered else None
     checks = []
     for t in tasks:
         files: tuple[IndexFilePlan, ...] = tuple(p for p in t.files if p.file_no in pairs)
         if files:
+            tail = (RestartTail(restart, last, tuple(held or ())) if restart is not None
+                    and any(p.file_no == last for p in files) else None)
             checks.append(IndexCheckTask(replace(t, files=files),
-                                         {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers))
+                                         {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers, tail))
     return checks
 

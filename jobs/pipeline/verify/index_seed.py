@@ -5,7 +5,9 @@ file (since.index.continue_files); the files after it are compared as a full ver
 before the offset and the older files are counted apart: as expired (their records are gone, so nothing can check
 them; the clean service deletes such files when it runs) or as checked by the earlier verify. A local store's file
 is checked without a copy first (equal_in_memory: its header and slots cut in memory, the new entries compared
-where they lie); only a difference, or a remote store, pays for the cut copy that names what differs."""
+where they lie); only a difference, or a remote store, pays for the cut copy that names what differs. When the seed
+file is the last file expected, it and the store's files after it may also hold the broker's restart re-index
+(verify.restart), counted apart."""
 from __future__ import annotations
 
 import datetime as dt
@@ -30,8 +32,10 @@ from ..scan.result import ScanResult
 from ..since.index import EarlierIndex, IndexWork, continue_files
 from .findings import Findings
 from .cq import HOLE_ALIGN, CqCheckTask, check_cq
-from .index import check_index, compare_index_file, disk_index_files, expected_headers, plan_index_checks
+from .index import (check_index, check_restart_tail, compare_index_file, disk_index_files, expected_headers,
+                    plan_index_checks)
 from .pointer import PointerCheck
+from .restart import RestartRecord, RestartTail
 
 CHUNK = 8 << 20
 DiskIndex = list[tuple[str, IndexHeader | None]]  # the store's index files in name order (verify.index.disk_index_files)
@@ -100,11 +104,13 @@ class SeedCheck:
     max_entries: int
     kept: int  # the entries the expected file took from the store's own file (equal by construction)
     pointers: PointerCheck
+    restart: RestartTail | None = None  # the seed is the last file expected: check it for the restart re-index
 
 
 def check_seed(task: SeedCheck) -> Findings:
     """Write the expected file (the seed continued) and compare the store's file with it: header and slots, and the
-    entries after those it took from the store's file; both files whole only when they differ."""
+    entries after those it took from the store's file; both files whole only when they differ (or, the seed being the
+    last file expected, files follow it: the restart re-index check, index.check_restart_tail, comes first)."""
     out = Findings()
     if task.append is not None:
         append_index(task.append)
@@ -112,9 +118,12 @@ def check_seed(task: SeedCheck) -> Findings:
     layout = IndexLayout(task.slots, task.max_entries)
     tail = layout.entry_at(min(IndexHeader.from_bytes(bytes(task.expected.read_range(0, HEADER_SIZE))).as_loaded()
                                .index_count, layout.max_entries))
-    if not _equal_past_the_kept(task, layout, tail):
+    if not _equal_past_the_kept(task, layout, tail) or (task.restart is not None and task.restart.trailing):
         expected = bytearray(task.expected.read_bytes())
         expected[tail:] = bytes(len(expected) - tail)  # the copy may carry the store's bytes past its count
+        if task.restart is not None and check_restart_tail(expected, task.disk, task.restart, task.disk.parent,
+                                                           layout, out):
+            return out
         compare_index_file(bytes(expected), task.disk.read_bytes(), task.rel, 0, layout, task.pointers, out)
     return out
 
@@ -276,30 +285,42 @@ class SeedOutcome:
 IN_MEMORY, CUT_COPY = "in memory", "cut copy"
 REMOTE = "the store is not on a local filesystem (the file is not mapped where it lies)"
 DIFFERS = "the in-memory check found a difference: the cut copy names it"
+RESTARTED = "the in-memory check found a difference: the broker's restart re-index, which the cut copy counts apart"
+FOLLOWED = ("files follow the seed, the last file expected: the cut copy checks them for the broker's restart "
+            "re-index (verify.restart)")
 
 
 def seeded_index_check(sc: TaskRunner, plan: IndexPlan, seed_result: tuple[bool, int] | None, scan: ScanResult,
                        work: Location, settings: BrokerSettings, index_dir: Location, pointers: PointerCheck,
-                       found: Findings, quiet: bool) -> SeedOutcome:
+                       found: Findings, quiet: bool, restart: RestartRecord | None = None) -> SeedOutcome:
     """Compare the store's index from the seed file on with the seed's continuation. A local seed file is first
     checked in memory (`seed_result`: its check run beside the queue checks; None: run now); where that finds a
-    difference, or the file is remote, a cut copy of it is continued and compared (naming the differences)."""
+    difference, or the file is remote, a cut copy of it is continued and compared (naming the differences).
+    `restart` (verify.restart): the last file expected, the seed or a later one, is also checked for the broker's
+    restart re-index, with the store's files after its pair."""
     at, builds, why = plan.at, None, REMOTE
+    later = plan.disk[at + 1:]
     if plan.task is not None and plan.continued is not None:
         if seed_result is None:
             seed_result = run_tasks(sc, [plan.task], equal_in_memory, "index seed", quiet=quiet)[0]
         equal, expired = seed_result
-        if equal:
+        rest = [t for t in plan.continued.tasks if not isinstance(t, IndexAppend)]
+        if equal and (restart is None or rest or not later):
             _count_seed(plan.disk, at, plan.task.kept, expired, pointers, found)
             found.files_checked += 1
-            builds, why = [t for t in plan.continued.tasks if not isinstance(t, IndexAppend)], None
+            builds, why = rest, None
         else:
-            why = DIFFERS
+            why = DIFFERS if not equal else FOLLOWED
     if builds is None:
+        restarts = sum(found.restarts.values())
         builds = _seed_by_copy(sc, plan.disk, at, scan, work, settings, index_dir, pointers, found, plan.generation,
-                               quiet)
+                               quiet, restart)
+        if sum(found.restarts.values()) > restarts and why == DIFFERS:
+            why = RESTARTED
     headers = [h for part in run_tasks(sc, builds, expected_headers, "index headers", quiet=quiet) for h in part]
-    checks = plan_index_checks(builds, headers, index_dir, plan.disk[at + 1:], pointers, found)
+    # without files after the seed, the seed's check took the store's later files when it checks for the restart
+    checks = plan_index_checks(builds, headers, index_dir, later if builds or restart is None else [], pointers, found,
+                               restart)
     for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
         found.merge(f)
     return SeedOutcome(1 + len(headers), f"index/{plan.disk[at][0]}", CUT_COPY if why else IN_MEMORY, why)
@@ -323,9 +344,10 @@ def _count_seed(disk: DiskIndex, at: int, kept: int, expired: int, pointers: Poi
 
 def _seed_by_copy(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, work: Location,
                   settings: BrokerSettings, index_dir: Location, pointers: PointerCheck, found: Findings,
-                  generation: int, quiet: bool) -> list:
-    """The seed file cut as a copy, continued and compared (its findings into `found`); returns the plan's tasks
-    building the files after it."""
+                  generation: int, quiet: bool, restart: RestartRecord | None = None) -> list:
+    """The seed file cut as a copy, continued and compared (its findings into `found`; with `restart`, when no file
+    follows it, with the store's later files for the restart re-index); returns the plan's tasks building the files
+    after it."""
     bound = seed_bound(pointers)
     name = disk[at][0]
     task = SeedTask(disk=index_dir.child(name), copy=work.child("index-seed", name), bound=bound,
@@ -335,10 +357,12 @@ def _seed_by_copy(sc: TaskRunner, disk: DiskIndex, at: int, scan: ScanResult, wo
     _count_seed(disk, at, kept, expired, pointers, found)
     plan = _continue(name, header, task.copy.uri, bound, scan, work, settings, generation)
     appends = [t for t in plan.tasks if isinstance(t, IndexAppend)]
+    builds = [t for t in plan.tasks if not isinstance(t, IndexAppend)]
     first = SeedCheck(append=appends[0] if appends else None,
                       expected=appends[0].dst if appends else task.copy, disk=task.disk, rel=f"index/{name}",
                       slots=settings.max_hash_slot_num, max_entries=settings.max_index_num, kept=kept,
-                      pointers=pointers)
+                      pointers=pointers,
+                      restart=RestartTail(restart, 0, tuple(disk[at + 1:])) if restart and not builds else None)
     for f in run_tasks(sc, [first], check_seed, "index seed", quiet=quiet):
         found.merge(f)
-    return [t for t in plan.tasks if not isinstance(t, IndexAppend)]
+    return builds

@@ -1,26 +1,39 @@
 """`verify --since REPORT`: the earlier verify a check of the new part builds on. Its report (`--report` of an earlier
 verify) must be a consistent verify of the whole store (both artifacts), of a version this reput reads, with the
-same settings, and the store must still hold the bytes it was checked up to (`store.built_to`): then this verify
-decodes from the segment holding that end, and what lies before it counts as checked earlier, not as findings. When
-the store's head has expired past that end (a missed week), nothing of the earlier check is left: a full verify."""
+same settings, and the store must still hold the bytes it was checked up to (`store.built_to`) in the same files
+(`store.identity`: a copy, a restored store or a slave holds the same bytes in files that verify never read; built on
+only with --since-other-store, said on stderr and in the report): then this verify decodes from the segment holding
+that end, and what lies before it counts as checked earlier, not as findings. When the store's head has expired past
+that end (a missed week), nothing of the earlier check is left: a full verify."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Callable
 
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location, location
+from ..io.paths import real_path
 from ..runtime.cli import JobError
 from ..since.previous import check_settings, check_version, parse_report
 from ..store.built_to import BuiltTo, built_to, tail_difference
+from ..store.identity import StoreIdentity, identity_difference, store_identity
+
+
+OTHER_STORE_FLAG = "--since-other-store"
 
 
 def add_since_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="REPORT",
-                   help="check only what the commit log gained since an earlier consistent verify: its JSON report "
-                        "(--report FILE of that run); what lies before its end counts as checked (docs/nightly.md)")
+                   help="check only what the commit log gained since an earlier consistent verify of this store: its "
+                        "JSON report (--report FILE of that run); what lies before its end counts as checked "
+                        "(docs/nightly.md)")
+    p.add_argument(OTHER_STORE_FLAG, action="store_true",
+                   help="with --since: build on a report made on another store whose commit log holds the same bytes "
+                        "(the store moved, or a copy whose files you know that verify checked): its checked files "
+                        "count as checked here without being read (said on stderr and in the report)")
 
 
 @dataclass(frozen=True)
@@ -32,17 +45,21 @@ class EarlierVerify:
     built: BuiltTo
     from_offset: int | None
     segments: tuple[Segment, ...] = ()
+    other_store: dict | None = None  # made on another store, built on with --since-other-store: on what, how it differs
 
     def to_dict(self) -> dict:
-        return {"report": self.report.uri, "built_to_before": self.built.offset, "checked_from": self.from_offset}
+        return {"report": self.report.uri, "built_to_before": self.built.offset, "checked_from": self.from_offset,
+                "other_store": self.other_store}
 
 
 def _fail(loc: Location, why: str) -> JobError:
     return JobError(f"--since {loc.uri}: {why}")
 
 
-def earlier_verify(arg: str, settings: BrokerSettings, segments: list[Segment], only: str | None) -> EarlierVerify:
-    """The earlier verify's report read and checked against the store (one line and exit 2 when it cannot be built on)."""
+def earlier_verify(arg: str, store: Location, settings: BrokerSettings, segments: list[Segment], only: str | None,
+                   other_store: bool = False) -> EarlierVerify:
+    """The earlier verify's report read and checked against the store (one line and exit 2 when it cannot be built on;
+    a report of another store only with `other_store`)."""
     loc = location(arg)
     try:
         raw = loc.read_bytes()
@@ -77,7 +94,28 @@ def earlier_verify(arg: str, settings: BrokerSettings, segments: list[Segment], 
     if differs is not None:
         raise fail(f"the store no longer holds what that verify checked: {differs} (recovered or replaced since, or "
                    f"another store's report): run a full verify")
-    return EarlierVerify(loc, built, built.offset, tuple(segments))
+    then, other = _made_on(report, store, segments, built, fail)
+    if other is not None and not other_store:
+        raise fail(f"made on another store ({other}): what that verify checked there was never read here: run a full "
+                   f"verify, or pass {OTHER_STORE_FLAG} to build on it anyway (the store moved, or a copy you know it "
+                   f"checked)")
+    accepted = None if other is None else {"made_on": then, "differs": other}
+    return EarlierVerify(loc, built, built.offset, tuple(segments), accepted)
+
+
+def _made_on(report: dict, store: Location, segments: list[Segment], built: BuiltTo,
+             fail: Callable[[str], JobError]) -> tuple[dict, str | None]:
+    """The store the report was made on (its `store_identity`; a report from before it: its `store` path, resolved)
+    and how it is not this one (None: the same)."""
+    now = store_identity(store, segments, built.file)
+    if "store_identity" not in report:  # a reput before store identities: its path is all it says
+        then = StoreIdentity(real_path(location(str(report.get("store") or "?"))), "?", None, None, None)
+    else:
+        try:
+            then = StoreIdentity.from_dict(report["store_identity"])
+        except ValueError as exc:
+            raise fail(f"damaged report: {exc}") from None
+    return then.to_dict(), identity_difference(then, now)
 
 
 def checked_to(segments: list[Segment], end: int | None, in_flight_from: int | None) -> dict | None:
