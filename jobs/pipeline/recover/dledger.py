@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from storage_format import dledger as fmt
 from storage_format import recovery
@@ -343,7 +344,8 @@ def plan_dledger_recovery(sc, store: Location, settings: BrokerSettings, work: L
     d = _dispatch(sc, store, settings, work, walked, committed_end, limit, split_size, quiet)
     timings["consumequeue_plan_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    index, index_facts = _index_facts(sc, store, settings, work, markers, d, limit, split_size, full_index, quiet)
+    index, index_facts = plan_index_facts(sc, store, settings, work, markers, d.scan, d.skipped, limit, split_size,
+                                          full_index, quiet, 4, lambda kept: d.reput_from)
     cq_size = settings.consume_queue_file_size
 
     def last_cq_ts(offset: int) -> int | None:
@@ -455,11 +457,13 @@ def _dispatch(sc, store: Location, settings: BrokerSettings, work: Location, wal
                      last_dispatched=last_dispatched, tails=tails, skipped=skipped)
 
 
-def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers, d: _Dispatch,
-                 limit: int | None, split_size: int, full_index: bool, quiet: bool) -> tuple[IndexPlan, object]:
+def plan_index_facts(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers,
+                     scan: ScanResult, skipped: list[str], limit: int | None, split_size: int, full_index: bool,
+                     quiet: bool, generation: int, resume_at: Callable[[list], int]) -> tuple[IndexPlan, object]:
     """The index files kept and deleted at load, and what the index side of the plan is decided from: off, a full
-    rebuild (--full-index: a scan of every file for its keys), or the broker's resume from the last kept file."""
-    infos = list_index_files(store, settings, d.skipped) if settings.message_index_enable else []
+    rebuild (--full-index: a scan of every file up to `limit` for its keys), or the broker's resume from the last kept
+    file with the keys from `resume_at(kept)` on (4.9.8: the reput position; 5.3.3: the last kept file's end)."""
+    infos = list_index_files(store, settings, skipped) if settings.message_index_enable else []
     kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint,
                                                     markers.abort is not None)
     uris = {i.name: u for i, u in infos}
@@ -468,12 +472,12 @@ def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, 
     if full_index:
         full_work = work.child("full-index")
         full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
-                          dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=4)
+                          dispatch_limit=limit, label="DLedger index keys", quiet=quiet, generation=generation)
         return (IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
                           full_rebuild_scan=full, full_rebuild_work=full_work),
                 recovery.FullIndexRebuild(_rolled(full, full_work, settings)))
     return (IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]),
-            recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(d.scan, work, d.reput_from),
+            recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, resume_at(kept)),
                                       settings.max_index_num))
 
 

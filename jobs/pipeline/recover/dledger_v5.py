@@ -28,10 +28,9 @@ from ..scan import crc_audit
 from ..scan.result import ScanResult
 from ..scan.stage import list_segments, scan_store
 from ..store.markers import StoreMarkers
-from .dledger import (DLedgerRecoveryPlan, _committed, _committed_before, _Dispatch, _plan_warnings, _rolled,
-                      _walk_member, _Walked, dledger_dirs)
-from .inputs import (cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
-                     record_store_timestamp, tail_keys)
+from .dledger import (DLedgerRecoveryPlan, _committed, _committed_before, _Dispatch, _plan_warnings, _walk_member,
+                      _Walked, dledger_dirs, plan_index_facts)
+from .inputs import cq_tails, last_cq_record_offset, list_queues, load_queues, record_store_timestamp
 from .plan import IndexPlan
 from .stage import new_index_names
 
@@ -204,8 +203,10 @@ def _gather(sc, store: Location, settings: BrokerSettings, work: Location, marke
         units.unit(committed_index)[0] + fmt.ENTRY_HEADER_SIZE
     dispatch = _Dispatch(queue_dirs=queue_dirs, loads=loads, log=log, log_min=log_min, reput_from=reput_from,
                          scan=scan, last_dispatched=last, tails=tails, skipped=skipped)
-    index, index_facts = _index_facts(sc, store, settings, work, markers, scan, skipped, committed_end, split_size,
-                                      full_index, quiet)
+    # 5.3.3 resumes the index from the last kept file's end (both dispatches skip only records below it)
+    index, index_facts = plan_index_facts(sc, store, settings, work, markers, scan, skipped, committed_end, split_size,
+                                          full_index, quiet, GENERATION,
+                                          lambda kept: kept[-1].header.end_phy_offset if kept else 0)
 
     def last_cq_ts(lo: int, hi: int) -> int | None:
         at = last_cq_record_offset(scan, work, lo, hi)
@@ -222,27 +223,3 @@ def _gather(sc, store: Location, settings: BrokerSettings, work: Location, marke
                                    lambda key, start: Location(queue_dirs[key].file_uri(start)).read_bytes()),
         index=index_facts, last_cq_record_ts=last_cq_ts, index_deleted=tuple(i.name for i in index.deleted))
     return _Gathered(dispatch, index, reading), facts, load
-
-
-def _index_facts(sc, store: Location, settings: BrokerSettings, work: Location, markers: StoreMarkers,
-                 scan: ScanResult, skipped: list[str], committed_end: int, split_size: int, full_index: bool,
-                 quiet: bool) -> tuple[IndexPlan, recovery.IndexFacts]:
-    """The index files kept and deleted at load, and the index mode's facts: off, a full rebuild (--full-index: a
-    scan of every file up to the committed position), or the broker's resume with the keys from the last kept file's
-    end on (both dispatches skip only records below it)."""
-    infos = list_index_files(store, settings, skipped) if settings.message_index_enable else []
-    kept, deleted = recovery.index_files_after_load([i for i, _ in infos], markers.checkpoint,
-                                                    markers.abort is not None)
-    uris = {i.name: u for i, u in infos}
-    if not settings.message_index_enable:
-        return IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]), recovery.IndexOff()
-    if full_index:
-        full_work = work.child("full-index")
-        full = scan_store(sc, store, settings, split_size=split_size, work=full_work, with_cq=False,
-                          dispatch_limit=committed_end, label="DLedger index keys", quiet=quiet, generation=GENERATION)
-        return (IndexPlan(kept=[], deleted=kept + deleted, uris=uris, resume=None, new_names=[],
-                          full_rebuild_scan=full, full_rebuild_work=full_work),
-                recovery.FullIndexRebuild(_rolled(full, full_work, settings)))
-    end = kept[-1].header.end_phy_offset if kept else 0
-    return (IndexPlan(kept=kept, deleted=deleted, uris=uris, resume=None, new_names=[]),
-            recovery.IndexResumeFacts(kept[-1] if kept else None, tail_keys(scan, work, end), settings.max_index_num))
