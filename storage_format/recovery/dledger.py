@@ -170,6 +170,19 @@ class _Index:
         return struct.unpack(">iqiqq", self.files[f].get(at - f, INDEX_UNIT_SIZE).ljust(INDEX_UNIT_SIZE, b"\0"))
 
 
+def dledger_checkpoint_after(checkpoint: Checkpoint, generation: int, last_cq_ts: int | None,
+                             rolled: list[int], confirm: RecoveredConfirm) -> tuple[Checkpoint, dict[str, str]]:
+    """checkpoint_after in DLedger mode: physicMsgTimestamp is the store time of the last dispatched NOT/COMMIT
+    record, which every consume-queue put sets there (ConsumeQueue.putMessagePositionInfoWrapper; no commit-log flush
+    thread does)."""
+    cp, why = checkpoint_after(checkpoint, generation, last_cq_ts, rolled, confirm)
+    if last_cq_ts is not None:
+        cp = replace(cp, physic_msg_timestamp=last_cq_ts)
+        why["physic_msg_timestamp"] = ("store time of the last dispatched NOT/COMMIT record: in DLedger mode every "
+                                       "consume-queue put sets it (no commit-log flush thread does)")
+    return cp, why
+
+
 def _unit_problem(h: EntryHeader, unit: tuple | None, pos: int) -> str | None:
     """How an entry disagrees with its index unit (DLedger's compare), None when it agrees."""
     if unit is None:
@@ -573,11 +586,7 @@ def plan_dledger(f: DLedgerFacts) -> DLedgerPlan:
     resume, rolled = plan_index(facts, queues)
     last_cq_ts = f.last_cq_record_ts(reput_from) if reput_from < end else None
     confirm = RecoveredConfirm(end, "DLedger mode: getConfirmOffset is the committed position; 4.x stores none")
-    cp, why = checkpoint_after(f.checkpoint, 4, last_cq_ts, rolled, confirm)
-    if last_cq_ts is not None:  # ConsumeQueue.putMessagePositionInfoWrapper sets it too in DLedger mode
-        cp = replace(cp, physic_msg_timestamp=last_cq_ts)
-        why["physic_msg_timestamp"] = ("store time of the last dispatched NOT/COMMIT record: in DLedger mode every "
-                                       "consume-queue put sets it (no commit-log flush thread does)")
+    cp, why = dledger_checkpoint_after(f.checkpoint, 4, last_cq_ts, rolled, confirm)
     files, notes = member_files_after(f.committed_index, f.entries.last_index, f.one_member, f.self_id,
                                       f.currterm_raw)
     dispatch = {"from_offset": reput_from, "to_offset": end, "committed_index": f.committed_index,

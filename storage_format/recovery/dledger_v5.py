@@ -21,7 +21,7 @@ DLedger's own recovery walk is 4.9.8's (the same library: `dledger.walk_entries`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..checkpoint import Checkpoint
@@ -32,8 +32,7 @@ from ..index_keys import KeyBatch
 from ..record import MAGIC_V1
 from ..segment_names import segment_name
 from ..settings import BrokerSettings
-from .checkpoint_after import checkpoint_after
-from .dledger import DLedgerPlan, EntryRecovery, committed_position, member_files_after
+from .dledger import DLedgerPlan, EntryRecovery, committed_position, dledger_checkpoint_after, member_files_after
 from .index import DispatchPass, IndexResume, resume_index
 from .queues import QueueLoad, QueueState
 from .sequence import FullIndexRebuild, IndexFacts, IndexOff, IndexResumeFacts, QueueFacts, QueuePlan
@@ -242,11 +241,7 @@ def plan_dledger_v5(f: DLedgerV5Facts) -> DLedgerPlan:
     confirm = RecoveredConfirm(f.checkpoint.confirm_phy_offset, "unchanged: DLedgerCommitLog.setConfirmOffset is a "
                                                                 "no-op (DLedger mode stores no confirm offset)")
     last_ts = _last_cq_ts(f)
-    cp, why = checkpoint_after(f.checkpoint, 5, last_ts, rolled, confirm)
-    if last_ts is not None:  # ConsumeQueue.putMessagePositionInfoWrapper sets it too in DLedger mode
-        cp = replace(cp, physic_msg_timestamp=last_ts)
-        why["physic_msg_timestamp"] = ("store time of the last dispatched NOT/COMMIT record: in DLedger mode every "
-                                       "consume-queue put sets it (no commit-log flush thread does)")
+    cp, why = dledger_checkpoint_after(f.checkpoint, 5, last_ts, rolled, confirm)
     files, notes = member_files_after(f.committed_index, f.entries.last_index, f.one_member, f.self_id,
                                       f.currterm_raw)
     dispatch = {"from_offset": f.reput_from, "to_offset": f.committed_end, "committed_index": f.committed_index,
