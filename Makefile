@@ -27,9 +27,12 @@ system-deps:
 # RocketMQ's own store code, which the broker tests run (tests/oracle.py): ../shared/oracle/setup.sh builds it into
 # $$REPUT_ORACLE, else ~/.cache/reput-oracle, when it is missing or was built from another version of the kit (a
 # stamp in it; a lock beside it, so two runs do not build at once). setup.sh installs Debian's JDK and jars with
-# apt-get when they are missing (as root, like system-deps), then compiles for about 20 s.
+# apt-get when they are missing (as root, like system-deps), then compiles for about 20 s. Once $(VENV) is installed,
+# also the RocksDB kit (rocksdb/build.sh into ROOT/rocksbuild, ~10 s, against the venv's pyspark rocksdbjni jar; before
+# that a note): .ci/run's early `make oracle` beside `make venv` builds the rest, and `make test`, whose prerequisites
+# run in order (venv before oracle), the RocksDB kit.
 oracle:
-	$(PYTHON) -m tests.oracle
+	$(PYTHON) -m tests.oracle --venv $(VENV)
 
 demo: venv
 	rm -rf $(DEMO)

@@ -1,10 +1,13 @@
 """convert against rebuild as whole processes, interleaved in one run (issue 21: convert's whole process takes no
 more than 1.5x reput's rebuild of the same DLedger store): `python -m jobs.convert` and `python -m jobs.rebuild`
 of the bench store, alternating which goes first, the page cache warmed before each, the other load on the
-machine measured per run; the medians and the ratio of the medians, and each pair's ratio.
+machine measured per run; the medians and the ratio of the medians, and each pair's ratio; and each run's CPU
+seconds (user + system of the job's process and the worker processes it waited for: the local engine's, not a
+Spark JVM's), the steadier figure when other work shares the machine.
 """
 from __future__ import annotations
 
+import resource
 import shutil
 import statistics
 import time
@@ -15,15 +18,20 @@ from .report import progress
 from .stages import warm_page_cache
 
 TARGET = 1.5  # issue 21: convert whole process / rebuild whole process
+WHOLE = ("process_wall_s", "process_cpu_s")  # the whole process's figures (the others are the report's timings)
 
 
 def run_job(job: str, store: Path, out: Path, master: str, split_size: int) -> dict:
-    """One timed `python -m jobs.<job>` whole process of the store into `out` (broker.run_job, quiet), `out`
-    removed afterwards."""
+    """One timed `python -m jobs.<job>` whole process of the store into `out` (broker.run_job, quiet), with its CPU
+    seconds (`process_cpu_s`), `out` removed afterwards."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        return broker.run_job(job, store, out, master, split_size, ("--quiet",))
+        figures = broker.run_job(job, store, out, master, split_size, ("--quiet",))
     finally:
         shutil.rmtree(out, ignore_errors=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures["process_cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2)
+    return figures
 
 
 def side_by_side(store: Path, root: Path, pairs: int, master: str, split_size: int) -> dict[str, list[dict]]:
@@ -39,11 +47,14 @@ def side_by_side(store: Path, root: Path, pairs: int, master: str, split_size: i
 
 
 def summary(runs: dict[str, list[dict]]) -> dict:
-    """Medians, the ratio of the medians and each pair's ratio (the JSON form)."""
+    """Medians, the ratio of the medians and each pair's ratio (the JSON form), of wall time and of CPU seconds."""
     med = {job: round(statistics.median(r["process_wall_s"] for r in rs), 3) for job, rs in runs.items() if rs}
     pairs = [round(c["process_wall_s"] / r["process_wall_s"], 3) for c, r in zip(runs["convert"], runs["rebuild"])]
     ratio = round(med["convert"] / med["rebuild"], 3) if len(med) == 2 else None
-    return {"median_process_wall_s": med, "ratio": ratio, "pair_ratios": pairs, "target": TARGET, "runs": runs}
+    cpu = {job: round(statistics.median(r.get("process_cpu_s", 0.0) for r in rs), 2) for job, rs in runs.items() if rs}
+    cpu_ratio = round(cpu["convert"] / cpu["rebuild"], 3) if len(cpu) == 2 and cpu["rebuild"] else None
+    return {"median_process_wall_s": med, "ratio": ratio, "pair_ratios": pairs, "target": TARGET,
+            "median_process_cpu_s": cpu, "cpu_ratio": cpu_ratio, "runs": runs}
 
 
 def table(runs: dict[str, list[dict]]) -> str:
@@ -54,8 +65,10 @@ def table(runs: dict[str, list[dict]]) -> str:
              f"load {min(load, default=0):.1f}-{max(load, default=0):.1f} cores)"]
     for job in ("convert", "rebuild"):
         steps = {k: round(statistics.median(r[k] for r in runs[job]), 2) for k in runs[job][0]
-                 if k.endswith("_s") and k != "process_wall_s" and all(k in r for r in runs[job])}
-        lines.append(f"  jobs.{job:8s} {s['median_process_wall_s'][job]:7.2f} s   {steps}")
+                 if k.endswith("_s") and k not in WHOLE and all(k in r for r in runs[job])}
+        lines.append(f"  jobs.{job:8s} {s['median_process_wall_s'][job]:7.2f} s, "
+                     f"{s['median_process_cpu_s'][job]:.2f} CPU s   {steps}")
     lines.append(f"  convert / rebuild: {s['ratio']} (pairs: {', '.join(map(str, s['pair_ratios']))}); "
-                 f"issue 21's target <= {TARGET}")
+                 f"issue 21's target <= {TARGET}; CPU seconds: {s['cpu_ratio']} (the job's process and the local "
+                 f"engine's workers; a Spark JVM's are not counted)")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jobs.pipeline.io.fs import location
 from jobs.pipeline.runtime.tasks import SparkRunner
-from jobs.pipeline.scan.stage import scan_store
+from jobs.pipeline.scan.decode import scan_store
 from storage_format.settings import load_settings
 
 from .cpu import CpuWatch

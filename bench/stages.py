@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.pipeline.io.fs import Location, location
-from jobs.pipeline.scan.stage import scan_store
+from jobs.pipeline.scan.decode import scan_store
 from jobs.pipeline.store.segments import list_segments
 from jobs.pipeline.runtime.tasks import SparkRunner, run_tasks
 from storage_format.scan_plan import Split, plan_splits
@@ -66,8 +66,8 @@ class StageResult:
 def _warm_worker(_: int) -> int:
     """Start-up work of a Python worker, done once here so no stage pays it: import the pipeline and
     run the decode path (fields, properties, Java hashes, index keys) over a few encoded records."""
-    import jobs.pipeline.outputs.stage  # noqa: F401
-    import jobs.pipeline.scan.stage  # noqa: F401
+    import jobs.pipeline.outputs.build  # noqa: F401
+    import jobs.pipeline.scan.decode  # noqa: F401
     from storage_format.kernels.warm import warm
 
     warm()  # load the compiled kernels (from numba's cache)

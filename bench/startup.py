@@ -34,9 +34,11 @@ SCRIPT = """
 import json, os, sys, time
 started = float(sys.argv[1])
 from jobs.pipeline.runtime.session import get_context, get_spark
+from jobs.pipeline.runtime.worker_daemon import preload_in_workers
+preload_in_workers("jobs.pipeline.scan.decode", "jobs.pipeline.outputs.build")  # as a job's stage modules name themselves
 
 def load(_):
-    import jobs.pipeline.outputs.stage, jobs.pipeline.scan.stage
+    import jobs.pipeline.outputs.build, jobs.pipeline.scan.decode
     from storage_format.kernels.warm import warm
     t = time.monotonic()
     warm()

@@ -25,16 +25,17 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction  # noqa:
 from deltalake.exceptions import DeltaError  # noqa: E402
 from deltalake.transaction import AddAction  # noqa: E402
 
-from jobs.pipeline.catalog.stage import (  # noqa: E402
+from jobs.pipeline.catalog.parquet import (  # noqa: E402
     PARTITION_COLUMN, CatalogTask, CatalogTaskResult, DataFile, catalog_schema, write_split)
-from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
-                               parser, progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, emit, parser,  # noqa: E402
+                                       progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
-from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402

@@ -18,36 +18,33 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.outputs.stage import (CqTask, IndexShare, IndexTask, build_files, name_index_files,  # noqa: E402
-                                      pending_name)
-from jobs.pipeline.convert import bad_crc  # noqa: E402
+from jobs.pipeline.outputs.build import name_index_files, pending_name  # noqa: E402
+from jobs.pipeline.convert import bad_crc as bad_crc_mod  # noqa: E402
 from jobs.pipeline.convert.broker_conf import (CONF_NAME, config_problems, converted_config, mode_of,  # noqa: E402
                                               store_root)
 from jobs.pipeline.convert.plan import ConvertPlan, make_plan, plan_report  # noqa: E402
 from jobs.pipeline.convert.remap import write_offset_maps  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR  # noqa: E402
-from jobs.pipeline.convert.segments import SegmentTask, SegmentWritten, write_segment  # noqa: E402
+from jobs.pipeline.convert.write import crc_splits, plain_audits, write_all, write_modes  # noqa: E402
 from jobs.pipeline.convert.transactions import map_transaction_ends  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.workdir import fresh_work_dir, removed_after  # noqa: E402
 from jobs.pipeline.io.live_broker import refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import output_for  # noqa: E402
-from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
-                                       check_store, emit,
-                                       json_bytes, parser, progress_quiet, run_process, settings_from,
-                                       time_zone, warn)
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, emit, json_bytes, parser,  # noqa: E402
+                                       progress_quiet, run_process, settings_from, time_zone, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
-from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.scan import crc_audit  # noqa: E402
-from jobs.pipeline.scan.stage import ScanResult, scan_store  # noqa: E402
+from jobs.pipeline.scan.decode import ScanResult, scan_store  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.store.markers import StoreMarkers  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_NAMES, built_to_in, continuable  # noqa: E402
-from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section, member_choice  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag, dledger_section, member_choice  # noqa: E402
 from jobs.rebuild import _plan_cq_tasks, _plan_index_tasks, _run_builds, build_results, shared_builds  # noqa: E402
 from storage_format.checkpoint import CHECKPOINT_SIZE, Checkpoint, checkpoint_bytes, implausible_timestamp  # noqa: E402
 from storage_format.java_props import decode_properties_file  # noqa: E402
@@ -112,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         work = staging.work if staging is not None else dry_work
         scan, plan, end = _scan_and_plan(args, sc, store, settings, limit.offset, staging, work, quiet, timings)
-        t0 = time.monotonic()
-        bad_crc = _bad_crc(args, sc, scan, settings, plan, end, quiet, staging is not None)
-        timings["crc_audit_s"] = time.monotonic() - t0
         dledger = dledger_section("convert", store, settings, args.dledger_reading, scan)
         left_out = scan.dispatch_stop().held_back if limit.offset is not None else 0
+        t0 = time.monotonic()  # the segment writers check the body CRCs of what they copy; else an audit first
+        audit = None if staging is not None and not left_out else crc_audit.audit(sc, scan, settings, quiet)
+        bad_crc = _bad_crc(args, audit, scan, plan, end, staging is not None, bad_crc_mod.BY_AUDIT) \
+            if audit is not None else None
+        timings["crc_audit_s"] = time.monotonic() - t0
         summary = {**plan_report(plan, scan, left_out), "bad_crc_records": bad_crc}
         if left_out:
             print(f"reput convert: note: {left_out} records past the DLedger committed position (reading "
@@ -128,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                       "timings": {k: round(v, 3) for k, v in timings.items()}}
             emit(args, report, _print_plan, report_loc)
             return EXIT_OK
-        report = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out)
+        report, checked = _write(args, sc, store, settings, scan, plan, staging, timings, quiet, left_out, end)
+        if checked is not None:
+            summary["bad_crc_records"] = checked
         report.update({"plan": summary, "dledger": dledger, "engine": engine.to_dict(), "log_place": args.log_place})
         timings["total_s"] = time.monotonic() - started
         report["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -196,26 +197,18 @@ def _scan_and_plan(args, sc, store: Location, settings: BrokerSettings, limit: i
     return scan, plan, end
 
 
-def _bad_crc(args, sc, scan: ScanResult, settings: BrokerSettings, plan: ConvertPlan, end: int, quiet: bool,
-             writing: bool) -> dict:
+def _bad_crc(args, audit: crc_audit.CrcAudit, scan: ScanResult, plan: ConvertPlan, end: int, writing: bool,
+             checked: str) -> dict:
     """Every converted record's body CRC checked (convert.bad_crc): a failing one refuses the conversion unless
     --accept-bad-crc, which goes on and says so; the report's form."""
-    audit = crc_audit.audit(sc, scan, settings, quiet)
-    starts = sorted([s.start for s in plan.plain_segments] + plan.segment_starts)
-    bad = bad_crc.describe_all(audit, {s.path: s.header for s in scan.segments}, plan, starts, end)
-    count = len(bad) + audit.count - len(audit.listed)
-    if bad and writing and not args.accept_bad_crc:
-        raise JobError(bad_crc.refusal(bad[0], count))
-    if bad:
-        print(f"reput convert: warning: {count} records fail their body CRC check, the first in {bad[0]['file']} at "
-              f"byte offset {bad[0]['byte_offset']}: {bad[0]['broker_will']}"
-              + ("" if writing else f" (convert refuses them unless {bad_crc.ACCEPT_FLAG})"), file=sys.stderr)
-    return {"count": count, "accepted": bool(bad and args.accept_bad_crc), "records": bad}
+    return bad_crc_mod.verdict(audit, {s.path: s.header for s in scan.segments}, plan, end, args.accept_bad_crc,
+                               writing, checked)
 
 
 def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
-           timings: dict, quiet: bool, left_out: int) -> dict:
-    """Everything written into the staging directory, checked; returns the report's body. Consume queues and
+           timings: dict, quiet: bool, left_out: int, end: int) -> tuple[dict, dict | None]:
+    """Everything written into the staging directory, checked; returns the report's body and, when the segment
+    writers checked the body CRCs (convert.write), the report's `bad_crc_records`. Consume queues and
     index files come from the source scan's work files with the offsets mapped as the build tasks read them
     (`convert.remap`), planned from the source scan as rebuild plans them, and built in the segment writes' Spark
     job; only when records were left out past the committed position (the source scan's summaries then describe
@@ -226,10 +219,15 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
     from_source = left_out == 0
     args.only, args.topics = None, None
     builds = _source_builds(args, sc, store, plain, scan, plan, staging, quiet) if from_source else []
-    written, copies, (cq_files, firsts, task_timings) = _write_segments(sc, store, plan, staging, builds, quiet)
+    job = write_all(sc, store, plan, staging, builds, quiet, crc_splits(scan) if from_source else None,
+                    plain_audits(scan, settings) if from_source else [])
+    written, copies = job.written, job.copies
+    cq_files, firsts, task_timings = build_results(job.build_results, builds)
     timings.update({"segment_task_s": sum(w.seconds for w in written),
                     "longest_segment_task_s": max((w.seconds for w in written), default=0.0)})
     timings["write_s"] = time.monotonic() - t0
+    checked = None if job.audit is None else _bad_crc(args, job.audit, scan, plan, end, True,
+                                                       bad_crc_mod.BY_WRITERS)
     pause_at("after-write")
     t0 = time.monotonic()
     expect_end = plan.end if plan.records else scan.max_physical_offset
@@ -255,9 +253,9 @@ def _write(args, sc, store: Location, settings: BrokerSettings, scan: ScanResult
             "plain_segments_copied": copied, "message_records": out_scan.message_records,
             "max_physical_offset": expect_end, "prepared_offsets_rewritten": sum(w.prepared_rewritten for w in written),
             "consumequeue_files": len(cq_files), "index_files": index_names, "checkpoint": cp_source,
-            "broker_config": CONF_NAME, "msgid_map": MAP_DIR, "segment_writes": _write_modes(written),
+            "broker_config": CONF_NAME, "msgid_map": MAP_DIR, "segment_writes": write_modes(written),
             "queues_and_index_built_from": FROM_SOURCE if from_source else FROM_READ_BACK,
-            "environment": env.in_effect()}
+            "environment": env.in_effect()}, checked
 
 
 def _source_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanResult, plan: ConvertPlan,
@@ -269,27 +267,6 @@ def _source_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanR
     moved = write_offset_maps(sc, plan, staging.work, quiet)
     return shared_builds([dataclasses.replace(t, moved=moved) for t in index_tasks + cq_tasks],
                          sc.default_parallelism, "convert")
-
-
-def _write_segments(sc, store: Location, plan: ConvertPlan, staging, builds: list, quiet: bool):
-    """The new segments, the plain segments copied and `builds` in one Spark job, and config/ copied: (segments
-    written, copies made, build_results of the builds)."""
-    log_dir, map_dir = staging.dir.child("commitlog"), staging.dir.child(MAP_DIR)
-    log_dir.makedirs()
-    map_dir.makedirs()
-    direct_io = env.value(DIRECT_IO_ENV) != "0"
-    tasks = [dataclasses.replace(t, direct_io=direct_io) for t in plan.segment_tasks(log_dir.uri, map_dir.uri)]
-    copies = [(s.path, log_dir.child(Location(s.path).name).uri, s.size) for s in plan.plain_segments]
-    # the disk first (the job is bound by it: the largest segment starts at once), then the index files or their
-    # shares beside it, then the other segments by size; the short tasks last
-    index_builds = [b for b in builds if not isinstance(b, CqTask)]
-    tasks.sort(key=lambda t: -t.count)
-    items = [*tasks[:1], *index_builds, *tasks[1:], *copies, *[b for b in builds if isinstance(b, CqTask)]]
-    label = "write commit-log segments" + (" + consume queues + index files" if builds else "")
-    results = run_tasks(sc, items, _out_task, label, quiet=quiet)
-    _copy_tree(store.child("config"), staging.dir.child("config"))
-    return ([r for r in results if isinstance(r, SegmentWritten)], copies,
-            build_results([r for r in results if isinstance(r, tuple)], builds))
 
 
 def _read_back_builds(args, sc, store: Location, plain: BrokerSettings, scan: ScanResult, plan: ConvertPlan, staging,
@@ -320,58 +297,12 @@ def _name_index_files(args, out_scan: ScanResult, firsts, staging) -> list[str]:
     return [names[no] for no in sorted(names)]
 
 
-DIRECT_IO_ENV = "REPUT_CONVERT_DIRECT_IO"  # "0": segments written through the page cache
 FROM_SOURCE = "the source scan, offsets mapped"
 FROM_READ_BACK = "a read-back scan of OUT (records past the committed position were left out)"
 
 
-def _out_task(item):
-    """One task of the write job: a new segment, a plain segment copied, or a consume-queue or index build task
-    (rows read with their new offsets)."""
-    if isinstance(item, SegmentTask):
-        return write_segment(item)
-    if isinstance(item, (CqTask, IndexTask, IndexShare)):
-        return build_files(item)
-    return _copy_file(item)
-
-
-def _write_modes(written: list[SegmentWritten]) -> dict:
-    """How the segments were written (O_DIRECT or buffered, io.direct) and why not directly; a note on stderr
-    when any fell back to buffered writing."""
-    modes: dict[str, int] = {}
-    reasons: dict[str, int] = {}
-    for w in written:
-        modes[w.write_mode] = modes.get(w.write_mode, 0) + 1
-        if w.fallback:
-            reasons[w.fallback] = reasons.get(w.fallback, 0) + 1
-    if reasons:
-        print(f"reput convert: note: {sum(reasons.values())} of {len(written)} segments written through the page "
-              f"cache instead of O_DIRECT: " + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())),
-              file=sys.stderr)
-    return {"modes": dict(sorted(modes.items())), "direct_io_fallbacks": dict(sorted(reasons.items()))}
-
-
 def _plain_records(scan: ScanResult) -> int:
     return sum(s.records for s in scan.accepted if s.first_entry_index is None)
-
-
-def _copy_file(item: tuple[str, str, int]) -> int:
-    """Copy a plain segment unchanged (a Spark task), in 64 MiB pieces."""
-    src, dst, size = item
-    loc = Location(src)
-    step = 64 << 20
-    Location(dst).write_with_zero_tail((loc.read_range(at, min(step, size - at)) for at in range(0, size, step)), size)
-    return size
-
-
-def _copy_tree(src: Location, dst: Location) -> None:
-    """config/ (topics, subscription groups, consumer and delay offsets: keyed by queue offsets) copied."""
-    if not src.is_dir():
-        return
-    prefix = src.path.rstrip("/") + "/"
-    for info in src.walk_files():
-        dst.child(*info.path[len(prefix):].split("/")).write_bytes(Location(src.uri.rstrip("/") + "/" +
-                                                                            info.path[len(prefix):]).read_bytes())
 
 
 def _write_checkpoint(store: Location, out: Location, end: int, last_ts: int | None) -> str:

@@ -4,6 +4,10 @@
   --topic T --queue Q [--from N] [--count K]   consume-queue entries with the records they point at
   --offset O [--count K]                       commit-log records (headers and properties) from an offset
   --index-file NAME [--from P --count K]       one index file: header, slot use, chain lengths (and entries)
+  --queue-offsets [--count K]                  a RocksDB store's `offset` column family ("max"/"min", checkpoint)
+  --checkpoint                                 the `checkpoint` file, and a RocksDB store's dispatch checkpoint
+
+A RocksDB store's queues (storeType=defaultRocksDB) are read from its database, read-only.
 
 Plain text by default, one JSON object per line with --json. Exit status 0 = dumped, 2 = could not run.
 """
@@ -21,9 +25,12 @@ import json  # noqa: E402
 from typing import Iterator  # noqa: E402
 
 from jobs.pipeline.convert.msgid_map import new_offset  # noqa: E402
-from jobs.pipeline.runtime.cli import EXIT_OK, check_store, parser, run_process, settings_from  # noqa: E402
+from jobs.pipeline.runtime.cli import EXIT_OK, JobError, parser, run_process, settings_from  # noqa: E402
+from jobs.pipeline.io.job_args import check_store  # noqa: E402
 from jobs.pipeline.dump.text import row_lines  # noqa: E402
 from jobs.pipeline.dump.readers import dump_index, dump_queue, dump_records  # noqa: E402
+from jobs.pipeline.dump.rocksdb import dump_checkpoints, dump_rocksdb_offsets, dump_rocksdb_queue  # noqa: E402
+from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 
 DEFAULT_COUNT = 20
@@ -38,6 +45,11 @@ def _args(argv: list[str] | None):
     what.add_argument("--topic", help="with --queue: dump this consume queue")
     what.add_argument("--offset", type=int, help="dump commit-log records from this physical offset (a record's start)")
     what.add_argument("--index-file", help="dump this file of index/ (its name, e.g. 20261122050800409)")
+    what.add_argument("--queue-offsets", action="store_true",
+                      help="dump a RocksDB store's offset column family: each queue's \"max\"/\"min\" record and "
+                           "the dispatch checkpoint (all of it unless --count)")
+    what.add_argument("--checkpoint", action="store_true",
+                      help="dump the checkpoint file, and a RocksDB store's dispatch checkpoint (CHECKPOINT_TOPIC)")
     p.add_argument("--queue", type=int, help="queue id (with --topic)")
     p.add_argument("--from", dest="first", type=int,
                    help="first queue offset (default: the queue's first entry) or first index entry position (default 1)")
@@ -52,6 +64,8 @@ def _args(argv: list[str] | None):
         p.error("--from and --count must not be negative")
     if args.first is not None and args.offset is not None:
         p.error("--from goes with --topic/--queue or --index-file; give records' start with --offset")
+    if args.first is not None and (args.queue_offsets or args.checkpoint):
+        p.error("--from goes with --topic/--queue or --index-file")
     return args
 
 
@@ -61,8 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     store, settings = check_store(args, settings_from(args))
     warn_if_running("dump", store)
     count = DEFAULT_COUNT if args.count is None else args.count
+    layout = store_cq_layout(store, settings)
+    database = layout.db_dir if layout.reads_database else None
+    if args.queue_offsets and database is None:
+        raise JobError(f"--queue-offsets: {store.uri} keeps its consume queues as files ({layout.kind} layout), not "
+                       f"in a RocksDB database (storeType=defaultRocksDB): there is no offset column family to dump")
     if args.topic is not None:
-        rows = dump_queue(store, settings, args.topic, args.queue, args.first, count)
+        rows = (dump_rocksdb_queue(store, settings, database, args.topic, args.queue, args.first, count)
+                if database else dump_queue(store, settings, args.topic, args.queue, args.first, count))
+    elif args.queue_offsets:
+        rows = dump_rocksdb_offsets(store, database, args.count)
+    elif args.checkpoint:
+        rows = dump_checkpoints(store, settings, database)
     elif args.offset is not None:
         rows = _moved_note(store, args.offset, dump_records(store, settings, args.offset, count))
     else:

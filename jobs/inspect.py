@@ -11,13 +11,17 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
     guard_startup()
 
-from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, check_report, check_store, emit, parser,  # noqa: E402
-                               progress_quiet, run_process, settings_from, warn)
-from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, emit, parser, progress_quiet,  # noqa: E402
+                                       run_process, settings_from, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag, dledger_section  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.io.rocksdb_db import open_store_database  # noqa: E402
+from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
+from jobs.pipeline.store.rocksdb_summary import DatabaseCounts, count_database  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.queue_order import out_of_step_names  # noqa: E402
-from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner, local_cores  # noqa: E402
 from jobs.pipeline.runtime.contract import under_spark_submit  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     store, settings = check_store(args, settings_from(args))
     warn_if_running("inspect", store)
     report_loc = check_report(args, store)
+    database = _database_counts(store, settings)  # before Spark: a database that cannot be read stops the job here
     tables = _tables_dir(args, store)
     sc, engine = job_runner(args, "inspect", settings=settings)
     with removed_after(tables) if tables is not None else contextlib.nullcontext():  # the report reads the tables
@@ -84,11 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     report["queue_tables"] = "work directory" if tables is not None else f"driver ({TABLES_TO_DRIVER})"
     report["engine"] = engine.to_dict()
     report["log_place"] = args.log_place  # where the records were read (outside --store: storePathCommitLog, ...)
+    report["cq_layout"] = args.cq_layout  # where the consume queues are, what that leaves unread
+    if database is not None:
+        report["rocksdb"] = database.to_dict(result.max_physical_offset)
     dledger = dledger_section("inspect", store, settings, args.dledger_reading, result)
     if dledger is not None:
         report["dledger"] = dledger
     emit(args, report, _print_human, report_loc)
     return EXIT_OK
+
+
+def _database_counts(store: Location, settings) -> DatabaseCounts | None:
+    """A RocksDB store's consume-queue database counted (store.rocksdb_summary); None for file consume queues."""
+    layout = store_cq_layout(store, settings)
+    if not layout.reads_database:
+        return None
+    with open_store_database(store, layout.db_dir) as db:
+        return count_database(db)
 
 
 def _tables_dir(args, store: Location) -> Location | None:
@@ -125,12 +142,36 @@ def _print_human(r: dict) -> None:
               f"{d['entries_past_committed_index']}")
     for topic, queues in r["records_per_topic_queue"].items():
         print(f"  {topic}: " + ", ".join(f"q{q}={n}" for q, n in queues.items()))
+    print(f"consume queues       {r['cq_layout']['layout']}" + (f" ({r['cq_layout']['database_dir']}/)"
+                                                                if r['cq_layout']['database_dir'] else ""))
+    if "rocksdb" in r:
+        _print_rocksdb(r["rocksdb"], r["max_physical_offset"])
     lmq = [(f"{t}/{q}", n) for t, qs in r["lmq_entries_per_queue"].items() for q, n in qs.items()]
     if lmq:
         top = ", ".join(f"{name}={n}" for name, n in sorted(lmq, key=lambda x: (-x[1], x[0]))[:LMQ_SHOWN])
         print(f"LMQ queues           {len(lmq)} with {sum(n for _, n in lmq)} entries; largest: {top}")
     for problem in r["problems"]:
         warn("inspect", problem)
+
+
+
+def _print_rocksdb(d: dict, log_end: int) -> None:
+    """The RocksDB database's counts (inspect's human summary)."""
+    print(f"RocksDB units        {d['units']} in {d['queues']} queues of {d['topics']} topics; \"max\" records "
+          f"{d['max_records']}, \"min\" records {d['min_records']}")
+    if d["checkpoint"] is None:
+        print("RocksDB checkpoint   absent (CHECKPOINT_TOPIC reads 0): a clean start dispatches only records past "
+              "offset 0, the record at offset 0 gets no unit")
+    else:
+        print(f"RocksDB checkpoint   {d['checkpoint']} (CHECKPOINT_TOPIC), {d['checkpoint_behind_log_end']} bytes "
+              f"behind the commit log's end {log_end}")
+    if d["units_past_max"]:
+        print(f"RocksDB dirty tail   {d['units_past_max']} units past their queue's \"max\" record (never read)")
+    if d["queues_without_max"]:
+        print(f"RocksDB no \"max\"     {len(d['queues_without_max'])} queues with units: "
+              f"{', '.join(d['queues_without_max'][:LMQ_SHOWN])}")
+    if d["unreferenced_files"]:
+        print(f"RocksDB unreferenced {', '.join(d['unreferenced_files'])} (not in the database's MANIFEST: not read)")
 
 
 if __name__ == "__main__":

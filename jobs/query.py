@@ -21,10 +21,13 @@ import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
 import string  # noqa: E402
 
-from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, check_report, check_store, emit,  # noqa: E402
-                               parser, run_process, settings_from, warn)
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, emit, parser, run_process,  # noqa: E402
+                                       settings_from, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
+from jobs.pipeline.io.rocksdb_db import open_store_database  # noqa: E402
+from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
 from jobs.pipeline.dump.messages import (Message, RecordReader, host_text, message_dict, message_lines,  # noqa: E402,F401
                                     preview)
 from storage_format.index_file import IndexSearch, query_offsets  # noqa: E402
@@ -78,12 +81,17 @@ def parse_time(text: str) -> int:
     return int(t.timestamp() * 1000)
 
 
-def topics_with_queues(store: Location) -> list[str]:
-    """Topics that have a consumequeue directory (the candidates for a unique key without --topic), except
-    `%LMQ%` queues: the broker indexes a multi-dispatched record only under its own topic, so an LMQ name
-    holds no index key (and an LMQ store can have 100,000s of them)."""
-    return [i.base_name for i in store.child("consumequeue").list() if i.type.name == "Directory"
-            and not is_lmq(i.base_name)]
+def topics_with_queues(store: Location, settings: BrokerSettings) -> list[str]:
+    """Topics that have a consume queue (the candidates for a unique key without --topic): a consumequeue directory,
+    or units in a RocksDB store's database; except `%LMQ%` queues: the broker indexes a multi-dispatched record only
+    under its own topic, so an LMQ name holds no index key (and an LMQ store can have 100,000s of them)."""
+    layout = store_cq_layout(store, settings)
+    if layout.reads_database:
+        with open_store_database(store, layout.db_dir) as db:
+            names = [t.decode("utf-8", "replace") for t in db.unit_topics()]
+    else:
+        names = [i.base_name for i in store.child("consumequeue").list() if i.type.name == "Directory"]
+    return [n for n in names if not is_lmq(n)]
 
 
 def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, topics: list[str], key: str,
@@ -153,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("query", store)
     report_loc = check_report(args, store)
     reader = RecordReader(store, settings)
-    result: dict = {"store": store.uri, "log_place": args.log_place, "query": {}, "index_files": None, "lookups": [],
+    result: dict = {"store": store.uri, "log_place": args.log_place, "cq_layout": args.cq_layout, "query": {}, "index_files": None, "lookups": [],
                     "hash_collisions": [], "unreadable": [], "warnings": [], "messages": []}
     if args.msg_id is not None:
         offsets, why = query_msg_id(args.msg_id, reader, result, store)
@@ -162,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         uniq = args.uniq_key is not None
         key = args.uniq_key if uniq else args.key
-        topics = [args.topic] if args.topic else topics_with_queues(store)
+        topics = [args.topic] if args.topic else topics_with_queues(store, settings)
         if not topics and not args.scan:
-            raise JobError(f"{store.child('consumequeue').uri}: no topic directories to search; pass --topic or --scan")
+            raise JobError(f"{store.child('consumequeue').uri}: no topics with consume queues to search; pass --topic "
+                           f"or --scan")
         result["query"] = {"mode": "uniq_key" if uniq else "key", "topic": args.topic, "key": key,
                            "topics_searched": None if args.scan else topics, "begin": args.begin,
                            "end": args.end, "max_num": args.max_num, "via": "scan" if args.scan else "index"}
@@ -229,7 +238,7 @@ def msg_id_fallback(args: argparse.Namespace, store: Location, settings: BrokerS
     offsets per topic (the admin's 32), in the --begin/--end window; the record at the id's offset
     stays the answer when no message carries the id as its unique key."""
     key = args.msg_id.strip()
-    topics = [args.topic] if args.topic else topics_with_queues(store)
+    topics = [args.topic] if args.topic else topics_with_queues(store, settings)
     result["query"].update({"fallback": "uniq_key", "topics_searched": topics, "max_num": MSG_ID_FALLBACK_MAX_NUM,
                             "via": "index"})
     found = by_index(store, settings, reader, topics, key, True, MSG_ID_FALLBACK_MAX_NUM, args.begin, args.end,

@@ -19,50 +19,31 @@ import datetime as dt  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from jobs.pipeline.outputs.stage import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
+from jobs.pipeline.outputs.build import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
                                        pending_name, plan_cq, plan_index, share_index_tasks)
-from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, check_report, check_store, emit,  # noqa: E402
-                               json_bytes, parser, progress_quiet, run_process, settings_from, time_zone)
-from jobs.pipeline.since.previous import PreviousOutput  # noqa: E402
-from jobs.pipeline.since.run import SinceRun, rebuild_since, since_checks  # noqa: E402
-from jobs.pipeline.since.inplace import locked_out1, rebuild_in_place  # noqa: E402
-from jobs.pipeline.store.built_to import REPORT_NAMES, REPORT_VERSION, built_to  # noqa: E402
-from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
-from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
-from jobs.pipeline.runtime import env  # noqa: E402
+from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, emit, json_bytes, parser,  # noqa: E402
+                                       progress_quiet, run_process, settings_from, time_zone)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
+from jobs.pipeline.outputs.rocksdb_run import rebuild_rocksdb  # noqa: E402
+from jobs.pipeline.outputs.rebuild_out import REPORT_NAME, built_to_section, check_staged, run_report  # noqa: E402
+from jobs.pipeline.since.inplace import rebuild_in_place  # noqa: E402
+from jobs.pipeline.since.run import publish_out2  # noqa: E402
+from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag, dispatch_report, dledger_section  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
-from jobs.pipeline.io.fs import Location, location  # noqa: E402
+from storage_format.cq_layout import is_rocksdb_type  # noqa: E402
+from jobs.pipeline.io.fs import location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
-from jobs.pipeline.io.commit_marker import MARKER  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
-from jobs.pipeline.scan.stage import check_tail, scan_store  # noqa: E402
+from jobs.pipeline.scan.decode import check_tail, scan_store  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
-
-REPORT_NAME = REPORT_NAMES["rebuild"]
-
-
-def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:
-    """Every planned file is there with the configured size, and nothing else is."""
-    expect = {f"consumequeue/{rel}": settings.consume_queue_file_size for rel in cq_files}
-    expect.update({f"index/{n}": settings.index_file_size for n in index_names})
-    prefix = staging.path.rstrip("/") + "/"
-    found = {}
-    for info in staging.walk_files():
-        rel = info.path[len(prefix):]
-        if not rel.startswith("_work/") and rel not in (REPORT_NAME, MARKER):
-            found[rel] = info.size
-    if found != expect:
-        missing = sorted(set(expect) - set(found))[:5]
-        extra = sorted(set(found) - set(expect))[:5]
-        wrong = sorted(k for k in expect if k in found and found[k] != expect[k])[:5]
-        raise JobError(f"staged output failed its check (missing {missing}, unexpected {extra}, wrong size {wrong})")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -111,13 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     with_cq = args.only != "index"
     with_index = args.only != "consumequeue" and settings.message_index_enable
     limit = store_dispatch_limit(store, settings, args.dledger_reading)
-    if args.in_place:
-        emit(args, _in_place(args, store, settings, out, limit, tz, quiet), _print_human, report_loc)
+    if is_rocksdb_type(settings):  # OUT/consumequeue/ a RocksDB database (outputs.rocksdb_run)
+        emit(args, rebuild_rocksdb(args, store, settings, out, limit, tz, quiet), _print_human, report_loc)
         return EXIT_OK
-    if args.since:
-        prev = since_checks(args, store, settings, out)
-        staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark
-        emit(args, _publish_since(args, store, settings, staging, prev, limit, tz, quiet), _print_human, report_loc)
+    if args.since:  # OUT1 continued: into OUT2, or in place (since/: the checks before Spark, the run, the report)
+        continued = rebuild_in_place if args.in_place else publish_out2
+        emit(args, continued(args, store, settings, limit, tz, quiet), _print_human, report_loc)
         return EXIT_OK
     segments = list_segments(store, settings)  # a store's refusals by name come before OUT is locked
     staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark starts
@@ -146,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
         report["dispatch"] = dispatch_report("rebuild", limit, scan)
-        report["built_to"] = _built_to(scan, limit.offset)
+        report["built_to"] = built_to_section(scan, limit.offset)
         report["engine"] = engine.to_dict()
         dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
         if dledger is not None:
@@ -239,89 +219,15 @@ def _print_human(r: dict) -> None:
             i = r["in_place"]
             print(f"in place: {i['operations']} file operations; what they replaced or deleted is in {i['backup_dir']} "
                   f"(reput recover --store {r['out']} --rollback --backup-dir {i['backup_dir']} undoes them)")
+    elif r.get("rocksdb"):
+        d = r["rocksdb"]
+        print(f"rebuilt a RocksDB consume-queue database ({d['units']} units in {d['queues']} queues, checkpoint "
+              f"{d['checkpoint']}) and {len(r['index_files'])} index files from {r['message_records']} records into "
+              f"{r['out']} in {r['timings']['total_s']:.1f}s")
     else:
         print(f"rebuilt {r['consumequeue_files']} consume-queue files and {len(r['index_files'])} index files "
               f"from {r['message_records']} records into {r['out']} in {r['timings']['total_s']:.1f}s")
     print(f"scan ended: {r['scan_end_detail']}")
-
-
-def _built_to(scan: ScanResult, limit: int | None) -> dict | None:
-    """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
-    built = built_to(scan.segments, scan.dispatched_end(limit))
-    return built.to_dict() if built is not None else None
-
-
-def _publish_since(args, store: Location, settings: BrokerSettings, staging: Output, prev: PreviousOutput, limit,
-                   tz, quiet: bool) -> dict:
-    """rebuild --since: stage OUT2 (since.run), check it as every OUT, publish it with its report."""
-    with staging:  # the run lock is released however it ends (the engine's start refused included)
-        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode, settings)
-        run = rebuild_since(sc, args, store, settings, staging, prev, limit.offset, tz, quiet)
-        check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
-        report = _since_report(args, run, settings, limit, prev)
-        report["engine"] = engine.to_dict()
-        staging.publish(json_bytes(report))
-    return report
-
-
-def _in_place(args, store: Location, settings: BrokerSettings, out: Location, limit, tz, quiet: bool) -> dict:
-    """rebuild --since OUT1 --in-place: OUT1's locks first (since.inplace.locked_out1), then the --since checks
-    (before Spark starts), then OUT1 itself brought up to the store; returns the report."""
-    with locked_out1(args) as target:
-        prev = since_checks(args, store, settings, out)
-        sc, engine = job_runner(args, "rebuild", prev.bytes_to_decode, settings)
-        return rebuild_in_place(sc, args, store, settings, prev, target, limit.offset, tz, quiet, lambda run: {
-            **_since_report(args, run, settings, limit, prev), "engine": engine.to_dict()})
-
-
-def _since_report(args, run: SinceRun, settings: BrokerSettings, limit, prev: PreviousOutput) -> dict:
-    """A --since run's report: a rebuild's, the whole-store counts it cannot give left out, with its `since` part."""
-    report = run_report(args, run.scan, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names,
-                        run.timings)
-    for whole_store in ("consumequeue_entries_per_topic_queue", "message_records", "segments", "bytes_read"):
-        report.pop(whole_store)
-    report["since"] = run.result.to_dict(prev, run.scan, run.min_offset)
-    report["dispatch"] = dispatch_report("rebuild", limit, run.scan)
-    new_records = run.scan.message_records and run.scan.dispatched_end(limit.offset) > prev.built.offset
-    report["built_to"] = _built_to(run.scan, limit.offset) if new_records else prev.report["built_to"]
-    return report
-
-
-def run_report(args, scan: ScanResult, settings: BrokerSettings, cq_files: dict, index_names: list[str],
-               timings: dict) -> dict:
-    per_queue: dict[str, dict[str, int]] = {}
-    for rel, n in cq_files.items():
-        topic, qid, _ = rel.rsplit("/", 2)
-        per_queue.setdefault(topic, {}).setdefault(qid, 0)
-        per_queue[topic][qid] += n
-    return {
-        "job": "rebuild",
-        "report_version": REPORT_VERSION,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "store": args.store,
-        "out": args.out,
-        "only": args.only,
-        "topics": args.topics,
-        "settings": settings.to_dict(),
-        "log_place": args.log_place,  # where the records were read (outside --store: storePathCommitLog, ...)
-        "segments": len(scan.segments),
-        "splits": len(scan.splits),
-        "decoders": scan.decoders(),
-        "environment": env.in_effect(),
-        "bytes_read": scan.bytes_read,
-        "message_records": scan.message_records,
-        "max_physical_offset": scan.max_physical_offset,
-        "scan_end": scan.end.as_list() if scan.end else None,
-        "scan_end_detail": scan.end.describe() if scan.end else None,
-        "segments_with_data_after_end": scan.stitched.data_after_end,
-        "negative_queue_ids": scan.negative_queue_ids.to_dict() if scan.negative_queue_ids is not None else None,
-        "out_of_step_queues": scan.out_of_step_queues.to_dict() if scan.out_of_step_queues is not None else None,
-        "consumequeue_files": len(cq_files),
-        "consumequeue_entries_per_topic_queue": per_queue,
-        "index_files": index_names,
-        "index_name_time_zone": args.index_name_tz,
-        "timings": {k: round(v, 3) for k, v in timings.items()},
-    }
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ from pathlib import Path  # noqa: E402
 from jobs.pipeline.recover import inplace  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
-from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, check_report, check_store, json_bytes, parser,  # noqa: E402
-                               print_json, progress_quiet, run_process, settings_from, time_zone, warn)
+from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, json_bytes, parser, print_json, progress_quiet,  # noqa: E402
+                                       run_process, settings_from, time_zone, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import broker_lock, refuse_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside, is_local  # noqa: E402
@@ -36,13 +37,15 @@ from jobs.pipeline.io.publish import output_for  # noqa: E402
 from jobs.pipeline.io.background_copy import BackgroundCopy  # noqa: E402
 from jobs.pipeline.io.copy import link_refusal  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_NAMES, continuable  # noqa: E402
-from jobs.pipeline.store.dledger_report import add_dledger_flag  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag  # noqa: E402
 from jobs.pipeline.recover.dledger import dledger_output  # noqa: E402
 from jobs.pipeline.recover.dledger_mode import named_lines, plan_dledger_store  # noqa: E402
 from jobs.pipeline.io.run_lock import IN_PLACE_LOCK, RunLock, held  # noqa: E402
 from jobs.pipeline.io.workdir import removed_after  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
-from jobs.pipeline.recover.stage import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
+from jobs.pipeline.recover.rocksdb_store import next_start_line, plan_rocksdb_recovery, rocksdb_output  # noqa: E402
+from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
+from jobs.pipeline.recover.gather import RecoveryPlan, plan_recovery as _plan_recovery, start_of  # noqa: E402
 from jobs.pipeline.recover.write import (copy_notices, kept_segment_copies, likely_segment_copies,  # noqa: E402
                                          plan_output, queue_file_copies, unchanged_segment_copies,
                                          warm_index_kernels, write_output)
@@ -133,6 +136,9 @@ def _run(args) -> int:
         return EXIT_OK
     store, settings = check_store(args, settings_from(args))
     args.dledger = settings.enable_dleger_commit_log  # DLedger mode: the broker's DLedger-mode recovery
+    args.rocksdb = store_cq_layout(store, settings).reads_database  # RocksDB consume queues
+    if args.rocksdb and args.dledger:
+        raise JobError("enableDLegerCommitLog=true with RocksDB consume queues: reput does not implement its recovery")
     if args.repair_timer:
         if args.dledger:
             raise JobError(f"--repair-timer: {args.store} is a DLedger-mode store; the timer store check and repair "
@@ -170,18 +176,22 @@ def _planner(args):
     if args.dledger:
         return _dledger_plan, dledger_output
     repair = args.repair_timer
+    # RocksDB consume queues: the database is never written (recover.rocksdb_store)
+    planned, made = (plan_rocksdb_recovery, rocksdb_output) if args.rocksdb else (_plan_recovery, plan_output)
 
     def plan(sc, store: Location, settings, work: Location, **kw) -> RecoveryPlan:
         """The plain recovery's plan with the timer check attached."""
-        p = _plan_recovery(sc, store, settings, work, **kw)
+        p = planned(sc, store, settings, work, **kw)
         outcome = recovery_timer.attach(p, repair)
         for w in outcome.warnings if outcome is not None else ():
             warn("recover", w)
+        if args.rocksdb:
+            print(f"reput recover: note: {next_start_line(p.to_dict())}", file=sys.stderr, flush=True)
         return p
 
     def output(p: RecoveryPlan, with_copies: bool):
         """The plain recovery's output with the repaired timer files in place of their copies."""
-        out = plan_output(p, with_copies=with_copies)
+        out = made(p, with_copies=with_copies)
         recovery_timer.apply_to_output(p, out)
         return out
     return plan, output
@@ -313,7 +323,7 @@ def _background(args, store: Location, out: Location, dest: Location) -> Backgro
     """The thread that copies into OUT while recovery plans: local store and OUT, plain commit log (a DLedger
     store's data files are written by its own output; elsewhere the copies are Spark tasks, spread over the
     cluster's executors)."""
-    if args.dledger or not (is_local(store) and is_local(out)):
+    if args.dledger or args.rocksdb or not (is_local(store) and is_local(out)):
         return contextlib.nullcontext()
     return BackgroundCopy(dest)
 
@@ -334,7 +344,7 @@ def _check_written(root: Location, output, index_names: list[str]) -> None:
     """Every file the plan renders or copies is in the staged OUT."""
     prefix = root.path.rstrip("/") + "/"
     found = {i.path[len(prefix):] for i in root.walk_files()}
-    expect = set(output.rendered) | {rel for rel, _, _ in output.copies} | {f"index/{n}" for n in index_names}
+    expect = set(output.rendered) | {c.rel for c in output.copies} | {f"index/{n}" for n in index_names}
     missing = sorted(expect - found)
     if missing:
         raise JobError(f"staged output is missing {len(missing)} files, e.g. {missing[:3]}")

@@ -23,10 +23,11 @@ from collections import defaultdict  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 
-from jobs.pipeline.outputs.stage import plan_cq, plan_index  # noqa: E402
+from jobs.pipeline.outputs.build import plan_cq, plan_index  # noqa: E402
 from jobs.pipeline.verify.index_gap import explained_gap  # noqa: E402
-from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_generation_flag, check_report,  # noqa: E402
-                                       check_store, emit, parser, progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, add_generation_flag, emit,  # noqa: E402
+                                       parser, progress_quiet, run_process, settings_from, warn)
+from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.store.built_to import REPORT_VERSION  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from jobs.pipeline.store.identity import store_identity  # noqa: E402
@@ -38,13 +39,15 @@ from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import dispatched_end, warn_if_running  # noqa: E402
 from jobs.pipeline.io.workdir import fresh_work_dir  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
-from jobs.pipeline.scan.stage import scan_store  # noqa: E402
+from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
+from jobs.pipeline.verify.rocksdb_store import check_rocksdb  # noqa: E402
+from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
 from jobs.pipeline.verify.cq import orphan_cq_task, plan_cq_checks  # noqa: E402
-from jobs.pipeline.verify.index import (align_index_files, check_index, expected_headers,  # noqa: E402
+from jobs.pipeline.verify.index_files import (align_index_files, check_index, expected_headers,  # noqa: E402
                                         plan_index_checks)
 from jobs.pipeline.verify.index_seed import (IndexPlan, check_queue_or_seed, plan_index_check,  # noqa: E402
                                              seed_bound, seeded_index_check)
@@ -56,14 +59,16 @@ from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from jobs.pipeline.io.store_gate import commitlog_dir, dledger_home  # noqa: E402
 from jobs.pipeline.io.workdir import removed_after  # noqa: E402
-from jobs.pipeline.store.dispatch import dispatch_report, store_dispatch_limit  # noqa: E402
+from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
 from jobs.pipeline.recover import timer as recovery_timer  # noqa: E402
-from jobs.pipeline.store.dledger_report import add_dledger_flag, dledger_section  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag, dispatch_report, dledger_section  # noqa: E402
 from jobs.pipeline.scan import crc_audit  # noqa: E402
-from jobs.pipeline.verify import dledger as verify_dledger  # noqa: E402
+from jobs.pipeline.verify import dledger_index as verify_dledger  # noqa: E402
 from jobs.pipeline.verify import dledger_v5 as verify_v5  # noqa: E402
 
 DEFAULT_MAX_FINDINGS = 1000
+ROCKSDB_RECOVERY = ("RocksDB-mode crash recovery (5.3.3 deletes the index files newer than the checkpoint's "
+                    "indexMsgTimestamp and re-indexes only from the segment its RocksDB start rule picks)")
 
 
 def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location, *, with_cq: bool,
@@ -91,11 +96,15 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     index_plan = (plan_index_check(files.child("index"), scan, work, settings, pointers,
                                    store_generation(store, generation).generation) if with_index else None)
     seed_result = None
-    if with_cq:
+    layout = store_cq_layout(files, settings) if with_cq else None
+    if layout is not None and layout.reads_database:  # RocksDB consume queues: the database against the log
+        stats["rocksdb"] = check_rocksdb(sc, store, settings, scan, work, files.child(layout.db_dir),
+                                         pointers.log_min, found, quiet)
+    elif with_cq:
         cq_dir = files.child("consumequeue")
         # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
-                        earlier=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
+                        continues=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
         checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
                   else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
         seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
@@ -106,8 +115,9 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
             found.merge(f)
         stats["consumequeue_files_checked"] = found.files_checked
     if index_plan is not None:
+        rocks = (stats["rocksdb"]["checkpoint"]["value"] or 0) if "rocksdb" in stats else None
         stats.update(_check_index(sc, files, settings, scan, work, pointers, found, index_plan, seed_result,
-                                  in_flight_from, quiet, with_cq))
+                                  in_flight_from, quiet, with_cq, rocks))
     if settings.enable_dleger_commit_log:
         stats.update(_dledger_checks(sc, store, files, settings, scan, work, found, generation, with_index, quiet))
     return scan, found, stats
@@ -147,14 +157,15 @@ def log_findings(scan: ScanResult, store: Location, settings: BrokerSettings, in
 
 def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
                  pointers, found: Findings, plan: IndexPlan, seed_result: tuple[bool, int] | None,
-                 in_flight_from: int | None, quiet: bool, with_cq: bool) -> dict:
+                 in_flight_from: int | None, quiet: bool, with_cq: bool, rocksdb_checkpoint: int | None = None) -> dict:
     """index/ against the files the commit log implies (findings into `found`); the counts for the report, the
     broker's own index loss when it accounts for the findings (verify.index_gap), and the record the broker's starts
-    indexed again when they did (verify.restart; what they put is counted apart)."""
+    indexed again when they did (verify.restart; what they put is counted apart). `rocksdb_checkpoint`: a RocksDB
+    store's dispatch checkpoint (its starts re-dispatch past it)."""
     stats: dict = {}
     index_dir = files.child("index")
     restart = restart_record(scan, work, files.child("consumequeue"), settings.consume_queue_file_size,
-                             plan.generation, with_cq)
+                             plan.generation, with_cq, rocksdb_checkpoint)
     found.merge(plan.listing)
     disk = plan.disk
     before = found.files_checked
@@ -180,7 +191,8 @@ def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan
     gap = explained_gap(found, index_dir, scan, work)
     if gap is not None:
         stats["index_gap"] = {**gap.to_dict(), "message": gap.describe(sum(
-            n for k, n in found.counts.items() if k.startswith("index.")))}
+            n for k, n in found.counts.items() if k.startswith("index.")), ROCKSDB_RECOVERY
+            if rocksdb_checkpoint is not None else "DLedger recovery")}
     if restart is not None and found.restarts:
         stats["restart_record"] = restart.to_dict()
     stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")
@@ -302,6 +314,9 @@ def _earlier(args: argparse.Namespace, store: Location, settings: BrokerSettings
         return None
     if settings.enable_dleger_commit_log:
         raise JobError("--since on a DLedger store (enableDLegerCommitLog=true) is not implemented: run a full verify")
+    if store_cq_layout(store, settings).reads_database:
+        raise JobError(f"--since on a store with RocksDB consume queues (storeType={settings.store_type}) is not "
+                       f"implemented: run a full verify")
     earlier = earlier_verify(args.since, store, settings, list_segments(store, settings), args.only,
                              args.since_other_store)
     if earlier.from_offset is None:
@@ -336,6 +351,7 @@ def build_report(args: argparse.Namespace, store: Location, settings: BrokerSett
                     "index_disabled_by_config": not settings.message_index_enable},
         "settings": settings.to_dict(),
         "log_place": args.log_place,  # where the records were read (outside --store: storePathCommitLog, ...)
+        "cq_layout": getattr(args, "cq_layout", None),  # where the consume queues are, what that leaves unread
         "environment": env.in_effect(),
         "commitlog": {
             "segments": len(scan.segments),

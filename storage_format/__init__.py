@@ -17,21 +17,28 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   commitlog.find_first_record its reference: a zero-filled segment tail is searched at memory speed),
   `kernels.row_groups` (a split's consume-queue rows grouped by queue: compiled stable counting sort),
   `kernels.split_decode` (the kernel's Python side: `FastSplit`, its `QueueTable` and `CqRows`, or why the reference
-  decodes), `kernels.index_chain` (index slot chains as sequential loops; index_file's vectorised form is the
+  decodes), `kernels.index_chain` (index slot chains as sequential loops; index_build's vectorised form is the
   reference)
 - `split_rows`: what decoding a split hands on, whichever decoder ran (`CqRows`; kernel-free)
 - `queue_table`: per-queue counts and queue-offset ranges as columns: a split's `QueueTable` (either decoder's)
   and their vectorised merge across splits (`MergedQueues`, what the driver plans consume queues from)
 - `record_reader`: one record by physical offset (the broker's getData + decode), columns as `Message`s
+- `record_text`: a record's fields as people read them (a time as ISO-8601 UTC, a host as `ip:port`)
 - `scan_plan`: byte-range splits of a commit log and stitching their walks into the broker's one scan
 - `properties`: the properties string (`name\\x01value\\x02`) with the broker's parsing rules
 - `java_hash`: Java `String.hashCode()` over many UTF-8 strings (tagsCode, index key hashes)
 - `ragged`: ragged byte slices of one buffer as Arrow arrays
 - `arrow_numpy`: numpy <-> Arrow columns from their buffers, without pyarrow's pandas import (job start-up)
 - `consume_queue`: consume-queue entries, tagsCode, where an entry lands in its queue, file layout
+- `rocksdb_cq`: 5.x RocksDB consume queues (`storeType=defaultRocksDB`): the keys and values of its `default` (units)
+  and `offset` (max/min records, the dispatch checkpoint) column families
+- `rocksdb_dispatch`: RocksDB's dispatch rules: the units and "max" records dispatch leaves (LMQ by enableLmq, names
+  with '/' kept, stored offsets, the last put of a key wins), and what the broker's next start re-dispatches
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
-- `index_file`: index-file header, slots, entry chains, names and the broker's lookup walk
+- `index_file`: index-file header, slots, entry chains, names, the broker's lookup walk and the walk of every chain
+- `index_build`: index files written (fresh, in shares, appended to in place) with putKey's quirks; the
+  vectorised references of the compiled chains
 - `index_prefix`: an index file cut back to its entries before a commit-log offset (the state the broker had then)
 - `checkpoint`: the `checkpoint` file
 - `clean_service`: what the broker's clean service deletes of the consume queues and the index once the commit
@@ -62,6 +69,16 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   scan), `timer.wheel` (the wheel's slots), `timer.check` (`config/timercheck`), `timer.metrics`
   (whether `config/timermetrics` loads)
 - `store_layout`: broker features and store layouts reput does not implement, refused by name
+- `cq_layout`: where a store's consume queues are (files, a RocksDB database, both: double write, or
+  `consumequeue_rocksdb/`), decided from the files and checked against `storeType`/`rocksdbCQDoubleWriteEnable`
+- `rocksdb_files`: a RocksDB database directory's file names, and a MANIFEST cut inside a log record (which RocksDB
+  itself opens as an older view)
 - `confirm_offset`: controller mode / duplicationEnable: how far dispatch goes, the confirm offset recovery keeps
 - `errors`: the exception family (every error names the file and byte offset)
+
+storage_format imports nothing else of the project. Its subpackages and top-level modules, each one node, form no
+circle (tests/test_import_graph.py): `timer` imports nothing else of the package; the compiled `kernels` import only
+each other but their Python side (`kernels.split_decode`, `kernels.warm`), which reads the format modules;
+`index_build` writes index files with the compiled chains, so `index_file` (read by the settings) needs no kernel;
+`recovery` plans from the format modules and `timer`.
 """

@@ -6,7 +6,7 @@ start of its first segment, `CommitLog.getMinOffset`) has grown: every queue's `
 commit-log offset lies below the min offset; the first file kept stops it; `correctMinOffset` changes memory only)
 and `IndexService.deleteExpiredFile` (nothing unless the first file's endPhyOffset lies below the min offset; then
 oldest first, every file but the last, while its endPhyOffset does). A whole queue is never removed here (that is
-the admin command cleanExpiredCQ). Pure functions: `jobs.rebuild --since` applies them to an earlier OUT.
+the admin command cleanExpiredCQ). Pure functions: `jobs.rebuild --since` applies them to OUT1.
 """
 from __future__ import annotations
 

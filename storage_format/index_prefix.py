@@ -3,7 +3,7 @@
 A broker's index file grows in dispatch order, so the entries for records below an offset are a prefix of the file.
 Cutting a file back to that prefix (slots walked back down their chains, later entries zeroed, header counts
 recomputed) gives the state the broker was in when it dispatched the record at that offset; putting the keys from
-there on into it (index_file.append_to_index_file) then grows it exactly as the broker did. verify uses it where the
+there on into it (index_build.append_to_index_file) then grows it exactly as the broker did. verify uses it where the
 commit log no longer holds the prefix's records (its head expired) or they were checked earlier (verify --since).
 """
 from __future__ import annotations

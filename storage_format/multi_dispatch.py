@@ -56,6 +56,8 @@ class MultiDispatchRules:
     # False when 4 is only the default guess (nothing in the store said which): then a record only 5.x
     # writes (an empty INNER_MULTI_QUEUE_OFFSET item) is refused instead of read with 4.x rules.
     generation_known: bool = True
+    # RocksDB consume queues (storeType=defaultRocksDB, storage_format.rocksdb_dispatch): names holding '/' get units.
+    keep_separator_names: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def lmq_entries(names: pa.Array, offsets: pa.Array, topics: pa.Array, queue_id: 
         off_items.filter(pa.array(counts_equal[off_owner]))
     first = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(rows)))[:-1]]).astype(np.int64)
     seq = np.arange(len(owner), dtype=np.int64) - first[owner] + 1
-    if rules.generation >= 5:  # names holding File.separator are skipped before their offset is parsed
+    if rules.generation >= 5 and not rules.keep_separator_names:  # file queues skip names holding File.separator
         keep = ~pc.match_substring(name_items, "/").to_numpy(zero_copy_only=False)
         owner, seq, name_items, off_items = owner[keep], seq[keep], name_items.filter(pa.array(keep)), \
             off_items.filter(pa.array(keep))

@@ -52,6 +52,7 @@ class BrokerSettings:
     store_path_dledger_commit_log: str | None = None
     # Features reput does not implement: store_layout.py refuses a store that uses one, by name.
     store_type: str = "default"
+    rocksdb_cq_double_write_enable: bool = False  # 5.x: a RocksDB copy of the file queues (storage_format.cq_layout)
     enable_consume_queue_ext: bool = False
     force_verify_prop_crc: bool = False
     enabled_append_prop_crc: bool = False
@@ -120,6 +121,7 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "dLegerGroup": ("d_leger_group", str),
     "storePathDLedgerCommitLog": ("store_path_dledger_commit_log", str),
     "storeType": ("store_type", str),
+    "rocksdbCQDoubleWriteEnable": ("rocksdb_cq_double_write_enable", bool),
     "enableConsumeQueueExt": ("enable_consume_queue_ext", bool),
     "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
     "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),

@@ -7,7 +7,8 @@ work; each refusal is one line naming the setting or the directory found:
   `dledger-<selfId>/data/` (several without a config to choose: refused, named), a single
   storePathDLedgerCommitLog (several, comma-separated: refused), and never `dledger-*/` beside a config
   that turns DLedger off;
-* RocksDB consume queues (`storeType=defaultRocksDB`, 5.2+; `consumequeue/` holds CURRENT, MANIFEST-*, *.sst);
+* RocksDB consume queues where storage_format.cq_layout cannot read them: a database in `consumequeue_rocksdb/`
+  (after 5.3.3), or a config and files that disagree on where the consume queues are (`cq_layout`, named);
 * BatchConsumeQueue (`batchconsumequeue/`; records with the inner-batch sysFlag 0x80);
 * ConsumeQueueExt (`enableConsumeQueueExt`; `consumequeue_ext/`);
 * property CRCs (`enabledAppendPropCRC` changes the record bytes, `forceVerifyPropCRC` the recovery check);
@@ -16,19 +17,17 @@ work; each refusal is one line naming the setting or the directory found:
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .cq_layout import ROCKSDB_ELSEWHERE, CqFiles, CqLayout, CqLayoutError, cq_layout
 from .dledger import DIR_PREFIX as DLEDGER_PREFIX
 from .errors import SettingsError
 from .settings import BrokerSettings
 
-ROCKSDB_STORE_TYPE = "defaultRocksDB"
 MULTI_PATH_SPLITTER = ","
 INNER_BATCH_FLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG: a BatchConsumeQueue record
-ROCKSDB_FILES = ("CURRENT", "IDENTITY", "MANIFEST-*", "OPTIONS-*", "*.sst")
 NOT_IMPLEMENTED = "reput does not implement it"
 
 
@@ -39,12 +38,20 @@ class UnsupportedStoreError(SettingsError):
 @dataclass(frozen=True)
 class StoreListing:
     """What the layout checks look at: names in the store root (directories end with '/'), the plain
-    files directly in consumequeue/, and the root directories that hold anything."""
+    files and the directories directly in consumequeue/, the plain files in consumequeue_rocksdb/, and the root
+    directories that hold anything."""
 
     root: frozenset[str]
     consumequeue_files: frozenset[str] = frozenset()
     non_empty_dirs: frozenset[str] = frozenset()
     dledger_data: frozenset[str] = frozenset()  # dledger-<id>/ directories that hold a data/ directory
+    consumequeue_dirs: frozenset[str] = frozenset()  # topic directories (file consume queues)
+    separate_db_files: frozenset[str] = frozenset()  # consumequeue_rocksdb/'s files
+
+    def cq_files(self) -> CqFiles:
+        """What storage_format.cq_layout decides the consume queues' layout from."""
+        return CqFiles(tuple(sorted(self.consumequeue_files)), tuple(sorted(self.consumequeue_dirs)),
+                       tuple(sorted(self.separate_db_files)))
 
 
 def setting_refusal(s: BrokerSettings) -> str | None:
@@ -57,8 +64,6 @@ def setting_refusal(s: BrokerSettings) -> str | None:
         if MULTI_PATH_SPLITTER in path:
             return (f"storePathDLedgerCommitLog={path}: several DLedger data paths (split on "
                     f"'{MULTI_PATH_SPLITTER}'); {NOT_IMPLEMENTED}")
-    if s.store_type.lower() == ROCKSDB_STORE_TYPE.lower():
-        return f"storeType={s.store_type}: RocksDB consume queues; {NOT_IMPLEMENTED}"
     if s.enable_consume_queue_ext:
         return f"enableConsumeQueueExt=true: consume-queue extension files (consumequeue_ext/); {NOT_IMPLEMENTED}"
     if s.enabled_append_prop_crc:
@@ -81,10 +86,6 @@ def layout_refusal(listing: StoreListing) -> str | None:
         return (f"{dledger[0]} found: a DLedger commit log, but the broker config does not set "
                 f"enableDLegerCommitLog=true (the broker would read commitlog/ only); pass the config the broker "
                 f"runs with, or none to read {dledger[0]}data/")
-    rocks = sorted(f for f in listing.consumequeue_files if any(fnmatch.fnmatchcase(f, p) for p in ROCKSDB_FILES))
-    if rocks:
-        return (f"consumequeue/{rocks[0]} found: RocksDB consume queues (storeType={ROCKSDB_STORE_TYPE}); "
-                f"{NOT_IMPLEMENTED}")
     if "batchconsumequeue/" in listing.non_empty_dirs:
         return f"batchconsumequeue/ found: BatchConsumeQueue (topic attribute queue.type=BatchCQ); {NOT_IMPLEMENTED}"
     if "consumequeue_ext/" in listing.non_empty_dirs:
@@ -105,13 +106,24 @@ def discover_dledger(s: BrokerSettings, listing: StoreListing) -> BrokerSettings
     return replace(s, enable_dleger_commit_log=True, d_leger_self_id=homes[0].rstrip("/")[len(DLEDGER_PREFIX):])
 
 
-def check_store(s: BrokerSettings, listing: StoreListing) -> None:
-    """Raise UnsupportedStoreError naming the first unsupported setting or layout found."""
+def check_store(s: BrokerSettings, listing: StoreListing) -> CqLayout:
+    """Raise UnsupportedStoreError naming the first unsupported setting or layout found (cq_layout.CqLayoutError
+    where the config and the files disagree on the consume queues); else the consume queues' layout."""
     if s.enable_dleger_commit_log:  # dledger-*/ is expected there
         listing = replace(listing, root=frozenset(n for n in listing.root if not n.startswith(DLEDGER_PREFIX)))
     why = setting_refusal(s) or layout_refusal(listing)
     if why:
         raise UnsupportedStoreError(why)
+    try:
+        layout = cq_layout(s, listing.cq_files())
+    except CqLayoutError as exc:
+        raise UnsupportedStoreError(str(exc)) from None
+    if layout.kind == ROCKSDB_ELSEWHERE:
+        found = "CURRENT" if "CURRENT" in listing.separate_db_files else sorted(listing.separate_db_files)[0]
+        raise UnsupportedStoreError(f"{layout.db_dir}/{found} found: RocksDB consume queues in a directory of their "
+                                    f"own (useSeparateStorePathForRocksdbCQ=true, RocketMQ after 5.3.3); reput reads "
+                                    f"5.3.3's layout (the database in consumequeue/); {NOT_IMPLEMENTED}")
+    return layout
 
 
 def commitlog_path(s: BrokerSettings) -> str | None:

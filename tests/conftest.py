@@ -1,4 +1,5 @@
-"""Shared fixtures: one SparkSession for the whole suite, the golden stores, a sample store."""
+"""Shared fixtures: one SparkSession for the whole suite, the golden stores, the broker's own store code, jobs
+that must not start Spark (no_spark), stores a running broker holds (locked); the run leaves nothing behind."""
 from __future__ import annotations
 
 import json
@@ -156,6 +157,46 @@ def spark():
     session = get_spark("tests", master="local[2]")
     yield session
     session.stop()
+
+
+class SparkStarted(BaseException):
+    """Raised by no_spark's stand-in for job_spark: run_main does not catch it, so the test fails."""
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    """Every job's job_spark replaced: a mistake must be answered before a session is asked for."""
+    import importlib
+
+    from jobs.__main__ import JOBS
+
+    def refuse(*_a, **_k):
+        raise SparkStarted("a SparkSession was started")
+    for job in JOBS:
+        for name in ("job_spark", "job_context"):
+            monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), name, refuse, raising=False)
+    monkeypatch.setattr("jobs.pipeline.runtime.session.job_spark", refuse)
+    monkeypatch.setattr("jobs.pipeline.runtime.session.job_context", refuse)
+
+
+@pytest.fixture
+def locked(tmp_path):
+    """Returns a function: copy a golden case, hold its lock from another process as a running broker does."""
+    import shutil
+
+    from tests.helpers import hold_lock
+
+    holders = []
+
+    def lock(case: str) -> Path:
+        store = tmp_path / case
+        shutil.copytree(GOLDEN / case, store)
+        holders.append(hold_lock(store / "lock"))
+        return store
+    yield lock
+    for proc in holders:
+        proc.kill()
+        proc.wait()
 
 
 def pid_gone(pid: int, within_s: float) -> bool:

@@ -4,8 +4,10 @@ Used to check codecs against bytes the real broker wrote; it trusts nothing it c
 """
 from __future__ import annotations
 
+import random
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from tests.conftest import GOLDEN
@@ -125,3 +127,23 @@ def index_entries(case: str) -> list[tuple[int, int]]:
         for position in range(1, count):
             out.append(struct.unpack_from(">iq", buf, base + position * 20))
     return out
+
+
+@lru_cache(maxsize=None)
+def records_by_offset(case: str) -> dict[int, GoldenRecord]:
+    """The case's message records by physical offset."""
+    return {r.physical_offset: r for r in records(case)}
+
+
+def carries(r: GoldenRecord, topic: str | None, key: str, uniq: bool) -> bool:
+    """The record carries `key`: as its UNIQ_KEY (`uniq`), else among its KEYS in `topic`."""
+    if uniq:
+        return r.properties.get("UNIQ_KEY") == key
+    return r.topic.decode() == topic and key in r.properties.get("KEYS", "").split(" ")
+
+
+def sample_keys(case: str, n: int, seed: int = 5) -> list[tuple[str, str]]:
+    """`n` (topic, key) pairs drawn from the KEYS of the case's records, transaction rollbacks left out."""
+    pairs = sorted({(r.topic.decode(), k) for r in records(case) if (r.sys_flag & 0xC) != 0xC
+                    for k in r.properties.get("KEYS", "").split(" ") if k})
+    return random.Random(seed).sample(pairs, n)

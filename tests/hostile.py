@@ -264,8 +264,8 @@ queue_offset_backwards = queue_offset_step(-1, "queue-offset-backwards", "queueO
 
 
 def negative_queue_offset(golden: Path, dst: Path) -> Damage:
-    """The victim's queueOffset set to -8 (rebuild once wrote `<topic>/<q>/-0000000000000000160` for it): every
-    job refuses the record by file and byte offset (the broker would drop its entry as already written)."""
+    """The victim's queueOffset set to -8: every job refuses the record by file and byte offset, writing no
+    consume-queue file named by a negative offset (the broker would drop its entry as already written)."""
     v = GoldenVictim(golden, dst)
     _patch(v.segment, v.pos + 20, struct.pack(">q", -8))
     return v.damage("negative-queue-offset", v.pos, UNREADABLE, "a negative queueOffset")
@@ -595,7 +595,7 @@ def _bad_topic(topic: str, label: str) -> Callable[[Path, Path], Damage]:
 
 # A v1 record whose topic has 130 UTF-8 bytes: RocketMQ 4.9.8 and 5.x write `(byte) length` and read it back as a
 # signed byte (-126): checkMessageAndReturnSize throws, the record is invalid to the broker (checked with 4.9.8: its
-# recovery truncated the log there). reput once read the byte unsigned and dispatched the record and all after it.
+# recovery truncated the log there). The byte is read signed, so the record and all after it are not dispatched.
 topic_length_signed_byte = synthetic_case("topic-length-signed-byte", CHAIN, "a v1 topicLength byte of 0x82",
                                           topic="T" * 130, magic_v2=False)
 

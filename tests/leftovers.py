@@ -1,6 +1,6 @@
 """What a test run leaves behind: `reput-*` entries and Spark's `.<uuid>.sock` sockets in the temp directory,
 and processes still running below the test process. tests/conftest.py takes a snapshot when the session starts
-and fails the run when its end finds more (issue 34: each `make test` once left four `reput-in-*` directories)."""
+and fails the run when its end finds more, naming each: a run leaves the machine as it found it."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,10 @@
 """RocketMQ's own store code for the tests: the oracle kit (../shared/oracle) built by its setup.sh into ROOT
 ($REPUT_ORACLE, else ~/.cache/reput-oracle, setup.sh's own default), `make oracle` (`python -m tests.oracle`) that
 builds it when it is missing or older than the kit, and the broker runs the tests make with it: RocketMQ 4.9.8's
-rebuild (RebuildTimer), its clean service (run_clean.sh), 5.3.3 reopening a store (V5Golden) and 5.3.3 in DLedger
-mode writing, crashing and recovering a store (V5DledgerGolden).
+rebuild (RebuildTimer), its clean service (run_clean.sh), 5.3.3 reopening a store (V5Golden), 5.3.3 in DLedger
+mode writing, crashing and recovering a store (V5DledgerGolden), and 5.3.3 with its consume queues in RocksDB
+(RocksGolden: the kit's rocksdb/ build, compiled against the rocksdbjni jar of the venv's pyspark, so built once
+the venv is installed).
 
 Only the standard library here: `make oracle` runs it before the venv exists."""
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -27,6 +30,11 @@ NEEDED = ("build/classpath.txt", "build/classes/RebuildTimer.class", "v5build/cl
           "v5dlbuild/classes/V5DledgerGolden.class")
 HOW = ("`make oracle` builds it (../shared/oracle/setup.sh ROOT: Debian's JDK and jars by apt-get, as root, "
        "then about 20 s of javac)")
+ROCKS_BUILD = "rocksbuild"  # in ROOT: the kit's rocksdb/build.sh output (5.3.3 + RocksGolden + pyspark's rocksdbjni)
+ROCKS_NEEDED = (f"{ROCKS_BUILD}/classpath.txt", f"{ROCKS_BUILD}/classes/RocksGolden.class")
+ROCKS_HOW = ("`make oracle` builds it once the venv is installed (../shared/oracle/rocksdb/build.sh ROOT/v5src "
+             "ROOT/rocksbuild against the venv's pyspark/jars/rocksdbjni-*.jar, about 10 s of javac)")
+VENV = REPO / ".venv"
 JAVA_OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
               "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
               "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED"]
@@ -90,32 +98,108 @@ def _newer_than_kit(root: Path, kit: Path) -> bool:
     return all(p.stat().st_mtime < built for p in kit.rglob("*") if p.is_file())
 
 
-def ensure(root: Path, kit: Path = KIT) -> int:
+def ensure(root: Path, kit: Path = KIT, venv: Path | None = None) -> int:
     """`make oracle`: build the oracle into `root` with the kit's setup.sh unless a build of this kit is there
-    (its stamp; a build without one is taken when it is complete and newer than every kit file), under a lock."""
+    (its stamp; a build without one is taken when it is complete and newer than every kit file), under a lock;
+    with `venv`, then the RocksDB kit against that venv's pyspark (ensure_rocks)."""
     root = root.resolve()
     if not (kit / "setup.sh").is_file():
         print(f"oracle: no {kit / 'setup.sh'} (the oracle kit; set REPUT_ORACLE_KIT)", file=sys.stderr)
         return 2
     with _lock(root, fcntl.LOCK_EX):
-        digest, stamp = kit_digest(kit), root / STAMP
-        complete = not _missing(root)
-        if complete and stamp.is_file() and stamp.read_text().strip() == digest:
-            print(f"oracle: {root} is built from this kit")
-            return 0
-        if complete and not stamp.is_file() and _newer_than_kit(root, kit):
-            stamp.write_text(digest + "\n")
-            print(f"oracle: {root} is complete and newer than the kit: taken as built from it")
-            return 0
-        stamp.unlink(missing_ok=True)
-        done = subprocess.run(["bash", str(kit / "setup.sh"), str(root)])
-        if done.returncode != 0:
-            print(f"oracle: {kit / 'setup.sh'} {root} failed (exit {done.returncode}; it installs Debian's JDK and "
-                  f"jars with apt-get when they are missing: run `make oracle` once as root)", file=sys.stderr)
-            return done.returncode
-        shutil.rmtree(root / "clean-classes", ignore_errors=True)  # run_clean.sh compiles it again, against this build
-        stamp.write_text(digest + "\n")
+        done = _ensure_base(root, kit)
+        return ensure_rocks(root, kit, venv) if done == 0 and venv is not None else done
+
+
+def _ensure_base(root: Path, kit: Path) -> int:
+    """ensure()'s setup.sh part, under its lock."""
+    digest, stamp = kit_digest(kit), root / STAMP
+    complete = not _missing(root)
+    if complete and stamp.is_file() and stamp.read_text().strip() == digest:
+        print(f"oracle: {root} is built from this kit")
         return 0
+    if complete and not stamp.is_file() and _newer_than_kit(root, kit):
+        stamp.write_text(digest + "\n")
+        print(f"oracle: {root} is complete and newer than the kit: taken as built from it")
+        return 0
+    stamp.unlink(missing_ok=True)
+    done = subprocess.run(["bash", str(kit / "setup.sh"), str(root)])
+    if done.returncode != 0:
+        print(f"oracle: {kit / 'setup.sh'} {root} failed (exit {done.returncode}; it installs Debian's JDK and "
+              f"jars with apt-get when they are missing: run `make oracle` once as root)", file=sys.stderr)
+        return done.returncode
+    shutil.rmtree(root / "clean-classes", ignore_errors=True)  # run_clean.sh compiles it again, against this build
+    stamp.write_text(digest + "\n")
+    return 0
+
+
+
+
+def venv_jar(venv: Path) -> Path | None:
+    """The rocksdbjni jar of an installed venv's pyspark (its `.installed` stamp, which `make venv` touches last: a
+    venv still being installed has none), or None."""
+    if not (venv / ".installed").is_file():
+        return None
+    jars = sorted(venv.glob("lib/python*/site-packages/pyspark/jars/rocksdbjni-*.jar"))
+    return jars[-1] if jars else None
+
+
+def _rocks_stamp(kit: Path, jar: Path) -> str:
+    """What a RocksDB kit build is stamped with: the kit's digest and the jar it was compiled against."""
+    return f"{kit_digest(kit)} {jar.resolve()}"
+
+
+def ensure_rocks(root: Path, kit: Path, venv: Path) -> int:
+    """ensure()'s RocksDB part (under its lock, after the base build): the kit's rocksdb/build.sh into
+    ROOT/rocksbuild unless a build of this kit against this venv's jar is there (its stamp). A venv not installed
+    yet is one note, exit 0: `make test` runs `make oracle` again after `make venv`."""
+    jar = venv_jar(venv)
+    if jar is None:
+        print(f"oracle: note: {venv} is not installed yet (or has no pyspark/jars/rocksdbjni-*.jar): the RocksDB kit "
+              f"is built by `make oracle` once `make venv` has run", file=sys.stderr)
+        return 0
+    stamp, want = root / ROCKS_BUILD / STAMP, _rocks_stamp(kit, jar)
+    if not _rocks_missing(root) and stamp.is_file() and stamp.read_text().strip() == want:
+        print(f"oracle: {root / ROCKS_BUILD} is built from this kit and {jar.name}")
+        return 0
+    stamp.unlink(missing_ok=True)
+    done = subprocess.run(["bash", str(kit / "rocksdb" / "build.sh"), str(root / "v5src"), str(root / ROCKS_BUILD),
+                           str(jar)])
+    if done.returncode != 0 or _rocks_missing(root):
+        print(f"oracle: {kit / 'rocksdb' / 'build.sh'} {root / 'v5src'} {root / ROCKS_BUILD} {jar} failed "
+              f"(exit {done.returncode})", file=sys.stderr)
+        return done.returncode or 2
+    stamp.write_text(want + "\n")
+    return 0
+
+
+def _rocks_missing(root: Path) -> list[str]:
+    """The ROCKS_NEEDED parts of the RocksDB kit's build that are not there, and a jar its classpath names that
+    is gone (a venv made again with another pyspark)."""
+    missing = [n for n in ROCKS_NEEDED if not (root / n).exists()]
+    if not missing:
+        missing = [e for e in (root / ROCKS_NEEDED[0]).read_text().strip().split(":")
+                   if e.endswith(".jar") and "rocksdbjni" in e and not Path(e).is_file()]
+    return missing
+
+
+def rocks_problem(root: Path, kit: Path = KIT) -> str | None:
+    """problem(), and then why the RocksDB tests cannot run on ROOT/rocksbuild (missing, stale, its jar gone), one
+    line naming `make oracle`, or None."""
+    why = problem(root, kit)
+    if why:
+        return why
+    lock = _lock(root, fcntl.LOCK_SH)  # problem() could take it: so can this
+    try:
+        missing = _rocks_missing(root)
+        if missing:
+            return f"no RocksDB kit build at {root / ROCKS_BUILD} ({missing[0]} is missing): {ROCKS_HOW}"
+        stamp = root / ROCKS_BUILD / STAMP
+        if not stamp.is_file() or stamp.read_text().split(" ")[0] != kit_digest(kit):
+            return f"the RocksDB kit build at {root / ROCKS_BUILD} was made from another version of {kit}: {ROCKS_HOW}"
+        return None
+    finally:
+        lock.close()
 
 
 @dataclass(frozen=True)
@@ -241,6 +325,38 @@ def v5_dledger(oracle: Oracle, mode: str, store: Path, conf: Path, seed: int = 1
     return [json.loads(x) for x in events.read_text().splitlines()]
 
 
+def rocks_golden(oracle: Oracle, mode: str, store: Path, conf: Path, seed: int = 11, n: int = 4000) -> list[dict]:
+    """RocketMQ 5.3.3 with its consume queues in RocksDB (the kit's RocksGolden, its run.sh's JVM settings):
+    `write-clean` or `write-unclean` (ends with its own Runtime.halt(137)) a fresh store of `n` puts, or `reopen`
+    one (abnormal recovery when `abort` is there; load, start, dispatch settled, clean shutdown); its events. One
+    such JVM at a time on the machine (a lock beside ROOT: xdist workers take turns); user.home and java.io.tmpdir
+    (RocksDB's LOG, the extracted native library) in a private temporary directory, removed after."""
+    if mode not in ("write-clean", "write-unclean", "reopen"):
+        raise ValueError(f"RocksGolden mode {mode!r}")
+    events = store.parent / f"{store.name}.events.jsonl"
+    events.unlink(missing_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="reput-rocksgolden-home-"))
+    argv = ["java", "-Xms256m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:CICompilerCount=2", *JAVA_OPENS,
+            f"-Duser.home={home}", f"-Djava.io.tmpdir={home}", "-Duser.timezone=UTC", "-Dsun.jnu.encoding=UTF-8",
+            "-Dfile.encoding=UTF-8", "-Drocketmq.client.logUseSlf4j=true", "-cp", oracle.classpath(ROCKS_BUILD),
+            "RocksGolden", mode, str(store), str(conf), str(seed), str(n), str(events)]
+    try:
+        with _lock(oracle.root.parent / f"{oracle.root.name}.rocks-run", fcntl.LOCK_EX):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                                  env=dict(os.environ, ROCKETMQ_LOG=str(store.parent / f"{store.name}.{mode}.log"),
+                                           LC_ALL="C.UTF-8"))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    if done.returncode != (137 if mode == "write-unclean" else 0):
+        raise AssertionError(f"RocksGolden {mode} {store}: exit {done.returncode}: {done.stderr[-2000:]}")
+    return [json.loads(x) for x in events.read_text().splitlines()]
+
+
+def rocks_event(events: list[dict], name: str) -> dict:
+    """The last of RocksGolden's events called `name` (store_open, settled, shutdown, halt ...)."""
+    return next(e for e in reversed(events) if e.get("event") == name)
+
+
 def consume_queues(store: Path) -> dict[str, str]:
     """Every consume-queue file of a store: its path under consumequeue/ -> sha256."""
     root = store / "consumequeue"
@@ -253,10 +369,16 @@ def index_files(store: Path) -> list[str]:
     return [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((store / "index").iterdir())]
 
 
-def main() -> int:
-    """`python -m tests.oracle`: ensure() for oracle_root() (what `make oracle` runs); an OSError is one line."""
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tests.oracle [--venv VENV]`: ensure() for oracle_root() (what `make oracle` runs: with the venv,
+    whose pyspark the RocksDB kit compiles against); an OSError is one line."""
+    args = sys.argv[1:] if argv is None else argv
+    venv = Path(args[1]) if len(args) == 2 and args[0] == "--venv" else None
+    if args and venv is None:
+        print("usage: python -m tests.oracle [--venv VENV]", file=sys.stderr)
+        return 2
     try:
-        return ensure(oracle_root())
+        return ensure(oracle_root(), venv=venv.resolve() if venv else None)
     except OSError as e:
         print(f"oracle: {oracle_root()}: {e.strerror or e} ({e.filename or 'the oracle build'})", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Helpers to run jobs.rebuild in-process and compare its output with a golden case."""
+"""Helpers to run jobs.rebuild in-process and compare its output with a golden case; OUT1 and the grown store a
+`--since` run continues from."""
 from __future__ import annotations
 
 import hashlib
@@ -6,7 +7,8 @@ import json
 from pathlib import Path
 
 from jobs.rebuild import main as rebuild_main
-from tests.conftest import GOLDEN, manifest
+from tests.conftest import GOLDEN, manifest, restored_copy
+from tests.since_helpers import cut_offset, earlier_store
 
 
 def sha256(path: Path) -> str:
@@ -41,3 +43,22 @@ def golden_index_hashes(case: str) -> list[str]:
 
 def report(out: Path) -> dict:
     return json.loads((out / "reput-report.json").read_text())
+
+
+def rebuild_store(case: str, store: Path, out: Path, *extra: str) -> int:
+    """jobs.rebuild's main on `store` under the golden case's broker.conf, with --json."""
+    return rebuild_main(["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"),
+                         "--out", str(out), "--json", *extra])
+
+
+def grown(case: str, tmp_path: Path, fraction: float) -> tuple[Path, Path]:
+    """(OUT1: a rebuild of the case's store cut `fraction` of the way through, the whole store: a writable copy)."""
+    store1 = earlier_store(case, tmp_path / "s1", cut_offset(case, fraction))
+    assert rebuild_store(case, store1, tmp_path / "out1") == 0
+    return tmp_path / "out1", restored_copy(case, tmp_path / "store")
+
+
+def since_argv(case: str, store: Path, out2: Path, out1: Path, *extra: str) -> list[str]:
+    """A rebuild of `store` into OUT2 that continues OUT1 (--since), under the golden case's broker.conf."""
+    return ["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out", str(out2),
+            "--since", str(out1), *extra]

@@ -11,8 +11,8 @@ from bench.scale import ScaleRuns, ScaleStore, table
 
 
 def test_the_driver_jvm_naming_the_daemon_module_is_no_worker() -> None:
-    """The JVM's arguments name the daemon module (spark.python.daemon.module=...): it matched the marks
-    and its heap was reported as a worker's peak; Python daemons and workers still count."""
+    """The JVM's arguments name the daemon module (spark.python.daemon.module=...) but it is no worker: its heap is
+    not a worker's peak; Python daemons and workers still count."""
     jvm = b"\0".join([b"/usr/lib/jvm/java-17-openjdk-amd64/bin/java", b"-cp", b"/x/jars/*",
                       b"spark.python.daemon.module=jobs.pipeline.runtime.worker_daemon", b"pyspark-shell"])
     worker = b"\0".join([b"/work/main/.venv/bin/python3.11", b"-m", b"jobs.pipeline.runtime.worker_daemon", b"--warm"])
@@ -38,8 +38,8 @@ def test_scale_ratio_is_the_median_rate_of_the_largest_over_the_smallest() -> No
 
 def test_cpu_of_a_process_that_left_the_tree_is_not_subtracted() -> None:
     """A process gone between two readings (a JVM orphaned when its driver exits) takes its CPU along:
-    each process present at the end counts what it added, never a negative share (which once printed
-    17.53 cores of "other load" on a 2-core machine); a reused pid with another start time is new."""
+    each process present at the end counts what it added, never a negative share (no more "other load" than the
+    machine has cores); a reused pid with another start time is new."""
     from bench.cpu import _used_since
     before = {(10, 1): 5.0, (11, 1): 30.0, (12, 7): 2.0}
     after = {(10, 1): 6.5, (12, 9): 0.25, (13, 3): 1.0}

@@ -15,7 +15,7 @@ from jobs.pipeline.store.built_to import BLOCK_BYTES, TAIL_BYTES, BuiltTo, built
 from jobs.pipeline.store.segments import list_segments
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN, manifest
-from tests.test_frontdoor import run_job
+from tests.helpers import run_job_lines
 
 CASE = "clean-small-11"
 
@@ -35,7 +35,7 @@ def _segments(store: Path):
 
 def test_the_rebuild_report_names_its_end_and_the_bytes_before_it(tmp_path, capsys):
     end = manifest(CASE)["commitlog_scan"]["max_physical_offset"]
-    code, _ = run_job("rebuild", ["--store", str(GOLDEN / CASE), "--broker-config", str(GOLDEN / CASE / "broker.conf"),
+    code, _ = run_job_lines("rebuild", ["--store", str(GOLDEN / CASE), "--broker-config", str(GOLDEN / CASE / "broker.conf"),
                                   "--out", str(tmp_path / "out"), "--engine", "local", "--quiet"], capsys)
     assert code == 0
     report = json.loads((tmp_path / "out" / "reput-report.json").read_text())

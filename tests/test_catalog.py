@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 
 from jobs.catalog import app_id, catalog
 from jobs.catalog import main as catalog_main
-from jobs.pipeline.catalog.stage import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
+from jobs.pipeline.catalog.parquet import MAX_DIR_BYTES, catalog_schema, partition_dir, timestamps
 from jobs.pipeline.runtime.cli import JobError
 from jobs.pipeline.io.fs import location
 from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format.msg_id import decode_offset_msg_ids
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN, expected_scan, manifest
+from tests.helpers import per_topic_queue
 
 pytestmark = pytest.mark.floors  # deltalake commits: make test-floors runs it at the dependency floors
 
@@ -37,15 +38,6 @@ def run_catalog(capsys, store: Path, table: Path, *extra: str) -> dict:
                          "--table", str(table), "--json", *extra])
     assert code == 0
     return json.loads(capsys.readouterr().out)
-
-
-def per_topic_queue(table: pa.Table) -> dict[str, dict[str, int]]:
-    """Row counts per topic and queue, in the manifest's shape."""
-    grouped = table.group_by(["topic", "queue_id"]).aggregate([("physical_offset", "count")])
-    out: dict[str, dict[str, int]] = {}
-    for row in grouped.to_pylist():
-        out.setdefault(row["topic"], {})[str(row["queue_id"])] = row["physical_offset_count"]
-    return out
 
 
 def data_files(table: Path) -> set[str]:

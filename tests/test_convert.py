@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from storage_format.commitlog_layout import (AT_PHYSICAL_OFFSET, AT_SYS_FLAG, bl
 from storage_format.kernels.layout_kernel import hop_copy, hop_entries, rewrite_prepared
 from tests.conftest import GOLDEN
 from tests.oracle import broker_rebuild, consume_queues, deliver_nothing, index_files, rebuild_timer, v5_reopen
-from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
+from tests.helpers import file_tree_digest, lock_held, run_job_lines, signalled_at_hook
 
 CASES = ("dledger-clean-small-11", "dledger-upgrade-11", "dledger-rebuild-headless-11")
 
@@ -127,12 +126,6 @@ def test_hop_copy_kernel_equals_the_reference(golden):
 
 # -- the golden DLedger stores converted -------------------------------------------------------------------------
 
-def _tree_digest(root: Path) -> dict[str, str]:
-    from tests.hostile import file_digest
-
-    return {p.relative_to(root).as_posix(): file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
 def converted(spark, tmp_path_factory):
     """Each case converted once (source hashed before and after), with reput's rebuild of the source and of OUT."""
@@ -143,11 +136,11 @@ def converted(spark, tmp_path_factory):
     out = {}
     for case in CASES:
         src = GOLDEN / case
-        before = _tree_digest(src)
+        before = file_tree_digest(src)
         dest = root / case
         assert convert_main(["--store", str(src), "--broker-config", str(src / "broker.conf"), "--out", str(dest),
                              "--quiet", "--json"]) == 0
-        assert _tree_digest(src) == before, f"{case}: the source changed"
+        assert file_tree_digest(src) == before, f"{case}: the source changed"
         conf = root / f"{case}.conf"
         conf.write_text("".join(line for line in (src / "broker.conf").read_text().splitlines(True)
                                 if "dleger" not in line.lower()))
@@ -206,7 +199,7 @@ def test_records_change_only_in_their_offsets(converted, case):
     for name in report["plain_segments_copied"]:  # the plain part of an upgraded store stays where it is
         assert (out / "commitlog" / name).read_bytes() == (GOLDEN / case / "commitlog" / name).read_bytes()
     assert not (out / "abort").exists() and (out / "checkpoint").is_file()
-    assert _tree_digest(out / "config") == _tree_digest(GOLDEN / case / "config")
+    assert file_tree_digest(out / "config") == file_tree_digest(GOLDEN / case / "config")
 
 
 def _cq_entries(root: Path) -> dict[str, list[tuple[int, int, int]]]:
@@ -252,7 +245,7 @@ def test_queues_and_index_equal_reputs_rebuild_of_out(converted, case):
     assert writes["modes"].get("direct") == len(report["segments_written"]) or writes["direct_io_fallbacks"]
     rebuilt = root / f"{case}-out-rebuild"
     for part in ("consumequeue", "index"):
-        assert _tree_digest(out / part) == _tree_digest(rebuilt / part), part
+        assert file_tree_digest(out / part) == file_tree_digest(rebuilt / part), part
 
 
 def _index_entries(store: Path) -> int:
@@ -261,11 +254,11 @@ def _index_entries(store: Path) -> int:
 
 
 def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monkeypatch):
-    """One index file built in shares beside the segment writes (outputs.stage.share_index_tasks, here at any size:
+    """One index file built in shares beside the segment writes (outputs.build.share_index_tasks, here at any size:
     each share maps its keys, the plain part's and the DLedger part's, to OUT's offsets as it reads them) equals
     reput's rebuild of OUT's commit log, built by one task."""
     from jobs.convert import main as convert_main
-    from jobs.pipeline.outputs import stage
+    from jobs.pipeline.outputs import build
     from jobs.rebuild import main as rebuild_main
 
     from tests.conftest import restored_copy
@@ -284,14 +277,14 @@ def test_an_index_file_in_shares_gets_the_new_offsets(converted, tmp_path, monke
     (tmp_path / "plain.conf").write_text("".join(line for line in one_file.splitlines(True)
                                                  if "dleger" not in line.lower()))
     with monkeypatch.context() as m:
-        m.setattr(stage, "MIN_SHARE_KEYS", 1)
+        m.setattr(build, "MIN_SHARE_KEYS", 1)
         assert convert_main(["--store", str(src), "--broker-config", str(tmp_path / "one.conf"), "--out",
                              str(tmp_path / "shared"), "--quiet", "--json"]) == 0
     report = json.loads((tmp_path / "shared" / "reput-convert-report.json").read_text())
     assert report["timings"]["index_share_tasks"] >= 2 and len(report["index_files"]) == 1
     assert rebuild_main(["--store", str(tmp_path / "shared"), "--broker-config", str(tmp_path / "plain.conf"),
                          "--out", str(tmp_path / "rebuilt"), "--quiet", "--json"]) == 0
-    assert _tree_digest(tmp_path / "shared" / "index") == _tree_digest(tmp_path / "rebuilt" / "index")
+    assert file_tree_digest(tmp_path / "shared" / "index") == file_tree_digest(tmp_path / "rebuilt" / "index")
     assert _index_entries(tmp_path / "shared") == keys
 
 
@@ -307,11 +300,11 @@ def test_the_broker_opens_out_and_rebuilds_the_same_files(converted, oracle, cas
     whole = tmp_path / "whole"
     shutil.copytree(out, whole, ignore=shutil.ignore_patterns("reput-*"))
     deliver_nothing(whole)
-    before = _tree_digest(whole)
+    before = file_tree_digest(whole)
     figures = rebuild_timer(oracle, whole, conf, tmp_path / "whole.log")
     assert figures["max_phy_offset"] == end and figures["commitlog_appended_bytes"] == 0
     assert "last shutdown normally" in (tmp_path / "whole.log").read_text()
-    after = _tree_digest(whole)
+    after = file_tree_digest(whole)
     data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] not in ("lock", "config")}  # noqa: E731
     assert data(after) == data(before)  # (config/: the schedule service persists its delay offsets at shutdown)
     # 2. the broker's own rebuild of OUT's commit log: OUT's consume queues and index files
@@ -332,7 +325,7 @@ def test_5_3_3_in_controller_mode_opens_out_and_truncates_nothing(converted, ora
     conf.write_text((out / "reput-broker.conf").read_text() + "enableControllerMode=true\nallAckInSyncStateSet=true\n")
     store = tmp_path / "store"
     shutil.copytree(out, store, ignore=shutil.ignore_patterns("reput-*"))
-    before = _tree_digest(store)
+    before = file_tree_digest(store)
     events = {e["event"]: e for e in v5_reopen(oracle, store, conf)}
     assert not events["store_open"]["abort_before"] and events["store_open"]["maxPhy_after_load"] == end
     assert events["settled"]["maxPhy"] == end and events["settled"]["appended_bytes"] == 0
@@ -344,7 +337,7 @@ def test_5_3_3_in_controller_mode_opens_out_and_truncates_nothing(converted, ora
     # ERROR about the confirm offset
     assert struct.unpack_from(">2q", (out / "checkpoint").read_bytes(), 24) == (end, end)
     assert "Correcting" not in log and not [x for x in log.splitlines() if "ERROR" in x and "confirmOffset" in x]
-    after = _tree_digest(store)
+    after = file_tree_digest(store)
     kept = ("commitlog", "consumequeue", "index")
     data = lambda d: {k: v for k, v in d.items() if k.split("/")[0] in kept}  # noqa: E731
     assert data(after) == data(before) and len(data(before)) > 20
@@ -382,27 +375,19 @@ def test_dry_run_writes_nothing(spark, tmp_path, capsys):
 
 def test_refusals(no_spark, tmp_path, capsys):
     plain = GOLDEN / "clean-small-11"
-    code, err = run_job("convert", ["--store", str(plain), "--out", str(tmp_path / "o")], capsys)
+    code, err = run_job_lines("convert", ["--store", str(plain), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "is not a DLedger store" in err[-1]
     case = GOLDEN / "dledger-clean-small-11"
-    code, err = run_job("convert", ["--store", str(case), "--out", str(case / "inside")], capsys)
+    code, err = run_job_lines("convert", ["--store", str(case), "--out", str(case / "inside")], capsys)
     assert code == 2 and "must be outside the store" in err[-1]
     assert not (case / "inside").exists() and not (tmp_path / "o").exists()
 
 
 def test_refused_while_a_broker_holds_the_lock(no_spark, tmp_path, capsys):
-    from tests.test_live_broker import HOLD_LOCK
-    import sys
-
     store = tmp_path / "store"
     shutil.copytree(GOLDEN / "dledger-clean-small-11", store)
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(store / "lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        code, err = run_job("convert", ["--store", str(store), "--out", str(tmp_path / "o")], capsys)
-    finally:
-        proc.kill()
-        proc.wait()
+    with lock_held(store / "lock"):
+        code, err = run_job_lines("convert", ["--store", str(store), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "is locked by process" in err[-1] and not (tmp_path / "o").exists()
     assert "--force" not in err[-1]  # convert has no --force to offer (issue 37 item 9)
 
@@ -418,38 +403,18 @@ def test_one_host_msg_ids_equal_the_general_encoder(offsets, host, port):
     assert fast.to_pylist() == encode_offset_msg_ids([host] * len(offs), [port] * len(offs), offs).to_pylist()
 
 
-@pytest.mark.parametrize("how", ["sigint"])
-def test_ctrl_c_while_writing_leaves_nothing(tmp_path, how):
+def test_ctrl_c_while_writing_leaves_nothing(tmp_path):
     """Ctrl-C (SIGINT to the process group) while a task writes a segment: exit 130, one line, no OUT and
     no staging directory."""
-    import signal
-    import sys
-    import time
-
-    from tests.conftest import REPO
-    from tests.test_frontdoor import _group_gone
-
     store = GOLDEN / "dledger-clean-small-11"
     (tmp_path / "out").mkdir()
-    env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-convert-write", REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"))
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.convert", "--store", str(store), "--broker-config",
-                             str(store / "broker.conf"), "--out", str(tmp_path / "out" / "plain"), "--master",
-                             "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "paused").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    lines = [ln for ln in err.splitlines() if not ln.startswith(("reput test hook:", "reput convert: note:"))]
-    assert proc.returncode == 130 and lines[-1:] == ["reput convert: interrupted; nothing published"], err
-    assert "Traceback" not in err and os.listdir(tmp_path / "out") == []
-    assert _group_gone(proc.pid, within_s=60)
+    run = signalled_at_hook("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                                        str(tmp_path / "out" / "plain"), "--master", "local[2]", "--quiet"],
+                            "in-convert-write", tmp_path / "paused")
+    lines = [ln for ln in run.stderr.splitlines() if not ln.startswith(("reput test hook:", "reput convert: note:"))]
+    assert run.returncode == 130 and lines[-1:] == ["reput convert: interrupted; nothing published"], run.stderr
+    assert "Traceback" not in run.stderr and os.listdir(tmp_path / "out") == []
+    assert run.group_gone
 
 
 def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
@@ -464,7 +429,7 @@ def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
     conf = store / "broker.conf"
     conf.write_text(broker_conf_text() + "enableDLegerCommitLog=true\ndLegerSelfId=n0\n"
                                          "dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.2:40911;n2-127.0.0.3:40911\n")
-    before = _tree_digest(store)
+    before = file_tree_digest(store)
     runs = {}
     for reading in (None, "surviving"):
         out = tmp_path / f"out-{reading}"
@@ -473,7 +438,7 @@ def test_entries_past_the_committed_index_are_left_out(spark, tmp_path, capsys):
         assert convert_main(argv + (["--dledger-reading", reading] if reading else [])) == 0
         captured = capsys.readouterr()
         runs[reading] = (json.loads(captured.out), captured.err, out)
-    assert _tree_digest(store) == before
+    assert file_tree_digest(store) == before
     report, err, out = runs[None]
     from jobs.convert import FROM_READ_BACK, FROM_SOURCE
     assert report["queues_and_index_built_from"] == FROM_READ_BACK and "second scan of OUT" in err
@@ -556,12 +521,12 @@ def test_a_record_whose_body_crc_fails_is_refused_then_listed_with_the_flag(spar
     d = dledger_bad_body_crc(GOLDEN, tmp_path / "store")
     old = int(d.file.name) + d.offset + 48
     argv = ["--store", str(d.store), "--broker-config", str(d.broker_config), "--out", str(tmp_path / "out")]
-    code, err = run_job("convert", argv + ["--quiet"], capsys)
+    code, err = run_job_lines("convert", argv + ["--quiet"], capsys)
     errors = [line for line in err if line.startswith("reput convert: error: ")]
     assert code == 2 and len(errors) == 1 and not (tmp_path / "out").exists(), err
     assert f"{d.file} at byte offset {d.offset} (old offset {old}, new offset " in errors[0]
     assert "--accept-bad-crc" in errors[0] and "checkCRCOnRecover" in errors[0]
-    code, err = run_job("convert", argv + ["--quiet", "--accept-bad-crc"], capsys)
+    code, err = run_job_lines("convert", argv + ["--quiet", "--accept-bad-crc"], capsys)
     assert code == 0 and any("1 records fail their body CRC check" in line for line in err), err
     report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())["plan"]["bad_crc_records"]
     (bad,) = report["records"]
@@ -583,7 +548,7 @@ def test_a_term_that_goes_down_ends_what_convert_copies(spark, tmp_path, capsys)
     from tests.hostile import dledger_term_down
 
     d = dledger_term_down(GOLDEN, tmp_path / "store")
-    code, err = run_job("convert", ["--store", str(d.store), "--broker-config", str(d.broker_config), "--out",
+    code, err = run_job_lines("convert", ["--store", str(d.store), "--broker-config", str(d.broker_config), "--out",
                                     str(tmp_path / "out"), "--quiet"], capsys)
     errors = [line for line in err if line.startswith("reput convert: error: ")]
     assert code == 2 and len(errors) == 1 and f"{d.file} at byte offset {d.offset}" in errors[0], err
@@ -597,7 +562,7 @@ def test_a_store_that_did_not_shut_down_cleanly_is_refused(no_spark, tmp_path, c
 
     store = restored_copy("dledger-unclean-11", tmp_path / "store")
     assert (store / "abort").exists()
-    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+    code, err = run_job_lines("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
                                     str(tmp_path / "out")], capsys)
     assert code == 2 and len(err) == 1 and f"{store / 'abort'} exists" in err[0], err
     assert "run `reput recover` first" in err[0] and not (tmp_path / "out").exists()
@@ -617,7 +582,7 @@ def test_a_record_with_a_negative_queue_id_is_named_and_counted(spark, tmp_path,
     with open(data, "r+b") as f:
         f.seek(entry + 48 + 12)
         f.write(struct.pack(">i", -1))
-    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+    code, err = run_job_lines("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
                                     str(tmp_path / "out"), "--quiet"], capsys)
     warnings = [line for line in err if line.startswith("reput convert: warning: ")]
     assert code == 0 and len(warnings) == 1, err
@@ -635,12 +600,12 @@ def test_a_queue_offset_that_goes_backwards_is_written_as_the_broker_writes_it(s
 
     d = dledger_queue_offset_backwards(GOLDEN, tmp_path / "store")
     args = ["--store", str(d.store), "--broker-config", str(d.broker_config), "--quiet"]
-    code, err = run_job("convert", args + ["--out", str(tmp_path / "out")], capsys)
+    code, err = run_job_lines("convert", args + ["--out", str(tmp_path / "out")], capsys)
     warnings = [line for line in err if line.startswith("reput convert: warning: ")]
     assert code == 0 and len(warnings) == 1 and d.named("convert") in warnings[0], err
     report = json.loads((tmp_path / "out" / "reput-convert-report.json").read_text())
     assert report["plan"]["out_of_step_queues"]["first_offset"] == d.victim["phy"]
-    assert run_job("rebuild", args + ["--out", str(tmp_path / "src-rebuild")], capsys)[0] == 0
+    assert run_job_lines("rebuild", args + ["--out", str(tmp_path / "src-rebuild")], capsys)[0] == 0
     moved = _offset_map(tmp_path / "out")
     want = {q: [(moved[phy], size, tags) if size < 2**31 - 1 else (phy, size, tags) for phy, size, tags in units]
             for q, units in _cq_entries(tmp_path / "src-rebuild").items()}
@@ -655,7 +620,7 @@ def test_a_checkpoint_of_random_bytes_is_replaced_and_named(spark, tmp_path, cap
 
     store = restored_copy("dledger-clean-small-11", tmp_path / "store")
     (store / "checkpoint").write_bytes(np.random.default_rng(7).bytes(4096))
-    code, err = run_job("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+    code, err = run_job_lines("convert", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
                                     str(tmp_path / "out"), "--quiet"], capsys)
     warnings = [line for line in err if line.startswith("reput convert: warning: ")]
     assert code == 0 and len(warnings) == 1 and f"{store / 'checkpoint'} at byte offset 0" in warnings[0], err
@@ -678,9 +643,9 @@ def test_out_carries_the_broker_config_to_start_it_with(converted, capsys):
     which leads to the DLedger store, by key (issue 37 item 1)."""
     out, _, _ = converted[CASES[0]]
     conf = out / "reput-broker.conf"
-    code, err = run_job("convert", ["--store", str(out), "--check-config", str(conf)], capsys)
+    code, err = run_job_lines("convert", ["--store", str(out), "--check-config", str(conf)], capsys)
     assert code == 0 and err == [], err
-    code, err = run_job("convert", ["--store", str(out), "--check-config", str(GOLDEN / CASES[0] / "broker.conf")],
+    code, err = run_job_lines("convert", ["--store", str(out), "--check-config", str(GOLDEN / CASES[0] / "broker.conf")],
                         capsys)
     assert code == 2 and len(err) == 1 and "enableDLegerCommitLog=true" in err[0], err
 

@@ -8,7 +8,6 @@ from hypothesis import given, strategies as st
 from jobs.pipeline.convert.broker_conf import _escape, config_problems, converted_config
 from storage_format.java_props import parse_properties
 from storage_format.settings import BrokerSettings
-from tests.test_frontdoor import no_spark  # noqa: F401 (a fixture)
 
 SOURCE = """# a DLedger broker's config, as RocketMQ's conf/dledger/broker-n0.conf sets it
 brokerClusterName = RaftCluster
@@ -68,7 +67,7 @@ def test_a_group_of_several_is_told_which_member_to_convert_and_what_the_reading
     """convert's plan opens with the member choice for a group of several (issue 37 item 2): the longest log (term,
     then index, each member's from inspect), and what the reading in effect does with the entries past the saved
     committedIndex (the unclean golden case's 2,092 with a 3-peer config); nothing for a one-member group."""
-    from jobs.pipeline.store.dledger_report import member_choice
+    from jobs.pipeline.scan.report_sections import member_choice
 
     assert member_choice(_section(1, "surviving", 2092)) == []
     choice, left = member_choice(_section(3, "checkpoint", 2092))
@@ -79,8 +78,8 @@ def test_a_group_of_several_is_told_which_member_to_convert_and_what_the_reading
 
 
 def test_each_mode_line_is_one_setting_and_check_config_names_the_mode(no_spark, tmp_path, capsys):
-    """The mode lines convert writes each become one property when uncommented (issue 55 item 5: the hints were one
-    line holding two keys, one wrong property); --check-config names the mode the file selects, and refuses the
+    """The mode lines convert writes each become one property when uncommented (one key per line, each a property
+    the broker reads); --check-config names the mode the file selects, and refuses the
     controllerAddr placeholder left as written."""
     from jobs.pipeline.convert.broker_conf import MODE_LINES, PLACEHOLDER, mode_of
     from storage_format.settings import settings_from_mapping

@@ -22,7 +22,7 @@ from jobs.pipeline.io.fs import Location, location
 from jobs.pipeline.runtime.tasks import SparkRunner
 from storage_format import commitlog_layout
 from tests.conftest import GOLDEN
-from tests.test_convert import _tree_digest
+from tests.helpers import file_tree_digest
 
 CASE = GOLDEN / "dledger-clean-small-11"
 
@@ -90,7 +90,7 @@ def test_a_refused_o_direct_falls_back_and_says_why(tmp_path, monkeypatch):
 
 def _plan(segment_size: int):
     from jobs.pipeline.convert.plan import make_plan
-    from jobs.pipeline.convert.records import SplitRecords
+    from jobs.pipeline.scan.split_records import SplitRecords
     from jobs.pipeline.store.segments import list_segments
     from storage_format.settings import load_settings
 
@@ -125,7 +125,7 @@ def test_segments_written_direct_equal_buffered(tmp_path):
         assert {w.write_mode for w in written} == ({DIRECT_MODE} if how else {BUFFERED_MODE}) or \
             all(w.fallback for w in written)
         assert sum(w.records for w in written) == plan.records
-        got[how] = (_tree_digest(log), pq.read_table(maps).to_pydict())
+        got[how] = (file_tree_digest(log), pq.read_table(maps).to_pydict())
     assert got[True] == got[False] and len(got[True][0]) == len(plan.segment_starts)
 
 
@@ -135,7 +135,7 @@ def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, tmp_path, k
     """Small splits (records cut across them, re-walks), both decoders, with and without a dispatch limit in
     the middle of a data file: the listed records are exactly the reference walk's, up to the limit. Their sizes
     and transaction ends stay in the work directory: the driver holds counts and spans (issue 32)."""
-    from jobs.pipeline.scan.stage import scan_store
+    from jobs.pipeline.scan.decode import scan_store
     from jobs.pipeline.store.segments import list_segments
     from storage_format.settings import load_settings
 
@@ -220,9 +220,9 @@ def test_an_empty_dledger_part_keeps_the_plain_part_dispatched(spark, tmp_path, 
     assert rebuild_main(["--store", str(out), "--broker-config", str(plain_conf), "--out", str(tmp_path / "again"),
                          "--quiet", "--json"]) == 0
     for part in ("consumequeue", "index"):
-        assert _tree_digest(out / part) == _tree_digest(tmp_path / "src" / part) == \
-            _tree_digest(tmp_path / "again" / part), part
-    assert len(_tree_digest(out / "consumequeue")) > 0
+        assert file_tree_digest(out / part) == file_tree_digest(tmp_path / "src" / part) == \
+            file_tree_digest(tmp_path / "again" / part), part
+    assert len(file_tree_digest(out / "consumequeue")) > 0
 
 
 def test_the_one_host_check_equals_the_reference():

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
 from jobs.pipeline.convert.plan import make_plan
-from jobs.pipeline.convert.records import SplitRecords
+from jobs.pipeline.scan.split_records import SplitRecords
 from jobs.pipeline.convert.transactions import ends_tasks, map_ends
 from storage_format.commitlog_layout import layout_reference
 from storage_format.scan_plan import Segment
@@ -78,8 +78,8 @@ def test_the_plan_carried_split_by_split_equals_the_whole_layout(sizes, cuts, se
 
 def test_the_plan_counts_only_what_moves(spark, tmp_path, capsys):
     """An upgraded store's plain segments are copied unchanged: the dry run's schedule, half and op-half messages
-    "moved" are the DLedger part's only (issue 55 item 5: 241 schedule messages were counted, about half of them in
-    the plain part), i.e. the whole store's count less the plain part's (inspect of each); pending transactions are
+    "moved" are the DLedger part's only, none of the plain part's, i.e. the whole store's count less the plain
+    part's (inspect of each); pending transactions are
     the whole store's."""
     import json
     import shutil

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import REPO, private_temp_env
 from tests.hostile import tree_digest
+from tests.helpers import group_gone
 
 CASE = "clean-small-11"
 REPORT = "reput-report.json"
@@ -83,7 +84,7 @@ def killed(golden, tmp_path_factory) -> Iterator[dict[str, Path]]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         for point, (proc, _) in runs.items():  # the JVM and the Python workers died with the driver
-            assert _group_gone(proc.pid, within_s=60), f"{point}: processes of the killed run survive"
+            assert group_gone(proc.pid, within_s=60), f"{point}: processes of the killed run survive"
     finally:
         for proc, _ in runs.values():
             if proc.poll() is None:
@@ -92,18 +93,6 @@ def killed(golden, tmp_path_factory) -> Iterator[dict[str, Path]]:
     assert tree_digest(golden / CASE) == store_before
     yield {point: root / "outdir" for point, (_, root) in runs.items()}
     shutil.rmtree(temp, ignore_errors=True)
-
-
-def _group_gone(pgid: int, within_s: float) -> bool:
-    """No process of the group is left (killed processes disappear once their new parent reaps them)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 @pytest.mark.parametrize("point,overwrite", POINTS, ids=[p for p, _ in POINTS])

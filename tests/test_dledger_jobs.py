@@ -67,8 +67,8 @@ def test_checkpoint_reading_stops_dispatch_at_the_committed_position(spark, tmp_
 
 def test_store_found_without_a_config(spark, tmp_path, capsys):
     """No broker config: the single dledger-n0/data/ is read (a note says so) and the rebuild is the broker's, its
-    index files too: their layout is taken from the store's own (issue 55 item 3: it was the default, one
-    420,000,040-byte file instead of the broker's 25 of 5,416 bytes)."""
+    index files too: their layout is taken from the store's own (25 files of 5,416 bytes, as the broker's), not
+    the default's (one 420,000,040-byte file)."""
     from jobs.rebuild import main as rebuild_main
 
     case = "dledger-clean-small-11"

@@ -16,7 +16,8 @@ import pytest
 from storage_format import dledger as fmt
 from storage_format import recovery as R
 from storage_format.checkpoint import checkpoint_bytes, parse_checkpoint
-from storage_format.index_file import HEADER_SIZE, IndexHeader, build_index_file, empty_file_index_count
+from storage_format.index_file import HEADER_SIZE, IndexHeader, empty_file_index_count
+from storage_format.index_build import build_index_file
 from storage_format.recovery import dledger as D
 from storage_format.commitlog import decode_buffer
 from storage_format.consume_queue import has_cq_entry, tags_codes

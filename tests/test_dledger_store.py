@@ -17,8 +17,8 @@ from storage_format.record import Message
 from storage_format.settings import BrokerSettings
 from storegen.encoder import write_dledger_store
 from tests.conftest import GOLDEN, manifest
-from tests.test_encoder import as_input, parse_record, walk_segment
-from tests.test_split_kernel import compare_store
+from tests.record_parser import as_input, parse_record, walk_segment
+from tests.split_compare import compare_store, summary_fields, work_files
 
 _ENTRY = struct.Struct(">iiqqqiiii")  # FORMAT.md: magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
 
@@ -157,12 +157,11 @@ def test_kernel_takes_the_splits_below_the_committed_position(tmp_path, monkeypa
     """Under a dispatch limit (the checkpoint reading's committed position) the kernel decodes every split
     wholly below it, the reference the one that holds it and those after; summaries and work files equal
     the reference's everywhere."""
-    import jobs.pipeline.scan.stage as stage
-    from jobs.pipeline.scan.stage import SplitTask, decode_split
+    import jobs.pipeline.scan.decode as stage
+    from jobs.pipeline.scan.decode import SplitTask, decode_split
     from storage_format.scan_plan import plan_splits
     from storage_format.settings import load_settings
     from storage_format.queue_table import QueueTable
-    from tests.test_split_kernel import _summary_fields, _work_files
 
     case = "dledger-unclean-11"
     settings_ = load_settings(GOLDEN / case / "broker.conf")
@@ -174,7 +173,7 @@ def test_kernel_takes_the_splits_below_the_committed_position(tmp_path, monkeypa
         for kernel in (True, False):
             work = tmp_path / ("k" if kernel else "r")
             task = SplitTask(split=sp, settings=settings_, work=location(str(work)), kernel=kernel, dispatch_limit=limit)
-            got[kernel] = (_summary_fields(decode_split(task)), *_work_files(work, sp.index))
+            got[kernel] = (summary_fields(decode_split(task)), *work_files(work, sp.index))
         assert got[True][0] == got[False][0], sp.index
         for k_table, r_table in zip(got[True][1:], got[False][1:]):
             assert (k_table is None) == (r_table is None) and (k_table is None or (

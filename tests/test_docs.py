@@ -1,8 +1,9 @@
-"""The documentation holds together: README.md stays a front door (at most 250 lines), every relative link in
-README.md, CHANGELOG.md and docs/*.md points at a file that exists (and at a heading there, for `#anchor`
-links), every page of docs/ is reachable from README.md's index, and the code the manual names (paths such
-as `jobs/rebuild.py`, modules such as `jobs.pipeline.session` or `python -m storage_format.kernels.warm`)
-exists. CHANGELOG.md and docs/performance-history.md keep the names of their time and are not held to that."""
+"""The documentation holds together: README.md stays a front door (at most 250 lines) whose jobs table names every
+job in jobs/, every relative link in README.md, CHANGELOG.md and docs/*.md points at a file that exists (and at a
+heading there, for `#anchor` links), every page of docs/ is reachable from README.md's index, the code the manual
+names (paths such as `jobs/rebuild.py`, modules such as `jobs.pipeline.session` or `python -m
+storage_format.kernels.warm`) exists, and CHANGELOG.md is by release, its newest the package's version.
+CHANGELOG.md and docs/performance-history.md keep the names of their time and are not held to the code check."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import __version__
 from tests.conftest import REPO
 
 README = REPO / "README.md"
@@ -144,3 +146,104 @@ def test_the_checks_see_stale_code_names(tmp_path):
             "`jobs/pipeline/fs.py`, `jobs.pipeline.commitlog_source`, `jobs.pipeline.session.get_context`")
     assert stale_code_names(text, tmp_path) == ["jobs/pipeline/fs.py", "jobs.pipeline.commitlog_source",
                                                 "jobs.pipeline.session.get_context"]
+
+
+# ------------------------------------------------------------------ the README's jobs table, the CHANGELOG's releases
+
+
+def job_modules(root: Path = REPO) -> set[str]:
+    """The jobs: the modules jobs/*.py, but the package's own (`__init__`, `__main__`) and private helpers (`_*`)."""
+    return {p.stem for p in (root / "jobs").glob("*.py") if not p.stem.startswith("_")}
+
+
+def jobs_table(readme: str) -> list[str]:
+    """The job names in the first column of the table in README.md's "## Jobs" section, in order."""
+    parts = prose(readme).split("\n## Jobs\n", 1)
+    section = parts[1].split("\n## ", 1)[0] if len(parts) == 2 else ""
+    return re.findall(r"^\| `([\w-]+)` \|", section, flags=re.M)
+
+
+def jobs_table_problems(readme: str, root: Path = REPO) -> list[str]:
+    """What the jobs table gets wrong against jobs/: a job without a row, a row that is no job, a row twice."""
+    rows, jobs = jobs_table(readme), job_modules(root)
+    return ([f"no row for jobs/{j}.py" for j in sorted(jobs - set(rows))]
+            + [f"{r}: no jobs/{r}.py" for r in sorted(set(rows) - jobs)]
+            + [f"{r}: {rows.count(r)} rows" for r in sorted({r for r in rows if rows.count(r) > 1})])
+
+
+def test_the_readme_jobs_table_names_every_job():
+    problems = jobs_table_problems(README.read_text())
+    assert not problems, f"README.md's jobs table against jobs/*.py: {problems}"
+
+
+def test_the_jobs_table_check_sees_a_missing_or_stale_row(tmp_path):
+    """The jobs-table check itself, on a tree of its own: a job without a row, a row without a job, a row twice;
+    the package's own modules and private helpers are no jobs, and a table outside "## Jobs" does not count."""
+    (tmp_path / "jobs").mkdir()
+    for name in ("__init__", "__main__", "_script_path", "rebuild", "verify", "convert"):
+        (tmp_path / "jobs" / f"{name}.py").write_text("")
+    readme = ("# x\n\n| job | what |\n| --- | --- |\n| `convert` | elsewhere |\n\n## Jobs\n\n| job | what |\n"
+              "| --- | --- |\n| `rebuild` | a |\n| `verify` | b |\n| `verify` | c |\n| `catalog` | d |\n\n"
+              "### rebuild\n\n## Performance\n\n| `convert` | not the jobs table |\n")
+    assert jobs_table(readme) == ["rebuild", "verify", "verify", "catalog"]
+    assert jobs_table_problems(readme, tmp_path) == ["no row for jobs/convert.py", "catalog: no jobs/catalog.py",
+                                                     "verify: 2 rows"]
+
+
+RELEASE = re.compile(r"^## (\S+)(?: - (\d{4}-\d\d-\d\d))?[ \t]*$", flags=re.M)
+GROUPS = ("Added", "Changed", "Fixed")
+
+
+def releases(changelog: str) -> list[tuple[str, str | None, list[str]]]:
+    """CHANGELOG.md's "## " sections in order: (name, date or None, its "### " group headings)."""
+    text = prose(changelog)
+    found = list(RELEASE.finditer(text))
+    out = []
+    for n, m in enumerate(found):
+        body = text[m.end():found[n + 1].start() if n + 1 < len(found) else len(text)]
+        out.append((m.group(1), m.group(2), re.findall(r"^### (.+?)\s*$", body, flags=re.M)))
+    return out
+
+
+def changelog_problems(changelog: str, version: str) -> list[str]:
+    """A CHANGELOG by release: `## Unreleased` first, then `## X.Y.Z - YYYY-MM-DD` newest first (versions and dates
+    falling), the newest the package version, each release grouped under Added / Changed / Fixed in that order."""
+    found = releases(changelog)
+    if not found or found[0][0] != "Unreleased":
+        return ["the first section is not ## Unreleased"]
+    problems = []
+    dated = found[1:]
+    for name, date, groups in dated:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", name) or date is None:
+            problems.append(f"## {name}: not '## X.Y.Z - YYYY-MM-DD'")
+        if not groups or any(g not in GROUPS for g in groups) or groups != sorted(groups, key=GROUPS.index):
+            problems.append(f"## {name}: groups {groups}, not Added / Changed / Fixed")
+    if problems:
+        return problems
+    versions = [tuple(int(x) for x in name.split(".")) for name, _, _ in dated]
+    if versions != sorted(set(versions), reverse=True) or [d for _, d, _ in dated] != sorted(
+            (d for _, d, _ in dated), reverse=True):
+        problems.append("releases are not newest first")
+    if not dated or dated[0][0] != version:
+        problems.append(f"the newest release is {dated[0][0] if dated else None}, the package says {version}")
+    return problems
+
+
+def test_the_changelog_is_by_release_and_names_this_version():
+    problems = changelog_problems((REPO / "CHANGELOG.md").read_text(), __version__)
+    assert not problems, f"CHANGELOG.md: {problems}"
+
+
+def test_the_changelog_check_sees_what_is_out_of_order():
+    good = ("# Changelog\n\n## Unreleased\n\n### Added\n- x\n\n## 0.2.0 - 2026-11-23\n\n### Added\n- a\n\n"
+            "### Fixed\n- b\n\n## 0.1.0 - 2026-11-22\n\n### Changed\n- c\n")
+    assert changelog_problems(good, "0.2.0") == []
+    assert changelog_problems(good, "0.3.0") == ["the newest release is 0.2.0, the package says 0.3.0"]
+    assert changelog_problems(good.replace("## Unreleased\n\n### Added\n- x\n\n", ""), "0.2.0") == [
+        "the first section is not ## Unreleased"]
+    assert changelog_problems(good.replace("0.1.0 - 2026-11-22", "0.3.0 - 2026-11-22"), "0.2.0") == [
+        "releases are not newest first"]
+    assert changelog_problems(good.replace("## 0.1.0 - 2026-11-22", "## 2026-11-22"), "0.2.0") == [
+        "## 2026-11-22: not '## X.Y.Z - YYYY-MM-DD'"]
+    assert changelog_problems(good.replace("### Fixed\n- b", "### Session 4: fixes\n- b"), "0.2.0") == [
+        "## 0.2.0: groups ['Added', 'Session 4: fixes'], not Added / Changed / Fixed"]

@@ -10,7 +10,7 @@ from jobs.pipeline.runtime.driver_memory import (MIB, DriverMemory, check_driver
                                                  driver_need, parse_size)
 from jobs.pipeline.runtime.failure import JobError
 from tests.conftest import restored_copy
-from tests.test_hostile import run_job
+from tests.helpers import run_job
 
 
 @given(st.integers(0, 1 << 20), st.sampled_from([("", MIB), ("m", MIB), ("MB", MIB), ("g", 1 << 30),

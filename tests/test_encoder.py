@@ -1,6 +1,6 @@
 """Commit-log encoder and sample store: golden bytes, broker segment rules, hypothesis round trips.
 
-Everything is checked with a small struct-based parser written here, independent of
+Everything is checked with a small struct-based parser (tests/record_parser.py), independent of
 storage_format.commitlog, so the encoder and the decoder cannot share a mistake.
 """
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import tempfile
 import zlib
 from dataclasses import replace
@@ -25,7 +24,7 @@ from storegen.encoder import (
     segment_name,
     write_store,
 )
-from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, Message, properties_string
+from storage_format.record import MAGIC_V1, MAGIC_V2, Message, properties_string
 from storegen.sample import (
     MIN_VALUE_KEY,
     MIN_VALUE_KEY_TOPIC,
@@ -38,12 +37,12 @@ from storegen.sample import (
 )
 from storage_format.settings import load_settings
 from tests.conftest import GOLDEN
+from tests.record_parser import as_input, parse_record, walk_segment
 
 
 # ---------------------------------------------------------------------------------------------
-# Independent reference parser (struct only)
+# Java's String.hashCode and the golden stores as segments
 # ---------------------------------------------------------------------------------------------
-_FIXED = struct.Struct(">iIIiiqqiq")  # up to bornTimestamp: 48 bytes
 
 
 def java_string_hash(s: str) -> int:
@@ -55,67 +54,6 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def parse_record(buf: bytes, pos: int) -> tuple[Message, int, int]:
-    """Decode one message record at buf[pos]: (message, totalSize, bytes actually consumed)."""
-    total, magic, crc, qid, flag, qoff, phys, sysf, born_ts = _FIXED.unpack_from(buf, pos)
-    assert magic in (MAGIC_V1, MAGIC_V2), hex(magic)
-    p = pos + 48
-    bl = 16 if sysf & 0x10 else 4
-    born_host = bytes(buf[p:p + bl])
-    (born_port,) = struct.unpack_from(">i", buf, p + bl)
-    p += bl + 4
-    (store_ts,) = struct.unpack_from(">q", buf, p)
-    p += 8
-    sl = 16 if sysf & 0x20 else 4
-    store_host = bytes(buf[p:p + sl])
-    (store_port,) = struct.unpack_from(">i", buf, p + sl)
-    p += sl + 4
-    reconsume, prep, body_len = struct.unpack_from(">iqi", buf, p)
-    p += 16
-    body = bytes(buf[p:p + body_len])
-    p += body_len
-    if magic == MAGIC_V2:
-        (tl,) = struct.unpack_from(">H", buf, p)
-        p += 2
-    else:
-        tl = buf[p]
-        p += 1
-    topic = bytes(buf[p:p + tl]).decode("utf-8")
-    p += tl
-    (pl,) = struct.unpack_from(">h", buf, p)
-    p += 2
-    props = bytes(buf[p:p + pl]).decode("utf-8")
-    p += pl
-    msg = Message(
-        topic=topic, body=body, queue_id=qid, queue_offset=qoff, flag=flag, sys_flag=sysf,
-        born_timestamp=born_ts, born_host=born_host, born_port=born_port, store_timestamp=store_ts,
-        store_host=store_host, store_port=store_port, reconsume_times=reconsume,
-        prepared_transaction_offset=prep, properties=props, physical_offset=phys, body_crc=crc,
-        magic_v2=magic == MAGIC_V2,
-    )
-    return msg, total, p - pos
-
-
-def walk_segment(buf: bytes, base: int) -> tuple[list[tuple[int, Message, int]], int | None]:
-    """Follow the totalSize chain: [(position, message, totalSize)], and the BLANK position (or None)."""
-    out = []
-    pos = 0
-    while pos + 8 <= len(buf):
-        total, magic = struct.unpack_from(">iI", buf, pos)
-        if magic == MAGIC_BLANK:
-            assert total == len(buf) - pos, "a BLANK record's totalSize is the rest of the segment"
-            return out, pos
-        if total == 0 and magic == 0:
-            break
-        msg, total, used = parse_record(buf, pos)
-        assert used == total, f"record at {base + pos}: fields add up to {used}, totalSize {total}"
-        assert msg.physical_offset == base + pos
-        out.append((pos, msg, total))
-        pos += total
-    assert not any(buf[pos:]), "bytes after the last record are zero"
-    return out, None
-
-
 def golden_store(case: str) -> tuple[Path, dict, list[tuple[str, bytes]]]:
     """A golden case: its directory, manifest and (segment name, bytes) pairs in order."""
     root = GOLDEN / case
@@ -123,11 +61,6 @@ def golden_store(case: str) -> tuple[Path, dict, list[tuple[str, bytes]]]:
     manifest = json.loads((root / "manifest.json").read_text())
     segs = [(name, (root / "commitlog" / name).read_bytes()) for name in sorted(os.listdir(root / "commitlog"))]
     return root, manifest, segs
-
-
-def as_input(msg: Message) -> Message:
-    """A parsed record as encoder input: derived fields left for the encoder to compute."""
-    return replace(msg, body_crc=None, magic_v2=None, physical_offset=-1)
 
 
 def put_units(segs: list[tuple[str, bytes]]) -> list[Message | list[Message]]:

@@ -19,7 +19,8 @@ from jobs.pipeline.runtime.failure import JobError, one_line
 from jobs.pipeline.runtime.local import LocalRunner, TaskFailed, WorkerLost
 from storage_format.errors import StoreFormatError
 from tests.conftest import GOLDEN, REPO, restored_copy
-from tests.test_recovery import RECOVERY_PAIRS, assert_matches_recovered, tree
+from tests.helpers import MARK_ENV, marked, run_job
+from tests.recovery_helpers import RECOVERY_PAIRS, assert_matches_recovered, tree
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -260,7 +261,6 @@ def test_workers_die_with_a_killed_driver(tmp_path):
     """SIGKILL to the driver alone (nothing of it runs after): its forked workers, one paused inside a decode
     task, are ended by the kernel (PR_SET_PDEATHSIG), none is left running on its own."""
     from tests.conftest import private_temp_env
-    from tests.test_signals import MARK_ENV, marked
 
     store, mark, paused = GOLDEN / "unclean-11", f"engine-{os.getpid()}-{time.time_ns()}", tmp_path / "paused"
     env = dict(os.environ, **private_temp_env(tmp_path), **{MARK_ENV: mark}, REPUT_TEST_PAUSE_AT="in-decode-task",
@@ -314,8 +314,6 @@ def test_the_engine_line_is_on_stderr_except_quiet_or_under_spark_submit(monkeyp
 def test_a_rebuild_whose_engine_cannot_start_leaves_no_lock(tmp_path, capfd):
     """--engine local with a cluster master is refused after OUT was checked and locked: one line, exit 2, and
     OUT's lock file is gone with the run (the next run finds nothing beside OUT)."""
-    from tests.test_hostile import run_job
-
     store = GOLDEN / "clean-small-11"
     code, _out, err = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
                                           str(tmp_path / "out"), "--engine", "local", "--master", "spark://h:7077"], capfd)

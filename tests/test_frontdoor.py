@@ -6,15 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from jobs.pipeline.runtime.failure import one_line
-from jobs.pipeline.runtime.frontdoor import JOBS
+from jobs.__main__ import JOBS
 from tests.conftest import GOLDEN, REPO
-from tests.test_crash_safety import _group_gone
+from tests.helpers import Ended, ended, kill_group, run_job_lines, start_at_hook, wait_at_hook
 
 CASE = "clean-small-11"
 REPUT = Path(sys.executable).with_name("reput")
@@ -29,9 +28,9 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("how", ["script", "module", "console"])
 def test_help_of_every_job_every_way(how):
-    """`python jobs/<job>.py --help` (jobs/inspect.py once shadowed the standard library's inspect),
-    `python -m jobs.<job> --help` and `reput <job> --help` all work, from any directory, and show the
-    common flags and the exit codes."""
+    """`python jobs/<job>.py --help` (a job's script must not shadow a standard module, as jobs/inspect.py would
+    the standard library's inspect), `python -m jobs.<job> --help` and `reput <job> --help` all work, from any
+    directory, and show the common flags and the exit codes."""
     for job in JOBS:
         argv = {"script": [sys.executable, str(REPO / "jobs" / f"{job}.py")],
                 "module": [sys.executable, "-m", f"jobs.{job}"],
@@ -60,58 +59,45 @@ def test_version_and_console_usage():
 
 
 @pytest.fixture(scope="module")
-def interrupted(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, bool]]:
-    """Two rebuilds paused inside a Spark task (the driver waits on the job), one sent SIGINT to its whole
+def interrupted(tmp_path_factory) -> dict[str, tuple[Ended, Path]]:
+    """Two rebuilds held inside a Spark task (the driver waits on the job), one sent SIGINT to its whole
     process group as a terminal's Ctrl-C does, one sent SIGTERM; both started at once."""
     store = GOLDEN / CASE
     runs = {}
     for name in ("sigint", "sigterm"):
         root = tmp_path_factory.mktemp(name)
-        env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-build-task", REPUT_TEST_PAUSE_MARK=str(root / "paused"))
-        argv = [sys.executable, "-m", "jobs.rebuild", "--store", str(store), "--broker-config",
-                str(store / "broker.conf"), "--out", str(root / "out" / "rebuilt"), "--master", "local[2]", "--quiet",
-                "--engine", "spark"]
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        runs[name] = (proc, root)
-    results = {}
+        argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out",
+                str(root / "out" / "rebuilt"), "--master", "local[2]", "--quiet", "--engine", "spark"]
+        runs[name] = (start_at_hook("rebuild", argv, "in-build-task", root / "paused"), root)
     try:
         for name, (proc, root) in runs.items():
-            deadline = time.monotonic() + 300
-            while not (root / "paused").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-                time.sleep(0.2)
+            wait_at_hook(proc, root / "paused")
             if name == "sigint":
                 os.killpg(proc.pid, signal.SIGINT)
             else:
                 os.kill(proc.pid, signal.SIGTERM)
-        for name, (proc, root) in runs.items():
-            out, err = proc.communicate(timeout=120)
-            results[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err), root,
-                             _group_gone(proc.pid, within_s=60))
+        return {name: (ended(proc), root) for name, (proc, root) in runs.items()}
     finally:
         for proc, _ in runs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-    return results
+            kill_group(proc)
 
 
 @pytest.mark.parametrize("how", ["sigint", "sigterm"])
 def test_interrupted_rebuild_is_one_line_exit_130_or_143_nothing_left(interrupted, how):
-    proc, root, group_gone = interrupted[how]
-    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("reput test hook:")]
-    assert proc.returncode == {"sigint": 130, "sigterm": 143}[how], proc.stderr
-    assert lines[-1:] == ["reput rebuild: interrupted; nothing published"] and len(lines) <= 3, proc.stderr
-    assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
+    run, root = interrupted[how]
+    lines = [ln for ln in run.stderr.splitlines() if not ln.startswith("reput test hook:")]
+    assert run.returncode == {"sigint": 130, "sigterm": 143}[how], run.stderr
+    assert lines[-1:] == ["reput rebuild: interrupted; nothing published"] and len(lines) <= 3, run.stderr
+    assert "Traceback" not in run.stderr and "Exception" not in run.stderr
     assert os.listdir(root / "out") == []  # neither OUT nor its staging directory
-    assert group_gone, "a JVM or Python worker of the interrupted job is still running"
+    assert run.group_gone, "a JVM or Python worker of the interrupted job is still running"
 
 
 # ------------------------------------------------------------------------------ one line, never a traceback
 
 PY4J_TASK_FAILURE = """An error occurred while calling o61.collectAndServe.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage 1.0 (TID 5) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):
-  File "/work/jobs/pipeline/scan/stage.py", line 230, in decode_split
+  File "/work/jobs/pipeline/scan/decode.py", line 230, in decode_split
     raise StoreFormatError(path, 1990, "entry is cut short")
 storage_format.errors.StoreFormatError: /s/consumequeue/T/0/00000000000000000000 at byte offset 1990: entry is cut short
 
@@ -134,41 +120,13 @@ def test_one_line_of_a_spark_task_failure():
     assert one_line(IsADirectoryError(21, "Is a directory", "/s/x")) == "[Errno 21] Is a directory: '/s/x'"
 
 
-class SparkStarted(BaseException):
-    """Raised by a stand-in for job_spark: run_main does not catch it, so the test fails."""
-
-
-@pytest.fixture
-def no_spark(monkeypatch):
-    """Every job's job_spark replaced: a mistake must be answered before a session is asked for."""
-    import importlib
-
-    def refuse(*_a, **_k):
-        raise SparkStarted("a SparkSession was started")
-    for job in JOBS:
-        for name in ("job_spark", "job_context"):
-            monkeypatch.setattr(importlib.import_module(f"jobs.{job}"), name, refuse, raising=False)
-    monkeypatch.setattr("jobs.pipeline.runtime.session.job_spark", refuse)
-    monkeypatch.setattr("jobs.pipeline.runtime.session.job_context", refuse)
-
-
-def run_job(job: str, argv: list[str], capsys) -> tuple[int, list[str]]:
-    """run_main in this process: (exit status, stderr lines)."""
-    import importlib
-
-    from jobs.pipeline.runtime.cli import run_main
-    with pytest.raises(SystemExit) as e:
-        run_main(job, importlib.import_module(f"jobs.{job}").main, argv)
-    return e.value.code, capsys.readouterr().err.splitlines()
-
-
 def _store_args(case: str = CASE) -> list[str]:
     return ["--store", str(GOLDEN / case), "--broker-config", str(GOLDEN / case / "broker.conf")]
 
 
 def test_bad_time_zone_is_one_line_before_spark(no_spark, tmp_path, capsys):
     for job in ("rebuild", "recover"):
-        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / job), "--index-name-tz", "Europe/Berlinn"],
+        code, err = run_job_lines(job, _store_args() + ["--out", str(tmp_path / job), "--index-name-tz", "Europe/Berlinn"],
                             capsys)
         assert code == 2 and err == [f"reput {job}: error: --index-name-tz 'Europe/Berlinn': unknown time zone "
                                      f"(an IANA name such as UTC or Asia/Shanghai)"]
@@ -176,7 +134,7 @@ def test_bad_time_zone_is_one_line_before_spark(no_spark, tmp_path, capsys):
 
 def test_debug_shows_the_traceback(no_spark, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("REPUT_DEBUG", "1")
-    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "o"), "--index-name-tz", "Nowhere/X"],
+    code, err = run_job_lines("rebuild", _store_args() + ["--out", str(tmp_path / "o"), "--index-name-tz", "Nowhere/X"],
                         capsys)
     assert err[0].startswith("reput rebuild: note: environment: REPUT_DEBUG='1' ")  # named, as any non-default
     assert code == 2 and err[1] == "Traceback (most recent call last):" and "unknown time zone" in err[-1]
@@ -189,41 +147,41 @@ def test_missing_or_unreadable_store_before_spark(no_spark, tmp_path, capsys):
                        ("recover", ["--dry-run"]), ("catalog", ["--table", str(tmp_path / "t")]),
                        ("query", ["--msg-id", "7F0000010000000000000000000000FF"]), ("dump", ["--offset", "0"])):
         for store in (tmp_path / "empty", tmp_path / "missing"):
-            code, err = run_job(job, ["--store", str(store)] + extra, capsys)
+            code, err = run_job_lines(job, ["--store", str(store)] + extra, capsys)
             assert (code, err) == (2, [f"reput {job}: error: no RocketMQ store at {store}: no commitlog/ directory"])
     if os.geteuid() != 0:  # root reads anything
         locked = tmp_path / "locked"
         (locked / "commitlog").mkdir(parents=True)
         (locked / "commitlog").chmod(0)
-        code, err = run_job("inspect", ["--store", str(locked)], capsys)
+        code, err = run_job_lines("inspect", ["--store", str(locked)], capsys)
         assert code == 2 and err[0].startswith("reput inspect: error: cannot read")
 
 
 def test_existing_out_and_unreadable_config_before_spark(no_spark, tmp_path, capsys):
     """An OUT holding files is refused without --overwrite; with it, only an earlier reput output is replaced: a
-    directory holding anything else is refused naming what is there, and left as it was (issue 37 item 4: it once
-    lost a keep.txt). An empty OUT is taken (test_an_empty_out_directory_is_taken)."""
+    directory holding anything else (an operator's keep.txt) is refused naming what is there, and left as it was. An
+    empty OUT is taken (test_an_empty_out_directory_is_taken)."""
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
     for job in ("rebuild", "recover", "convert"):
-        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / "out")], capsys)
+        code, err = run_job_lines(job, _store_args() + ["--out", str(tmp_path / "out")], capsys)
         assert (code, err) == (2, [f"reput {job}: error: {tmp_path / 'out'} already exists; choose a new --out "
                                    f"or pass --overwrite"]) or job == "convert" and "not a DLedger store" in err[0]
-        code, err = run_job(job, _store_args() + ["--out", str(tmp_path / "out"), "--overwrite"], capsys)
+        code, err = run_job_lines(job, _store_args() + ["--out", str(tmp_path / "out"), "--overwrite"], capsys)
         assert code == 2 and len(err) == 1, err
         assert f"{tmp_path / 'out'} is not an earlier reput output" in err[0] and "it holds keep.txt" in err[0] \
             or job == "convert" and "not a DLedger store" in err[0], err
         assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
-    code, err = run_job("verify", ["--store", str(GOLDEN / CASE), "--broker-config", str(tmp_path / "nope.conf")],
+    code, err = run_job_lines("verify", ["--store", str(GOLDEN / CASE), "--broker-config", str(tmp_path / "nope.conf")],
                         capsys)
     assert code == 2 and err == [f"reput verify: error: cannot read broker config {tmp_path / 'nope.conf'}: "
                                  f"No such file or directory"]
 
 
 def test_bad_flags_are_usage_errors(no_spark, capsys):
-    code, err = run_job("verify", ["--store", str(GOLDEN / CASE), "--only", "everything"], capsys)
+    code, err = run_job_lines("verify", ["--store", str(GOLDEN / CASE), "--only", "everything"], capsys)
     assert code == 2 and err[-1].startswith("reput verify: error: argument --only: invalid choice")
-    code, err = run_job("inspect", ["--store", str(GOLDEN / CASE), "--log-level", "loud"], capsys)
+    code, err = run_job_lines("inspect", ["--store", str(GOLDEN / CASE), "--log-level", "loud"], capsys)
     assert code == 2 and "argument --log-level" in err[-1]
 
 
@@ -264,7 +222,7 @@ def test_outputs_inside_the_store_under_another_name_are_refused(no_spark, alias
     ]
     for job, extra, flag in cases:
         for store_arg in (store, alias):  # the store itself may be named through the alias too
-            code, err = run_job(job, ["--store", str(store_arg)] + conf + extra, capsys)
+            code, err = run_job_lines(job, ["--store", str(store_arg)] + conf + extra, capsys)
             assert code == 2 and len(err) == 1, (job, extra, err)
             assert err[0].startswith(f"reput {job}: error: {flag} ") and "must be outside the store" in err[0], err
     assert tree_digest(store) == before
@@ -316,9 +274,9 @@ def test_an_error_after_the_interrupt_is_the_interrupt(capsys):
 def test_an_empty_out_directory_is_taken(spark, tmp_path, capsys):
     """An empty OUT made beforehand is written into as if it were absent; a file where OUT belongs is refused."""
     (tmp_path / "out").mkdir()
-    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "out"), "--quiet"], capsys)
+    code, err = run_job_lines("rebuild", _store_args() + ["--out", str(tmp_path / "out"), "--quiet"], capsys)
     assert code == 0 and (tmp_path / "out" / "reput-report.json").is_file(), err
     (tmp_path / "file").write_text("x")
-    code, err = run_job("rebuild", _store_args() + ["--out", str(tmp_path / "file"), "--overwrite"], capsys)
+    code, err = run_job_lines("rebuild", _store_args() + ["--out", str(tmp_path / "file"), "--overwrite"], capsys)
     assert code == 2 and err == [f"reput rebuild: error: {tmp_path / 'file'} exists and is not a directory; choose a "
                                  f"new --out"]

@@ -1,4 +1,4 @@
-"""The differential fuzzer's findings (issue 13), each pinned by a test that failed before its fix. The
+"""The differential fuzzer's findings (issue 13), each pinned by a test of the rule the input broke. The
 settings ones (messageDelayLevel with superscript digits, unbounded index sizes) are in test_settings.py."""
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from jobs.pipeline.recover.stage import new_index_names
+from jobs.pipeline.recover.gather import new_index_names
 from storage_format.commitlog import decode_buffer
 from storage_format.consume_queue import tags_codes
-from storage_format.index_file import (HEADER_SIZE, IndexHeader, IndexState, build_index_file, empty_file_index_count,
+from storage_format.index_file import (HEADER_SIZE, IndexHeader, IndexState, empty_file_index_count,
                                        first_ms_named_after, format_name)
+from storage_format.index_build import build_index_file
 from storage_format.properties import TAGS
 from storage_format.record import SCHEDULE_TOPIC, Message
 from storage_format.recovery import IndexFileInfo

@@ -4,7 +4,6 @@ Damage the decoder alone finds is checked on the decoder in tests/test_decode_da
 job runs on one case per decoder end reason."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import struct
@@ -13,31 +12,18 @@ from pathlib import Path
 import pytest
 
 from jobs.pipeline.io.out_files import FILES_NAME
-from jobs.pipeline.runtime.cli import run_main
 from storage_format.java_hash import java_hash_bytes
 from tests.hostile import (ACCEPTED, DLEDGER_BUILDERS, DLEDGER_CASE, DLEDGER_JOBS, ERROR, IGNORED, JOB_BUILDERS, JOBS,
                            REPORTED, SOURCE_CASE, Damage, bad_magic, copy_store, cq_entry, dledger_index_gap,
                            dledger_index_gap_at_file_start, dledger_term_down, dledger_term_down_at_file_start,
                            missing_segment, tree_digest, zeroed_header_last_segment)
+from tests.helpers import run_job
 
 REPORT = "reput-report.json"
 # ~80 Spark jobs; the decode-level cases alone: tests/test_decode_damage.py. CI runs this file once, in
 # `make test-boundscheck` (the same assertions with numba's bounds checks on), so `make test` leaves it to that step
 # (marker full; `make test-full` runs it too).
 pytestmark = [pytest.mark.slow, pytest.mark.full]
-
-
-def run_job(job: str, argv: list[str], capfd) -> tuple[int, str, str]:
-    """Run `python -m jobs.<job> argv` in this process (the suite's Spark session): status, stdout, stderr.
-    Anything but SystemExit escaping run_main fails the test; so does an error that is not one of reput's
-    own (run_main's line then carries the REPUT_DEBUG hint)."""
-    capfd.readouterr()
-    module = importlib.import_module(f"jobs.{job}")
-    with pytest.raises(SystemExit) as exited:
-        run_main(job, module.main, argv)
-    captured = capfd.readouterr()
-    assert "REPUT_DEBUG=1 shows the traceback" not in captured.err, captured.err[-2000:]
-    return exited.value.code, captured.out, captured.err
 
 
 def job_argv(job: str, d: Damage, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
@@ -305,8 +291,8 @@ def _dledger_copy(golden: Path, case: str, dst: Path) -> Path:
 
 def test_verify_of_a_damaged_upgraded_store_reports_findings(golden, spark, tmp_path, capfd, monkeypatch):
     """The upgraded (mixed) layout with the second entry's size field damaged: the log ends there, and verify
-    reports it (and the index units and files past it) as findings, exit 1: the finding whose detail has no
-    `found` (a DLedger index unit past the last entry) once made it fail with "KeyError: 'found'" (issue 35)."""
+    reports it (and the index units and files past it) as findings, exit 1, a finding whose detail has no `found`
+    (a DLedger index unit past the last entry) among them."""
     store = _dledger_copy(golden, "dledger-upgrade-11", tmp_path / "store")
     data = sorted((store / "dledger-n0" / "data").iterdir())[0]
     second = struct.unpack_from(">i", data.read_bytes(), 4)[0]
@@ -336,8 +322,8 @@ def test_verify_of_a_truncated_last_data_file_is_one_line(golden, spark, tmp_pat
 
 def test_a_split_size_given_without_its_unit_is_refused_before_any_split(golden, spark, tmp_path, capfd):
     """`--split-size 8` (bytes; 8m was meant) over clean-small-11's 2.4 MB of commit-log files would be 294,912
-    splits, each a task's state and work files (a 128-byte split of the 4 M bench store once ran 10 minutes and
-    took 5 GB before its Ctrl-C): one line naming the flag and the count, exit 2, nothing written."""
+    splits, each a task's state and work files (on the 4 M bench store, minutes and gigabytes before any output):
+    one line naming the flag and the count, exit 2, nothing written."""
     out = tmp_path / "out"
     store = golden / "clean-small-11"
     code, _, stderr = run_job("rebuild", ["--store", str(store), "--broker-config", str(store / "broker.conf"),

@@ -7,42 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from storage_format.index_file import IndexLayout, IndexState, append_to_index_file, build_index_file
-
-# The model's own layout (IndexHeader / IndexFile of the broker), not storage_format's constants.
-# Header: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount.
-HEADER = struct.Struct(">qqqqii")
-ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex
-SLOTS, MAX = 8, 40
-INT_MAX = 2**31 - 1
-
-
-def empty_file(begin_ts: int = 0, begin_phy: int = 0) -> bytearray:
-    """A new index file as the broker creates it: header with indexCount 1, zero slots and entries;
-    a rolled file starts with its predecessor's end timestamp and offset as begin and end."""
-    return bytearray(HEADER.pack(begin_ts, begin_ts, begin_phy, begin_phy, 0, 1)
-                     + bytes(SLOTS * 4 + MAX * ENTRY.size))
-
-
-def put_key_reference(data: bytearray, kh: int, phy: int, ts: int) -> bool:
-    """IndexFile.putKey, transcribed statement by statement (the test's independent model)."""
-    begin_ts, _, begin_phy, _, slot_count, count = HEADER.unpack_from(data)
-    if count >= MAX:
-        return False
-    slot_at = HEADER.size + (kh % SLOTS) * 4
-    (slot_value,) = struct.unpack_from(">i", data, slot_at)
-    if slot_value <= 0 or slot_value > count:
-        slot_value = 0
-    diff = ts - begin_ts
-    diff = int(diff / 1000) if abs(diff) < 2**52 else (abs(diff) // 1000) * (1 if diff > 0 else -1)
-    diff = 0 if begin_ts <= 0 else min(max(diff, 0), INT_MAX)
-    ENTRY.pack_into(data, HEADER.size + SLOTS * 4 + count * ENTRY.size, kh, phy, diff, slot_value)
-    struct.pack_into(">i", data, slot_at, count)
-    if count <= 1:
-        begin_ts, begin_phy = ts, phy
-    HEADER.pack_into(data, 0, begin_ts, ts, begin_phy, phy, slot_count + (slot_value == 0), count + 1)
-    return True
-
+from storage_format.index_file import IndexLayout, IndexState
+from storage_format.index_build import append_to_index_file, build_index_file
+from tests.index_model import ENTRY, HEADER, MAX, SLOTS, empty_file, put_key_reference
 
 KEYS = st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(-5_000, 10**7)),
                 max_size=MAX + 5)
@@ -83,7 +50,8 @@ def test_build_and_append_equal_put_key(keys, inherited_ts, split):
 def assemble_shares(kh, phy, ts, cuts, chunk, inherited, slots=SLOTS, max_entries=MAX) -> bytes:
     """A fresh file written as index_file_ranges' shares cut at `cuts` (each share's keys in chunks of `chunk`),
     shares applied last first, onto zeros: what concurrent tasks leave in one file."""
-    from storage_format.index_file import IndexLayout, index_file_ranges
+    from storage_format.index_file import IndexLayout
+    from storage_format.index_build import index_file_ranges
 
     kh = kh.astype(np.int32)
     bounds = [0, *cuts, len(kh)]
@@ -152,7 +120,8 @@ def test_compiled_entries_equal_numpy_reference(slots, begin, first_begin, chunk
     difference, previous position) of the vectorised reference, chunk after chunk, with the work files'
     dtypes."""
     from storage_format.kernels.index_chain import entry_bytes, newest_by_hash
-    from storage_format.index_file import SLOT_DTYPE, entry_bytes_numpy, key_slots, newest_positions_numpy
+    from storage_format.index_file import SLOT_DTYPE, key_slots
+    from storage_format.index_build import entry_bytes_numpy, newest_positions_numpy
 
     newest = [np.zeros(slots, SLOT_DTYPE), np.zeros(slots, SLOT_DTYPE)]
     current = [np.zeros(slots, SLOT_DTYPE), np.zeros(slots, SLOT_DTYPE)]
@@ -178,7 +147,7 @@ def test_compiled_append_chain_equals_numpy_reference(slots, count, table, keys)
     """index_chain.append_chain (appending to an existing file: slot values on disk checked as putKey checks them,
     garbage and positions past the entry's own included) gives the previous positions, the hashSlotCount increase
     and the big-endian slot table of the vectorised reference."""
-    from storage_format.index_file import append_chain_numpy
+    from storage_format.index_build import append_chain_numpy
     from storage_format.kernels.index_chain import append_chain
 
     on_disk = np.array(table[:slots], ">i4")

@@ -1,14 +1,15 @@
 """An index file cut back to its first entries is the file the broker had then: appending the rest again gives the
-whole file byte for byte, and the cut equals the file of the first entries alone (putKey model of test_index_file)."""
+whole file byte for byte, and the cut equals the file of the first entries alone (the putKey model, tests/index_model.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from storage_format.index_file import ENTRY_DTYPE, IndexHeader, IndexLayout, append_to_index_file
+from storage_format.index_file import ENTRY_DTYPE, IndexHeader, IndexLayout
+from storage_format.index_build import append_to_index_file
 from storage_format.index_prefix import cut_head, cut_index_file, entries_below
-from tests.test_index_file import HEADER, MAX, SLOTS, empty_file, put_key_reference
+from tests.index_model import HEADER, MAX, SLOTS, empty_file, put_key_reference
 
 LAYOUT = IndexLayout(SLOTS, MAX)
 END_TS = slice(8, 16)  # the header's endTimestamp: the cut knows it to the entry's whole seconds only

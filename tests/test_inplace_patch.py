@@ -16,7 +16,8 @@ import pytest
 
 from storage_format.consume_queue import CQ_DTYPE
 
-from .test_recovery import CONF, REPO, tree, writable_copy
+from tests.conftest import REPO
+from tests.recovery_helpers import CONF, assert_matches_recovered, tree, writable_copy
 
 CASE = "unclean-11"
 
@@ -258,8 +259,6 @@ def test_an_index_file_rewritten_at_its_size_is_patched_in_its_changed_pages(tmp
 def test_golden_crashes_recovered_in_place_with_patches_equal_the_brokers(golden, tmp_path, case):
     """Golden crashes whose recovery re-dispatches into kept consume-queue files (LMQ queues, 5.x controller
     mode): in place, those files are patched, and the store equals RocketMQ's own recovery byte for byte."""
-    from .test_recovery import assert_matches_recovered
-
     store = writable_copy(golden / case, tmp_path / "store")
     done = subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config",
                            str(golden / case / "broker.conf"), "--in-place", "--backup-dir", str(tmp_path / "bk"),

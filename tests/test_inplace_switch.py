@@ -17,7 +17,8 @@ import pytest
 from jobs.pipeline.recover.journal import STAGING
 from jobs.pipeline.runtime.tasks import SparkRunner
 
-from .test_recovery import CONF, REPO, assert_matches_recovered, tree, writable_copy
+from tests.conftest import REPO
+from tests.recovery_helpers import CONF, assert_matches_recovered, tree, writable_copy
 
 CASE = "v5-unclean-torn-11"
 APPLY = """
@@ -36,7 +37,7 @@ def staged(spark, golden, tmp_path_factory):
     """CASE's in-place output staged once: (store copy, staging copy, rendered paths, deleted paths)."""
     from jobs.pipeline.io.fs import Location
     from jobs.pipeline.recover import inplace
-    from jobs.pipeline.recover.stage import plan_recovery
+    from jobs.pipeline.recover.gather import plan_recovery
     from jobs.pipeline.recover.write import plan_output, write_output
     from storage_format.settings import load_settings
 

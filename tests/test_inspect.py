@@ -89,7 +89,7 @@ def test_a_scan_that_keeps_no_queue_tables_sends_only_their_facts():
     such a scan for its tables fails loudly instead of answering with none."""
     from jobs.pipeline.io.fs import location
     from jobs.pipeline.scan.result import ScanResult, SplitTask
-    from jobs.pipeline.scan.stage import decode_split
+    from jobs.pipeline.scan.decode import decode_split
     from jobs.pipeline.store.segments import list_segments
     from storage_format.scan_plan import plan_splits
     from storage_format.settings import load_settings

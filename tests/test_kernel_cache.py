@@ -98,7 +98,7 @@ print(json.dumps([row_groups.group_rows.stats.cache_path, jit.kernel_key(), os.e
 def test_the_cache_is_placed_through_numbas_public_variable_over_a_users_value(tmp_path):
     """NUMBA_CACHE_LOCATOR_CLASSES set by the user, and numba imported before reput's first kernel: reput's
     locator goes first (the user's list after it, for every other function), and the kernels are cached in
-    NUMBA_CACHE_DIR/reput-kernels/KEY (the user's value once bypassed reput's locator without a word)."""
+    NUMBA_CACHE_DIR/reput-kernels/KEY (the user's value does not bypass reput's locator)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_CACHE_DIR=str(tmp_path),
                NUMBA_CACHE_LOCATOR_CLASSES="UserWideCacheLocator")
     done = subprocess.run([sys.executable, "-c", PLACED.format(before="import numba")], capture_output=True,
@@ -184,11 +184,11 @@ def _signatures_after(job: str, case: str, tmp_path: Path) -> dict[str, int]:
 def test_a_rebuild_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
     """A worker loads the kernels once (warm(), from the cache); an argument of another flavour (a
     writable array where warm() passed a read-only one) would make numba compile a second signature in
-    every worker at its first task (a work-file change once did: +0.3 s per worker with a warm cache,
-    seconds on a fresh one). Decode and build a golden store in a process that ran warm() first."""
+    every worker at its first task (tenths of a second per worker with a warm cache, seconds on a fresh one).
+    Decode and build a golden store in a process that ran warm() first."""
     rebuild = """
-from jobs.pipeline.outputs.stage import build_files, plan_cq, plan_index
-from jobs.pipeline.scan.stage import scan_store
+from jobs.pipeline.outputs.build import build_files, plan_cq, plan_index
+from jobs.pipeline.scan.decode import scan_store
 scan = scan_store(Context(), store, settings, split_size=1 << 20, work=work, quiet=True)
 os.makedirs(root + "/out/index")
 for task in plan_index(scan, settings, work, out.child("index")) + plan_cq(scan, settings, work,
@@ -203,7 +203,7 @@ def test_a_recovery_calls_kernels_only_with_the_signatures_warm_loads(tmp_path):
     work files, then selected: arrays of their own) and renders consume queues: a store recovered to a
     directory in a process that ran warm() first."""
     recover = """
-from jobs.pipeline.recover.stage import plan_recovery
+from jobs.pipeline.recover.gather import plan_recovery
 from jobs.pipeline.recover.write import plan_output, write_output
 plan = plan_recovery(Context(), store, settings, work, split_size=1 << 20, quiet=True)
 assert plan.index.resume is not None or plan.index.kept, "the case resumes an index file"

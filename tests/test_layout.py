@@ -111,9 +111,8 @@ def wide_positional_records(root: Path = REPO) -> list[str]:
 
 
 def test_wide_records_are_built_with_keywords():
-    """RecoveryPlan once took 23 positional arguments, many of one type: a reordered field would have
-    mis-assigned silently. (On the tree before, this lists 13 records, RecoveryPlan, ValidatedLog and SplitTask
-    among them.)"""
+    """A dataclass with more than WIDE fields is kw_only: with many fields of one type, a reordered field would
+    mis-assign positional arguments silently."""
     assert wide_positional_records() == []
 
 

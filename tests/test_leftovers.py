@@ -44,7 +44,7 @@ def test_a_spark_session_leaves_nothing_once_its_process_ends(killed_temp):
     from tests.conftest import REPO, private_temp_env
 
     temp = killed_temp / "t"  # short: Spark's Unix socket paths under it must stay within 107 bytes (pytest's
-    temp.mkdir()               # /tmp/pytest-of-root/pytest-105/<test name>/ was one byte too long)
+    temp.mkdir()               # /tmp/pytest-of-root/pytest-N/<test name>/ can be longer)
     script = ("import os; from jobs.pipeline.runtime.session import get_spark; "
               "from jobs.pipeline.runtime.worker_daemon import WARM_ENV; "
               "s = get_spark('leftovers', master='local[1]'); assert s.sparkContext.parallelize([1, 2]).count() == 2; "

@@ -6,41 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import GOLDEN
-from tests.test_frontdoor import no_spark, run_job  # noqa: F401,F811 (no_spark: a fixture)
-
-HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # FileChannel.tryLock(0, 1, false)
-print("locked", flush=True)
-time.sleep(600)
-"""
-
-
-@pytest.fixture
-def locked(tmp_path):
-    """Returns a function: copy a golden case, hold its lock from another process."""
-    holders = []
-
-    def lock(case: str) -> Path:
-        store = tmp_path / case
-        shutil.copytree(GOLDEN / case, store)
-        proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(store / "lock")], stdout=subprocess.PIPE,
-                                text=True)
-        assert proc.stdout.readline().strip() == "locked"
-        holders.append(proc)
-        return store
-    yield lock
-    for proc in holders:
-        proc.kill()
-        proc.wait()
+from tests.helpers import run_job_lines
 
 
 def test_lock_is_seen_without_taking_it(locked, tmp_path):
@@ -62,7 +33,7 @@ def test_recover_refuses_a_running_broker_in_every_mode(no_spark, locked, tmp_pa
     for mode in (["--dry-run"], ["--out", str(tmp_path / "out")], ["--in-place", "--backup-dir", str(tmp_path / "b")],
                  ["--in-place", "--backup-dir", str(tmp_path / "b"), "--force"], ["--resume"],
                  ["--rollback", "--backup-dir", str(tmp_path / "b")]):
-        code, err = run_job("recover", ["--store", str(store)] + conf + mode, capsys)
+        code, err = run_job_lines("recover", ["--store", str(store)] + conf + mode, capsys)
         assert code == 2 and len(err) == 1, (mode, err)
         assert err[0].startswith(f"reput recover: error: {store / 'lock'} is locked by process ") and \
             "a broker is running on this store; stop it first" in err[0], err

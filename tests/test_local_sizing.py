@@ -18,7 +18,7 @@ from jobs.pipeline.runtime.local_sizing import (BY_AFFINITY, BY_MASTER, BY_MEMOR
                                                 worker_bytes)
 from storage_format.settings import BrokerSettings
 from tests.conftest import GOLDEN
-from tests.test_hostile import run_job
+from tests.helpers import run_job
 
 GIB = 1 << 30
 V1_UNLIMITED = "9223372036854771712"

@@ -238,7 +238,7 @@ def test_many_small_lmq_queues_share_few_consume_queue_tasks():
     """100,000 one-entry LMQ queues (as one split summarises them) are packed into a few tasks."""
     from types import SimpleNamespace
 
-    from jobs.pipeline.outputs.stage import plan_cq
+    from jobs.pipeline.outputs.build import plan_cq
     from jobs.pipeline.io.fs import location
     from storage_format.settings import BrokerSettings
     from storage_format.queue_table import QueueTable, merge_queue_tables

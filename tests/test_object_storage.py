@@ -34,8 +34,8 @@ from jobs.verify import main as verify_main
 from tests import s3_server
 from tests.conftest import GOLDEN, REPO, manifest, private_temp_env
 from tests.rebuild_helpers import golden_consume_queue_hashes, golden_index_hashes
-from tests.test_catalog import per_topic_queue
-from tests.test_query import carries, records_by_offset, sample_keys
+from tests.golden_walk import carries, records_by_offset, sample_keys
+from tests.helpers import per_topic_queue
 
 # S3 copies (pyarrow's filesystem, moto) and a Delta table on S3 (deltalake): make test-floors runs a write, the reads
 # and the catalog at the dependency floors; the rest of the file's paths take the same calls

@@ -1,5 +1,5 @@
-"""--overwrite replaces only an earlier reput output still as reput published it (issue 55 item 2: it replaced a
-converted store a broker had run on, one whose lock a running broker held, and deleted a user's file inside OUT).
+"""--overwrite replaces only an earlier reput output still as reput published it: never a converted store a broker
+has run on, one whose lock a running broker holds, nor a user's file inside OUT.
 
 Each case is an operator's re-run of the same command with --overwrite over a real earlier OUT (convert's, rebuild's,
 recover's) after something happened to it: refused in one line naming what was found, exit 2, before any engine
@@ -10,8 +10,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -19,8 +17,7 @@ import pytest
 
 from tests.conftest import GOLDEN
 from tests.hostile import tree_digest
-from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
-from tests.test_live_broker import HOLD_LOCK
+from tests.helpers import hold_lock, run_job_lines
 
 SOURCES = {"convert": "dledger-clean-small-11", "rebuild": "clean-small-11", "recover": "unclean-11"}
 REPORTS = {"convert": "reput-convert-report.json", "rebuild": "reput-report.json",
@@ -104,7 +101,7 @@ def test_convert_overwrite_refuses_a_store_a_broker_or_a_user_changed(earlier, n
     make, said = CHANGES[change]
     make(out)
     before = tree_digest(out)
-    code, err = run_job("convert", job_args("convert", out) + ["--overwrite"], capsys)
+    code, err = run_job_lines("convert", job_args("convert", out) + ["--overwrite"], capsys)
     err = [line for line in err if ": note: " not in line]
     assert code == 2 and len(err) == 1 and err[0].startswith("reput convert: error: --overwrite refused: "), err
     assert all(s in err[0] for s in said), err[0]
@@ -118,7 +115,7 @@ def test_the_converted_store_after_the_switch_is_not_thrown_away(earlier, no_spa
     out = copy_of(earlier, "convert", tmp_path / "out")
     for change in ("lock-file", "abort.bak", "compaction", "config-persisted", "checkpoint", "log-grown"):
         CHANGES[change][0](out)
-    code, err = run_job("convert", job_args("convert", out) + ["--overwrite"], capsys)
+    code, err = run_job_lines("convert", job_args("convert", out) + ["--overwrite"], capsys)
     err = [line for line in err if ": note: " not in line]
     assert code == 2 and len(err) == 1, err
     order = [": lock (", "; abort.bak (", "; compaction/", "; checkpoint (", "; config/consumerOffset.json.bak",
@@ -132,11 +129,10 @@ def test_an_out_whose_lock_a_process_holds_is_refused(earlier, no_spark, job, tm
     """OUT/lock held as a running broker holds it (an fcntl lock on byte 0, by another process): refused by name
     for every job with --overwrite, as the same lock on a source store is."""
     out = copy_of(earlier, job, tmp_path / "out")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out / "lock")], stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(out / "lock")
     try:
-        assert holder.stdout.readline().strip() == "locked"
         before = tree_digest(out)
-        code, err = run_job(job, job_args(job, out) + ["--overwrite"], capsys)
+        code, err = run_job_lines(job, job_args(job, out) + ["--overwrite"], capsys)
     finally:
         holder.kill()
         holder.wait()
@@ -154,7 +150,7 @@ def test_rebuild_and_recover_refuse_a_changed_out_too(earlier, no_spark, job, tm
     for change in ("user-file", "abort"):
         out = copy_of(earlier, job, tmp_path / change)
         CHANGES[change][0](out)
-        code, err = run_job(job, job_args(job, out) + ["--overwrite"], capsys)
+        code, err = run_job_lines(job, job_args(job, out) + ["--overwrite"], capsys)
         err = [line for line in err if ": note: " not in line and ": warning: " not in line]
         assert code == 2 and len(err) == 1 and all(s in err[0] for s in CHANGES[change][1]), err
         assert (out / ("notes.txt" if change == "user-file" else "abort")).exists()
@@ -168,7 +164,7 @@ def test_an_out_without_a_record_is_replaced_only_when_it_holds_nothing_else(no_
     (out / "reput-convert-report.json").write_text("{}")
     (out / "commitlog").mkdir()
     (out / "notes.txt").write_text("mine")
-    code, err = run_job("convert", job_args("convert", out) + ["--overwrite"], capsys)
+    code, err = run_job_lines("convert", job_args("convert", out) + ["--overwrite"], capsys)
     err = [line for line in err if ": note: " not in line]
     assert code == 2 and len(err) == 1 and "holds no reput-files.parquet" in err[0] \
         and "beside commitlog, notes.txt" in err[0], err
@@ -203,7 +199,7 @@ def test_a_broker_that_opens_out_while_the_run_builds_stops_the_publish(earlier,
         real(point)
     monkeypatch.setattr(publish, "pause_at", broker_starts)
     before = tree_digest(out)
-    code, err = run_job("rebuild", job_args("rebuild", out) + ["--overwrite", "--engine", "local"], capsys)
+    code, err = run_job_lines("rebuild", job_args("rebuild", out) + ["--overwrite", "--engine", "local"], capsys)
     err = [line for line in err if ": note: " not in line]
     assert code == 2 and len(err) == 1 and "abort (not written by reput)" in err[0] \
         and err[0].endswith("(found as this run was about to publish: nothing published)"), err

@@ -34,6 +34,12 @@ def test_env_has_every_dependency_but_pyspark():
     assert any(r.startswith("pyarrow") for r in reqs) and any(r.startswith("numpy") for r in reqs)
 
 
+def test_env_ships_the_rocksdb_extra():
+    """Executors open a RocksDB store's database (rebuild's key-range tasks): the extra travels in the env."""
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["rocksdb"]
+    assert extra and set(extra) <= set(env_requirements())
+
+
 def test_zip_is_deterministic_and_holds_every_job(tmp_path):
     a, b = tmp_path / "a.zip", tmp_path / "b.zip"
     names = build_zip(a)

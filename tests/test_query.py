@@ -74,23 +74,12 @@ def broker_query(case: str, key: str, max_num: int, begin: int, end: int) -> lis
     return out
 
 
-@lru_cache(maxsize=None)
-def records_by_offset(case: str) -> dict[int, golden_walk.GoldenRecord]:
-    return {r.physical_offset: r for r in golden_walk.records(case)}
-
-
-def carries(r: golden_walk.GoldenRecord, topic: str | None, key: str, uniq: bool) -> bool:
-    if uniq:
-        return r.properties.get("UNIQ_KEY") == key
-    return r.topic.decode() == topic and key in r.properties.get("KEYS", "").split(" ")
-
-
 def expected(case: str, topic: str, key: str, uniq: bool, max_num: int = 64, begin: int = 0,
              end: int = LONG_MAX) -> tuple[list[int], list[int], list[int]]:
     """(candidates in broker order, offsets of real matches, offsets of hash collisions)."""
     cands = broker_query(case, f"{topic}#{key}", max_num, begin, end)
-    recs = records_by_offset(case)
-    hits = sorted({o for o in cands if carries(recs[o], topic, key, uniq)})
+    recs = golden_walk.records_by_offset(case)
+    hits = sorted({o for o in cands if golden_walk.carries(recs[o], topic, key, uniq)})
     return cands, hits, sorted(set(cands) - set(hits))
 
 
@@ -112,12 +101,6 @@ def collide(key: str) -> str:
     return other
 
 
-def sample_keys(case: str, n: int, seed: int = 5) -> list[tuple[str, str]]:
-    pairs = sorted({(r.topic.decode(), k) for r in golden_walk.records(case) if (r.sys_flag & 0xC) != 0xC
-                    for k in r.properties.get("KEYS", "").split(" ") if k})
-    return random.Random(seed).sample(pairs, n)
-
-
 def sample_uniq(case: str, n: int, seed: int = 7) -> list[tuple[str, str]]:
     pairs = sorted({(r.topic.decode(), r.properties["UNIQ_KEY"]) for r in golden_walk.records(case)
                     if "UNIQ_KEY" in r.properties and (r.sys_flag & 0xC) != 0xC})
@@ -131,14 +114,14 @@ def sample_uniq(case: str, n: int, seed: int = 7) -> list[tuple[str, str]]:
 def test_keys_find_exactly_the_index_offsets(case, golden, capsys):
     """For sampled keys: the candidates (order included), the matches and the collisions equal the
     model's; with no limit the matches are every indexed record carrying the key."""
-    for topic, key in sample_keys(case, 25):
+    for topic, key in golden_walk.sample_keys(case, 25):
         code, got = run(capsys, case, "--topic", topic, "--key", key, "--max-num", "100000")
         cands, hits, coll = expected(case, topic, key, False, 100000)
         assert got["lookups"][0]["candidates"] == cands, (topic, key)
         assert offsets(got) == hits and hits, (topic, key)
         assert [c["physical_offset"] for c in got["hash_collisions"]] == coll
-        every = sorted(o for o, r in records_by_offset(case).items()
-                       if (r.sys_flag & 0xC) != 0xC and carries(r, topic, key, False))
+        every = sorted(o for o, r in golden_walk.records_by_offset(case).items()
+                       if (r.sys_flag & 0xC) != 0xC and golden_walk.carries(r, topic, key, False))
         assert hits == every and code == 0
 
 
@@ -191,7 +174,7 @@ def test_hash_collisions_are_filtered_out(case, golden, capsys):
     """A key crafted to share a real key's Java hash gets that key's offsets from the index, and the
     record check drops every one of them (exit 1: nothing found); the same for the key whose hash is
     Integer.MIN_VALUE (index hash 0, slot 0)."""
-    topic, key = sample_keys(case, 1, seed=3)[0]
+    topic, key = golden_walk.sample_keys(case, 1, seed=3)[0]
     mh = sorted({k for r in golden_walk.records(case) if r.topic == b"TopicTest"
                  for k in r.properties.get("KEYS", "").split(" ") if k.startswith("mh-")})
     assert mh and jhash(f"TopicTest#{mh[0]}") == -(2**31)
@@ -281,7 +264,7 @@ def test_msg_id_falls_back_to_the_unique_key(case, golden, capsys):
 def test_torn_record_is_reported_unreadable(golden, capsys):
     """unclean-torn-11 still indexes the torn record: its keys' offset is listed as unreadable."""
     m = json.loads((GOLDEN / "unclean-torn-11" / "manifest.json").read_text())["torn"]
-    intact = records_by_offset("unclean-11")[m["torn_record_offset"]]  # the same record before tearing
+    intact = golden_walk.records_by_offset("unclean-11")[m["torn_record_offset"]]  # the same record before tearing
     key = next(k for k in intact.properties.get("KEYS", "").split(" ") if k)
     code, got = run(capsys, "unclean-torn-11", "--topic", m["torn_record_topic"], "--key", key)
     assert m["torn_record_offset"] in got["lookups"][0]["candidates"]

@@ -178,7 +178,7 @@ def test_a_long_out_of_step_queue_built_file_by_file_equals_it_built_whole(golde
     """A damaged queue (a step back, and a 2^40 jump) placed by the broker's rule: read split by split and written
     file by file (what a queue longer than STREAMED_ROWS gets, so a task's memory does not grow with the queue),
     its files are the bytes it gets built whole; small splits and 10-unit files make many of both."""
-    from jobs.pipeline.outputs import stage
+    from jobs.pipeline.outputs import build
     from jobs.rebuild import main as rebuild_main
     from tests.hostile import bitflip_queue_offset, queue_offset_backwards
 
@@ -189,9 +189,9 @@ def test_a_long_out_of_step_queue_built_file_by_file_equals_it_built_whole(golde
         conf.write_text(d.broker_config.read_text() + "\nmappedFileSizeConsumeQueue=200\n")  # 10 units a file
         outs = {}
         for streamed in (False, True):
-            monkeypatch.setattr(stage, "STREAMED_ROWS", 0 if streamed else 10**12)
+            monkeypatch.setattr(build, "STREAMED_ROWS", 0 if streamed else 10**12)
             planned = []
-            plan_cq = stage.plan_cq
+            plan_cq = build.plan_cq
             monkeypatch.setattr("jobs.rebuild.plan_cq", lambda *a, **k: planned.extend(plan_cq(*a, **k)) or planned)
             out = tmp_path / builder.__name__ / f"out-{streamed}"
             assert rebuild_main(["--store", str(d.store), "--broker-config", str(conf), "--out", str(out),

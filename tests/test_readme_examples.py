@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.runtime.frontdoor import JOBS
+from jobs.__main__ import JOBS
 from jobs.rebuild import main as rebuild_main
 from storegen.sample import write_sample_store
 from tests.conftest import REPO

@@ -60,7 +60,7 @@ def test_queues_cut_into_many_runs_are_byte_exact(spark, tmp_path, capsys, monke
     split slices that reach its files: with runs of 5 files (500 entries per task instead of 4 M), every
     queue of clean-medium-11 (up to 46 files of 100 units) is cut into up to 10 runs, and the files are the
     broker's bytes."""
-    import jobs.pipeline.outputs.stage as build
+    import jobs.pipeline.outputs.build as build
     monkeypatch.setattr(build, "TARGET_CQ_ENTRIES_PER_TASK", 500)
     out = tmp_path / "out"
     assert run_rebuild("clean-medium-11", out, "--only", "consumequeue", "--split-size", "65536") == 0
@@ -73,7 +73,7 @@ def test_index_files_cut_into_shares_are_byte_exact(case, spark, tmp_path, capsy
     """Index files built in shares by parallel tasks (each share writing its positions' entries into the one
     file, the last the header and slot table) are the broker's bytes: here every file is its own task, cut
     into up to MAX_SHARES shares of a few keys each, across many small splits."""
-    import jobs.pipeline.outputs.stage as build
+    import jobs.pipeline.outputs.build as build
     import jobs.rebuild as rebuild
     monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
     monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)
@@ -106,8 +106,8 @@ def test_only_index(spark, tmp_path, capsys):
 
 def test_existing_out_is_refused_then_overwritten(spark, tmp_path, capsys):
     """An existing OUT is an error (exit 2, OUT untouched); --overwrite replaces an earlier reput output whole, and
-    refuses a directory reput did not write (issue 37 item 4: it once deleted an operator's keep.txt) and an earlier
-    output holding a file reput did not write (issue 55 item 2: a report beside keep.txt was enough)."""
+    refuses a directory reput did not write (an operator's keep.txt stays) and an earlier output holding a file
+    reput did not write (a reput report beside keep.txt does not make the directory reput's)."""
     case = "rebuild-headless-11"
     out = tmp_path / "out"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""`rebuild --since OUT1` (issue 33): OUT2 equals a full rebuild of the grown store, byte for byte; once the head
+"""`rebuild --since OUT1`: OUT2 equals a full rebuild of the grown store, byte for byte; once the head
 expired, the golden files less what the broker's clean service deletes; OUT1 is never modified; and every wrong OUT1
 is one line, exit 2, nothing written."""
 from __future__ import annotations
@@ -10,26 +10,14 @@ import shutil
 import pytest
 
 from jobs.rebuild import main as rebuild_main
-from tests.conftest import GOLDEN, restored_copy
+from tests.conftest import GOLDEN
 from tests.golden_walk import records, records_in
 from tests.hostile import tree_digest
-from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
-                                   index_hashes, report)
+from tests.helpers import rebuild_refused, signalled_at_hook
+from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes, grown,
+                                   index_hashes, rebuild_store, report, since_argv)
 from storegen.earlier import expire_head
 from tests.since_helpers import cut_offset, earlier_store, index_files_expired, queue_files_after_clean
-from tests.test_hostile import run_job
-
-
-def rebuild(case: str, store, out, *extra: str) -> int:
-    return rebuild_main(["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"),
-                         "--out", str(out), "--json", *extra])
-
-
-def grown(case: str, tmp_path, fraction: float):
-    """(OUT1: a rebuild of the case's store cut `fraction` of the way through, the whole store: a writable copy)."""
-    store1 = earlier_store(case, tmp_path / "s1", cut_offset(case, fraction))
-    assert rebuild(case, store1, tmp_path / "out1") == 0
-    return tmp_path / "out1", restored_copy(case, tmp_path / "store")
 
 
 # plain 4.x, 5.x LMQ (queues placed out of step: continued from OUT1's write position), 5.x controller mode (a
@@ -44,10 +32,10 @@ def test_since_equals_the_golden_store(case, fraction, spark, tmp_path):
     full rebuild; OUT1 untouched; the report says what was decoded and reused, and where OUT2 was built to."""
     out1, store = grown(case, tmp_path, fraction)
     before = tree_digest(out1)
-    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1)) == 0
+    assert rebuild_store(case, store, tmp_path / "out2", "--since", str(out1)) == 0
     assert consume_queue_hashes(tmp_path / "out2") == golden_consume_queue_hashes(case)
     assert index_hashes(tmp_path / "out2") == golden_index_hashes(case)
-    assert rebuild(case, store, tmp_path / "full") == 0
+    assert rebuild_store(case, store, tmp_path / "full") == 0
     assert sorted(p.name for p in (tmp_path / "out2/index").iterdir()) == \
         sorted(p.name for p in (tmp_path / "full/index").iterdir())
     assert tree_digest(out1) == before
@@ -91,13 +79,13 @@ def test_since_continues_a_since_output(spark, tmp_path):
     case = "clean-small-11"
     out1, store = grown(case, tmp_path, 0.3)
     mid = earlier_store(case, tmp_path / "s2", cut_offset(case, 0.8))
-    assert rebuild(case, mid, tmp_path / "out2", "--since", str(out1)) == 0
-    assert rebuild(case, mid, tmp_path / "again", "--since", str(tmp_path / "out2")) == 0
+    assert rebuild_store(case, mid, tmp_path / "out2", "--since", str(out1)) == 0
+    assert rebuild_store(case, mid, tmp_path / "again", "--since", str(tmp_path / "out2")) == 0
     assert tree_digest(tmp_path / "again") | {"reput-report.json": ""} == \
         tree_digest(tmp_path / "out2") | {"reput-report.json": ""}
     quiet_night = report(tmp_path / "again")["since"]
     assert quiet_night["index_files_written"] == [] and quiet_night["index_keys_added"] == 0
-    assert rebuild(case, store, tmp_path / "out3", "--since", str(tmp_path / "out2")) == 0
+    assert rebuild_store(case, store, tmp_path / "out3", "--since", str(tmp_path / "out2")) == 0
     assert consume_queue_hashes(tmp_path / "out3") == golden_consume_queue_hashes(case)
     assert index_hashes(tmp_path / "out3") == golden_index_hashes(case)
 
@@ -110,7 +98,7 @@ def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired
     case = "clean-medium-11"
     out1, store = grown(case, tmp_path, 0.6)
     min_offset = expire_head(store, expired)
-    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1)) == 0
+    assert rebuild_store(case, store, tmp_path / "out2", "--since", str(out1)) == 0
     assert f"head expired since OUT1 (its min offset is now {min_offset})" in capsys.readouterr().err
     kept = queue_files_after_clean(case, min_offset)
     golden = golden_consume_queue_hashes(case)
@@ -123,22 +111,7 @@ def test_since_after_the_head_expired_keeps_what_the_clean_service_keeps(expired
     assert s["expired"]["consumequeue_files"] == len(golden) - len(kept)
 
 
-def _refused(argv: list[str], capfd, out2, *words: str) -> None:
-    """One line on stderr naming the problem, exit 2, OUT2 not there."""
-    code, _, err = run_job("rebuild", argv, capfd)
-    lines = [line for line in err.splitlines() if line.startswith("reput rebuild: error:")]
-    assert code == 2 and len(lines) == 1, err[-2000:]
-    for w in words:
-        assert w in lines[0], lines[0]
-    assert not out2.exists()
-
-
-def argv(case: str, store, out2, out1, *extra: str) -> list[str]:
-    return ["--store", str(store), "--broker-config", str(GOLDEN / case / "broker.conf"), "--out", str(out2),
-            "--since", str(out1), *extra]
-
-
-def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
+def test_wrong_out1s_are_refused(spark, tmp_path, capfd):
     """OUT1 of another store, a store recovered since OUT1 (the bytes before its end differ), a damaged, missing or
     newer report, a partial OUT1, other settings, OUT1 as OUT2: one line, exit 2, nothing written, OUT1 intact."""
     case = "clean-small-11"
@@ -146,18 +119,18 @@ def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
     before = tree_digest(out1)
     out2 = tmp_path / "out2"
     other = tmp_path / "other"
-    assert rebuild("clean-medium-11", GOLDEN / "clean-medium-11", other) == 0
-    _refused(argv(case, store, out2, other), capfd, out2, "the store no longer holds what it was built from")
+    assert rebuild_store("clean-medium-11", GOLDEN / "clean-medium-11", other) == 0
+    rebuild_refused(since_argv(case, store, out2, other), capfd, out2, "the store no longer holds what it was built from")
     # recovered since: truncated at the start of OUT1's last record (zeros from there, as recovery leaves them)
     last = max(r.physical_offset for r in records(case) if r.physical_offset < report(out1)["built_to"]["offset"])
     recovered = earlier_store(case, tmp_path / "recovered", last)
-    _refused(argv(case, recovered, out2, out1), capfd, out2, "byte offset", "recovered or replaced")
-    _refused(argv(case, store, out2, out1, "--only", "index"), capfd, out2, "--since and --only")
-    _refused(argv(case, store, out1, out1), capfd, out1 / "nothing", "must be outside --since")
-    _refused(argv(case, store, out1 / "inside", out1), capfd, out1 / "inside", "must be outside --since")
+    rebuild_refused(since_argv(case, recovered, out2, out1), capfd, out2, "byte offset", "recovered or replaced")
+    rebuild_refused(since_argv(case, store, out2, out1, "--only", "index"), capfd, out2, "--since and --only")
+    rebuild_refused(since_argv(case, store, out1, out1), capfd, out1 / "nothing", "must be outside --since")
+    rebuild_refused(since_argv(case, store, out1 / "inside", out1), capfd, out1 / "inside", "must be outside --since")
     conf = tmp_path / "broker.conf"
     conf.write_text((GOLDEN / case / "broker.conf").read_text() + "\nduplicationEnable=true\n")
-    _refused(argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] + argv(case, store, out2, out1)[4:],
+    rebuild_refused(since_argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] + since_argv(case, store, out2, out1)[4:],
              capfd, out2, "duplicationEnable False then, True now")
     assert tree_digest(out1) == before
     for name, edit, words in (
@@ -169,14 +142,14 @@ def test_wrong_earlier_outputs_are_refused(spark, tmp_path, capfd):
         bad = tmp_path / name.replace(" ", "-")
         shutil.copytree(out1, bad)
         (bad / "reput-report.json").write_text(edit((out1 / "reput-report.json").read_text()))
-        _refused(argv(case, store, out2, bad), capfd, out2, *words)
+        rebuild_refused(since_argv(case, store, out2, bad), capfd, out2, *words)
     missing = tmp_path / "missing"
     shutil.copytree(out1, missing)
     (missing / "reput-report.json").unlink()
-    _refused(argv(case, store, out2, missing), capfd, out2, "no reput-report.json")
+    rebuild_refused(since_argv(case, store, out2, missing), capfd, out2, "no reput-report.json")
 
 
-def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
+def test_an_out1_queue_file_changed_since_is_named(spark, tmp_path, capfd):
     """A unit of OUT1 that the commit log no longer gives (OUT1 damaged where the new scan overlaps it, its mtime
     kept, as bit rot keeps it): refused naming OUT1's file and the unit's byte offset, nothing written."""
     case = "clean-small-11"
@@ -198,7 +171,7 @@ def test_an_earlier_queue_file_changed_since_is_named(spark, tmp_path, capfd):
     victim.write_bytes(bytes(data))
     os.utime(victim, ns=(was.st_atime_ns, was.st_mtime_ns))  # past the record of OUT1's files (io.out_files)
     out2 = tmp_path / "out2"
-    _refused(argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
+    rebuild_refused(since_argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
 
 
 def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
@@ -223,39 +196,18 @@ def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
 def test_ctrl_c_during_since_publishes_nothing_and_leaves_out1(spark, tmp_path):
     """A terminal's Ctrl-C (SIGINT to the whole process group) while a --since build task runs: exit 130, one line,
     no OUT2 nor its staging directory, no process left, OUT1 byte-identical; the same run again publishes OUT2."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import REPO
-    from tests.test_crash_safety import _group_gone
-
     case = "clean-small-11"
     out1, store = grown(case, tmp_path, 0.7)
     before = tree_digest(out1)
     (tmp_path / "o").mkdir()
     out2 = tmp_path / "o" / "out2"
-    env = dict(os.environ, REPUT_TEST_PAUSE_AT="in-build-task", REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"))
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.rebuild", *argv(case, store, out2, out1), "--master",
-                             "local[2]", "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "paused").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    lines = [ln for ln in err.splitlines() if not ln.startswith("reput test hook:")]
-    assert proc.returncode == 130 and lines[-1:] == ["reput rebuild: interrupted; nothing published"], err
-    assert "Traceback" not in err and os.listdir(tmp_path / "o") == []
-    assert _group_gone(proc.pid, within_s=60) and tree_digest(out1) == before
-    assert rebuild(case, store, out2, "--since", str(out1)) == 0
+    run = signalled_at_hook("rebuild", [*since_argv(case, store, out2, out1), "--master", "local[2]", "--quiet"],
+                            "in-build-task", tmp_path / "paused")
+    lines = [ln for ln in run.stderr.splitlines() if not ln.startswith("reput test hook:")]
+    assert run.returncode == 130 and lines[-1:] == ["reput rebuild: interrupted; nothing published"], run.stderr
+    assert "Traceback" not in run.stderr and os.listdir(tmp_path / "o") == []
+    assert run.group_gone and tree_digest(out1) == before
+    assert rebuild_store(case, store, out2, "--since", str(out1)) == 0
     assert consume_queue_hashes(out2) == golden_consume_queue_hashes(case)
 
 
@@ -268,7 +220,7 @@ def test_since_reading_out1_files_a_few_units_at_a_time_equals_the_golden_store(
     monkeypatch.setattr(continued, "STEP", 40)
     case = "clean-small-11"
     out1, store = grown(case, tmp_path, 0.7)
-    assert rebuild(case, store, tmp_path / "out2", "--since", str(out1), "--engine", "local") == 0
+    assert rebuild_store(case, store, tmp_path / "out2", "--since", str(out1), "--engine", "local") == 0
     assert consume_queue_hashes(tmp_path / "out2") == golden_consume_queue_hashes(case)
     assert index_hashes(tmp_path / "out2") == golden_index_hashes(case)
     prefixes = report(tmp_path / "out2")["since"]["consumequeue_prefixes"]

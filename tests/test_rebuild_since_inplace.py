@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,9 @@ from jobs.pipeline.recover import inplace as recover_inplace
 from jobs.pipeline.recover.journal import JOURNAL, STAGING
 from tests.conftest import GOLDEN, REPO
 from tests.hostile import tree_digest
-from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes, index_hashes
-from tests.test_crash_safety import _group_gone
-from tests.test_hostile import run_job
-from tests.test_rebuild_since import grown, report
+from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes, grown,
+                                   index_hashes, report)
+from tests.helpers import ended, kill_group, run_job, start_at_hook, wait_at_hook
 
 CASE = "clean-small-11"
 
@@ -186,19 +184,19 @@ def test_only_the_index_files_it_listed_are_deleted(spark, tmp_path, capfd, monk
     """A directory and a file that are no index files appear in OUT1's index/ while the run builds (an operator's
     copy): the switch deletes only index files it listed, leaves these as they are, names them on stderr and counts
     them in the report (in_place.index_entries_left); OUT1's files equal the golden ones."""
-    import jobs.rebuild as rebuild_job
+    import jobs.pipeline.since.inplace as since_inplace
 
     out1, store = grown(CASE, tmp_path, 0.5)
-    checks = rebuild_job.since_checks
+    checks = since_inplace.since_checks
 
     def then_strays(*a, **kw):
-        prev = checks(*a, **kw)
+        checked = checks(*a, **kw)
         (out1 / "index" / "old").mkdir()
         (out1 / "index" / "old" / "20261122050857268").write_bytes(b"a copy kept by hand")
         (out1 / "index" / "notes.txt").write_text("kept by hand")
-        return prev
+        return checked
 
-    monkeypatch.setattr(rebuild_job, "since_checks", then_strays)
+    monkeypatch.setattr(since_inplace, "since_checks", then_strays)
     code, out, err = run_job("rebuild", argv(store, out1, tmp_path / "backup") + ["--json"], capfd)
     assert code == 0, err[-2000:]
     assert json.loads(out)["in_place"]["index_entries_left"] == ["notes.txt", "old"]
@@ -259,24 +257,23 @@ def test_a_signal_to_the_group_mid_switch_names_the_way_out(sig, spark, tmp_path
     backup = tmp_path / "backup"
     before = tree_digest(out1)
     mark = tmp_path / "paused"
-    cmd = [sys.executable, "-m", "jobs.rebuild", *argv(store, out1, backup), "--engine", "local", "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ, REPUT_TEST_PAUSE_AT="op-2",
-                                                    REPUT_TEST_PAUSE_MARK=str(mark)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while not mark.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:] if proc.poll() else ""
-        time.sleep(0.1)
-    assert (out1 / JOURNAL).exists()
-    os.killpg(proc.pid, sig)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + sig, err[-2000:]
-    lines = [line for line in err.splitlines() if line.startswith("reput rebuild: ")]
+    proc = start_at_hook("rebuild", [*argv(store, out1, backup), "--engine", "local", "--quiet"], "op-2", mark,
+                         stdout=subprocess.DEVNULL)
+    try:
+        wait_at_hook(proc, mark)
+        assert (out1 / JOURNAL).exists()
+        os.killpg(proc.pid, sig)
+    except BaseException:
+        kill_group(proc)
+        raise
+    run = ended(proc)
+    assert run.returncode == 128 + sig, run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines() if line.startswith("reput rebuild: ")]
     resume, rollback = way_out(out1, backup)
     assert lines[-1] == (f"reput rebuild: interrupted; OUT1 is part-way through the switch: finish it with {resume}, "
-                         f"or undo it with {rollback}"), err[-2000:]
-    assert not [line for line in lines if ": error:" in line], err[-2000:]
-    assert _group_gone(proc.pid, 30)
+                         f"or undo it with {rollback}"), run.stderr[-2000:]
+    assert not [line for line in lines if ": error:" in line], run.stderr[-2000:]
+    assert run.group_gone
     recover(out1, "--rollback", "--backup-dir", str(backup))
     assert tree_digest(out1) == before
     no_leftovers(out1)

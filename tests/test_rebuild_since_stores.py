@@ -1,4 +1,4 @@
-"""`rebuild --since OUT1` where OUT1 is a `recover --out` or a `convert` OUT (issue 33 item 1): a store the broker is
+"""`rebuild --since OUT1` where OUT1 is a `recover --out` or a `convert` OUT: a store the broker is
 started on. OUT2 continues OUT1's files as the broker does once it runs on OUT1: for RocketMQ's own recovered stores
 (nothing new since) it equals them byte for byte, quirks kept; over a grown store it equals a full rebuild. What
 cannot be continued is refused by name, in one line: a recovery that left the broker something --since cannot
@@ -9,8 +9,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,7 @@ from storegen.synth import StoreSpec, write_bench_store
 from tests.conftest import GOLDEN, restored_copy
 from tests.hostile import tree_digest
 from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes, index_hashes
-from tests.test_hostile import run_job
-from tests.test_live_broker import HOLD_LOCK
+from tests.helpers import lock_held, rebuild_refused
 
 SPEC = StoreSpec(messages=20000, segment_size=1 << 20, consume_queue_file_size=6000, max_hash_slot_num=64,
                  max_index_num=2000)
@@ -80,9 +77,9 @@ def test_since_a_recovered_earlier_store_equals_a_full_rebuild_of_the_grown_one(
     assert index_hashes(tmp_path / "out2") == index_hashes(tmp_path / "full")
     # the recovery named the index files it made by the time it made them, as the broker does; the files --since
     # rolls are named by rebuild's rule, after them
-    earlier, names = sorted(p.name for p in (tmp_path / "r1/index").iterdir()), \
+    out1, names = sorted(p.name for p in (tmp_path / "r1/index").iterdir()), \
         sorted(p.name for p in (tmp_path / "out2/index").iterdir())
-    assert names[:len(earlier)] == earlier and len(names) > len(earlier) > 1
+    assert names[:len(out1)] == out1 and len(names) > len(out1) > 1
 
 
 def test_since_a_converted_store_equals_a_full_rebuild_and_the_later_convert(spark, tmp_path):
@@ -102,16 +99,6 @@ def test_since_a_converted_store_equals_a_full_rebuild_and_the_later_convert(spa
     assert sum(k.startswith("index/") for k in out2) > 1 and sum(k.startswith("consumequeue/") for k in out2) > 100
 
 
-def _refused(argv: list[str], capfd, out2: Path, *words: str) -> None:
-    """One line on stderr naming the problem, exit 2, OUT2 not there."""
-    code, _, err = run_job("rebuild", argv, capfd)
-    lines = [line for line in err.splitlines() if line.startswith("reput rebuild: error:")]
-    assert code == 2 and len(lines) == 1, err[-2000:]
-    for w in words:
-        assert w in lines[0], lines[0]
-    assert not out2.exists()
-
-
 @pytest.mark.parametrize("case,words", [
     ("v5-controller-unclean-11", ("104 records from commit-log offset 3811015", "never dispatches")),
     ("unclean-torn-11", ("cut 1 consume queue (e.g. Pay-Events/0)", "overwrites")),
@@ -124,7 +111,7 @@ def test_a_recovery_that_cannot_be_continued_is_refused_by_name(case, words, spa
     made = json.loads((out1 / "reput-recover-report.json").read_text())
     assert made["built_to"] is None and all(w in made["built_to_not_continuable"] for w in words)
     out2 = tmp_path / "out2"
-    _refused(since(out1, GOLDEN / case / "broker.conf", out2, out1), capfd, out2, "cannot be continued", *words,
+    rebuild_refused(since(out1, GOLDEN / case / "broker.conf", out2, out1), capfd, out2, "cannot be continued", *words,
              "run one full rebuild")
 
 
@@ -137,15 +124,10 @@ def test_a_recovered_store_a_broker_opened_or_runs_on_is_refused(spark, tmp_path
     conf, out2 = GOLDEN / case / "broker.conf", tmp_path / "out2"
     live = tmp_path / "live"  # the store the broker runs on, OUT1 kept as reput wrote it
     shutil.copytree(out1, live)
-    _refused(since(live, conf, out2, out1)[:4] + ["--since", str(out1), "--in-place", "--backup-dir",
+    rebuild_refused(since(live, conf, out2, out1)[:4] + ["--since", str(out1), "--in-place", "--backup-dir",
                                                   str(tmp_path / "bak")], capfd, out2, "--in-place", "recover OUT")
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out1 / "lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        _refused(since(out1, conf, out2, out1), capfd, out2, "a broker is running on it")
-    finally:
-        proc.kill()
-        proc.wait()
+    with lock_held(out1 / "lock"):
+        rebuild_refused(since(out1, conf, out2, out1), capfd, out2, "a broker is running on it")
     for name, edit, words in (
             ("abort", lambda d: (d / "abort").write_bytes(b""), ("its abort file",)),
             ("checkpoint", lambda d: (d / "checkpoint").write_bytes(b"\1" + (d / "checkpoint").read_bytes()[1:]),
@@ -154,7 +136,7 @@ def test_a_recovered_store_a_broker_opened_or_runs_on_is_refused(spark, tmp_path
         bad = tmp_path / name
         shutil.copytree(out1, bad)
         edit(bad)
-        _refused(since(bad, conf, out2, bad), capfd, out2, *words)
+        rebuild_refused(since(bad, conf, out2, bad), capfd, out2, *words)
 
 
 def _index_end_past(store: Path) -> None:

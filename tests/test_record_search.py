@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
 from jobs.pipeline.scan.result import DECODER_NO_START, SplitTask
-from jobs.pipeline.scan.stage import decode_split
+from jobs.pipeline.scan.decode import decode_split
 from jobs.pipeline.store.segments import list_segments
 from storage_format.commitlog import find_first_record, find_first_start
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2

@@ -15,7 +15,7 @@ from jobs.pipeline.io.fs import Location
 from jobs.pipeline.runtime.cli import JobError
 
 from .conftest import GOLDEN
-from .test_recovery import assert_matches_recovered, run_recover, tree, writable_copy
+from .recovery_helpers import assert_matches_recovered, run_recover, tree, writable_copy
 
 CASE = "unclean-11"
 
@@ -157,12 +157,13 @@ def test_in_place_backup_is_linked_and_rolls_back(spark, golden, tmp_path, monke
 
 def test_new_index_files_are_written_with_a_sparse_tail(tmp_path):
     """The index files recovery creates (and empty ones it renders) are written up to their last entry, the rest
-    a sparse tail: the same bytes as index_file.build_index_file (the broker's file, tested against the golden
+    a sparse tail: the same bytes as index_build.build_index_file (the broker's file, tested against the golden
     recoveries in test_recovery), without writing the hundreds of MB of zeros a default-sized file ends with."""
     import numpy as np
 
     from jobs.pipeline.recover.write import RecoveryOutput, new_index_file, write_output
-    from storage_format.index_file import IndexState, build_index_file
+    from storage_format.index_file import IndexState
+    from storage_format.index_build import build_index_file
     from storage_format.index_keys import KeyBatch
     from storage_format.settings import BrokerSettings
 

@@ -19,9 +19,8 @@ from storage_format.index_keys import KeyBatch
 from storage_format.recovery import queues as Q
 
 from .conftest import GOLDEN
-from .test_live_broker import locked  # noqa: F401 (a fixture)
-from .test_recover_overlap import _staging_left, interrupted_recover_leaves_nothing
-from .test_recovery import CONF, assert_matches_recovered, run_recover, writable_copy
+from .recovery_helpers import (CONF, assert_matches_recovered, interrupted_recover_leaves_nothing, run_recover,
+                               staging_left, writable_copy)
 
 CASE = "unclean-11"
 
@@ -120,7 +119,7 @@ def test_a_failing_index_write_leaves_no_out_and_no_staging(golden, spark, tmp_p
     with pytest.raises(OSError, match="No space left on device"):
         run_recover("--store", str(store), "--broker-config", str(CONF), "--out", str(parent / "out"), "--json")
     assert failed  # the case creates an index file
-    assert not (parent / "out").exists() and _staging_left(parent) == []
+    assert not (parent / "out").exists() and staging_left(parent) == []
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
@@ -177,7 +176,7 @@ def test_segments_from_the_start_are_copied_as_if_p_lies_in_the_last(golden, spa
     pre-allocated: OUT has no copy of that one, and its predecessor, now the last kept, is made again with holes;
     OUT is the broker's recovery."""
     from jobs.pipeline.io.copy import COPY_RANGE_HOLES
-    from jobs.pipeline.recover.stage import start_of
+    from jobs.pipeline.recover.gather import start_of
     from jobs.pipeline.recover.write import likely_segment_copies
     from jobs.pipeline.store.segments import list_segments
     from storage_format.settings import load_settings_with_warnings
@@ -208,7 +207,7 @@ def test_a_running_broker_s_segments_are_copied_once_p_is_known(golden, spark, l
     are queued (never written again); the rest once validation has found P. Without the broker, every
     consume-queue file and every segment is queued at once."""
     from jobs.pipeline.io import background_copy as bgmod
-    from jobs.pipeline.recover.stage import start_of
+    from jobs.pipeline.recover.gather import start_of
     from storage_format.settings import load_settings_with_warnings
 
     settings = load_settings_with_warnings(CONF).settings

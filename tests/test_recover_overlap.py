@@ -8,11 +8,7 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,15 +24,12 @@ from storage_format import recovery as R
 from storage_format.consume_queue import build_queue_files
 from storage_format.recovery import queues as Q
 
-from .conftest import GOLDEN, REPO, private_temp_env
-from .test_recovery import CONF, assert_matches_recovered, cq_file, entries, run_recover, writable_copy
+from .conftest import GOLDEN
+from .recovery_helpers import (CONF, assert_matches_recovered, cq_file, entries, interrupted_recover_leaves_nothing,
+                               run_recover, staging_left, writable_copy)
 
 CASE = "unclean-11"
 FS = 100  # consume-queue file size of the unit tests: 5 units
-
-
-def _staging_left(parent: Path) -> list[str]:
-    return [p.name for p in parent.iterdir() if ".reput-staging-" in p.name]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +129,7 @@ def test_recover_out_failing_background_copy_leaves_no_out_and_no_staging(golden
     parent.mkdir()
     with pytest.raises(OSError, match="No space left on device"):
         run_recover("--store", str(store), "--broker-config", str(CONF), "--out", str(parent / "out"), "--json")
-    assert not (parent / "out").exists() and _staging_left(parent) == []
+    assert not (parent / "out").exists() and staging_left(parent) == []
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
@@ -152,44 +145,6 @@ def test_recover_out_reports_the_background_copy(golden, spark, tmp_path):
     total = sum(c["bytes"] for c in report["copies"].values())
     assert 0 < early["files"] <= sum(c["files"] for c in report["copies"].values())
     assert 0 < early["bytes"] <= total
-
-
-def interrupted_recover_leaves_nothing(tmp_path: Path, hook: str, settle_s: float, sig: int, status: int) -> None:
-    """recover --out of a copy of CASE held at test hook `hook` (after `settle_s` more), then signalled: exit
-    `status` with the one interrupted line and no traceback, OUT absent, no staging left (while paused, the
-    staging directory existed), the store unchanged."""
-    store = writable_copy(GOLDEN / CASE, tmp_path / "store")
-    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
-    parent = tmp_path / "outs"
-    parent.mkdir()
-    temp = Path(tempfile.mkdtemp(prefix=f"reput-{hook}-"))
-    env = dict(os.environ, **private_temp_env(temp), REPUT_TEST_PAUSE_AT=hook,
-               REPUT_TEST_PAUSE_MARK=str(tmp_path / "paused"), PYTHONPATH=str(REPO))
-    argv = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", str(CONF),
-            "--out", str(parent / "out"), "--master", "local[2]"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "paused").exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "never paused"
-            time.sleep(0.05)
-        assert _staging_left(parent)
-        time.sleep(settle_s)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)  # the job's own temp files went with it (test_signals checks that)
-    lines = err.decode().strip().splitlines()
-    assert proc.returncode == status, lines[-5:]
-    assert lines[-1].startswith("reput recover: interrupted"), lines[-5:]
-    assert "Traceback" not in err.decode()
-    assert not (parent / "out").exists() and _staging_left(parent) == []
-    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -291,7 +246,7 @@ def test_segments_before_the_start_are_copied_from_the_start(golden, spark, tmp_
 
     import jobs.recover as job
     from jobs.pipeline.recover.inputs import segment_heads
-    from jobs.pipeline.recover.stage import start_of
+    from jobs.pipeline.recover.gather import start_of
     from jobs.pipeline.recover.write import unchanged_segment_copies
     from jobs.pipeline.store.segments import list_segments
     from storage_format.checkpoint import checkpoint_bytes, parse_checkpoint

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from jobs.pipeline.dump.messages import iso_utc
+from storage_format.record_text import iso_utc
 from jobs.pipeline.recover.text import SHOWN, plan_lines, when, resume_lines, rollback_lines
+from tests.helpers import lock_held
 
 CASE = "unclean-torn-11"
 
@@ -94,13 +93,8 @@ def test_dry_run_states_a_running_broker_at_the_top(tmp_path):
     from jobs.recover import _broker_state
 
     (tmp_path / "lock").write_bytes(b"")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "lock")], stdout=subprocess.PIPE)
-    try:
-        assert holder.stdout.readline().strip() == b"locked"
+    with lock_held(tmp_path / "lock"):
         assert _broker_state(location(str(tmp_path))).startswith(f"RUNNING: {tmp_path / 'lock'} is locked")
-    finally:
-        holder.kill()
-        holder.wait()
     assert _broker_state(location(str(tmp_path))).startswith("not running")
 
 
@@ -115,12 +109,3 @@ def test_long_lists_are_cut_and_results_are_sentences(tmp_path):
         "resumed: /s recovered in place (7 file operations finished; backup in /b)"]
     assert rollback_lines({"restored": 5, "backup_dir": "/b"}, "/s") == [
         "rolled back: /s is as it was before recovery (5 file operations undone from the backup in /b)"]
-
-
-HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-print("locked", flush=True)
-time.sleep(600)
-"""

@@ -29,68 +29,21 @@ from storage_format.checkpoint import Checkpoint, checkpoint_bytes, parse_checkp
 from storage_format.commitlog import ScanEnd
 from storage_format.confirm_offset import RecoveredConfirm
 from storage_format.consume_queue import CQ_DTYPE, build_queue_files
-from storage_format.index_file import IndexHeader, IndexState, append_to_index_file, build_index_file
+from storage_format.index_file import IndexHeader, IndexState
+from storage_format.index_build import append_to_index_file, build_index_file
 from storage_format.markers import detect_generation, markers_after_clean_start
 from storage_format.record import MAGIC_V1, MAGIC_V2
 from storage_format.settings import BrokerSettings
 
-from .conftest import GOLDEN, case_params, golden_cases, manifest, restored_copy
+from tests.conftest import GOLDEN, REPO, case_params, golden_cases, manifest, restored_copy
+from tests.recovery_helpers import (CONF, FS, RECOVERY_PAIRS, SETTINGS, assert_matches_recovered, cq_file, entries,
+                                    run_recover, sha, tree, writable_copy)
 
-REPO = Path(__file__).resolve().parents[1]
 UNCLEAN = ["unclean-11", "unclean-torn-11", "v5-unclean-11", "v5-unclean-torn-11"]
-# Every golden crashed input with the broker's recovered store beside it: `<case>-recovered`, and the
-# controller-mode store that kept `abort` through a graceful shutdown, reopened by the broker.
-RECOVERY_PAIRS = {**{c: f"{c}-recovered" for c in golden_cases() if f"{c}-recovered" in golden_cases()},
-                  "v5-controller-clean-small-11": "v5-controller-clean-small-11-reopened"}
-CONF = GOLDEN / "unclean-11" / "broker.conf"
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def tree(root: Path, skip: tuple[str, ...] = ("broker.conf", "manifest.json", "reput-recover-report.json",
-                                              "reput-files.parquet")) -> dict[str, str]:
-    """sha256 of every file under root, by relative path (an OUT's record of its files left out: its mtimes)."""
-    return {str(p.relative_to(root)): sha(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name not in skip}
-
-
-def writable_copy(src: Path, dst: Path) -> Path:
-    """A copy of a golden store whose files and directories are writable (the golden ones are read-only)."""
-    shutil.copytree(src, dst)
-    for p in [dst, *dst.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return dst
-
-
-def assert_matches_recovered(out: Path, case: str) -> None:
-    """OUT equals the broker's recovery of `case`: commit-log names and sha256, consume-queue paths and
-    sha256, index files in name order by sha256, checkpoint sha256, no abort, 5.x abort.bak."""
-    files = manifest(RECOVERY_PAIRS[case])["files"]
-    for prefix in ("commitlog/", "consumequeue/"):
-        expect = {k: v["sha256"] for k, v in files.items() if k.startswith(prefix)}
-        got = {k: v for k, v in tree(out).items() if k.startswith(prefix)}
-        assert got == expect, f"{case} {prefix}: differs at {sorted(set(got.items()) ^ set(expect.items()))[:3]}"
-    dledger = {k: v["sha256"] for k, v in files.items() if k.startswith("dledger-")}
-    if dledger:  # DLedger mode: the member's files too (the index at its real length, as the manifest lists it)
-        assert {k: v for k, v in tree(out).items() if k.startswith("dledger-")} == dledger
-    expect_index = [files[k]["sha256"] for k in sorted(k for k in files if k.startswith("index/"))]
-    assert [sha(p) for p in sorted((out / "index").iterdir())] == expect_index
-    assert sha(out / "checkpoint") == files["checkpoint"]["sha256"]
-    assert not (out / "abort").exists()
-    if "abort.bak" in files:
-        assert sha(out / "abort.bak") == files["abort.bak"]["sha256"]
-    assert (out / "lock").read_bytes() == b"lock"
-
-
-def run_recover(*args: str) -> int:
-    from jobs.recover import main
-
-    return main(list(args))
 
 
 def dry_run(store: Path, tmp: Path, *extra: str) -> dict:
@@ -98,23 +51,6 @@ def dry_run(store: Path, tmp: Path, *extra: str) -> dict:
     assert run_recover("--store", str(store), "--broker-config", str(CONF), "--dry-run", "--json",
                        "--plan", str(plan_file), *extra) == 0
     return json.loads(plan_file.read_text())
-
-
-SETTINGS = BrokerSettings(mapped_file_size_consume_queue=100, max_index_num=8, max_hash_slot_num=4)
-FS = SETTINGS.consume_queue_file_size  # 5 units per consume-queue file
-
-
-def cq_file(units: list[tuple[int, int, int]]) -> bytes:
-    arr = np.zeros(FS // 20, dtype=CQ_DTYPE)
-    for i, (phy, size, tags) in enumerate(units):
-        arr[i] = (phy, size, tags)
-    return arr.tobytes()
-
-
-def entries(rows: list[tuple[int, int, int]]) -> R.QueueEntries:
-    """(queueOffset, phy, size) rows; tags = phy so units are easy to recognise."""
-    a = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    return R.QueueEntries(a[:, 0], a[:, 1], a[:, 2].astype(np.int32), a[:, 1].copy())
 
 
 def unit_rows(state: R.QueueState, files: dict[int, bytes]) -> dict[int, list[tuple[int, int]]]:
@@ -506,7 +442,7 @@ def test_full_index_rebuilds_every_index_file(recovered, golden, tmp_path):
 def test_full_index_in_shares_rebuilds_every_index_file(golden, tmp_path, monkeypatch):
     """--full-index builds its index files as the rebuild does, a large file in shares by parallel tasks: here
     every file is its own task cut into shares of a few keys each, and the files are the crash-time index."""
-    import jobs.pipeline.outputs.stage as build
+    import jobs.pipeline.outputs.build as build
     share = build.share_index_tasks
     monkeypatch.setattr(build, "TARGET_INDEX_ENTRIES_PER_TASK", 1)
     monkeypatch.setattr(build, "MIN_SHARE_KEYS", 2)
@@ -554,7 +490,7 @@ def staged(spark, golden, tmp_path_factory):
     """An in-place plan for v5-unclean-torn-11, staged once: (store copy, staging copy, ops)."""
     from jobs.pipeline.recover import inplace
     from jobs.pipeline.io.fs import Location
-    from jobs.pipeline.recover.stage import plan_recovery
+    from jobs.pipeline.recover.gather import plan_recovery
     from jobs.pipeline.recover.write import plan_output, write_output
     from storage_format.settings import load_settings
 

@@ -12,7 +12,6 @@ from storage_format.java_props import decode_properties_file, java_parse_boolean
 from storage_format.index_file import IndexLayout
 from storage_format.settings import FilesShown, infer_file_sizes, settings_from_mapping, unknown_key_warning
 from tests.conftest import GOLDEN
-from tests.test_frontdoor import no_spark  # noqa: F401 (a fixture)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -207,8 +206,8 @@ def test_bad_settings_exit_2_in_one_line_before_any_work(tmp_path, capsys, line,
 
 def test_rebuild_without_a_config_takes_file_sizes_from_disk(spark, tmp_path, capsys):
     """No --broker-config: segment and consume-queue file sizes come from the files, the index layout from the index
-    files' headers and entries (issue 55 item 3: it was the default, one 420,000,040-byte file), each with a note;
-    consume queues and index files equal the broker's."""
+    files' headers and entries (not the default's one 420,000,040-byte file), each with a note; consume queues and
+    index files equal the broker's."""
     from jobs.rebuild import main as rebuild_main
     from tests.rebuild_helpers import (consume_queue_hashes, golden_consume_queue_hashes, golden_index_hashes,
                                        index_hashes)
@@ -228,13 +227,13 @@ def test_without_a_config_index_files_that_show_no_layout_are_refused(no_spark, 
     """No --broker-config and index files without an entry to tell maxHashSlotNum and maxIndexNum by, not of the
     default size: refused in one line before anything is read (the default would build files of another layout)."""
     from tests.conftest import restored_copy
-    from tests.test_frontdoor import run_job
+    from tests.helpers import run_job_lines
 
     store = restored_copy("clean-small-11", tmp_path / "store")
     (store / "broker.conf").unlink()
     for f in (store / "index").iterdir():
         f.write_bytes(bytes(f.stat().st_size))  # every file zeros: no header, no entry
-    code, err = run_job("rebuild", ["--store", str(store), "--out", str(tmp_path / "out")], capsys)
+    code, err = run_job_lines("rebuild", ["--store", str(store), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and len(err) == 1 and "show neither maxHashSlotNum nor maxIndexNum" in err[0] \
         and "pass the store's broker config (--broker-config)" in err[0], err
     assert not (tmp_path / "out").exists()

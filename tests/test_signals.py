@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN, REPO, private_temp_env
+from tests.helpers import MARK_ENV, marked
 
-MARK_ENV = "REPUT_SIGNAL_TEST_MARK"  # not a REPUT_* setting: only this test reads it, from /proc/<pid>/environ
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 STORES = {"rebuild": "clean-small-11", "recover": "unclean-11", "convert": "dledger-clean-small-11"}
 REPORTS = {"rebuild": "reput-report.json", "recover": "reput-recover-report.json",
@@ -133,29 +133,6 @@ def _start(case: Case, root: Path) -> Run:
                             stderr=err, start_new_session=True)
     err.close()
     return Run(case, root, proc, mark, time.monotonic())
-
-
-def marked(mark: str) -> dict[int, str]:
-    """pid -> command line of every process whose environment holds the marker (children inherit it; a
-    forked worker keeps its daemon's)."""
-    found = {}
-    needle = f"{MARK_ENV}={mark}".encode()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue  # a zombie: gone, not yet reaped
-        except OSError:
-            continue
-        found[int(pid)] = cmd[:200]
-    return found
 
 
 def _due(run: Run) -> bool:

@@ -13,9 +13,8 @@ import pytest
 from jobs.pipeline.io.out_files import FILES_NAME
 from tests.conftest import GOLDEN
 from tests.hostile import tree_digest
-from tests.rebuild_helpers import consume_queue_hashes, index_hashes, report
-from tests.test_hostile import run_job
-from tests.test_rebuild_since import _refused, argv, grown
+from tests.helpers import rebuild_refused as _refused, run_job
+from tests.rebuild_helpers import consume_queue_hashes, grown, index_hashes, report, since_argv as argv
 
 CASE = "clean-small-11"
 

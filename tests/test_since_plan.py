@@ -1,5 +1,6 @@
-"""rebuild --since's rules without Spark: the files new keys fill (by counts) against recovery.resume_index over the
-keys themselves, rebuild's names continued, and the clean service's deletions (storage_format.clean_service)."""
+"""An index continued (rebuild --since, verify) without Spark: the files new keys fill (by counts) against
+recovery.resume_index over the keys themselves, rebuild's names continued, and the clean service's deletions
+(storage_format.clean_service); OUT1's consume-queue files read from the end back and joined."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,7 +9,7 @@ import shutil
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from jobs.pipeline.since.plan import IndexSpan, continue_index, index_spans
+from jobs.pipeline.outputs.index_continuation import IndexSpan, continue_index, index_spans
 from storage_format import recovery
 from storage_format.clean_service import expired_index_files, expired_queue_files
 from storage_format.index_file import IndexHeader, format_name
@@ -44,13 +45,13 @@ def test_names_continue_rebuilds_rule():
     """Files keep their names once they hold a key; OUT1's trailing empty file and new files are named by the store
     time of their first key (the last record's without one), bumped past the name before."""
     t0 = 1_780_000_000_000
-    old = [_last_file(5, format_name(t0)), _last_file(0, format_name(t0 + 50))]  # the last one empty (4.x: 0)
-    spans = [IndexSpan(old[1].name, 0, 4), IndexSpan(None, 4, 4)]
-    plan = continue_index(old, spans, [t0 + 10, None], [900, None], 800, t0 + 70, 0, UTC)
+    out1 = [_last_file(5, format_name(t0)), _last_file(0, format_name(t0 + 50))]  # the last one empty (4.x: 0)
+    spans = [IndexSpan(out1[1].name, 0, 4), IndexSpan(None, 4, 4)]
+    plan = continue_index(out1, spans, [t0 + 10, None], [900, None], 800, t0 + 70, 0, UTC)
     assert [f.name for f in plan.files] == [format_name(t0), format_name(t0 + 10), format_name(t0 + 70)]
-    assert [f.old_name for f in plan.files] == [old[0].name, old[1].name, None] and plan.expired == []
-    quiet = continue_index(old, [], [], [], 800, None, 0, UTC)  # no new record: nothing renamed
-    assert [f.name for f in quiet.files] == [old[0].name, old[1].name]
+    assert [f.continues for f in plan.files] == [out1[0].name, out1[1].name, None] and plan.expired == []
+    quiet = continue_index(out1, [], [], [], 800, None, 0, UTC)  # no new record: nothing renamed
+    assert [f.name for f in quiet.files] == [out1[0].name, out1[1].name]
 
 
 def test_clean_service_rules():
@@ -63,17 +64,17 @@ def test_clean_service_rules():
     assert expired_index_files([10, 20, 5, 40], 21) == 3
     assert expired_index_files([30, 20, 5], 21) == 0  # the first file ends past it: nothing
     assert expired_index_files([10, 20], 1000) == 1
-    old = [_last_file(5, format_name(1_780_000_000_000 + i), end_phy=e) for i, e in enumerate((10, 20, 500))]
-    plan = continue_index(old, [], [], [], 600, None, 300, UTC)
-    assert plan.expired == [old[0].name, old[1].name] and [f.name for f in plan.files] == [old[2].name]
+    out1 = [_last_file(5, format_name(1_780_000_000_000 + i), end_phy=e) for i, e in enumerate((10, 20, 500))]
+    plan = continue_index(out1, [], [], [], 600, None, 300, UTC)
+    assert plan.expired == [out1[0].name, out1[1].name] and [f.name for f in plan.files] == [out1[2].name]
 
 
 @settings(max_examples=200, deadline=None)
 @given(units=st.integers(0, 8000), used=st.data())
 def test_used_length_is_the_end_of_the_last_unit_holding_a_non_zero_byte(units, used):
-    """outputs.earlier_file.used_length (searched from the end back, a step at a time) equals the end of the last
+    """outputs.cq_tail.used_length (searched from the end back, a step at a time) equals the end of the last
     20-byte unit with any non-zero byte, read unit by unit; a trailing part shorter than a unit is ignored."""
-    from jobs.pipeline.outputs.earlier_file import used_length
+    from jobs.pipeline.outputs.cq_tail import used_length
 
     data = bytearray(units * 20 + used.draw(st.integers(0, 19)))
     for at in used.draw(st.lists(st.integers(0, max(0, len(data) - 1)), max_size=4)) if data else []:
@@ -84,8 +85,8 @@ def test_used_length_is_the_end_of_the_last_unit_holding_a_non_zero_byte(units, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(old_units=st.integers(1, 30), first=st.data(), new_units=st.integers(0, 10), tags_moved=st.data())
-def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, first, new_units, tags_moved):
+@given(out1_units=st.integers(1, 30), first=st.data(), new_units=st.integers(0, 10), tags_moved=st.data())
+def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(out1_units, first, new_units, tags_moved):
     """outputs.continued.joined with keep_tags (OUT1 a recover OUT): where both hold units, OUT1's are kept (another
     tagsCode than the scan's is the broker's recovery's, not a fault); the scan's from OUT1's end on; a unit whose
     offset or size differs is refused naming its byte offset. Without keep_tags the tagsCode differs: refused."""
@@ -100,14 +101,14 @@ def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, f
     def unit(i: int, tags: int) -> bytes:
         return struct.pack(">qiq", 1000 + 100 * i, 100, tags)
 
-    start = first.draw(st.integers(0, old_units - 1))
-    moved = set(tags_moved.draw(st.lists(st.integers(start, old_units - 1), max_size=3)))
-    old = b"".join(unit(i, 7 + (i in moved)) for i in range(old_units))
+    start = first.draw(st.integers(0, out1_units - 1))
+    moved = set(tags_moved.draw(st.lists(st.integers(start, out1_units - 1), max_size=3)))
+    out1 = b"".join(unit(i, 7 + (i in moved)) for i in range(out1_units))
     path = Path(tempfile.mkdtemp(prefix="joined-")) / "00000000000000000000"  # a new file: read_data keeps recent ones
-    path.write_bytes(old + bytes(40))
-    scan = bytes(20 * start) + b"".join(unit(i, 7) for i in range(start, old_units + new_units))
+    path.write_bytes(out1 + bytes(40))
+    scan = bytes(20 * start) + b"".join(unit(i, 7) for i in range(start, out1_units + new_units))
     got = joined(Location(str(path)), memoryview(scan), 20 * start, lambda: True, keep_tags=True)
-    assert got.prefix == len(old) and old[:got.prefix] + bytes(got.rest) == old + scan[len(old):]
+    assert got.prefix == len(out1) and out1[:got.prefix] + bytes(got.rest) == out1 + scan[len(out1):]
     if moved:
         try:
             joined(Location(str(path)), memoryview(scan), 20 * start, lambda: True)
@@ -115,12 +116,12 @@ def test_a_recover_out1_keeps_its_units_compared_by_offset_and_size(old_units, f
         except StoreFormatError as exc:
             assert exc.offset == 20 * min(moved)
     wrong = bytearray(scan)
-    wrong[20 * (old_units - 1) + 8] ^= 1  # OUT1's last unit's size as the scan has it
+    wrong[20 * (out1_units - 1) + 8] ^= 1  # OUT1's last unit's size as the scan has it
     try:
         joined(Location(str(path)), memoryview(bytes(wrong)), 20 * start, lambda: True, keep_tags=True)
         raise AssertionError("another size passed")
     except StoreFormatError as exc:
-        assert exc.offset == 20 * (old_units - 1)
+        assert exc.offset == 20 * (out1_units - 1)
     shutil.rmtree(path.parent)
 
 

@@ -1,6 +1,6 @@
 """jobs.dump and jobs.query (without --scan) read with random access and no Spark: running them, in a fresh
-interpreter, imports neither pyspark nor py4j (the README calls them Spark-free; once `jobs.dump` pulled
-pyspark in through the scan stage); nor does a job on the local engine (inspect). The control run shows the
+interpreter, imports neither pyspark nor py4j (the README calls them Spark-free: not even through a stage
+module they share with Spark jobs); nor does a job on the local engine (inspect). The control run shows the
 check sees pyspark when a job does load it (inspect on the Spark engine)."""
 from __future__ import annotations
 

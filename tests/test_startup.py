@@ -58,7 +58,7 @@ HEAVY = ("numpy", "pyarrow", "pyspark", "py4j", "numba")
 def test_the_console_command_answers_without_loading_the_pipeline(argv):
     """The front door's own answers (`reput JOB --version` too, as the job's parser prints it) import none
     of the heavy packages; the control import shows the check sees them when a job module is loaded."""
-    script = ("import json, sys\nfrom jobs.pipeline.runtime import frontdoor\n"
+    script = ("import json, sys\nfrom jobs import __main__ as frontdoor\n"
               "try:\n    frontdoor.reput(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
               "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(%r))))" % (HEAVY,))
     done = subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, capture_output=True, text=True,

@@ -17,7 +17,7 @@ from storage_format.store_layout import (StoreListing, UnsupportedStoreError, ch
                                          inner_batch_records, layout_refusal, setting_refusal)
 from tests.conftest import GOLDEN
 from tests.rebuild_helpers import consume_queue_hashes, golden_consume_queue_hashes
-from tests.test_frontdoor import no_spark, run_job  # noqa: F401 (no_spark: a fixture)
+from tests.helpers import run_job_lines
 
 BASE = "v5-clean-small-11"
 
@@ -25,9 +25,6 @@ BASE = "v5-clean-small-11"
 REFUSALS = [
     ("dledger-multi-path", "enableDLegerCommitLog=true\ndLegerSelfId=n0\nstorePathDLedgerCommitLog=/a/data,/b/data\n",
      [], "storePathDLedgerCommitLog"),
-    ("rocksdb-setting", "storeType=defaultRocksDB\n", [], "storeType=defaultRocksDB"),
-    ("rocksdb-layout", "", ["consumequeue/CURRENT", "consumequeue/MANIFEST-000005", "consumequeue/000009.sst"],
-     "consumequeue/"),
     ("batchcq-layout", "", ["batchconsumequeue/BatchTopic/0/00000000000000000000"], "batchconsumequeue/"),
     ("cqext-setting", "enableConsumeQueueExt=true\n", [], "enableConsumeQueueExt"),
     ("cqext-layout", "", ["consumequeue_ext/TopicTest/0/00000000000000000000"], "consumequeue_ext/"),
@@ -142,7 +139,7 @@ def test_the_checks_pure():
     assert layout_refusal(StoreListing(frozenset({"commitlog/", "consumequeue/", "index/", "checkpoint"}))) is None
     # empty feature directories hold nothing reput would miss
     assert layout_refusal(StoreListing(frozenset({"batchconsumequeue/", "consumequeue_ext/"}))) is None
-    assert "storeType=DEFAULTROCKSDB" in setting_refusal(BrokerSettings(store_type="DEFAULTROCKSDB"))
+    assert setting_refusal(BrokerSettings(store_type="DEFAULTROCKSDB")) is None  # tests/test_rocksdb_layout.py
     assert setting_refusal(BrokerSettings(read_only_commit_log_store_paths="")) is None
     with pytest.raises(UnsupportedStoreError, match="IDENTITY"):
         check_store(BrokerSettings(), StoreListing(frozenset({"consumequeue/"}), frozenset({"IDENTITY"})))
@@ -200,10 +197,10 @@ def test_single_store_path_commit_log_is_honoured(spark, tmp_path, capsys):
 @pytest.mark.parametrize("dledger", [False, True], ids=["storePathCommitLog", "storePathDLedgerCommitLog"])
 def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compared(no_spark, dledger, tmp_path,
                                                                                    capsys):
-    """--store COPY with a config whose log path still names the store it was copied from (issue 55 item 4: verify
-    compared the copy's queues with the other store's log and said CONSISTENT): verify, recover, dump, query and
-    convert refuse in one line naming the setting and the path, before anything is read; inspect says on stderr
-    and in its report where it read the log."""
+    """--store COPY with a config whose log path still names the store it was copied from (the copy's queues would
+    be compared with the other store's log): verify, recover, dump, query and convert refuse in one line naming the
+    setting and the path, before anything is read; inspect says on stderr and in its report where it read the
+    log."""
     from tests.conftest import restored_copy
 
     case = "dledger-clean-small-11" if dledger else BASE
@@ -219,7 +216,7 @@ def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compa
     for job, own in argv.items():
         if job == "convert" and not dledger:
             continue
-        code, err = run_job(job, common + own, capsys)
+        code, err = run_job_lines(job, common + own, capsys)
         err = [line for line in err if ": warning: " not in line and ": note: " not in line]
         assert code == 2 and len(err) == 1, (job, err)
         assert err[0] == (f"reput {job}: error: {key} leads to {log}, outside --store {copy}: it lies in {original}, "
@@ -227,7 +224,7 @@ def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compa
                           f"against that log; point {key} at {copy}'s own log (or remove it from the broker config), "
                           f"or give that store as --store"), err[0]
     assert not (tmp_path / "out").exists()
-    code, err = run_job("inspect", common + ["--report", str(tmp_path / "inspect.json"), "--quiet", "--engine", "local"],
+    code, err = run_job_lines("inspect", common + ["--report", str(tmp_path / "inspect.json"), "--quiet", "--engine", "local"],
                         capsys)
     assert code == 0 and f"reput inspect: note: the log is read from {log} ({key}), outside --store {copy}: it lies " \
         f"in {original}, which holds a store's files (another store's log)" in err, err
@@ -243,7 +240,7 @@ CONFIG_MISMATCHES = [("cq-size", "clean-small-11", ("mappedFileSizeConsumeQueue"
                      ("index-size", "clean-small-11", ("maxIndexNum",), "maxIndexNum=20000000"),
                      ("dledger-all", "dledger-clean-small-11",
                       ("mappedFileSizeConsumeQueue", "maxIndexNum", "maxHashSlotNum"), "mappedFileSizeConsumeQueue"),
-                     # issue 55 item 3: no size key at all took three runs to name, the last after Spark started
+                     # no size key at all: every missing one named in the one line, before Spark starts
                      ("every-size", "clean-small-11", ("mappedFileSize", "maxIndexNum", "maxHashSlotNum"), EVERY_SIZE),
                      ("dledger-every-size", "dledger-clean-small-11", ("mappedFileSize", "maxIndexNum",
                                                                        "maxHashSlotNum"), EVERY_SIZE)]
@@ -253,9 +250,8 @@ CONFIG_MISMATCHES = [("cq-size", "clean-small-11", ("mappedFileSizeConsumeQueue"
 @pytest.mark.parametrize("case,store,dropped,name", CONFIG_MISMATCHES, ids=[c[0] for c in CONFIG_MISMATCHES])
 def test_a_config_that_does_not_fit_the_stores_files_is_refused_by_name(job, case, store, dropped, name, tmp_path,
                                                                         capsys):
-    """One line naming the setting, its value, the store's file and size; exit 2, nothing written."""
-    if job == "convert" and not store.startswith("dledger"):
-        return  # convert reads DLedger stores only
+    """One line naming the setting, its value, the store's file and size; exit 2, nothing written. convert, which
+    reads DLedger stores only, names the config on a plain store too: the config is checked before the store."""
     conf = tmp_path / "broker.conf"
     conf.write_text("".join(line for line in (GOLDEN / store / "broker.conf").read_text().splitlines(True)
                             if not line.startswith(dropped)))

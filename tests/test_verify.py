@@ -2,8 +2,6 @@
 fail with findings that name the file, the entry and the field."""
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shutil
 import struct
@@ -14,6 +12,7 @@ import pytest
 from jobs.pipeline.runtime.cli import run_main
 from jobs.verify import main as verify_main
 from tests.conftest import GOLDEN, REPO, case_params, expected_scan, golden_cases, manifest, restored_copy
+from tests.helpers import file_tree_digest, run_verify
 
 # Stores a recovery produced (`*-recovered`, or reopened: manifest `recovered_from`) index one record twice;
 # verify reports that (see test_reopened_store_differs_only_in_recreated_index_files).
@@ -23,19 +22,6 @@ REOPENED = [c for c in golden_cases() if "recovered_from" in manifest(c) and "re
 TORN = [c for c in golden_cases() if c.endswith("unclean-torn-11")]
 BASE = "clean-small-11"
 SLOTS, ENTRIES = 64, 256  # the small profile's maxHashSlotNum / maxIndexNum
-
-
-def run(store: Path, tmp_path: Path, conf: Path | None = None, *extra: str) -> tuple[int, dict]:
-    report = tmp_path / "report.json"
-    code = verify_main(["--store", str(store), "--broker-config", str(conf or store / "broker.conf"),
-                        "--report", str(report), "--work-dir", str(tmp_path / "work"), *extra])
-    return code, json.loads(report.read_text())
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    from tests.hostile import file_digest
-
-    return {str(p.relative_to(root)): file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -56,7 +42,7 @@ def test_consistent_golden_stores_exit_0(case, spark, golden, tmp_path, capsys):
     Nothing is written into the store, and the work directory is removed."""
     dledger = case.startswith("dledger-")
     store = restored_copy(case, tmp_path / "store") if dledger else GOLDEN / case
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 0, report["findings"][:5]
     assert report["status"] == "consistent" and report["findings_total"] == 0
     m = manifest(case)
@@ -73,9 +59,9 @@ def test_consistent_golden_stores_exit_0(case, spark, golden, tmp_path, capsys):
 
 
 def test_verify_writes_nothing_into_the_store(spark, store, tmp_path, capsys):
-    before = tree_digest(store)
-    code, _ = run(store, tmp_path)
-    assert code == 0 and tree_digest(store) == before
+    before = file_tree_digest(store)
+    code, _ = run_verify(store, tmp_path)
+    assert code == 0 and file_tree_digest(store) == before
     out = capsys.readouterr().out
     assert "CONSISTENT" in out
 
@@ -86,7 +72,7 @@ def test_torn_store_reports_the_torn_record(case, spark, golden, tmp_path):
     end; nothing else is reported, and the index file is the one the manifest's oracle names."""
     m = manifest(case)
     torn = m["torn"]
-    code, report = run(GOLDEN / case, tmp_path)
+    code, report = run_verify(GOLDEN / case, tmp_path)
     assert code == 1
     found = report["findings"]
     cq = [d for d in found if d["artifact"] == "consumequeue"]
@@ -119,7 +105,7 @@ def test_flipped_byte_in_a_consume_queue_entry(spark, store, tmp_path):
     (phy,) = struct.unpack_from(">q", data, entry * 20)
     data[entry * 20 + 6] ^= 0x10  # a byte inside phyOffset
     path.write_bytes(data)
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1 and kinds(report) == {"consumequeue.entry_differs": 1}
     d = report["findings"][0]
     assert d["path"] == rel and d["entry"] == 100 + entry and d["byte_offset"] == entry * 20
@@ -132,7 +118,7 @@ def test_deleted_consume_queue_file(spark, store, tmp_path, capsys):
     rel = "consumequeue/TopicTest/1/00000000000000002000"
     entries = sum(1 for phy, size, _ in struct.iter_unpack(">qiq", (store / rel).read_bytes()) if size)
     (store / rel).unlink()
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1 and kinds(report) == {"consumequeue.missing_file": 1}
     d = report["findings"][0]
     assert d["path"] == rel and d["entry"] == 100 and d["entries"] == entries
@@ -150,7 +136,7 @@ def test_truncated_index_file(spark, store, tmp_path):
     data = path.read_bytes()
     (count,) = struct.unpack_from(">i", data, 36)
     path.write_bytes(data[:keep])
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1
     rel = f"index/{name}"
     assert {d["path"] for d in report["findings"]} == {rel}
@@ -174,7 +160,7 @@ def test_zeroed_index_slot(spark, store, tmp_path):
         (pos,) = struct.unpack_from(">i", data, 40 + SLOTS * 4 + pos * 20 + 16)
     struct.pack_into(">i", data, 40 + 4 * slot, 0)
     path.write_bytes(data)
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1
     rel = f"index/{name}"
     found = report["findings"]
@@ -190,7 +176,7 @@ def test_deleted_index_file_is_named_and_the_rest_still_pair(spark, store, tmp_p
     """Files are paired by their headers, so a missing middle file does not shift the comparison."""
     names = _index_names(store)
     (store / "index" / names[10]).unlink()
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1 and kinds(report) == {"index.missing_file": 1}
     d = report["findings"][0]
     assert d["file_number"] == 10 and names[9] in d["detail"]
@@ -207,7 +193,7 @@ def test_consume_queue_tail_extra_entry_and_stale_bytes(spark, store, tmp_path):
     struct.pack_into(">qiq", data, used * 20, 10**9, 300, 0)
     struct.pack_into(">qiq", data, (used + 3) * 20, 5, 5, 5)
     last.write_bytes(data)
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1
     assert kinds(report) == {"consumequeue.extra_entry": 1, "consumequeue.stale_bytes": 1}
     start = int(last.name) // 20
@@ -231,7 +217,7 @@ def test_index_alignment_pairs_by_header():
     """Pure pairing: a disk file whose name sorts out of place is paired with the expected file it holds
     and reported out of order; an unknown file is extra; nothing shifts the other pairs."""
     from jobs.pipeline.verify.findings import Findings
-    from jobs.pipeline.verify.index import align_index_files
+    from jobs.pipeline.verify.index_files import align_index_files
     from storage_format.index_file import IndexHeader
 
     exp = [(i, IndexHeader(1000 * i, 1000 * i + 999, 100 * i, 100 * i + 99, 3, 256)) for i in range(5)]
@@ -250,7 +236,7 @@ def test_index_alignment_pairs_by_header():
 def test_reopened_store_differs_only_in_recreated_index_files(case, spark, tmp_path):
     """A store the broker's abnormal recovery reopened: every consume-queue file is what dispatch up to the
     confirm offset implies; the only findings are in the index files the recovery re-created."""
-    code, rep = run(GOLDEN / case, tmp_path)
+    code, rep = run_verify(GOLDEN / case, tmp_path)
     kept = set(manifest(case)["oracle_self_check"]["details"]["index_files_kept"])
     assert code == 1 and rep["findings"]
     assert {f["artifact"] for f in rep["findings"]} == {"index"}
@@ -332,7 +318,7 @@ def test_directory_or_fifo_in_place_of_a_consume_queue_file(thing, spark, store,
     previous = signal.signal(signal.SIGALRM, hang)
     signal.alarm(600)
     try:
-        code, report = run(store, tmp_path)
+        code, report = run_verify(store, tmp_path)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -354,7 +340,7 @@ def test_names_the_broker_would_mis_handle_are_findings_with_its_consequence(spa
     (store / "consumequeue" / "TopicTest" / "01").mkdir()
     (store / "consumequeue" / "TopicTest" / "q1").mkdir()
     (store / "index" / "notes.txt").write_text("x")
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1
     found = {d["path"]: d["detail"] for d in report["findings"] if d["kind"] == "unexpected_file"}
     assert "Long.parseLong" in found["consumequeue/TopicTest/1/00000000000000002000.bak"]
@@ -368,7 +354,7 @@ def test_names_the_broker_would_mis_handle_are_findings_with_its_consequence(spa
 
 def test_every_finding_shape_has_a_console_line():
     """describe() never fails on a finding that lacks `expected` or `found` (a DLedger index unit past the last
-    entry once had neither: verify's error line was "KeyError: 'found'", issue 35 item 3)."""
+    entry has neither)."""
     from jobs.verify import describe
 
     for kind in ("extra_entry", "missing_entry", "slot_differs", "entry_differs", "header_differs"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 from tests.since_helpers import expired_copy, expired_index, expired_units
-from tests.test_verify import run
+from tests.helpers import run_verify
 
 CQ_UNIT = 20
 
@@ -16,7 +16,7 @@ def test_a_store_whose_head_expired_and_was_cleaned_is_consistent(spark, tmp_pat
     and index entries equal an independent reading of the store's files."""
     store = tmp_path / "store"
     min_offset = expired_copy("clean-medium-11", store, 10)
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 0, report["findings"][:3]
     files, entries = expired_index(store, min_offset)
     assert report["commitlog"]["min_offset"] == min_offset
@@ -29,7 +29,7 @@ def test_placed_queues_and_files_the_clean_service_has_not_deleted(spark, tmp_pa
     the out-of-step queues go on from where the store holds their first remaining unit, the old files are expired."""
     store = tmp_path / "store"
     min_offset = expired_copy("v5-lmq-clean-small-11", store, 3, clean=False)
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 0, report["findings"][:3]
     files, entries = expired_index(store, min_offset)
     assert files > 0 and report["expired"]["index.files"] == files and report["expired"]["index.entries"] == entries
@@ -55,7 +55,7 @@ def test_damage_past_the_expired_head_is_still_found(spark, tmp_path):
     pos = entries + 1  # the first entry at or past the min offset
     raw[40 + 64 * 4 + pos * 20 + 1] ^= 0x01  # its keyHash
     seed.write_bytes(bytes(raw))
-    code, report = run(store, tmp_path)
+    code, report = run_verify(store, tmp_path)
     assert code == 1
     rel = cq.relative_to(store).as_posix()
     cq_found = [d for d in report["findings"] if d["artifact"] == "consumequeue"]

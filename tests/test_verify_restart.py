@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN
-from tests.test_verify import run
+from tests.helpers import run_verify
 
 CASE = GOLDEN / "broker-anomalies" / "prepared-tail-restart-11"
 CONF = CASE / "broker.conf"
@@ -114,7 +114,7 @@ def test_the_reopened_store_is_consistent_with_its_restart_counted_apart(only, s
     put, and the record it names (CASE.txt's PREPARED record, its keys as rebuilt/ holds them), counted apart and
     said on the console. --only index decodes no consume-queue rows: the store's queues, as the broker reads them
     back, decide."""
-    code, report = run(CASE / "reopened", tmp_path, CONF, *only)
+    code, report = run_verify(CASE / "reopened", tmp_path, CONF, *only)
     assert code == 0 and report["findings_total"] == 0, report["findings"][:3]
     phy = prepared_offset()
     keys, ts = record_keys(index_files(CASE / "rebuilt")[-1].read_bytes(), phy)
@@ -127,14 +127,14 @@ def test_the_reopened_store_is_consistent_with_its_restart_counted_apart(only, s
 
 
 def test_the_rebuilt_store_has_nothing_counted_apart(spark, tmp_path):
-    code, report = run(CASE / "rebuilt", tmp_path, CONF)
+    code, report = run_verify(CASE / "rebuilt", tmp_path, CONF)
     assert code == 0 and report["restart_reindex"] == {} and "restart_record" not in report
 
 
 def test_two_starts_are_two_passes(spark, tmp_path):
     """A second start's entry (the test's putKey on a copy of reopened/) is counted too: 2 entries, 2 starts."""
     restarted_copy(CASE / "reopened", tmp_path / "store", CASE / "rebuilt", prepared_offset(), 1)
-    code, report = run(tmp_path / "store", tmp_path, CONF)
+    code, report = run_verify(tmp_path / "store", tmp_path, CONF)
     assert code == 0, report["findings"][:3]
     assert report["restart_reindex"] == {"index.entries": 2, "index.starts": 2}
 
@@ -159,7 +159,7 @@ def test_an_extra_entry_that_is_not_the_restarts_is_a_finding(field, change, spa
     pos = header(data)[5] - 1
     _set_entry_field(data, pos, field, change)
     last.write_bytes(bytes(data))
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 1 and report["restart_reindex"] == {}
     assert {d["path"] for d in report["findings"]} == {f"index/{last.name}"}
     assert any(d["kind"] == "extra_entry" and d["position"] == pos for d in report["findings"])
@@ -184,7 +184,7 @@ def test_the_keys_put_into_a_new_file_while_the_last_has_room_are_findings(spark
     """A file after the last one holding the record's keys again, the last one not full: not what a start writes."""
     store = writable_copy(CASE / "rebuilt", tmp_path / "store")
     put_into_a_new_file(store, prepared_offset())
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 1 and report["restart_reindex"] == {}
     assert report["finding_counts"] == {"index.extra_file": 1}
 
@@ -195,7 +195,7 @@ def test_a_pass_of_a_record_with_a_queue_unit_is_a_finding(only, spark, tmp_path
     nothing again, so the same pass of its keys (the test's putKey) is a finding, in both modes."""
     last_phy = header(index_files(CLEAN)[-1].read_bytes())[3]
     restarted_copy(CLEAN, tmp_path / "store", CLEAN, last_phy, 1)
-    code, report = run(tmp_path / "store", tmp_path, CLEAN / "broker.conf", *only)
+    code, report = run_verify(tmp_path / "store", tmp_path, CLEAN / "broker.conf", *only)
     assert code == 1 and report["restart_reindex"] == {}
     assert report["finding_counts"].get("index.extra_entry", 0) >= 1
 
@@ -249,7 +249,7 @@ def test_the_brokers_second_start_is_the_tests_second_pass(oracle, spark, tmp_pa
     _broker_restarts(oracle, store, 1)
     expected = restarted_copy(CASE / "reopened", tmp_path / "mine", CASE / "rebuilt", prepared_offset(), 1)
     assert [p.read_bytes() for p in index_files(store)[-len(expected):]] == [bytes(f) for f in expected]
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 0 and report["restart_reindex"] == {"index.entries": 2, "index.starts": 2}
 
 
@@ -268,7 +268,7 @@ def test_starts_that_fill_the_last_file_open_a_new_one(oracle, spark, tmp_path):
     broker_rebuild(oracle, src / "commitlog", store, CONF)
     keys, _ = record_keys(index_files(store)[-1].read_bytes(), record)
     assert len(keys) == 4 and header(index_files(store)[-1].read_bytes())[5] - 1 == 244
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 0 and report["restart_reindex"] == {}
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps(report))
@@ -276,14 +276,14 @@ def test_starts_that_fill_the_last_file_open_a_new_one(oracle, spark, tmp_path):
     _broker_restarts(oracle, store, 3)
     assert [p.read_bytes() for p in index_files(store)[-2:]] == [bytes(f) for f in expected]
     for extra in ((), ("--since", str(earlier))):
-        code, report = run(store, tmp_path, CONF, *extra)
+        code, report = run_verify(store, tmp_path, CONF, *extra)
         assert code == 0, report["findings"][:3]
         assert report["restart_reindex"] == {"index.entries": 12, "index.files": 1, "index.starts": 3}
     opened = index_files(store)[-1]
     data = bytearray(opened.read_bytes())
     data[ENTRIES_AT + ENTRY + 3] ^= 0x01  # the opened file's one entry: its keyHash
     opened.write_bytes(bytes(data))
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 1 and report["restart_reindex"] == {}
     assert report["finding_counts"]["index.extra_file"] == 1
     assert {d["path"] for d in report["findings"]} == {f"index/{p.name}" for p in index_files(store)[-2:]}
@@ -303,17 +303,17 @@ def test_since_when_the_seed_is_the_last_file(oracle, spark, tmp_path):
     _cut_after(CLEAN / "commitlog", record, src)
     broker_rebuild(oracle, src / "commitlog", store, CONF)
     assert header(index_files(store)[-1].read_bytes())[2] < record // 262144 * 262144  # the seed is the last file
-    code, report = run(store, tmp_path, CONF)
+    code, report = run_verify(store, tmp_path, CONF)
     assert code == 0 and report["restart_reindex"] == {}
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps(report))
     stray = put_into_a_new_file(store, record)
-    code, report = run(store, tmp_path, CONF, "--since", str(earlier))
+    code, report = run_verify(store, tmp_path, CONF, "--since", str(earlier))
     assert code == 1 and report["finding_counts"] == {"index.extra_file": 1}
     assert report["index_seed"]["checked_by"] == "cut copy" and "follow the seed" in report["index_seed"]["why"]
     stray.unlink()
     _broker_restarts(oracle, store, 1)
-    code, report = run(store, tmp_path, CONF, "--since", str(earlier))
+    code, report = run_verify(store, tmp_path, CONF, "--since", str(earlier))
     assert code == 0, report["findings"][:3]
     assert report["restart_reindex"] == {"index.entries": 4, "index.starts": 1}
     assert "restart re-index" in report["index_seed"]["why"]
@@ -343,7 +343,7 @@ def test_a_skipped_damaged_record_at_the_tail_is_indexed_again(oracle, spark, tm
     keys, _ = record_keys(index_files(store)[-1].read_bytes(), record)
     assert keys  # indexed
     _broker_restarts(oracle, store, 1, case / "broker.conf")
-    code, report = run(store, tmp_path, case / "broker.conf")
+    code, report = run_verify(store, tmp_path, case / "broker.conf")
     assert code == 1 and report["finding_counts"] == {"commitlog.out_of_step_queue_offset": 1}
     assert report["restart_reindex"] == {"index.entries": len(keys), "index.starts": 1}
     assert report["restart_record"]["offset"] == record

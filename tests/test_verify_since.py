@@ -15,8 +15,7 @@ import pytest
 from jobs.rebuild import main as rebuild_main
 from tests.conftest import GOLDEN
 from tests.since_helpers import cut_offset, earlier_store, expire, expired_copy, expired_index, grown_in_place
-from tests.test_hostile import run_job
-from tests.test_verify import run
+from tests.helpers import run_job, run_verify
 
 CASE = "clean-medium-11"
 CONF = GOLDEN / CASE / "broker.conf"
@@ -32,14 +31,14 @@ def last_week(spark, tmp_path_factory) -> tuple[Path, dict]:
                          "--quiet"]) == 0
     for part in ("consumequeue", "index"):
         shutil.copytree(root / "out" / part, store / part)
-    code, report = run(store, root)
+    code, report = run_verify(store, root)
     assert code == 0 and report["built_to"]["offset"] == cut_offset(CASE, 0.6)
     (root / "report.json").rename(root / "last-week.json")
     return root / "last-week.json", report
 
 
 def since(store: Path, tmp_path: Path, earlier: Path, *extra: str) -> tuple[int, dict]:
-    return run(store, tmp_path, CONF, "--since", str(earlier), *extra)
+    return run_verify(store, tmp_path, CONF, "--since", str(earlier), *extra)
 
 
 def this_week(last_week, tmp_path: Path) -> tuple[Path, Path]:
@@ -48,7 +47,7 @@ def this_week(last_week, tmp_path: Path) -> tuple[Path, Path]:
     store = tmp_path / "store"
     shutil.copytree(last_week[0].parent / "store", store)
     (tmp_path / "then").mkdir()
-    code, _ = run(store, tmp_path / "then")
+    code, _ = run_verify(store, tmp_path / "then")
     assert code == 0
     return grown_in_place(CASE, store), tmp_path / "then" / "report.json"
 

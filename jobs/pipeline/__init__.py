@@ -1,10 +1,12 @@
 """Everything the jobs share, grouped by what it serves (tests/test_layout.py checks that this map names every
 module; docs/pipeline-map.md is the same map as a table). Entry points stay in jobs/; bytes and broker rules
-live in storage_format/, Spark column functions in udfs/.
+live in storage_format/, Spark column functions in udfs/. The packages are layers, listed here lowest first: a
+package imports only packages listed before it, `verify`, `since`, `convert`, `dump` and `catalog` none of each
+other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package's own module names nothing.
 
 - `runtime`: how a job runs, whatever it does
-  `runtime.cli` (common flags, exit codes, checks before Spark starts, `run_main`),
-  `runtime.frontdoor` (the `reput JOB` console command), `runtime.failure` (any failure as one line),
+  `runtime.cli` (common flags, exit codes, the broker config read, `run_main`),
+  `runtime.failure` (any failure as one line),
   `runtime.interrupt` (Ctrl-C and SIGTERM: one line, exit 130 or 143, half-made output removed),
   `runtime.faults` (fault-injection hooks for the crash-safety tests), `runtime.session` (the SparkSession:
   embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
@@ -23,7 +25,10 @@ live in storage_format/, Spark column functions in udfs/.
   `io.fs` (one filesystem layer: local, hdfs://, s3://), `io.paths` (outputs lie outside the store),
   `io.publish` (atomic publishing: staging directory, check, rename), `io.commit_marker` (publishing on object
   storage, where the run report is the commit), `io.workdir` (the decode stage's per-split Arrow work files),
-  `io.store_gate` (a store's first look: refusals by name, where the commit log lives), `io.live_broker`
+  `io.job_args` (the --store and --report a job is given, checked before Spark starts),
+  `io.store_gate` (a store's first look: refusals by name, the consume queues' layout, where the commit log lives),
+  `io.rocksdb_db` (a RocksDB consume-queue database read read-only through a private link directory), `io.rocksdb_writer`
+  (SST files in the broker's table format and a fresh consume-queue database of them, with rocksdict), `io.live_broker`
   (what a running broker means for a job), `io.store_lock` (is a broker running on this store? its lock),
   `io.replaceable` (may a run write OUT: --overwrite replaces only an OUT as reput published it), `io.run_lock`
   (one run per output: the lock file beside OUT),
@@ -39,61 +44,69 @@ live in storage_format/, Spark column functions in udfs/.
   `store.segments` (the commit log's segments, as the broker loads them), `store.markers` (the one reader of
   abort, abort.bak and checkpoint, with its damage policy; the generation, 4.x or 5.x, given or detected),
   `store.dispatch` (how far the broker's dispatch goes: controller mode, duplicationEnable; DLedger's committed
-  position), `store.dledger_report` (the report's `dledger` section), `store.built_to` (what an OUT was built to:
+  position), `store.built_to` (what an OUT was built to:
   the end offset and the digests of the bytes before it, checked against the store later), `store.identity` (which
-  store a verify report was made on: its resolved path and inodes, beyond its commit log's bytes)
+  store a verify report was made on: its resolved path and inodes, beyond its commit log's bytes),
+  `store.run_report` (an earlier run's report read back: parsed, its version, the settings it was made with),
+  `store.rocksdb_summary` (a RocksDB consume-queue database counted for inspect: units, queues, max/min records,
+  its dirty tail and checkpoint)
 - `scan`: stages 1-2 of every Spark job
-  `scan.stage` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
-  scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.cq_rows` (a decode task's consume-queue
+  `scan.decode` (splits decoded in Spark tasks and stitched into the broker's one scan), `scan.result` (the
+  scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.report_sections` (the report's `dispatch` and `dledger`
+  sections: the store's facts beside the scan's), `scan.split_records` (a DLedger split's records listed by its
+  decode task: what convert lays out), `scan.cq_rows` (a decode task's consume-queue
   rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.crc_audit` (every valid record whose
   body CRC fails, listed), `scan.queue_order` (queues whose queueOffsets do not step by 1, the first misplaced
   record named)
 - `outputs`: stages 3-4
-  `outputs.stage` (consume-queue files and index files from the work files), `outputs.continued` (rebuild
-  --since: a consume-queue file joined to the earlier OUT's, its units placed from that queue's state and checked),
-  `outputs.earlier_file` (that earlier file read from a unit on to its end of data only, where its units end)
+  `outputs.build` (consume-queue files and index files from the work files), `outputs.continued` (files that
+  continue a file of the same name: OUT2's consume-queue file joined to OUT1's and checked, a queue placed from its
+  files' state, the last index file appended to), `outputs.cq_tail` (a consume-queue file read from a unit on to
+  its end of data only, where its units end), `outputs.index_continuation` (an index continued by new keys: the
+  files they fill and their names by counts, the clean service's deletions, the tasks), `outputs.rebuild_out` (a
+  rebuild's staged OUT checked, its run report), `outputs.rocksdb_units` (a RocksDB consume queue's units: one
+  task per key range writes one sorted SST file), `outputs.rocksdb_run` (rebuild of a storeType=defaultRocksDB store: the
+  database in OUT/consumequeue/, its offset family, checks, report)
+- `recover`: jobs.recover
+  `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
+  and its JSON form), `recover.gather` (the facts gathered: validating scan, queues, index; then decided),
+  `recover.write` (the files recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: the switch's
+  steps, backup, journal, resume, rollback), `recover.journal` (the switch's file operations, their JSON form,
+  its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
+  `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
+  of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.dledger_v5` (the same for 5.3.3's
+  model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.rocksdb_store` (a RocksDB store's recovery: RocksDB's start segment, the index, the database copied and never written, `abort` kept), `recover.timer` (the 5.x timer store:
+  warnings, verify's timer findings, what --repair-timer writes)
 - `since`: rebuild --since OUT1 (docs/nightly.md)
-  `since.previous` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.plan` (the
-  index continued and named, the clean service's deletions: no I/O), `since.index` (the new keys
-  counted per split, the index files' tasks), `since.stage` (expired files found in tasks, OUT1's files copied),
-  `since.run` (the checks before Spark, then everything up to the staged OUT2), `since.inplace` (--in-place:
-  only the changed files staged, switched into OUT1 by recover's in-place protocol)
+  `since.out1` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.queues` (OUT1's
+  consume-queue files: none lost, the expired ones found in tasks, the rest copied), `since.report` (what the run
+  wrote and reused, its report), `since.run` (the checks before Spark, the run up to the staged files, OUT2
+  published), `since.inplace` (--in-place: OUT1's locks, only the changed files staged, switched into OUT1 by
+  recover's in-place protocol)
 - `verify`: jobs.verify's comparisons
-  `verify.cq` (consume queues), `verify.index` (index files), `verify.pointer` (what a pointer on disk
-  points at), `verify.findings` (the one registry of finding kinds), `verify.dledger` (DLedger's index/ against
+  `verify.cq` (consume queues), `verify.index_files` (index files), `verify.pointer` (what a pointer on disk
+  points at), `verify.findings` (the one registry of finding kinds), `verify.dledger_index` (DLedger's index/ against
   the data files), `verify.dledger_v5` (a 5.x DLedger store: double-indexed records set apart, a crash's lag named),
   `verify.double_index` (the broker's double-indexed records, rebuilt and compared byte for byte), `verify.index_gap` (the broker's own index loss after its DLedger recovery, named), `verify.since` (verify --since: the earlier
   verify's report checked, where this one starts), `verify.index_seed` (the index
   from the commit log's first kept offset on when its head expired: the store's file holding it cut back and continued),
   `verify.restart` (the broker's restart re-index of the log's last indexed record, counted apart), `verify.out_dir`
   (verify --files OUT: a reput output's files checked against the store's log up to OUT's end), `verify.text` (the
-  console summary)
-- `recover`: jobs.recover
-  `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
-  and its JSON form), `recover.stage` (gather the facts, decide, execute), `recover.write` (the files
-  recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: the switch's
-  steps, backup, journal, resume, rollback), `recover.journal` (the switch's file operations, their JSON form,
-  its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
-  `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
-  of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.dledger_v5` (the same for 5.3.3's
-  model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.timer` (the 5.x timer store:
-  warnings, verify's timer findings, what --repair-timer writes)
+  console summary), `verify.rocksdb_store` (a RocksDB store's database against the log: the `offset` family, the
+  checkpoint and the next start on the driver), `verify.rocksdb_units` (its `default` family compared in tasks, key
+  range by key range), `verify.rocksdb_text` (its console lines)
 - `convert`: jobs.convert (a DLedger store to a plain commit log)
-  `convert` (its stages), `convert.records` (listing a DLedger store's records from the
-  source scan's decoded bytes; the segment writers' hop),
-  `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
-  segment and its part of the msgId map), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
+  `convert` (its stages), `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
+  segment and its part of the msgId map), `convert.write` (the write job: segments, their body CRCs, plain segments,
+  the builds), `convert.msgid_map` (the old -> new msgId map keyed by offsets: written
   per segment, ids derived on reading, an old id looked up), `convert.remap` (the source scan's work files given the new offsets),
   `convert.transactions` (the COMMIT/ROLLBACK records' half records mapped per split, pairs in the work directory),
   `convert.bad_crc` (records whose body CRC fails: where they land, what the plain broker does),
   `convert.broker_conf` (the broker config OUT is started with: written into OUT, checked by --check-config)
 - `catalog`: jobs.catalog
-  `catalog.stage` (one task per split writes the records' Parquet files)
+  `catalog.parquet` (one task per split writes the records' Parquet files)
 - `dump`: jobs.dump and jobs.query, random access with no Spark
   `dump.readers` (consume-queue entries, records from an offset, an index file's header, slots and chains),
-  `dump.text` (their plain-text form), `dump.messages` (one record by its offset, as JSON and as lines)
+  `dump.text` (their plain-text form), `dump.messages` (one record by its offset, as JSON and as lines),
+  `dump.rocksdb` (a RocksDB store's queue units, its offset column family and its checkpoints)
 """
-
-# The modules whose functions Spark tasks run: a warm Python worker daemon imports them before forking workers
-# (runtime.worker_daemon.preload), named here so that the runtime, the lowest floor, imports no stage.
-TASK_MODULES = ("jobs.pipeline.scan.stage", "jobs.pipeline.outputs.stage")

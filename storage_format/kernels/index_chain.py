@@ -1,6 +1,6 @@
 """Index slot chains as compiled sequential loops (numba): the broker's putKey order, one entry at a
 time, written straight into the entries' bytes, which beats the vectorised stable sort
-(index_file.newest_positions_numpy / entry_bytes_numpy, kept as the reference)."""
+(index_build.newest_positions_numpy / entry_bytes_numpy, kept as the reference)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +22,7 @@ def entry_bytes(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarray, slo
     phyOffset, timeDiff (seconds after the begin timestamp the put saw, Java's truncating division,
     clamped to 0..int_max, 0 when that timestamp is <= 0), previous position in the slot. The first
     entry of a file (first_position 1) sees `first_begin_ts`, every other one `begin_ts`; `current`,
-    the newest position per slot, is updated (index_file.entry_bytes_numpy is the reference)."""
+    the newest position per slot, is updated (index_build.entry_bytes_numpy is the reference)."""
     n = key_hash.shape[0]
     # The chain first, as its own tight loop: its random slot reads then overlap each other (2.3x the
     # one-loop form on 20 M keys in 5 M slots), the byte assembly after is sequential.
@@ -55,7 +55,7 @@ def append_chain(key_hash: np.ndarray, slots: int, table: np.ndarray, count: int
     file's slot table as its big-endian bytes, updated in place (only the slots put into are written); each
     entry's previous position goes to `prevs`, 0 where the slot's value is not 0 < value <= the entry's position
     (IndexFile.putKey's check). Returns the puts that found no valid value: hashSlotCount's increase
-    (index_file.append_chain_numpy is the reference)."""
+    (index_build.append_chain_numpy is the reference)."""
     invalid = 0
     for i in range(key_hash.shape[0]):
         o = (np.int64(key_hash[i]) % slots) * 4

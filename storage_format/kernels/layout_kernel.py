@@ -2,12 +2,158 @@
 transaction type, prepared offset), the same hop copying the records to their new offsets with PHYSICALOFFSET
 rewritten and the msgId map's one-host check, the prepared-offset rewrite, and old record offsets given their new
 ones (the build tasks' rows). References: commitlog_layout's hop_entries_reference, rewrite_reference and
-one_store_host_reference (hop_copy: all three), map_offsets_reference, tested equal."""
+one_store_host_reference (hop_copy: all three), map_offsets_reference, tested equal; hop_copy_checked's body CRC
+check: record_columns.first_crc_error (zlib), tested equal.
+
+The copy and the CRC are what convert's write job spends its CPU on, so they go below numba's array code: a record is
+copied with llvm.memcpy (numba's slice assignment moves a byte at a time: 4x slower here), and on x86-64 CPUs with
+PCLMULQDQ a body's CRC-32 folds 16 bytes per carry-less multiply (the bit-reflected constants and Barrett reduction
+of Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ", as zlib's SIMD CRC uses them: 2.5x the
+slicing-by-16 table of crc_kernel, which every other CPU, and a numba told to compile for another CPU, still uses).
+These helpers are numba intrinsics made when numba is first imported for the kernels (`_Lowered`), so importing
+this module still imports no numba."""
 from __future__ import annotations
+
+import os
+import platform
+from typing import Callable
 
 import numpy as np
 
-from .jit import njit
+from .crc_kernel import TABLES, crc32
+from .jit import Kernel, njit
+
+
+class _Lowered(Kernel):
+    """An LLVM-level helper (a numba intrinsic), made by `make` once numba is imported: jit turns every Kernel named
+    in a kernel module into its `dispatcher` before any kernel compiles, and this one's is the intrinsic."""
+
+    def __init__(self, make: Callable) -> None:  # noqa: D107 - no py_func: jit compiles nothing of it
+        self._make, self._made = make, None
+
+    @property
+    def dispatcher(self):  # noqa: D102
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+
+def _clmul_intrinsic():
+    """clmul(a, b) -> (low, high): the 128-bit carry-less product of two uint64 (PCLMULQDQ)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def clmul(typingctx, a, b):
+        sig = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            i32, v2 = ir.IntType(32), ir.VectorType(ir.IntType(64), 2)
+            va = builder.insert_element(ir.Constant(v2, ir.Undefined), args[0], ir.Constant(i32, 0))
+            vb = builder.insert_element(ir.Constant(v2, ir.Undefined), args[1], ir.Constant(i32, 0))
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v2, [v2, v2, ir.IntType(8)]),
+                                                "llvm.x86.pclmulqdq")
+            r = builder.call(fn, [va, vb, ir.Constant(ir.IntType(8), 0)])
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.extract_element(r, ir.Constant(i32, k)) for k in (0, 1)])
+        return sig, codegen
+    return clmul
+
+
+def _load64_intrinsic():
+    """load64(a, p): the little-endian uint64 at a[p:p + 8] of a byte array, unaligned (the caller keeps
+    p + 8 <= len(a))."""
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def load64(typingctx, a, p):
+        sig = types.uint64(a, types.int64)
+
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            at = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(64).as_pointer())
+            return builder.load(at, align=1)
+        return sig, codegen
+    return load64
+
+
+def _memcpy_intrinsic():
+    """memcpy(dst, d, src, s, n): dst[d:d + n] = src[s:s + n] as llvm.memcpy (the caller keeps both in bounds)."""
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def memcpy(typingctx, dst, d, src, s, n):
+        sig = types.void(dst, types.int64, src, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            da = context.make_array(signature.args[0])(context, builder, args[0])
+            sa = context.make_array(signature.args[2])(context, builder, args[2])
+            cgutils.raw_memcpy(builder, builder.gep(da.data, [args[1]]), builder.gep(sa.data, [args[3]]), args[4], 1)
+            return context.get_dummy_value()
+        return sig, codegen
+    return memcpy
+
+
+def has_clmul() -> bool:
+    """PCLMULQDQ is there for the kernels: an x86-64 CPU whose flags name it, numba compiling for this CPU (or told
+    to with NUMBA_CPU_FEATURES holding +pclmul)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    if os.environ.get("NUMBA_CPU_NAME", "host") != "host":
+        return "+pclmul" in os.environ.get("NUMBA_CPU_FEATURES", "")
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "pclmulqdq" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+_clmul, _load64, _memcpy = (_Lowered(m) for m in (_clmul_intrinsic, _load64_intrinsic, _memcpy_intrinsic))
+
+# CRC-32 folding constants for the bit-reflected polynomial 0xEDB88320 (x^(128+32), x^(128-32), x^64 mod P, then P
+# and Barrett's mu), as zlib's crc32_simd.c holds them
+_K3, _K4, _K5 = np.uint64(0x01751997D0), np.uint64(0x00CCAA009E), np.uint64(0x0163CD6124)
+_POLY, _MU = np.uint64(0x01DB710641), np.uint64(0x01F7011641)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@njit()
+def crc32_clmul(a, lo, hi):
+    """CRC-32 of a[lo:hi] (0 <= lo <= hi <= len(a)), as zlib.crc32(a[lo:hi]): 16 bytes per fold with PCLMULQDQ from
+    32 bytes on, the last 0-15 bytes with crc_kernel's byte table."""
+    c = np.uint64(0xFFFFFFFF)
+    p = lo
+    if hi - lo >= 32:
+        xl, xh = _load64(a, p) ^ c, _load64(a, p + 8)
+        p += 16
+        while p + 16 <= hi:  # x = x.lo * K3 ^ x.hi * K4 ^ the next 16 bytes
+            l1, h1 = _clmul(xl, _K3)
+            l2, h2 = _clmul(xh, _K4)
+            xl, xh = l1 ^ l2 ^ _load64(a, p), h1 ^ h2 ^ _load64(a, p + 8)
+            p += 16
+        l2, h2 = _clmul(xl, _K4)  # 128 -> 64 bits
+        xl, xh = xh ^ l2, h2
+        l1, h1 = _clmul(xl & _LOW32, _K5)  # 64 -> 32 bits (in the high half)
+        xl = l1 ^ ((xl >> np.uint64(32)) | (xh << np.uint64(32)))
+        t, _ = _clmul(xl & _LOW32, _MU)  # Barrett reduction
+        t, _ = _clmul(t & _LOW32, _POLY)
+        c = ((xl ^ t) >> np.uint64(32)) & _LOW32
+    t0 = TABLES
+    c32 = np.uint32(c)
+    while p < hi:
+        c32 = t0[0, (c32 ^ a[p]) & 0xFF] ^ (c32 >> 8)
+        p += 1
+    return np.int64(c32 ^ np.uint32(0xFFFFFFFF))
+
+
+HAS_CLMUL = has_clmul()
+_body_crc = crc32_clmul if HAS_CLMUL else crc32  # which the copy pass checks bodies with (crc_kernel.crc32 elsewhere)
 
 @njit()
 def _i32(a, p):
@@ -35,6 +181,7 @@ def _prepared_at(flag):
     return 48 + born + 8 + store + 4
 
 
+MIN_RECORD = 91  # commitlog.MIN_RECORD_SIZE: the fields the copy reads and rewrites lie inside any record
 TOUCH_AHEAD = 4096  # bytes ahead of the entry header it reads whose cache lines the hop loads early
 
 
@@ -79,15 +226,27 @@ def hop_entries(buf: np.ndarray, base: int, start: int, limit: int, header: int,
         p += size
 
 
-@njit()
-def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst: np.ndarray, dst_base: int,
-             offs: np.ndarray, sizes: np.ndarray, news: np.ndarray):
-    """hop_entries (no limit) and the records' copy in one pass, so each record's bytes are read once: walk up to
-    `want` entries from buf[start], copying each record right after the last into `dst` (absolute offset
-    `dst_base`) with PHYSICALOFFSET set to its new offset; per record its old offset, size and new offset.
-    Returns (records, where the walk stopped (relative), 1 at the data's end else 0, bytes copied, whether every
-    record copied has the first one's store host (address and port: the msgId map then uses one prefix), the
-    sum of the bytes touched ahead). `dst` must hold the bytes of the records the walk finds (at most len(buf))."""
+@njit(inline="always")
+def _body_crc_fails(a, rp, end):
+    """The record at a[rp:end] fails the broker's body check (crc_kernel.record_crc_ok): bodyLength after the born
+    and store hosts (4 or 16 address bytes each, sysFlag bits 0x10 and 0x20), a body that does not lie inside the
+    record not checked, an empty one passes, else CRC-32 of the body & 0x7FFFFFFF equals the stored bodyCRC, as
+    split_kernel's walk with check_crc and record_columns.first_crc_error."""
+    flag = _i32(a, rp + 36)
+    body_len_at = rp + 48 + (16 if flag & 0x10 else 4) + 4 + 8 + (16 if flag & 0x20 else 4) + 4 + 12
+    if body_len_at + 4 > end:
+        return False
+    body_len = _i32(a, body_len_at)
+    if body_len <= 0 or body_len_at + 4 + body_len > end:
+        return False
+    return (_body_crc(a, body_len_at + 4, body_len_at + 4 + body_len) & 0x7FFFFFFF) != _i32(a, rp + 8)
+
+
+@njit(inline="always")
+def _hop_copy(buf, base, start, header, want, dst, dst_base, offs, sizes, news, check_crc, bad):
+    """hop_copy's walk; with `check_crc` each copied record's body CRC is checked in `dst` while its bytes are in
+    the cache, and the indexes of those failing go to `bad`. Returns hop_copy's answer with their count before the
+    touched sum."""
     n = 0
     p = start
     end = buf.shape[0]
@@ -99,6 +258,7 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
     host0 = 0
     v6 = 0
     width = 8
+    failed = 0
     while n < want:
         stop_at = min(p + TOUCH_AHEAD, end)
         while ahead < stop_at:
@@ -112,10 +272,16 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
         size = _i32(buf, p + 4)
         if p + size > end:
             break
+        if size < header + MIN_RECORD:
+            ended = 1  # no record fits: not an entry the scan accepted (the writer's count check names it)
+            break
         rec = p + header
         rsize = size - header
-        dst[q:q + rsize] = buf[rec:rec + rsize]
+        _memcpy(dst, q, buf, rec, rsize)  # dst holds it: the caller sizes dst to the bytes it hands in
         _put64(dst, q + 28, dst_base + q)
+        if check_crc and _body_crc_fails(dst, q, q + rsize):
+            bad[failed] = n
+            failed += 1
         flag = _i32(buf, rec + 36)
         host = q + 48 + (20 if flag & 0x10 else 8) + 8
         if n == 0:
@@ -134,7 +300,32 @@ def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst
         q += rsize
         n += 1
         p += size
+    return n, p, ended, q, one_host, failed, touched
+
+
+@njit()
+def hop_copy(buf: np.ndarray, base: int, start: int, header: int, want: int, dst: np.ndarray, dst_base: int,
+             offs: np.ndarray, sizes: np.ndarray, news: np.ndarray):
+    """hop_entries (no limit) and the records' copy in one pass, so each record's bytes are read once: walk up to
+    `want` entries from buf[start], copying each record right after the last into `dst` (absolute offset
+    `dst_base`) with PHYSICALOFFSET set to its new offset; per record its old offset, size and new offset.
+    Returns (records, where the walk stopped (relative), 1 at the data's end else 0, bytes copied, whether every
+    record copied has the first one's store host (address and port: the msgId map then uses one prefix), the
+    sum of the bytes touched ahead). `dst` must hold the bytes of the records the walk finds (at most len(buf))."""
+    n, p, ended, q, one_host, _, touched = _hop_copy(buf, base, start, header, want, dst, dst_base, offs, sizes,
+                                                     news, False, offs[:0])
     return n, p, ended, q, one_host, touched
+
+
+@njit()
+def hop_copy_checked(buf: np.ndarray, base: int, start: int, header: int, want: int, dst: np.ndarray, dst_base: int,
+                     offs: np.ndarray, sizes: np.ndarray, news: np.ndarray, bad: np.ndarray, check_crc: bool):
+    """hop_copy, with `check_crc` every copied record's body CRC checked as the broker's recovery checks it
+    (checkCRCOnRecover) in the same pass: the copy's bytes are still in the cache, so the check costs the CRC alone
+    instead of a second decode of the store. The indexes (into offs/sizes/news) of the records that fail go to
+    `bad` (as large as `offs`). Returns (records, stop, ended, bytes copied, one host, records failing, touched
+    sum)."""
+    return _hop_copy(buf, base, start, header, want, dst, dst_base, offs, sizes, news, check_crc, bad)
 
 
 @njit()

@@ -120,6 +120,8 @@ def _lmq_rules(rules: MultiDispatchRules | None, configured: bool) -> tuple[np.n
         if not rules.enable_multi_dispatch:
             lmq[lk.L_MODE] = lk.MODE_OFF
     lmq[[lk.L_SEPARATOR, lk.L_FILE_SEPARATOR, lk.L_LMQ_QUEUE_ID]] = (ord(SEPARATOR), ord(FILE_SEPARATOR), LMQ_QUEUE_ID)
+    if rules is not None and rules.keep_separator_names:
+        lmq[lk.L_FILE_SEPARATOR] = -1  # no byte equals it: RocksDB consume queues skip no name
     return lmq, np.frombuffer(text, np.uint8)
 
 

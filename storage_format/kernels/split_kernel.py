@@ -302,11 +302,14 @@ def _layout(a, pos, end, rules):
 
 
 @njit(inline="always")
-def _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, hot, hot8,
+def _checks(fb, a, topic_at, topic_len, qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, hot, hot8,
             pool):
     """Topic and properties of a laid-out record: (FB_NONE, topic hash, queue (see _find_queue), DELAY level
-    or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0). Only a new queue's topic is checked (a known one
-    passed before). Fills found_lo/found_hi with the wanted properties."""
+    or -1, TAGS hash), or (fallback reason, 0, 0, 0, 0); a record that already has a fallback reason `fb` is not
+    read. Only a new queue's topic is checked (a known one passed before). Fills found_lo/found_hi with the wanted
+    properties."""
+    if fb != FB_NONE:
+        return fb, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     th, ok = java_hash(a, np.int64(0), topic_at, topic_at + topic_len)
     q = _find_queue(a, topic_at, topic_len, qid, _key_of(th, qid), table, hot, hot8, pool) if ok else np.int64(-1)
     if not ok or (q < 0 and unsafe_topic(a, topic_at, topic_len)):
@@ -435,10 +438,85 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     return stats, _queues_out(hot8.view(np.int64), nq, rows, ncq), rows[:ncq], keys[:nk], pool[:pu]
 
 
+@njit(inline="always")
+def _record_at(a, pos, n, stop, limit, segment_end, base_offset, header, rules, stats):
+    """Where the record of the entry or record at `pos` starts, and its size; size -1 when the walk ends here
+    (stats say how). A DLedger entry (`header` bytes before its record) must follow the last one's index and
+    may not lower its term: where one does not, the reference says where."""
+    if not header:
+        return pos, _header(a, pos, stop, limit, segment_end, rules, stats)
+    size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
+    if size < 0:
+        return pos, size
+    entry, term = i64(a, pos + 8), i64(a, pos + 16)
+    if n > 0 and (entry != stats[S_LAST_ENTRY] + 1 or term < stats[S_LAST_TERM]):
+        stats[S_FALLBACK] = FB_BAD_ENTRY  # an index gap or a term going down: the reference says where
+        return pos, np.int64(-1)
+    return pos + header, size - header
+
+
+@njit(inline="always")
+def _placed(fb, phy, store_ts, rp, base_offset, rules):
+    """A laid-out record's fallback reason once its physicalOffset and storeTimestamp are read: moved, undated."""
+    if fb == FB_NONE and phy != base_offset + rp:
+        return FB_MOVED
+    if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
+        return FB_UNDATED
+    return fb
+
+
+@njit(inline="always")
+def _multi_items(a, fb, topic_at, topic_len, own_entry, found_lo, found_hi, schedule, lmq, lmq_text):
+    """A checked record's multi-dispatch items (lmq_kernel): (fallback reason, how many)."""
+    if fb != FB_NONE:
+        return fb, np.int64(0)
+    n_multi = multi_dispatch_items(a, topic_at, topic_len, own_entry, found_lo[P_MULTI], found_hi[P_MULTI],
+                                   found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], schedule, lmq, lmq_text)
+    return (FB_MULTI_DISPATCH if n_multi == LEAVE else fb), n_multi
+
+
+@njit(inline="always")
+def _lacks_room(cur, nk, ncq, nq, pu, q, n_multi, topic_len, found_lo, found_hi, rows, keys, hot8, table, pool):
+    """What the outputs need for the record (its multi-dispatch rows, and the items waiting, see _resolve), noted
+    in cur; True when one of them lacks it."""
+    cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
+    cur[W_ROWS_NEED] = ncq + 1 + n_multi
+    cur[W_QUEUES_NEED] = nq + cur[W_PEND] + (1 if q < 0 else 0) + n_multi  # waiting items may be new queues
+    cur[W_POOL_NEED] = (pu + cur[W_PEND_BYTES] + topic_len
+                        + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0))
+    return (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
+            or cur[W_QUEUES_NEED] * HOT_ROW > hot8.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
+            or cur[W_POOL_NEED] > pool.shape[0])
+
+
+@njit(inline="always")
+def _own_rows(a, rp, q, qid, phy, size, store_ts, tags_h, delay, delay_ms, n_multi, found_lo, found_hi, lmq,
+              lmq_text, table, hot, hot8, rows, ncq, nq, pool, pu, pend, cur):
+    """The record's own consume-queue row (tagsCode: the TAGS hash, or a delayed message's delivery time), then its
+    multi-dispatch rows: the new (row count, queue count, pool length), or (-1, -1, -1) as _multi_dispatch_rows."""
+    tags = signed32(tags_h)
+    if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
+        tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
+    _cq_row(rows, ncq, q, i64(a, rp + 20), phy, size, tags)
+    ncq += 1
+    if n_multi > 0:
+        return _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI], found_lo[P_MULTI_OFFSET],
+                                    found_hi[P_MULTI_OFFSET], n_multi, qid, phy, size, tags, lmq, lmq_text, table, hot,
+                                    hot8, rows, ncq, nq, pool, pu, pend, cur)
+    return ncq, nq, pu
+
+
+@njit(inline="always")
+def _note_entry(stats, n, a, pos):
+    """The split summary's first and last DLedger entry index and term, after entry number n."""
+    if n == 0:
+        stats[S_FIRST_ENTRY], stats[S_FIRST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
+    stats[S_LAST_ENTRY], stats[S_LAST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
+
+
 @njit(_nrt=False)
 def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, schedule, delay_ms, header, check_crc,
-          lmq, lmq_text,
-          stats, cur, found_lo, found_hi, table, hot, hot8, rows, keys, pool, pend):
+          lmq, lmq_text, stats, cur, found_lo, found_hi, table, hot, hot8, rows, keys, pool, pend):
     """Decode records from cur[W_POS] on: True when the walk ended (stats say how), False when an output
     lacks room for the next record (cur says what it needs). Compiled without numba's reference counting:
     it allocates nothing, so the arrays it hands its helpers need no atomic increments per record."""
@@ -448,54 +526,26 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
         while ahead < min(pos + TOUCH_AHEAD, limit):  # each header's address hangs on the last one's load:
             touched += a[ahead]                          # load the lines ahead early, all in flight at once
             ahead += 64
-        if header:
-            size = _entry(a, pos, stop, limit, segment_end, base_offset, header, rules, stats)
-            if size < 0:
-                break
-            entry, term = i64(a, pos + 8), i64(a, pos + 16)
-            if n > 0 and (entry != stats[S_LAST_ENTRY] + 1 or term < stats[S_LAST_TERM]):
-                stats[S_FALLBACK] = FB_BAD_ENTRY  # an index gap or a term going down: the reference says where
-                break
-            rp, size = pos + header, size - header  # the record behind the entry header
-        else:
-            size = _header(a, pos, stop, limit, segment_end, rules, stats)
-            if size < 0:
-                break
-            rp = pos
+        rp, size = _record_at(a, pos, n, stop, limit, segment_end, base_offset, header, rules, stats)
+        if size < 0:
+            break
         end = rp + size
         fb, sys_flag, store_ts_at, topic_at, topic_len, ps = _layout(a, rp, end, rules)
         if check_crc and (fb == FB_NONE or fb == FB_LAYOUT) and _crc_fails(a, rp, end, rules):
             stats[S_END] = KEND_CRC  # the broker checks the CRC first: nothing else of the record matters
             break
-        phy, store_ts = i64(a, rp + 28), i64(a, store_ts_at)
-        if fb == FB_NONE and phy != base_offset + rp:
-            fb = FB_MOVED
-        if fb == FB_NONE and (store_ts < rules[R_MIN_TS] or store_ts > rules[R_MAX_TS]):
-            fb = FB_UNDATED
-        qid = i32(a, rp + 12)
-        th, q, delay, tags_h = np.int64(0), np.int64(0), np.int64(-1), np.int64(0)
-        if fb == FB_NONE:
-            fb, th, q, delay, tags_h = _checks(a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
-                                               found_lo, found_hi, table, hot, hot8, pool)
+        phy, store_ts, qid = i64(a, rp + 28), i64(a, store_ts_at), i32(a, rp + 12)
+        fb, th, q, delay, tags_h = _checks(_placed(fb, phy, store_ts, rp, base_offset, rules), a, topic_at, topic_len,
+                                           qid, ps, end, schedule, names, name_off, found_lo, found_hi, table, hot,
+                                           hot8, pool)
         tran = sys_flag & rules[R_TRAN_MASK]
         own_entry = tran == rules[R_TRAN_NOT] or tran == rules[R_TRAN_COMMIT]
-        n_multi = np.int64(0)
-        if fb == FB_NONE:
-            n_multi = multi_dispatch_items(a, topic_at, topic_len, own_entry, found_lo[P_MULTI], found_hi[P_MULTI],
-                                           found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], schedule, lmq, lmq_text)
-            if n_multi == LEAVE:
-                fb = FB_MULTI_DISPATCH
+        fb, n_multi = _multi_items(a, fb, topic_at, topic_len, own_entry, found_lo, found_hi, schedule, lmq, lmq_text)
         if fb != FB_NONE:
             stats[S_FALLBACK] = fb
             break
-        cur[W_KEYS_NEED] = nk + 2 + found_hi[P_KEYS] - found_lo[P_KEYS]  # room for every KEYS token
-        cur[W_ROWS_NEED] = ncq + 1 + n_multi
-        cur[W_QUEUES_NEED] = nq + cur[W_PEND] + (1 if q < 0 else 0) + n_multi  # waiting items may be new queues
-        cur[W_POOL_NEED] = (pu + cur[W_PEND_BYTES] + topic_len
-                            + (found_hi[P_MULTI] - found_lo[P_MULTI] if n_multi > 0 else 0))
-        if (cur[W_ROWS_NEED] > rows.shape[0] or cur[W_KEYS_NEED] > keys.shape[0]
-                or cur[W_QUEUES_NEED] * HOT_ROW > hot8.shape[0] or 2 * cur[W_QUEUES_NEED] > table.shape[0]
-                or cur[W_POOL_NEED] > pool.shape[0]):
+        if _lacks_room(cur, nk, ncq, nq, pu, q, n_multi, topic_len, found_lo, found_hi, rows, keys, hot8, table,
+                       pool):
             done = False
             break
         if q < 0:
@@ -503,19 +553,11 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
             q, nq = nq, nq + 1
         hot[q * (HOT_ROW // 8) + H_REC] += 1
         if own_entry:
-            tags = signed32(tags_h)
-            if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
-                tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-            _cq_row(rows, ncq, q, i64(a, rp + 20), phy, size, tags)
-            ncq += 1
-            if n_multi > 0:
-                ncq, nq, pu = _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI],
-                                                   found_lo[P_MULTI_OFFSET], found_hi[P_MULTI_OFFSET], n_multi, qid,
-                                                   phy, size, tags, lmq, lmq_text, table, hot, hot8, rows, ncq, nq,
-                                                   pool, pu, pend, cur)
-                if ncq < 0:
-                    stats[S_FALLBACK] = FB_MULTI_DISPATCH
-                    break
+            ncq, nq, pu = _own_rows(a, rp, q, qid, phy, size, store_ts, tags_h, delay, delay_ms, n_multi, found_lo,
+                                    found_hi, lmq, lmq_text, table, hot, hot8, rows, ncq, nq, pool, pu, pend, cur)
+            if ncq < 0:
+                stats[S_FALLBACK] = FB_MULTI_DISPATCH
+                break
         if tran != rules[R_TRAN_ROLLBACK]:
             nk = _index_keys(a, th, found_lo, found_hi, phy, store_ts, keys, nk)
             if nk < 0:
@@ -523,9 +565,7 @@ def _walk(a, base_offset, stop, limit, segment_end, rules, names, name_off, sche
                 break
         _note_record(stats, n, rp, size, store_ts)
         if header:  # noted only once the record is taken: a walk stopped for room reads it again
-            if n == 0:
-                stats[S_FIRST_ENTRY], stats[S_FIRST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
-            stats[S_LAST_ENTRY], stats[S_LAST_TERM] = i64(a, pos + 8), i64(a, pos + 16)
+            _note_entry(stats, n, a, pos)
         n += 1
         pos = end
     if stats[S_FALLBACK] == FB_NONE and cur[W_PEND] > 0:  # the walk ends or stops for room: no item waits

@@ -32,6 +32,8 @@ def warm() -> dict[str, int]:
                               np.zeros(1, np.int64))
     layout_kernel.hop_copy(buf, 0, 0, 48, 1, np.zeros(64, np.uint8), 0, np.zeros(1, np.int64), np.zeros(1, np.int32),
                            np.zeros(1, np.int64))
+    layout_kernel.hop_copy_checked(buf, 0, 0, 48, 1, np.zeros(64, np.uint8), 0, np.zeros(1, np.int64),
+                                   np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64), True)
     layout_kernel.rewrite_prepared(np.zeros(64, np.uint8), 0, offsets, offsets, offsets)
     for rows in (phy, offsets):  # an index task's keys (read-only columns), a queue's rows (copied out)
         layout_kernel.map_offsets(phy, phy, rows, np.zeros(1, np.int64))
@@ -39,7 +41,8 @@ def warm() -> dict[str, int]:
     record_search.find_record(buf, buf.view("<u8"), 0, 0, 64, 0, 0)
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "hop_entries": layout_kernel.hop_entries,
-               "hop_copy": layout_kernel.hop_copy, "rewrite_prepared": layout_kernel.rewrite_prepared,
+               "hop_copy": layout_kernel.hop_copy, "hop_copy_checked": layout_kernel.hop_copy_checked,
+               "rewrite_prepared": layout_kernel.rewrite_prepared,
                "map_offsets": layout_kernel.map_offsets,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes,
                "append_chain": index_chain.append_chain,

@@ -6,6 +6,9 @@ crash checks from the segment its checkpoint names. convert refuses such a store
 """
 from __future__ import annotations
 
+import sys
+
+from ..runtime.failure import JobError
 from ..scan.crc_audit import BadCrc, CrcAudit
 from .plan import ConvertPlan
 
@@ -46,3 +49,23 @@ def describe_all(audit: CrcAudit, header_of: dict[str, int], plan: ConvertPlan, 
                  end: int) -> list[dict]:
     """The audit's records below the converted log's end (`end`, old offsets), described."""
     return [described(b, header_of.get(b.path, 0), plan, segment_starts) for b in audit.listed if b.offset < end]
+
+
+BY_WRITERS = "by the segment writers, as they copied each record"  # convert: the writers' check (convert.write)
+BY_AUDIT = "by a decode of the store before writing"  # a dry run, or records left out past the committed position
+
+
+def verdict(audit: CrcAudit, header_of: dict[str, int], plan: ConvertPlan, end: int, accept: bool, writing: bool,
+            checked: str) -> dict:
+    """The audit in the report's form (`bad_crc_records`): a failing record refuses the conversion unless `accept`
+    (--accept-bad-crc), which goes on and says so on stderr; `checked` says where the CRCs were checked."""
+    starts = sorted([s.start for s in plan.plain_segments] + plan.segment_starts)
+    bad = describe_all(audit, header_of, plan, starts, end)
+    count = len(bad) + audit.count - len(audit.listed)
+    if bad and writing and not accept:
+        raise JobError(refusal(bad[0], count))
+    if bad:
+        print(f"reput convert: warning: {count} records fail their body CRC check, the first in {bad[0]['file']} at "
+              f"byte offset {bad[0]['byte_offset']}: {bad[0]['broker_will']}"
+              + ("" if writing else f" (convert refuses them unless {ACCEPT_FLAG})"), file=sys.stderr)
+    return {"count": count, "accepted": bool(bad and accept), "records": bad, "checked": checked}

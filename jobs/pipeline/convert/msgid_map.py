@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, store_host_at
 from storage_format.msg_id import decode_offset_msg_id, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
+from storage_format.record_text import host_text
 
-from ..dump.messages import host_text
 from ..io.fs import Location
 
 MAP_DIR = "reput-msgid-map"

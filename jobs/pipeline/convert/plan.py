@@ -17,7 +17,7 @@ from storage_format.record import SCHEDULE_TOPIC
 from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
-from .records import SplitRecords
+from ..scan.split_records import SplitRecords
 from .segments import SegmentTask
 
 if TYPE_CHECKING:

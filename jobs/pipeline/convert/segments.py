@@ -2,17 +2,21 @@
 by offset range in bounded chunks (a task's memory does not grow with the data file) and copied in the same
 pass to their new offsets with PHYSICALOFFSET (and COMMIT/ROLLBACK prepared offsets) rewritten, the BLANK at
 the end when the next record did not fit, zeros to the segment size; and the segment's part of the old -> new
-msgId map (Parquet, convert.msgid_map)."""
+msgId map (Parquet, convert.msgid_map). With `crc_splits` every record's body CRC is checked in the copy pass
+(layout_kernel.hop_copy_checked): the audit convert makes of the records it converts, without a second decode of
+the store; the failing records are listed as scan.crc_audit lists them."""
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from storage_format.commitlog import RecordColumns
 from storage_format.commitlog_layout import BLANK, blank_record
-from storage_format.kernels.layout_kernel import hop_copy, rewrite_prepared
+from storage_format.kernels.layout_kernel import hop_copy_checked, rewrite_prepared
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import segment_name
 
@@ -20,8 +24,11 @@ from ..io.direct import BUFFERED_MODE, SegmentFileWriter
 from ..io.fs import Location
 from ..io.workdir import read_prepared_pairs
 from ..runtime.faults import pause_at
+from ..scan import crc_audit
+from ..scan.split_records import MIN_ENTRY
 from .msgid_map import map_part, map_writer
-from .records import CHUNK, MIN_ENTRY
+
+CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +36,8 @@ class SegmentTask:
     """One new segment: its start, where its first record starts (the segment's start), the first record's old
     offset and how many records it holds, the BLANK's offset (None: the log ends in it), the data files
     to read, the listed splits whose prepared pairs (in `work`) its COMMIT/ROLLBACK records need, and where to
-    write."""
+    write. `crc_splits`: check every record's body CRC, listing the failing ones per source split (the splits'
+    commit-log starts, ascending: the first LISTED_PER_SPLIT of each, as scan.crc_audit); None: no check."""
 
     start: int
     segment_size: int
@@ -42,6 +50,7 @@ class SegmentTask:
     out_dir: str
     map_dir: str
     direct_io: bool = True  # O_DIRECT where the filesystem takes it (REPUT_CONVERT_DIRECT_IO=0: buffered)
+    crc_splits: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +62,8 @@ class SegmentWritten:
     write_mode: str = BUFFERED_MODE  # io.direct's DIRECT_MODE or BUFFERED_MODE
     fallback: str = ""  # why O_DIRECT was not used ("" when it was)
     seconds: float = 0.0  # the task's time
+    bad_crc: int = 0  # records whose body CRC fails (with crc_splits)
+    bad_crc_listed: tuple[crc_audit.BadCrc, ...] = ()  # the first LISTED_PER_SPLIT per source split, in log order
 
 
 def _source_of(sources: tuple[Segment, ...], offset: int) -> int:
@@ -64,7 +75,7 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
     straight into the file writer's one aligned buffer (O_DIRECT where the filesystem takes it, io.direct), the
     map part row group by row group. Checks that the records end where the plan put the BLANK (or the log's end)."""
     started = time.monotonic()
-    state = {"pos": task.start, "rewritten": 0}
+    state = {"pos": task.start, "rewritten": 0, "bad": 0, "listed": [], "per_split": {}}
     name = segment_name(task.start)
     part = Location(task.map_dir).child(f"part-{name}.parquet")
     out = SegmentFileWriter(Location(task.out_dir).child(name), task.segment_size, task.direct_io)
@@ -79,7 +90,8 @@ def write_segment(task: SegmentTask) -> SegmentWritten:
         raise ValueError(f"segment {name}: {written} bytes written, {state['pos'] - task.start} planned")
     return SegmentWritten(name=name, records=task.count, bytes=state["pos"] - task.start,
                           prepared_rewritten=state["rewritten"], write_mode=out.mode, fallback=out.fallback,
-                          seconds=time.monotonic() - started)
+                          seconds=time.monotonic() - started, bad_crc=state["bad"],
+                          bad_crc_listed=tuple(state["listed"]))
 
 
 def _prepared_pairs(task: SegmentTask) -> tuple[np.ndarray, np.ndarray]:
@@ -92,13 +104,34 @@ def _prepared_pairs(task: SegmentTask) -> tuple[np.ndarray, np.ndarray]:
     return keys, np.concatenate([p[1] for p in parts])[first]
 
 
+def _note_bad(task: SegmentTask, state: dict, src: Segment, buf: np.ndarray, base: int, olds: np.ndarray,
+              sizes: np.ndarray) -> None:
+    """Count the records whose body CRC failed (old record offsets `olds`, sizes `sizes`, in `buf` at absolute
+    `base`) and list the first LISTED_PER_SPLIT of each source split as scan.crc_audit does: the data file, the
+    entry's byte offset there, its commit-log offset and size, and the mismatch in the reference decoder's words."""
+    state["bad"] += len(olds)
+    for old, size in zip(olds.tolist(), sizes.tolist()):
+        entry = old - src.header
+        split = bisect.bisect_right(task.crc_splits, entry) - 1
+        if state["per_split"].get(split, 0) >= crc_audit.LISTED_PER_SPLIT:
+            continue
+        state["per_split"][split] = state["per_split"].get(split, 0) + 1
+        found = RecordColumns(buf, base, np.array([old - base], np.int64), src.path).first_crc_error()
+        if found is None:
+            raise ValueError(f"{src.path} at byte offset {entry - src.start}: the compiled body CRC check fails the "
+                             f"record, the reference passes it")
+        state["listed"].append(crc_audit.BadCrc(path=src.path, byte_offset=entry - src.start, offset=entry,
+                                                size=size + src.header, detail=found[1]))
+
+
 def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
-    """The segment's bytes in order: the records, hopped and copied in one pass chunk by chunk (hop_copy) straight
-    into the writer's buffer, then the BLANK (if the log goes on)."""
+    """The segment's bytes in order: the records, hopped and copied in one pass chunk by chunk (hop_copy_checked)
+    straight into the writer's buffer, then the BLANK (if the log goes on)."""
     keys, values = _prepared_pairs(task)
     left = task.count
     cap = CHUNK // MIN_ENTRY + 1
     offs, sizes, news = np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64)
+    bad = np.empty(cap if task.crc_splits is not None else 0, np.int64)
     i = _source_of(task.sources, task.first_old)
     at = task.first_old - task.sources[i].start - task.sources[i].header
     while left > 0:
@@ -108,8 +141,10 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
             buf = np.frombuffer(loc.read_range(at, min(CHUNK, src.size - at)), np.uint8)
             pos = state["pos"]
             dst = out.reserve(len(buf))
-            n, stop, ended, total, one_host, _ = hop_copy(buf, src.start + at, 0, src.header, left, dst, pos, offs,
-                                                          sizes, news)
+            n, stop, ended, total, one_host, failed, _ = hop_copy_checked(
+                buf, src.start + at, 0, src.header, left, dst, pos, offs, sizes, news, bad, task.crc_splits is not None)
+            if failed:
+                _note_bad(task, state, src, buf, src.start + at, offs[bad[:failed]], sizes[bad[:failed]])
             if n:
                 if len(keys):
                     state["rewritten"] += rewrite_prepared(dst, pos, news[:n], keys, values)

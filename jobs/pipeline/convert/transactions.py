@@ -14,7 +14,7 @@ from ..io.fs import Location
 from ..io.workdir import write_prepared_pairs
 from ..runtime.tasks import run_tasks
 from .plan import ConvertPlan, PreparedMaps, SplitPlace
-from .records import SplitRecords
+from ..scan.split_records import SplitRecords
 
 
 @dataclass(frozen=True, kw_only=True)

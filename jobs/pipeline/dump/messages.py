@@ -3,8 +3,6 @@ and the console lines, shared by jobs.query and jobs.dump (random access, no Spa
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import ipaddress
 import zlib
 
 from storage_format.msg_id import encode_offset_msg_id
@@ -12,6 +10,7 @@ from storage_format.properties import UNIQ_KEY, parse_properties
 from storage_format.record import (FLAG_COMPRESSED, TRAN_COMMIT, TRAN_MASK, TRAN_NOT, TRAN_PREPARED,
                                    TRAN_ROLLBACK, Message)
 from storage_format.record_reader import RecordRead, read_record
+from storage_format.record_text import host_text, iso_utc
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
@@ -69,22 +68,6 @@ def preview(body: bytes, chars: int = PREVIEW_CHARS) -> str:
     text = body[:chars * 4].decode("utf-8", "replace")
     text = "".join(c if c.isprintable() and c != "\ufffd" else "." for c in text)
     return text[:chars] + ("..." if len(text) > chars else "")
-
-
-def iso_utc(ms: int) -> str:
-    """Epoch ms as ISO-8601 UTC with milliseconds (`2026-11-22T05:08:55.948Z`), exact for any date; the
-    JSON forms keep the number too."""
-    try:
-        t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
-    except OverflowError:
-        return f"{ms} (not a date)"
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def host_text(raw: bytes, port: int) -> str:
-    """`ip:port`, IPv6 as `[addr]:port` (as the DataFrame reader prints hosts)."""
-    addr = ipaddress.ip_address(raw)
-    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
 
 
 def message_dict(msg: Message, show_body: bool) -> dict:

@@ -12,17 +12,16 @@ from storage_format import dledger
 from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreBytes, decode_buffer
 from storage_format.consume_queue import (CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries,
                                           unsafe_topic_reason)
-from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
+from storage_format.index_file import HEADER_SIZE, BrokenChain, IndexHeader, IndexLayout, chain_walk
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
 from storage_format.record_reader import records_from_columns
+from storage_format.record_text import iso_utc
 from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..runtime.cli import JobError
-from ..verify.findings import Findings
 from ..io.fs import Location
-from .messages import Message, RecordReader, iso_utc, message_dict
-from ..verify.index import chain_walk
+from .messages import Message, RecordReader, message_dict
 
 WINDOW = 64 << 10  # commit-log bytes first read when walking records (grown only for a record that does not fit)
 CHAIN_DETAILS = 10  # broken-chain reasons listed for an index file
@@ -59,21 +58,29 @@ def _message_brief(msg: Message, size: int) -> dict:
 
 def _entry_row(n: int, rel: str, byte: int, unit: np.void, reader: RecordReader, topic: str, queue_id: int) -> dict:
     """One consume-queue unit and the record it points at, with what does not match."""
-    phy, size, tags = int(unit["phy"]), int(unit["size"]), int(unit["tags"])
-    row = {"kind": "entry", "queue_offset": n, "file": rel, "byte": byte, "phy_offset": phy, "size": size,
-           "tags_code": tags}
+    row = {"kind": "entry", "queue_offset": n, "file": rel, "byte": byte, "phy_offset": int(unit["phy"]),
+           "size": int(unit["size"]), "tags_code": int(unit["tags"])}
+    return with_record(row, reader, topic, queue_id)
+
+
+def with_record(row: dict, reader: RecordReader, topic: str, queue_id: int, notes: list[str] | None = None) -> dict:
+    """A unit's row (queue_offset, phy_offset, size) with the record it points at and what does not match (`notes`
+    first: what the caller found already)."""
+    notes = list(notes or [])
+    phy, size, n = row["phy_offset"], row["size"], row["queue_offset"]
     got = reader.read_record(phy)
     msg = got.message
     if msg is None:
-        row["message"], row["problem"] = None, f"no record at phyOffset {phy}: {got.reason}"
+        row["message"], row["problem"] = None, "; ".join(notes + [f"no record at phyOffset {phy}: {got.reason}"])
         return row
     row["message"] = _message_brief(msg, got.total_size)
-    notes = []
     if got.total_size != size:
         notes.append(f"entry size {size} but the record's totalSize is {got.total_size}")
     if (msg.topic, msg.queue_id, msg.queue_offset) != (topic, queue_id, n):
         notes.append(f"the record is {msg.topic}/{msg.queue_id} at queueOffset {msg.queue_offset} "
                      f"(another queue's record, or a multi-dispatch/LMQ entry)")
+    if row.get("store_timestamp", msg.store_timestamp) != msg.store_timestamp:
+        notes.append(f"unit storeTimestamp {row['store_timestamp']} but the record's is {msg.store_timestamp}")
     row["problem"] = "; ".join(notes) or None
     return row
 
@@ -128,7 +135,7 @@ def _first_entry(qdir: Location, files: dict[int, str]) -> int:
 # -------------------------------------------------------------------------------------- commit log
 
 
-def _segment_at(segments: list[Segment], offset: int) -> Segment | None:
+def segment_at(segments: list[Segment], offset: int) -> Segment | None:
     """The segment holding a commit-log offset."""
     return next((s for s in segments if s.start <= offset < s.start + s.size), None)
 
@@ -179,7 +186,7 @@ def dump_records(store: Location, settings: BrokerSettings, offset: int, count: 
     In a DLedger data file the walk goes entry by entry and each record row carries its entry header."""
     segments = RecordReader(store, settings).segments
     pos, window = offset, min(max(WINDOW, count * 1024), 4 << 20)
-    seg = _segment_at(segments, pos)
+    seg = segment_at(segments, pos)
     if seg is not None and seg.header:
         pos = _entry_start(seg, offset)
         if pos is None:
@@ -187,7 +194,7 @@ def dump_records(store: Location, settings: BrokerSettings, offset: int, count: 
                                                               "record's offset is its entry's pos + 48)"}
             return
     while count > 0:
-        seg = _segment_at(segments, pos)
+        seg = segment_at(segments, pos)
         if seg is None:
             yield {"kind": "end", "offset": pos, "reason": "no commit-log segment holds this offset"}
             return
@@ -265,8 +272,15 @@ def index_summary(rel: str, h: IndexHeader, layout: IndexLayout, slots: np.ndarr
                   used: int) -> dict:
     """Header fields, how many slots are used, chain lengths (entries reachable from each used slot)
     and broken chains, walked the way the broker's lookup walks them."""
-    found = Findings()
-    reach = chain_walk(layout, slots, entries, used, rel, found)
+    reasons: list[str] = []
+    breaks = 0
+
+    def broken(b: BrokenChain) -> None:
+        nonlocal breaks
+        breaks += 1
+        if len(reasons) < CHAIN_DETAILS:
+            reasons.append(b.reason)
+    reach = chain_walk(layout, slots, entries, used, broken)
     lengths = np.bincount(reach[reach >= 0], minlength=len(slots))[slots != 0]
     hist = np.bincount(lengths) if len(lengths) else np.zeros(0, np.int64)
     return {
@@ -282,5 +296,5 @@ def index_summary(rel: str, h: IndexHeader, layout: IndexLayout, slots: np.ndarr
                    "mean": round(float(lengths.mean()), 2) if len(lengths) else 0.0,
                    "length_histogram": {str(k): int(v) for k, v in enumerate(hist) if v},
                    "entries_reachable": int(np.count_nonzero(reach >= 0)),
-                   "broken": found.total(), "broken_details": [d["reason"] for d in found.details[:CHAIN_DETAILS]]},
+                   "broken": breaks, "broken_details": reasons},
     }

@@ -9,13 +9,16 @@ def _where(row: dict) -> str:
     """`segment S + byte B` / `FILE byte B`: the bytes a row was read from."""
     if "segment" in row:
         return f"segment {row['segment']} + byte {row['byte']}"
+    if "database" in row:
+        return f"RocksDB {row['database']}"
     return f"{row['file']} byte {row['byte']}" if "file" in row else ""
 
 
 def entry_line(row: dict) -> list[str]:
     """A consume-queue unit and the record it points at."""
     head = (f"queueOffset {row['queue_offset']}  {_where(row)}  phyOffset {row['phy_offset']}  size {row['size']}  "
-            f"tagsCode {row['tags_code']}")
+            f"tagsCode {row['tags_code']}" + (f"  storeTimestamp {row['store_timestamp']}" if "store_timestamp" in row
+                                              else ""))
     m = row["message"]
     lines = [head] if m is None else [
         head, f"    stored {m['store_time']} ({m['store_timestamp']})  keys [{m['keys'] or ''}]  uniqKey "
@@ -76,7 +79,30 @@ def other_line(row: dict) -> list[str]:
     return [f"end{where}: {row.get('detail') or row['reason']}"]
 
 
-FORMATS = {"entry": entry_line, "record": record_lines, "index_file": index_lines, "index_entry": index_entry_line}
+def queue_offset_line(row: dict) -> list[str]:
+    """A RocksDB queue's "max" or "min" record."""
+    return [f"{row['topic']}/{row['queue_id']}  {row['record']}  phyOffset {row['phy_offset']}  queueOffset "
+            f"{row['queue_offset']}"]
+
+
+def checkpoint_lines(row: dict) -> list[str]:
+    """The `checkpoint` file, or a RocksDB database's dispatch checkpoint (CHECKPOINT_TOPIC)."""
+    if row["kind"] == "checkpoint_file":
+        t = row["times"]
+        return ["checkpoint", f"  physicMsgTimestamp {row['physic_msg_timestamp']} ({t['physic_msg_timestamp']})",
+                f"  logicsMsgTimestamp {row['logics_msg_timestamp']} ({t['logics_msg_timestamp']})",
+                f"  indexMsgTimestamp  {row['index_msg_timestamp']} ({t['index_msg_timestamp']})",
+                f"  masterFlushedOffset {row['master_flushed_offset']}  confirmPhyOffset {row['confirm_phy_offset']}"]
+    where = f" ({_where(row)})" if "segment" in row else ""
+    head = f"{row.get('database', '')} " if "database" in row else ""
+    if row["phy_offset"] is None:
+        return [f"{head}{row['topic']}  absent: dispatch reads it as 0"]
+    return [f"{head}{row['topic']}  phyOffset {row['phy_offset']}{where}: dispatch had reached this offset (the end "
+            f"of the last dispatched record)"]
+
+
+FORMATS = {"entry": entry_line, "record": record_lines, "index_file": index_lines, "index_entry": index_entry_line,
+           "queue_offset": queue_offset_line, "checkpoint_file": checkpoint_lines, "rocksdb_checkpoint": checkpoint_lines}
 
 
 def row_lines(row: dict) -> list[str]:

@@ -13,7 +13,9 @@ from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout, lay
 from storage_format.recovery.timer import TIMERLOG_DIR
 from storage_format.settings import (BrokerSettings, FilesShown, SizeDifference, config_disagreement,
                                      infer_file_sizes, size_differences)
-from storage_format.store_layout import StoreListing, check_store, commitlog_path, discover_dledger
+from storage_format.cq_layout import DOUBLE_WRITE, ROCKSDB, SEPARATE_DB_DIR, CqLayout, discover_cq_layout
+from storage_format.store_layout import (NOT_IMPLEMENTED, StoreListing, UnsupportedStoreError, check_store,
+                                         commitlog_path, discover_dledger)
 
 from ..runtime.failure import JobError
 from .fs import Location, location
@@ -27,12 +29,40 @@ def list_store(store: Location) -> StoreListing:
     if not store.is_dir():
         return StoreListing(frozenset())
     root = frozenset(i.base_name + ("/" if i.type.name == "Directory" else "") for i in store.list())
-    cq = store.child("consumequeue")
-    cq_files = frozenset(i.base_name for i in cq.list() if i.type.name == "File") if "consumequeue/" in root else frozenset()
+    cq = store.child("consumequeue").list() if "consumequeue/" in root else []
+    cq_files = frozenset(i.base_name for i in cq if i.type.name == "File")
+    cq_dirs = frozenset(i.base_name for i in cq if i.type.name == "Directory")
+    separate = frozenset(i.base_name for i in store.child(SEPARATE_DB_DIR).list() if i.type.name == "File") \
+        if f"{SEPARATE_DB_DIR}/" in root else frozenset()
     non_empty = frozenset(f"{d}/" for d in LAYOUT_DIRS if f"{d}/" in root and store.child(d).list())
     homes = frozenset(n for n in root if n.startswith(dledger.DIR_PREFIX) and n.endswith("/")
                       and store.child(n.rstrip("/")).child(dledger.DATA_DIR).is_dir())
-    return StoreListing(root, cq_files, non_empty, homes)
+    return StoreListing(root, cq_files, non_empty, homes, cq_dirs, separate)
+
+
+# Jobs that read a store whose consume queues are a RocksDB database (storeType=defaultRocksDB), and those that
+# refuse a double-write store (the database beside the file queues is more than they model).
+ROCKSDB_JOBS = ("inspect", "dump", "query", "verify", "rebuild", "recover")  # rebuild: outputs.rocksdb_run
+DOUBLE_WRITE_REFUSED = ("recover",)
+
+
+def store_cq_layout(store: Location, settings: BrokerSettings) -> CqLayout:
+    """Where the store's consume queues are (storage_format.cq_layout), for settings that passed store_settings."""
+    return check_store(settings, list_store(store))
+
+
+def _gate_cq_layout(layout: CqLayout, settings: BrokerSettings, job: str) -> None:
+    """Refuse a layout this job does not handle, by name; say on stderr what the layout leaves unread."""
+    if job and layout.kind == ROCKSDB and job not in ROCKSDB_JOBS:
+        raise UnsupportedStoreError(f"storeType={settings.store_type}: RocksDB consume queues ({layout.db_dir}/); "
+                                    f"{NOT_IMPLEMENTED} for {job} yet ({', '.join(ROCKSDB_JOBS)} read such a store)")
+    if job in DOUBLE_WRITE_REFUSED and layout.kind == DOUBLE_WRITE:
+        raise UnsupportedStoreError(f"rocksdbCQDoubleWriteEnable=true: a RocksDB database beside the file consume "
+                                    f"queues in consumequeue/; {NOT_IMPLEMENTED} for {job} yet (what the broker's "
+                                    f"recovery does to that database is not modelled)")
+    note = layout.not_read_note()
+    if note:
+        print(f"reput{' ' + job if job else ''}: note: {note}", file=sys.stderr)
 
 
 CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all are pre-allocated full size)
@@ -40,9 +70,10 @@ CQ_FILES_SAMPLED = 16  # consume-queue files looked at to infer their size (all 
 
 def store_settings(store: Location, settings: BrokerSettings, config_given: bool, job: str = "") -> BrokerSettings:
     """Every job's first step, before Spark starts: raise UnsupportedStoreError (exit 2) when the settings or
-    the files show a feature reput does not implement; with a broker config, refuse it when the store's files show
-    other sizes (every one in one line); without one, take the file sizes from the files on disk (a note on stderr
-    says so), and DLedger mode from a single dledger-<id>/data/."""
+    the files show a feature reput does not implement, or a consume-queue layout (storage_format.cq_layout) the job
+    does not handle or the config contradicts; with a broker config, refuse it when the store's files show other
+    sizes (every one in one line); without one, take the file sizes from the files on disk (a note on stderr says
+    so), DLedger mode from a single dledger-<id>/data/ and a RocksDB layout from consumequeue/'s files."""
     listing = list_store(store)
     if not config_given:
         found = discover_dledger(settings, listing)
@@ -50,7 +81,10 @@ def store_settings(store: Location, settings: BrokerSettings, config_given: bool
             print(f"reput: note: no broker config: DLedger mode (enableDLegerCommitLog=true, dLegerSelfId="
                   f"{found.d_leger_self_id}) from {dledger.home_dir(found.d_leger_self_id)}/data/", file=sys.stderr)
         settings = found
-    check_store(settings, listing)
+        settings, note = discover_cq_layout(settings, listing.cq_files())
+        if note:
+            print(f"reput: note: {note}", file=sys.stderr)
+    _gate_cq_layout(check_store(settings, listing), settings, job)
     shown = files_shown(store, settings)
     if config_given:
         found = size_differences(settings, shown)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage_format.arrow_numpy import numpy_dtype, to_arrow, to_numpy
-from storage_format.index_keys import KeyBatch
+from storage_format.index_keys import KeyBatch, rows_at_or_after
 from storage_format.queue_table import QueueTable
 from storage_format.split_rows import CqRows
 
@@ -223,6 +223,18 @@ class WorkColumn:
         out[...] = part if keep is None else part[keep]
         if self.values.dtype == np.uint32:
             out += self.base
+
+
+def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
+    """The rows of a work-file column whose value is >= `offset`: a slice from the first one when the values
+    ascend (a split's keys and records are in commit-log order), else a mask."""
+    values = column.values
+    low = offset - column.base  # the stored values are value - base (uint32 when narrowed)
+    if not len(values) or low <= 0:
+        return slice(0, len(values))
+    if low > np.iinfo(values.dtype).max:
+        return slice(len(values), len(values))
+    return rows_at_or_after(values, values.dtype.type(low))
 
 
 def cq_columns(work: Location, split_index: int) -> dict[str, WorkColumn]:

@@ -1,9 +1,10 @@
-"""Files of `rebuild --since` that continue an earlier OUT's file of the same name.
+"""Files that continue a file of the same name: OUT1's for `rebuild --since`, the store's own for verify.
 
-A consume-queue file: the earlier file's bytes before the first unit the new scan gives, the scan's units from there.
-Where both hold units they must be the same bytes: that checks the earlier OUT against the commit log and that the
-scan placed the queue's units where the broker placed them (a unit that differs refuses, naming the file and byte
-offset). The earlier OUT's last index file: copied, and the new keys put into it as the broker grows it."""
+A consume-queue file of OUT2: OUT1's file's bytes before the first unit the new scan gives, the scan's units from
+there. Where both hold units they must be the same bytes: that checks OUT1 against the commit log and that the scan
+placed the queue's units where the broker placed them (a unit that differs refuses, naming the file and byte
+offset). A queue continued goes on from the placement state its files leave (queue_placer). The last index file
+continued: copied, and the new keys put into it as the broker grows it (IndexAppend)."""
 from __future__ import annotations
 
 import mmap
@@ -16,7 +17,7 @@ import numpy as np
 from storage_format import recovery
 from storage_format.consume_queue import CQ_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, QueuePlacer, file_name, unpack_entries
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import append_to_index_file
+from storage_format.index_build import append_to_index_file
 from storage_format.index_keys import KeyBatch
 from storage_format.segment_names import parse_segment_name
 
@@ -24,7 +25,7 @@ from ..io.copy import copy_file
 from ..io.fs import Location, pwrite_all
 from ..io.paths import is_local
 from ..io.workdir import key_columns
-from .earlier_file import STEP, Tail, kept_head, read_back, read_tail, used_end
+from .cq_tail import STEP, Tail, kept_head, read_back, read_tail, used_end
 
 RERUN = "run a full rebuild"
 UNIT_TAGS_AT = CQ_DTYPE.fields["tags"][1]  # a unit's tagsCode follows its commit-log offset and size
@@ -66,54 +67,55 @@ class Joined:
     """A consume-queue file of OUT2: OUT1's file's first `prefix` bytes (copied by the kernel where both are local),
     then `rest` (the scan's units from there), then zeros."""
 
-    earlier: Location | None
+    out1_file: Location | None
     prefix: int
     rest: memoryview | bytes
     head: memoryview | None = None  # OUT1's first `prefix` bytes where they were read already (none copied then)
 
 
-def joined(earlier: Location, data: memoryview, first_pos: int, queue_known: Callable[[], bool],
+def joined(out1_file: Location, data: memoryview, first_pos: int, queue_known: Callable[[], bool],
            keep_tags: bool = False) -> Joined:
     """The file's bytes in OUT2 (up to its last unit): `data` is the scan's file (its units from `first_pos` on, the
-    bytes before them blank); `earlier` the same file in OUT1, which may not exist; `queue_known()` whether OUT1
-    holds the queue at all (asked only then). `keep_tags`: OUT1's units are kept as they are where both hold units, compared by offset and
-    size only (a recover OUT: the broker's recovery may give them another tagsCode than a dispatch does). OUT1's
-    file is read from `first_pos` on only."""
+    bytes before them blank); `out1_file` the same file in OUT1, which may not exist; `queue_known()` whether OUT1
+    holds the queue at all (asked only then). `keep_tags`: OUT1's units are kept as they are where both hold units,
+    compared by offset and size only (a recover OUT: the broker's recovery may give them another tagsCode than a
+    dispatch does). OUT1's file is read from `first_pos` on only."""
     try:
-        tail = read_tail(earlier, first_pos)
+        tail = read_tail(out1_file, first_pos)
     except FileNotFoundError:
         if first_pos > 0 and queue_known():
-            raise StoreFormatError(earlier.uri, 0, f"missing from OUT1, which holds the queue: the commit log gives "
+            raise StoreFormatError(out1_file.uri, 0, f"missing from OUT1, which holds the queue: the commit log gives "
                                                    f"units from byte offset {first_pos} of it; {RERUN}") from None
         return Joined(None, 0, data)
-    old_used = used_end(earlier, tail)
-    if old_used < first_pos:
-        raise StoreFormatError(earlier.uri, old_used, f"OUT1's units end here, the commit log's next unit for the "
+    out1_used = used_end(out1_file, tail)
+    if out1_used < first_pos:
+        raise StoreFormatError(out1_file.uri, out1_used, f"OUT1's units end here, the commit log's next unit for the "
                                                       f"queue lands at byte offset {first_pos} (the broker writes it "
                                                       f"at its write position: out of step); {RERUN}")
-    old = tail.data[:old_used - first_pos]  # OUT1's units from first_pos on
-    if len(data) < old_used:
+    out1_units = tail.data[:out1_used - first_pos]  # OUT1's units from first_pos on
+    if len(data) < out1_used:
         cut = max(len(data), first_pos)
-        at = cut + (first_difference(old[cut - first_pos:], memoryview(bytes(old_used - cut))) or 0)
-        raise StoreFormatError(earlier.uri, at, f"OUT1 holds units the commit log no longer gives; {RERUN}")
+        at = cut + (first_difference(out1_units[cut - first_pos:], memoryview(bytes(out1_used - cut))) or 0)
+        raise StoreFormatError(out1_file.uri, at, f"OUT1 holds units the commit log no longer gives; {RERUN}")
     compare = first_unit_difference if keep_tags else first_difference
-    at = compare(old, data[first_pos:old_used])
+    at = compare(out1_units, data[first_pos:out1_used])
     if at is not None:
         at += first_pos
-        raise StoreFormatError(earlier.uri, at - at % CQ_UNIT_SIZE,
+        raise StoreFormatError(out1_file.uri, at - at % CQ_UNIT_SIZE,
                                f"the unit OUT1 holds differs from the one the commit log gives (OUT1 changed or "
                                f"damaged since, or the queue's units were placed out of step); {RERUN}")
-    keep = old_used if keep_tags else first_pos
-    return Joined(earlier, keep, data[keep:], kept_head(earlier, keep))
+    keep = out1_used if keep_tags else first_pos
+    return Joined(out1_file, keep, data[keep:], kept_head(out1_file, keep))
 
 
-def earlier_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:
+def queue_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:
     """The broker's placement state for the queue just before the scan's first unit for it (commit-log offset
-    `first_phy`): where OUT1 holds that unit and the end of the unit before it, so that the scan's units are placed
-    over OUT1's by the broker's rules (and checked against them by `joined`); where OUT1 does not hold it, OUT1's
-    write position and maxPhysicOffset as ConsumeQueue.recover loads them. A queue whose units were written out of
-    step (5.x LMQ offsets used up without a unit) so continues where it is. A queue OUT1 does not hold starts
-    fresh (its first unit at its own offset, pre-blank units before it)."""
+    `first_phy`), from the queue's files continued (`qdir`: OUT1's, or the store's own for verify): where they hold
+    that unit and the end of the unit before it, so that the scan's units are placed over theirs by the broker's
+    rules (and checked against them by `joined`); where they do not hold it, their write position and
+    maxPhysicOffset as ConsumeQueue.recover loads them. A queue whose units were written out of step (5.x LMQ
+    offsets used up without a unit) so continues where it is. A queue without files there starts fresh (its first
+    unit at its own offset, pre-blank units before it)."""
     files = queue_files(qdir)
     if not files:
         return QueuePlacer()
@@ -133,8 +135,8 @@ def _real(units: np.ndarray) -> np.ndarray:
 
 
 def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> tuple[int, int | None] | None:
-    """(queue position of OUT1's unit for commit-log offset `phy`, the end of the unit before it: None when it is the
-    queue's first), None when OUT1 holds no unit there. Read from the newest file back, each from its end back (the
+    """(queue position of the files' unit for commit-log offset `phy`, the end of the unit before it: None when it is
+    the queue's first), None when they hold no unit there. Read from the newest file back, each from its end back (the
     unit lies near the end)."""
     for i in range(len(files) - 1, -1, -1):
         tail, units, real = _tail_reaching(qdir.child(file_name(files[i])), phy)
@@ -143,7 +145,7 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
         k = int(np.searchsorted(units["phy"][real], phy))
         if k == len(real) or int(units["phy"][real[k]]) != phy:
             if k == 0 and i > 0:
-                continue  # before this file's first unit: an earlier file
+                continue  # before this file's first unit: an older file
             return None
         slot = int(real[k])
         position = (files[i] + tail.start + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
@@ -172,10 +174,11 @@ def _tail_reaching(loc: Location, phy: int) -> tuple[Tail, np.ndarray, np.ndarra
 
 @dataclass(frozen=True, kw_only=True)
 class IndexAppend:
-    """The earlier OUT's last index file with the new keys put into it: one Spark task."""
+    """The last index file continued (OUT1's; the store's cut copy for verify), the new keys put into it: one Spark
+    task."""
 
     file_no: int
-    src: Location  # the earlier OUT's file
+    src: Location  # the file continued
     dst: Location  # where it goes in OUT2 (its name after the task: the job renames it when it got its first key)
     work: Location
     slices: tuple[tuple[int, int, int], ...]  # (split, first row, end row) of the keys, in dispatch order

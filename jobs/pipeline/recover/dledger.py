@@ -33,9 +33,9 @@ from .inputs import (cq_tails, last_cq_record_offset, list_index_files, list_que
                      record_store_timestamp, tail_keys)
 from ..store.markers import StoreMarkers
 from .plan import CommonPlan, IndexPlan
-from .stage import new_index_names
-from .write import RecoveryOutput, plan_output
-from ..scan.stage import list_segments, scan_store
+from .gather import new_index_names
+from .write import CopyItem, RecoveryOutput, plan_output
+from ..scan.decode import list_segments, scan_store
 from ..scan.result import ScanResult
 from ..runtime.tasks import run_tasks
 
@@ -522,8 +522,8 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
     """--full-index: the end time of the last full index file the rebuild rolls away from (the checkpoint's
     indexMsgTimestamp, as the broker's flush thread would set it); empty when it writes one file."""
-    from ..outputs.stage import plan_index
-    from .stage import _key_store_ts
+    from ..outputs.build import plan_index
+    from .gather import _key_store_ts
 
     n_files = sum(len(t.files) for t in plan_index(scan, settings, work, work))
     if n_files < 2:
@@ -547,5 +547,5 @@ def dledger_output(plan: DLedgerRecoveryPlan, with_copies: bool) -> RecoveryOutp
         for info in home.walk_files():
             rel = info.path[len(prefix):]
             if rel not in skip:
-                out.copies.append((rel, plan.store.child(rel).uri, info.size))
+                out.copies.append(CopyItem(rel, plan.store.child(rel).uri, info.size))
     return out

@@ -26,13 +26,13 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from ..scan import crc_audit
 from ..scan.result import ScanResult
-from ..scan.stage import list_segments, scan_store
+from ..scan.decode import list_segments, scan_store
 from ..store.markers import StoreMarkers
 from .dledger import (DLedgerRecoveryPlan, _committed, _committed_before, _Dispatch, _plan_warnings, _walk_member,
                       _Walked, dledger_dirs, plan_index_facts)
 from .inputs import cq_tails, last_cq_record_offset, list_queues, load_queues, record_store_timestamp
 from .plan import IndexPlan
-from .stage import new_index_names
+from .gather import new_index_names
 
 GENERATION = 5
 

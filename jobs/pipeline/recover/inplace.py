@@ -10,35 +10,35 @@ Protocol (local POSIX store only; every step is fsynced):
              each file before and after: its identity, or for copies its sha256) is written
              atomically. Killed here: the store is untouched.
 3. journal - STORE/.reput-recover.journal (same operations) is written atomically: from now on the
-             store may be part old, part new, and the journal says so.
+             store may be part as before the switch, part as after it, and the journal says so.
 4. apply   - in order: consume-queue and index files replaced/created (os.replace from the staging
              area), then files deleted (consume queue, index, commit-log segments past the
              truncation point), then the checkpoint, `abort.bak`, and last the `abort` file.
-             Each step is a single rename or unlink, so every file is either old or new, and
+             Each step is a single rename or unlink, so every file is either as before or as after, and
              until the last step `abort` still marks the store unclean: a broker started on it
              runs its own recovery.
 5. finish  - the journal is removed (the store is now the new state), then the staging area.
 Patches: a file recovery changes in a few byte ranges and whose size stays (a kept consume-queue file with
 re-dispatched units, an index file keys are appended to) is not staged whole and renamed: its new bytes of
-those ranges are staged (all patches' in one file, STAGING/patches.new), its old bytes of them backed up
+those ranges are staged (all patches' in one file, STAGING/patches.new), its bytes before the switch backed up
 (DIR/reput-patches.old, at the same offsets; each patch checked by sha256), and apply writes the new bytes
 over the store's file, then sets its modification time to the one the journal recorded and fsyncs it (the
 broker's own recovery writes these files in place too). Killed mid-write, a patched file holds each range's
-old or new bytes page by page: resume writes the new bytes again, rollback the old ones.
+bytes before or after the switch page by page: resume writes the new bytes again, rollback the bytes before.
 Way back: `rollback` restores the backup (works during and after a run, as long as DIR exists);
 `resume` finishes an interrupted apply from the staging area. A run stopped once its journal is written (an error,
 ENOSPC or EIO, a signal) names both in its one line (`switch`, `way_out`), as does a later run refused by the journal.
 
 How a file is known again (resume, rollback): with a hard-linked backup nothing is read whole. The
-switch only renames staged files into place and links old ones into DIR, which keeps each file's
+switch only renames staged files into place and links the files it replaces into DIR, which keeps each file's
 identity (inode, size, modification time: `fingerprint`): the manifest records it before and
 after, and any write or replacement since changes it. A backup copied to another filesystem is
 checked by sha256 instead (the manifest then holds both hashes). Files the plan rewrites with their
 own bytes are left alone (compared byte for byte, not hashed). A patched file keeps its inode and size; its
 identity after the switch is the modification time apply sets (recorded before the switch), so a write
 since (a broker's) still shows.
-The records (`Op`, file names) are recover.journal's, patches recover.patches', and how resume and rollback
-judge each op's file recover.op_state's.
+The records (`Op`, file names) are recover.journal's (an op's `old_*` fields: its file before the switch, `new_*`:
+after it), patches recover.patches', and how resume and rollback judge each op's file recover.op_state's.
 """
 from __future__ import annotations
 
@@ -111,9 +111,9 @@ def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str
         if target.exists():
             if new_sha is None and same_bytes(staged, target):
                 continue
-            old_sha, old_file = ident(target)
-            if old_sha is None or old_sha != new_sha:
-                ops.append(Op(op=REPLACE, path=rel, old_sha256=old_sha, new_sha256=new_sha, old_file=old_file,
+            before_sha, before_file = ident(target)
+            if before_sha is None or before_sha != new_sha:
+                ops.append(Op(op=REPLACE, path=rel, old_sha256=before_sha, new_sha256=new_sha, old_file=before_file,
                               new_file=new_file))
         else:
             ops.append(Op(op=CREATE, path=rel, old_sha256=None, new_sha256=new_sha, old_file=None,
@@ -121,8 +121,8 @@ def build_ops(store: Path, staging: Path, rendered: list[str], deleted: list[str
     rendered_set = set(rendered)
     for rel in deleted:
         if rel not in rendered_set and (store / rel).exists():
-            old_sha, old_file = ident(store / rel)
-            ops.append(Op(op=DELETE, path=rel, old_sha256=old_sha, new_sha256=None, old_file=old_file,
+            before_sha, before_file = ident(store / rel)
+            ops.append(Op(op=DELETE, path=rel, old_sha256=before_sha, new_sha256=None, old_file=before_file,
                           new_file=None))
     ops += patched
     writes = [o for o in ops if o.op != DELETE and _order(o.path) == 0]
@@ -199,11 +199,12 @@ def _tree(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def _write_spans(path: Path, spans: list[tuple[int, bytes]]) -> None:
-    """The patches' old bytes, each at the offset its op names (as stage_patches packed the new bytes)."""
+    """The patches' bytes before the switch, each at the offset its op names (as stage_patches packed the new
+    bytes)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        for at, old in spans:
-            pwrite_all(fd, old, at)
+        for at, before in spans:
+            pwrite_all(fd, before, at)
     finally:
         os.close(fd)
 
@@ -225,24 +226,24 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-staged-sync") as flusher:
         staged = flusher.submit(fsync_all, files + dirs)  # the staged area flushed while backing up
         linked = same_filesystem(store, backup)
-        if not linked:  # copies are checked by sha256: ops built for links get the old file's hash first
+        if not linked:  # copies are checked by sha256: ops built for links get the replaced file's hash first
             ops = [o if o.op == CREATE or o.old_sha256 else
                    dataclasses.replace(o, old_sha256=sha256_file(store / o.path)) for o in ops]
         backup_dirs: set[Path] = {backup}
         spans: list[tuple[int, bytes]] = []
         for op in ops:
-            if op.op == PATCH:  # the old bytes of its ranges, checked against what stage_patches read
+            if op.op == PATCH:  # its ranges' bytes before the switch, checked against what stage_patches read
                 kept = (patch_bytes or {}).get(op.path)
                 if kept is not None and fingerprint(store / op.path) == op.old_file:
-                    old = kept[0]  # the file as staged: the bytes stage_patches read and hashed
-                elif hashlib.sha256(old := read_ranges(store / op.path, op.ranges)).hexdigest() \
+                    before = kept[0]  # the file as staged: the bytes stage_patches read and hashed
+                elif hashlib.sha256(before := read_ranges(store / op.path, op.ranges)).hexdigest() \
                         != op.old_sha256:
                     raise JobError(f"{store / op.path}: changed while recovery ran (its bytes to be patched "
                                    f"differ from those read when staging); run recovery again")
-                spans.append((op.packed_at, old))
+                spans.append((op.packed_at, before))
             elif op.op in (REPLACE, DELETE):
-                if linked:  # the switch replaces or unlinks the store's name and never writes the old inode,
-                    link(store / op.path, backup / op.path)  # so the link keeps the old bytes without a copy
+                if linked:  # the switch renames over or unlinks the name, never writes the inode: no copy needed
+                    link(store / op.path, backup / op.path)
                     backup_dirs.add((backup / op.path).parent)
                 else:
                     copy_durable(store / op.path, backup / op.path)
@@ -367,11 +368,11 @@ def rollback(store: Path, backup: Path) -> dict:
             _remove_empty_parents(target.parent, store)
         elif op.op == PATCH:
             if state[op.path] != "old":
-                old = backed_up_old(backup, op)
-                if old is None:
+                before = backed_up_old(backup, op)
+                if before is None:
                     raise JobError(f"{backup / PATCHES_OLD}: backup of {op.path} is missing or damaged (it differs "
                                    f"from the manifest's sha256)")
-                write_ranges(target, op.ranges, old, mtime_of(op.old_file))
+                write_ranges(target, op.ranges, before, mtime_of(op.old_file))
                 fsync_file(target)
         elif state[op.path] != "old":
             if not is_recorded(backup / op.path, op.old_sha256, op.old_file):

@@ -18,7 +18,6 @@ from storage_format.commitlog import parse_segment_name
 from storage_format.consume_queue import file_name
 from storage_format.errors import StoreFormatError
 from storage_format.index_file import HEADER_SIZE, IndexHeader, is_name
-from storage_format.index_keys import rows_at_or_after
 from storage_format.log_sources import QUEUE_DIR_SKIPPED, LogFile, broker_consequence, queue_dir_verdict
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import java_parse_long
@@ -27,7 +26,7 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from ..io.paths import is_local
 from ..scan.result import ScanResult
-from ..io.workdir import WorkColumn, cq_columns, key_columns
+from ..io.workdir import at_or_after, cq_columns, key_columns
 from ..runtime.tasks import run_tasks
 
 QUEUES_PER_LOAD_TASK = 256
@@ -294,18 +293,6 @@ def tail_keys(scan: ScanResult, work: Location, from_phy: int) -> recovery.KeyBa
             cols[name].take_into(rows, keep, getattr(out, name)[at:at + n])
         at += n
     return out
-
-
-def at_or_after(column: WorkColumn, offset: int) -> slice | np.ndarray:
-    """The rows of a work-file column whose value is >= `offset`: a slice from the first one when the values
-    ascend (a split's keys and records are in commit-log order), else a mask."""
-    values = column.values
-    low = offset - column.base  # the stored values are value - base (uint32 when narrowed)
-    if not len(values) or low <= 0:
-        return slice(0, len(values))
-    if low > np.iinfo(values.dtype).max:
-        return slice(len(values), len(values))
-    return rows_at_or_after(values, values.dtype.type(low))
 
 
 def record_store_timestamp(segments: list[Segment], offset: int) -> int:

@@ -3,8 +3,7 @@ the machine form with unchanged keys; this module only reads it and turns it int
 from __future__ import annotations
 
 from storage_format.consume_queue import CQ_UNIT_SIZE
-
-from ..dump.messages import iso_utc
+from storage_format.record_text import iso_utc
 
 SHOWN = 12  # file names listed per kind before "... and N more"
 CHECKPOINT_FIELDS = (("physic_msg_timestamp", "physicMsgTimestamp"), ("logics_msg_timestamp", "logicsMsgTimestamp"),

@@ -188,7 +188,7 @@ def apply_to_output(plan, output) -> None:
         rendered[timer_rules.TIMERCHECK] = timercheck_bytes(r.check_after, _opt(store.child(timer_rules.TIMERCHECK)))
     deleted = [f"{timer_rules.TIMERLOG_DIR}/{tlog.file_name(s)}" for s in r.delete_log]
     gone = set(rendered) | set(deleted)
-    output.copies[:] = [c for c in output.copies if c[0] not in gone]
+    output.copies[:] = [c for c in output.copies if c.rel not in gone]
     output.render_bytes.update(rendered)
     output.deleted.extend(deleted)
 

@@ -23,7 +23,8 @@ from storage_format import recovery
 from storage_format.checkpoint import checkpoint_bytes
 from storage_format.commitlog import segment_name
 from storage_format.consume_queue import file_name
-from storage_format.index_file import IndexState, append_to_index_file, empty_file_index_count, index_file_chunks
+from storage_format.index_file import SLOT_DTYPE, IndexState, empty_file_index_count
+from storage_format.index_build import append_to_index_file, index_file_chunks
 from storage_format.markers import ABORT, ABORT_BAK, CHECKPOINT, LOCK, markers_after_clean_start
 
 from storage_format.scan_plan import Segment
@@ -37,7 +38,7 @@ from ..io.fs import Location, pwrite_all
 from ..io.paths import is_local
 from .inputs import QueueDir
 from .plan import RecoveryPlan
-from .stage import RecoveryStart, ValidatedLog
+from .gather import RecoveryStart, ValidatedLog
 from ..runtime.faults import hold_at
 from ..runtime.tasks import run_tasks
 
@@ -59,7 +60,7 @@ class RecoveryOutput:
     render_zero_tailed: dict[str, tuple[tuple[bytes, ...] | Future, int]] = field(default_factory=dict)
     full_index: bool = False
     deleted: list[str] = field(default_factory=list)
-    copies: list[tuple[str, str, int]] = field(default_factory=list)  # rel, source URI, size
+    copies: list[CopyItem] = field(default_factory=list)  # made as write_output says: linked, holes kept
     sealed: set[str] = field(default_factory=set)  # copies that are sealed commit-log segments (may be linked)
     # copies whose all-zero blocks stay holes: the last kept segment, which the broker writes next, when the
     # broker does not preallocate (warmMapedFileEnable off: it leaves that segment sparse past its writes itself)
@@ -82,11 +83,10 @@ def warm_index_kernels() -> threading.Thread:
         try:
             import numpy as np
 
-            from storage_format.index_file import SLOT_DTYPE
             from storage_format.kernels import index_chain
 
             key_hash, phy, ts = np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
-            for column in (key_hash, phy, ts):  # read-only, as the kernels are called (index_file.read_only)
+            for column in (key_hash, phy, ts):  # read-only, as the kernels are called (index_build.read_only)
                 column.flags.writeable = False
             index_chain.newest_by_hash(key_hash, 3, np.zeros(3, SLOT_DTYPE), 1)
             index_chain.entry_bytes(key_hash, phy, ts, 3, np.zeros(3, SLOT_DTYPE), 1, 0, 0, 2**31 - 1)
@@ -106,7 +106,7 @@ def plan_output(plan: RecoveryPlan, with_copies: bool, handled: tuple[str, ...] 
     out.deleted += [f"commitlog/{segment_name(s)}" for s in sorted(gone)]
     if with_copies:
         for c in segment_copies(plan.segments, gone, plan.settings):
-            out.copies.append((c.rel, c.src, c.size))
+            out.copies.append(CopyItem(c.rel, c.src, c.size))
             if c.link:
                 out.sealed.add(c.rel)
             if c.zero_holes:
@@ -195,7 +195,7 @@ def _queue_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
             for start, size in q.files:
                 rel = plan.cq_rel(key, start)
                 if rel not in skip:
-                    out.copies.append((rel, q.file_uri(start), size))
+                    out.copies.append(CopyItem(rel, q.file_uri(start), size))
 
 
 def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -> None:
@@ -219,7 +219,7 @@ def _index_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) ->
         elif f.empty_on_disk:
             out.render_zero_tailed[f"index/{f.name}"] = ((), settings.index_file_size)
         elif with_copies:
-            out.copies.append((f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
+            out.copies.append(CopyItem(f"index/{f.name}", idx.uris[f.name], settings.index_file_size))
     for name, t in zip(idx.new_names, idx.resume.new_files):
         out.render_zero_tailed[f"index/{name}"] = (_soon(new_index_file, t.all_keys(), settings, t.inherited,
                                                          plan.generation.generation),
@@ -237,7 +237,7 @@ def _soon(fn: Callable[..., T], *args) -> Future:
 
 
 def new_index_file(k, settings, inherited: IndexState, generation: int) -> tuple[bytes, ...]:
-    """A new index file's bytes up to its last entry (index_file.build_index_file without the zero tail)."""
+    """A new index file's bytes up to its last entry (index_build.build_index_file without the zero tail)."""
     return tuple(index_file_chunks(lambda: [(k.key_hash, k.phy, k.store_ts)], settings.max_hash_slot_num,
                                    settings.max_index_num, inherited, zero_tail=False,
                                    empty_count=empty_file_index_count(generation)))
@@ -260,7 +260,7 @@ def _marker_output(plan: RecoveryPlan, out: RecoveryOutput, with_copies: bool) -
             out.render_bytes[ABORT_BAK] = plan.markers.abort_bak
 
 
-def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
+def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[CopyItem]:
     """Everything else in the store root (config/, compaction/, timer files, ...) is copied verbatim."""
     prefix = store.path.rstrip("/") + "/"
     out = []
@@ -270,9 +270,9 @@ def _other_root_files(store: Location, handled: tuple[str, ...] = ()) -> list[tu
             continue
         loc = store.child(name)
         if info.type.name == "Directory":
-            out += [(i.path[len(prefix):], store.child(i.path[len(prefix):]).uri, i.size) for i in loc.walk_files()]
+            out += [CopyItem(rel := i.path[len(prefix):], store.child(rel).uri, i.size) for i in loc.walk_files()]
         elif info.type.name == "File":
-            out.append((name, loc.uri, info.size))
+            out.append(CopyItem(name, loc.uri, info.size))
     return out
 
 
@@ -379,8 +379,8 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     for d in out.dirs:
         if out.copies:
             dest.child(d).makedirs()
-    wanted = [CopyItem(rel, src, n, link=link_sealed and rel in out.sealed, zero_holes=rel in out.zero_holes)
-              for rel, src, n in out.copies]
+    wanted = [CopyItem(c.rel, c.src, c.size, link=link_sealed and c.rel in out.sealed,
+                       zero_holes=c.rel in out.zero_holes) for c in out.copies]
     # with the background thread a kept consume-queue file's crash-time bytes are one of its copies (queued
     # before the scan: queue_file_copies), and only its span is written once the copies are made
     patched = background is not None
@@ -407,7 +407,7 @@ def write_output(sc, plan: RecoveryPlan, out: RecoveryOutput, dest: Location, qu
     elif out.copies:
         done = run_tasks(sc, copy_tasks(out.copies, dest, out.sealed if link_sealed else set(), out.zero_holes),
                          copy_task_files, "copy",
-                         total_bytes=sum(s for *_, s in out.copies), quiet=quiet)
+                         total_bytes=sum(c.size for c in out.copies), quiet=quiet)
         out.copied = copy_counts([r for rs in done for r in rs])
     if out.full_index:
         return _rebuild_index(sc, plan, dest.child("index"), quiet, tz)
@@ -450,14 +450,14 @@ def _cq_tasks(queues: list[list], dest: Location, slots: int, copied: bool = Fal
     return [CqRenderTask(tuple(item for q in queues[i::n] for item in q), dest, copied) for i in range(n)]
 
 
-def copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str],
+def copy_tasks(copies: list[CopyItem], dest: Location, link: set[str],
                 zero_holes: set[str] = frozenset()) -> list[CopyTask]:
     """Copies packed into tasks of about COPY_TASK_BYTES; the files in `link` are hard-linked, those in
     `zero_holes` keep their all-zero blocks as holes."""
     tasks, cur, size = [], [], 0
-    for rel, src, n in copies:
-        cur.append((src, dest.child(rel).uri, rel in link, rel in zero_holes))
-        size += n
+    for c in copies:
+        cur.append((c.src, dest.child(c.rel).uri, c.rel in link, c.rel in zero_holes))
+        size += c.size
         if size >= COPY_TASK_BYTES:
             tasks.append(CopyTask(tuple(cur)))
             cur, size = [], 0
@@ -468,7 +468,7 @@ def copy_tasks(copies: list[tuple[str, str, int]], dest: Location, link: set[str
 
 def _rebuild_index(sc, plan: RecoveryPlan, index_dir: Location, quiet: bool, tz) -> list[str]:
     """--full-index: the rebuild stage's index files from the valid commit log, named like a rebuild."""
-    from ..outputs.stage import build_files, name_index_files, one_stream_note, pending_name, plan_index, share_index_tasks
+    from ..outputs.build import build_files, name_index_files, one_stream_note, pending_name, plan_index, share_index_tasks
 
     scan, work = plan.index.full_rebuild_scan, plan.index.full_rebuild_work
     index_dir.makedirs()

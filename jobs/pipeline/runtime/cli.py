@@ -1,5 +1,6 @@
-"""What every job's command line shares: common flags, exit codes, checks made before Spark starts, and
-`run_main`, the one way a job ends (an exit status and at most one line on stderr).
+"""What every job's command line shares: common flags, exit codes, the broker config read as the broker reads it,
+and `run_main`, the one way a job ends (an exit status and at most one line on stderr). The store and the report a
+job is given are checked by io.job_args.
 
 Light to import (the store and settings modules, which bring numpy and pyarrow, are imported where they are
 used): `reput`, `reput --help` and `reput --version` answer without loading them."""
@@ -10,7 +11,7 @@ import json
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobs import __version__
@@ -20,8 +21,6 @@ from .failure import DEBUG_ENV, Interrupted, JobError, debug, one_line  # noqa: 
 
 if TYPE_CHECKING:
     from storage_format.settings import BrokerSettings
-
-    from ..io.fs import Location
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # verify: inconsistencies found; query: no message found
@@ -43,7 +42,7 @@ def parser(job: str, description: str, *, json_help: str = "print the report as 
 
     p = argparse.ArgumentParser(prog=f"reput {job}", description=description,
                                 epilog=f"{EXIT_STATUS_TEXT}. {DEBUG_ENV}=1 shows tracebacks and Spark's log.")
-    p.set_defaults(job=job)  # the job's name, for the checks every job makes (check_store)
+    p.set_defaults(job=job)  # the job's name, for the checks every job makes (io.job_args.check_store)
     p.add_argument("--version", action="version", version=f"reput {__version__}")
     p.add_argument("--store", required=True, help="the broker's store directory (storePathRootDir): a local path "
                                                   "or a URI")
@@ -103,69 +102,6 @@ def time_zone(flag: str, name: str) -> ZoneInfo:
         raise JobError(f"{flag} {name!r}: unknown time zone (an IANA name such as UTC or Asia/Shanghai)") from None
 
 
-def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Location, BrokerSettings]:
-    """The --store location, when it is a readable broker store (a commit-log directory: STORE/commitlog or
-    the broker config's storePathCommitLog) whose settings and layout reput implements and not an unfinished
-    reput output (commit_marker); and the settings to use (file sizes from disk when no broker config is
-    given: store_gate.store_settings). A log outside the store is said on stderr and kept in `args.log_place` for
-    the report; another store's is refused where the job reads the store's own files (store_gate.check_log_place)."""
-    from ..io.commit_marker import refuse_unfinished
-    from ..io.fs import location
-    from ..io.store_gate import check_log_place, log_dir, store_settings
-
-    store = location(args.store)
-    try:
-        refuse_unfinished(store)  # a reput output on object storage whose run never committed it
-        settings = store_settings(store, settings, args.broker_config is not None, args.job)  # refusals by name first
-        commitlog = log_dir(store, settings)
-        found = commitlog.is_dir()
-    except OSError as exc:
-        raise JobError(f"cannot read the store {args.store}: {exc}") from None
-    if not found:
-        raise JobError(f"no RocketMQ store at {args.store}: {_missing_log(store, settings, commitlog)}")
-    _check_listable(commitlog)
-    args.log_place = check_log_place(args.job, store, settings).to_dict()
-    return store, settings
-
-
-def _missing_log(store: Location, settings: BrokerSettings, commitlog: Location) -> str:
-    """Why the store has no commit log where the settings say, with what is there instead: a DLedger member's
-    directory or commitlog/ given as the store (the root is wanted), the dledger-* members present."""
-    from storage_format import dledger
-
-    if store.name.startswith(dledger.DIR_PREFIX) and store.child(dledger.DATA_DIR).is_dir() or \
-            store.name == "commitlog":
-        return f"{store.uri} is a directory inside a store: use the store root, {store.parent.uri}"
-    if settings.enable_dleger_commit_log:
-        members = sorted(i.base_name for i in store.list() if i.type.name == "Directory"
-                         and i.base_name.startswith(dledger.DIR_PREFIX)) if store.is_dir() else []
-        there = f"; the store holds {', '.join(members)} (dLegerSelfId names the member)" if members else ""
-        return (f"no DLedger data directory {commitlog.uri} (dLegerSelfId={settings.d_leger_self_id}"
-                + (", storePathDLedgerCommitLog)" if settings.store_path_dledger_commit_log else ")") + there)
-    if commitlog == store.child("commitlog"):
-        return "no commitlog/ directory"
-    return f"no commit-log directory {commitlog.uri} (storePathCommitLog)"
-
-
-def _check_listable(loc: Location) -> None:
-    try:
-        loc.list()
-    except OSError as exc:
-        raise JobError(f"cannot read {loc.uri}: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-def check_report(args: argparse.Namespace, store: Location) -> Location | None:
-    """The --report location, which must lie outside the store (the store is only read)."""
-    if not getattr(args, "report", None):
-        return None
-    from ..io.fs import location
-    from ..io.paths import check_outside
-
-    report = location(args.report)
-    check_outside(store, report, "--report")
-    return report
-
-
 def warn(job: str, text: str) -> None:
     """A warning: one line on stderr, `reput <job>: warning: <text>` (stdout stays the report)."""
     print(f"reput {job}: warning: {text}", file=sys.stderr, flush=True)
@@ -180,8 +116,14 @@ def json_bytes(obj: object) -> bytes:
     return json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8")
 
 
+class ReportFile(Protocol):
+    """Where --report goes (an io.fs.Location, checked by io.job_args.check_report)."""
+
+    def write_bytes(self, data: bytes) -> None: ...
+
+
 def emit(args: argparse.Namespace, report: dict, human: Callable[[dict], None],
-         report_loc: Location | None = None) -> None:
+         report_loc: ReportFile | None = None) -> None:
     """Write the report to --report (when given) and print it: JSON with --json, else the summary."""
     if report_loc is not None:
         report_loc.write_bytes(json_bytes(report))

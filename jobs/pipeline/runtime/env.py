@@ -51,6 +51,8 @@ REGISTRY: tuple[EnvVar, ...] = (
            TEST_HOOK),
     EnvVar("REPUT_WARM_DAEMON", None, "set by reput for the worker launcher Spark starts: the warm daemon's "
            "socket", INTERNAL),
+    EnvVar("REPUT_WORKER_PRELOAD", None, "set by reput for its worker daemons: the modules whose functions tasks "
+           "run, imported before workers fork (comma-separated)", INTERNAL),
     EnvVar("REPUT_GOLDEN", None, "where the tests find the golden stores (default ../shared/golden)", TEST_HOOK),
 )
 BY_NAME = {v.name: v for v in REGISTRY}

@@ -53,11 +53,13 @@ def build_zip(dest: Path, repo: Path = REPO) -> list[str]:
 
 
 NOT_SHIPPED = ("pyspark",)  # executors run their Spark's own pyspark (python/lib/pyspark.zip)
+SHIPPED_EXTRAS = ("rocksdb",)  # a RocksDB store's tasks open its database on the executors
 
 
 def env_requirements(repo: Path = REPO) -> list[str]:
-    """pyproject's dependencies that executors need (all but pyspark), as pip requirement strings."""
-    deps = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["dependencies"]
+    """pyproject's dependencies that executors need (all but pyspark, with SHIPPED_EXTRAS), as pip requirements."""
+    project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + [d for e in SHIPPED_EXTRAS for d in project["optional-dependencies"][e]]
     return [d for d in deps if not any(d.startswith(n) and not d[len(n):][:1].isalnum() for n in NOT_SHIPPED)]
 
 

@@ -126,6 +126,8 @@ def spark_conf(app: str, master: str | None, level: str, dump_cds_to: Path | Non
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.python.daemon.module": _daemon_module(),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # the modules tasks run, for the daemon Spark launches (the warm one has them already)
+        **{f"spark.executorEnv.{k}": v for k, v in worker_daemon.preload_env().items()},
     })
     return conf
 

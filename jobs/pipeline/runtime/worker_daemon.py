@@ -28,7 +28,7 @@ import sys
 import tempfile
 from typing import Callable
 
-from . import interrupt
+from . import env, interrupt
 
 WARM_ENV = "REPUT_WARM_DAEMON"  # the warm daemon's socket, for the launcher Spark starts
 HASH_SEED = "PYTHONHASHSEED"  # fixed at interpreter start: the warm process must have the workers' seed
@@ -36,19 +36,33 @@ _POLL_S = 0.25  # how often a waiting warm daemon checks that the driver is stil
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _warm: subprocess.Popen | None = None
 _pdeathsig_set = False  # in a forked worker: PR_SET_PDEATHSIG done (once per process)
+PRELOAD_ENV = "REPUT_WORKER_PRELOAD"  # the modules a worker daemon imports first (preload_env)
+_preload: list[str] = []  # the modules this process's tasks run, named by themselves (preload_in_workers)
+
+
+def preload_in_workers(*modules: str) -> None:
+    """Name modules whose functions Spark tasks run: the worker daemons of a session started afterwards import them
+    before forking workers. A stage module names itself (`preload_in_workers(__name__)`), so the runtime, the
+    lowest layer of the pipeline, names no module above it."""
+    _preload.extend(m for m in modules if m not in _preload)
+
+
+def preload_env() -> dict[str, str]:
+    """The environment that carries the named modules to a worker daemon: the warm one, or (as
+    spark.executorEnv) the one Spark launches."""
+    return {PRELOAD_ENV: ",".join(_preload)} if _preload else {}
 
 
 def preload() -> None:
-    """Import what decode and build tasks run, load every kernel from numba's cache, then freeze what
-    that made: Spark's daemon runs a full garbage collection after every task of a reused worker, and
-    walking the objects of numba, llvmlite, pyarrow and numpy cost each task about 40 ms of CPU (and
-    wrote to pages the workers otherwise share with the daemon)."""
+    """Import what decode and build tasks run (the modules the driver named, preload_in_workers), load every kernel
+    from numba's cache, then freeze what that made: Spark's daemon runs a full garbage collection after every task
+    of a reused worker, and walking the objects of numba, llvmlite, pyarrow and numpy cost each task about 40 ms of
+    CPU (and wrote to pages the workers otherwise share with the daemon)."""
     import importlib
 
     import pyspark.worker  # noqa: F401 - what every forked worker imports first
-    from jobs.pipeline import TASK_MODULES
 
-    for name in TASK_MODULES:  # named by the pipeline, not here: the runtime imports no stage (no import circle)
+    for name in filter(None, (env.value(PRELOAD_ENV) or "").split(",")):
         importlib.import_module(name)
     from storage_format.kernels.warm import warm
 
@@ -64,11 +78,11 @@ def start_warm() -> None:
     global _warm
     folder = tempfile.mkdtemp(prefix="reput-warm-")
     path = os.path.join(folder, "daemon.sock")
-    env = dict(os.environ)
-    env[HASH_SEED] = os.environ.get(HASH_SEED, "0")  # what SparkContext gives its Python workers
+    child_env = {**os.environ, **preload_env()}
+    child_env[HASH_SEED] = os.environ.get(HASH_SEED, "0")  # what SparkContext gives its Python workers
     _warm = subprocess.Popen([sys.executable, "-m", __name__, "--warm", path, str(os.getpid())],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=env, close_fds=True)
+                             env=child_env, close_fds=True)
     os.environ[WARM_ENV] = path
     interrupt.own_process(_warm, group=True)
     interrupt.remove_on_interrupt(_warm, lambda: shutil.rmtree(folder, ignore_errors=True))

@@ -2,7 +2,8 @@
 
 The rows of a split are its records' own entries plus their multi-dispatch entries
 (storage_format.multi_dispatch), grouped by (topic, queueId) with dispatch order kept inside a queue;
-the build stages cut queues out of these rows by the ranges noted here.
+the build stages cut queues out of these rows by the ranges noted here. Which multi-dispatch rules the decode
+applies: the generation's for file queues, RocksDB's for `storeType=defaultRocksDB` (storage_format.rocksdb_dispatch).
 """
 from __future__ import annotations
 
@@ -15,12 +16,34 @@ import pyarrow.compute as pc
 from storage_format.arrow_numpy import large_strings, to_numpy
 from storage_format.commitlog import RecordColumns
 from storage_format.consume_queue import unsafe_topic_reason
+from storage_format.cq_layout import is_rocksdb_type
 from storage_format.queue_table import QueueTable
+from storage_format.rocksdb_dispatch import rocksdb_lmq_rules
+from storage_format.settings import BrokerSettings
 from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LmqEntries,
-                                           MultiDispatchError, MultiDispatchRules, lmq_entries)
+                                           MultiDispatchError, MultiDispatchRules, lmq_entries, rules_for)
+
+from ..io.fs import Location
+from ..store.markers import store_generation
 
 CQ_SCHEMA = pa.schema([("topic", pa.large_string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                        ("phy", pa.int64()), ("size", pa.int32()), ("tags", pa.int64())])
+
+
+def multi_dispatch_rules(store: Location, settings: BrokerSettings,
+                         generation: int | None) -> MultiDispatchRules | None:
+    """The multi-dispatch rules the decode tasks apply (None: off), the generation given or detected."""
+    if is_rocksdb_type(settings):  # RocksDB consume queues: their own LMQ rules (storage_format.rocksdb_dispatch)
+        return rocksdb_lmq_rules(settings.enable_lmq)
+    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
+    return rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
+                     generation is not None or guess.generation >= 5) if guess else None
+
+
+def names_are_dirs(rules: MultiDispatchRules | None) -> bool:
+    """Whether multi-dispatch queue names become directories under consumequeue/ (file queues), so that an unsafe one
+    is refused; RocksDB consume queues keep them as key bytes."""
+    return rules is None or not rules.keep_separator_names
 
 
 @dataclass(frozen=True)
@@ -52,10 +75,11 @@ def split_lmq(cols: RecordColumns, rows: np.ndarray, rules: MultiDispatchRules |
 
 
 def cq_table(cols: RecordColumns, groups: QueueGroups, rows: np.ndarray, tags: np.ndarray,
-              extra: LmqEntries | None) -> tuple[pa.Table, QueueGroups, np.ndarray]:
+             extra: LmqEntries | None, check_names: bool = True) -> tuple[pa.Table, QueueGroups, np.ndarray]:
     """The split's consume-queue entries grouped by queue in (topic, queueId) order, dispatch order kept
     inside a queue (a record's own entry, then its multi-dispatch entries in name order); with each
-    row's group. An unsafe multi-dispatch queue name raises MultiDispatchError naming its record."""
+    row's group. An unsafe multi-dispatch queue name raises MultiDispatchError naming its record (`check_names`
+    False: RocksDB consume queues, whose names are key bytes, not directories)."""
     if extra is None:
         combined = np.sort((groups.group[rows].astype(np.int64) << 32) | np.arange(len(rows), dtype=np.int64))
         rec = rows[combined & 0xFFFFFFFF]
@@ -69,7 +93,7 @@ def cq_table(cols: RecordColumns, groups: QueueGroups, rows: np.ndarray, tags: n
         qid = np.concatenate([cols.queue_id[rows], extra.queue_id])[dispatch]
         qo = np.concatenate([cols.queue_offset[rows], extra.queue_offset])[dispatch]
         cq_groups = queue_groups(topic, qid)
-        for first, reason in unsafe_topics(cq_groups):
+        for first, reason in unsafe_topics(cq_groups) if check_names else ():
             raise MultiDispatchError(int(rec[first]), f"{INNER_MULTI_DISPATCH}: {reason}")
         order = np.argsort(cq_groups.group, kind="stable")
         rec, topic, qid, qo, row_group = rec[order], topic.take(pa.array(order)), qid[order], qo[order], \

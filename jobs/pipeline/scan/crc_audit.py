@@ -20,7 +20,7 @@ from ..runtime import env
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from .result import ScanResult, SplitTask
-from .stage import KERNEL_ENV, decode_split
+from .decode import KERNEL_ENV, decode_split
 
 LISTED_PER_SPLIT = 1000  # records listed per split; the count goes on
 

@@ -85,7 +85,7 @@ class SplitSummary:
     # kernel was asked to take (its fallback reason; "" when the kernel took it or was not asked).
     decoder: str = ""
     fallback: str = ""
-    # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (convert.records.SplitRecords).
+    # With SplitTask.with_records, a DLedger split's records up to the dispatch limit (scan.split_records.SplitRecords).
     listed: object | None = None
     seconds: float = 0.0  # the decode task's time for this split (the bench's scale-out model reads it)
 
@@ -171,7 +171,7 @@ class OutOfStepQueues:
 @dataclass(kw_only=True)
 class ScanResult:
     """Segments, splits, the stitched scan and the summaries of the splits the scan accepted; the valid records
-    whose queueId is negative, when there are any (scan.stage finds the first one's file and byte offset)."""
+    whose queueId is negative, when there are any (scan.decode finds the first one's file and byte offset)."""
 
     segments: list[Segment]
     splits: list[Split]

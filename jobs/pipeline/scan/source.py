@@ -7,7 +7,7 @@ physicalOffset rule. Performance: each partition decodes vectorised in its Pytho
 Arrow record batches (no per-row Python objects). Bodies are left out unless `includeBody` is true.
 
 Rows are the valid records each split's walk reaches: a walk stops at the first invalid record of its
-segment. Unlike the jobs (jobs.pipeline.scan.stage), the reader does not check chain continuity across
+segment. Unlike the jobs (jobs.pipeline.scan.decode), the reader does not check chain continuity across
 splits, so on a corrupt store use `splitSize=0` or the jobs for exact broker semantics.
 
 Options: `brokerConfig` (broker .properties path, read on the driver), `splitSize`, `minPartitions`,
@@ -33,7 +33,7 @@ from storage_format.settings import BrokerSettings, load_settings
 from ..io.fs import location
 from ..store.segments import list_segments
 from .result import SplitTask
-from .stage import decode_split_columns, pack_splits
+from .decode import decode_split_columns, pack_splits
 
 SCHEMA = (
     "segment STRING, physical_offset BIGINT, total_size INT, magic_version INT, body_crc INT, "

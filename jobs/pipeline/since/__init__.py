@@ -1,1 +1,2 @@
-"""`rebuild --since OUT1`: continue an earlier rebuild from where it ended instead of decoding the whole log."""
+"""`rebuild --since OUT1`: continue OUT1, an earlier reput output, from where it ended instead of decoding the whole
+log."""

@@ -14,8 +14,9 @@ import datetime as dt
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
+from storage_format.confirm_offset import DispatchLimit
 from storage_format.settings import BrokerSettings
 
 from ..io import out_files
@@ -26,9 +27,11 @@ from ..io.workdir import removed_after
 from ..recover import inplace
 from ..recover.journal import CREATE, JOURNAL, REPLACE
 from ..runtime import interrupt
-from ..runtime.cli import json_bytes, warn
-from .previous import REPORT_NAME, PreviousOutput, check_directory
-from .run import SinceRun, rebuild_since
+from ..runtime.cli import JobError, json_bytes, warn
+from ..runtime.engine import EngineChoice, job_runner
+from .out1 import REPORT_NAME, Out1, check_directory
+from .report import since_report
+from .run import check_flags, rebuild_since, since_checks
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class InPlaceStaging:
 class InPlaceTarget:
     """OUT1 (a local directory, its path resolved) and DIR, where what the switch replaces or deletes is kept."""
 
-    out: Path
+    out1_path: Path
     backup: Path
 
 
@@ -51,40 +54,54 @@ class InPlaceTarget:
 def locked_out1(args: argparse.Namespace) -> Iterator[InPlaceTarget]:
     """OUT1 with both its locks held before anything of it is read: the one a rebuild publishing OUT1 takes (beside
     it) and the one recover --in-place, --resume and --rollback take (inside it); then no interrupted switch in it."""
-    path = inplace.local_store(location(args.since).uri)
+    out1_path = inplace.local_store(location(args.since).uri)
     backup = Path(args.backup_dir).resolve()
-    check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
-    check_directory(Location(str(path)))  # the in-place lock file must not make a missing OUT1
-    with held(RunLock(beside(path), "rebuild", str(path)), RunLock(path / IN_PLACE_LOCK, "rebuild",
-                                                                   f"{path} (--in-place)")):
-        inplace.check_not_interrupted(path, "OUT1")
-        yield InPlaceTarget(path, backup)
+    check_outside(Location(str(out1_path)), Location(str(backup)), "--backup-dir")
+    check_directory(Location(str(out1_path)))  # the in-place lock file must not make a missing OUT1
+    with held(RunLock(beside(out1_path), "rebuild", str(out1_path)),
+              RunLock(out1_path / IN_PLACE_LOCK, "rebuild", f"{out1_path} (--in-place)")):
+        inplace.check_not_interrupted(out1_path, "OUT1")
+        yield InPlaceTarget(out1_path, backup)
 
 
-def rebuild_in_place(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, prev: PreviousOutput,
-                     target: InPlaceTarget, limit_offset: int | None, tz: dt.tzinfo, quiet: bool,
-                     report_of: Callable[[SinceRun], dict]) -> dict:
-    """Stage the files that change, then switch them into OUT1 (backup and journal first); returns the report. Runs
-    inside `locked_out1`."""
-    path, backup = target.out, target.backup
-    with _staging_area(path) as staging:
-        work = Location(str(path / ".reput-since.work"))
+def rebuild_in_place(args: argparse.Namespace, store: Location, settings: BrokerSettings, limit: DispatchLimit,
+                     tz: dt.tzinfo, quiet: bool) -> dict:
+    """rebuild --since OUT1 --in-place: OUT1's locks first, then the --since checks (before Spark starts; OUT1 must
+    be a rebuild's), then OUT1 itself brought up to the store; returns the report."""
+    with locked_out1(args) as target:
+        check_flags(args)
+        out1 = since_checks(args, store, settings)
+        if out1.report["job"] != "rebuild":
+            raise JobError(f"--in-place: --since {args.since} is a {out1.report['job']} OUT, a store a broker may "
+                           f"start on (its checkpoint and files are the broker's to change): write OUT2 beside it "
+                           f"with --out")
+        sc, engine = job_runner(args, "rebuild", out1.bytes_to_decode, settings)
+        return _switched_in(sc, engine, args, store, settings, out1, target, limit, tz, quiet)
+
+
+def _switched_in(sc, engine: EngineChoice, args: argparse.Namespace, store: Location, settings: BrokerSettings,
+                 out1: Out1, target: InPlaceTarget, limit: DispatchLimit, tz: dt.tzinfo, quiet: bool) -> dict:
+    """Stage the files that change, then switch them into OUT1 (backup and journal first); returns the report."""
+    out1_path, backup = target.out1_path, target.backup
+    with _staging_area(out1_path) as staging:
+        work = Location(str(out1_path / ".reput-since.work"))
         work.delete_tree() if work.exists() else None  # a killed run's leftovers
         with removed_after(work):
-            run = rebuild_since(sc, args, store, settings, InPlaceStaging(Location(str(staging)), work), prev,
-                                limit_offset, tz, quiet, copy_rest=False)
-        left = _not_index_files(path, run.result.index_listed)
-        report = {**report_of(run), "in_place": {"backup_dir": str(backup), "index_entries_left": left}}
+            run = rebuild_since(sc, args, store, settings, InPlaceStaging(Location(str(staging)), work), out1,
+                                limit.offset, tz, quiet, copy_unchanged=False)
+        left = _not_index_files(out1_path, run.result.index_listed)
+        report = {**since_report(args, run, settings, limit, out1), "engine": engine.to_dict(),
+                  "in_place": {"backup_dir": str(backup), "index_entries_left": left}}
         (staging / REPORT_NAME).write_bytes(json_bytes(report))
         gone = [f"consumequeue/{rel}" for rel in run.result.expired_cq] \
             + [f"index/{name}" for name in run.result.index_dropped]
         written = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
-        hashed = not inplace.same_filesystem(path, backup)
-        ops = inplace.build_ops(path, staging, written, gone, hashed=hashed)
-        _stage_files_record(path, staging, [o.path for o in ops if o.op in (REPLACE, CREATE)], gone)
+        hashed = not inplace.same_filesystem(out1_path, backup)
+        ops = inplace.build_ops(out1_path, staging, written, gone, hashed=hashed)
+        _stage_files_record(out1_path, staging, [o.path for o in ops if o.op in (REPLACE, CREATE)], gone)
         # a rebuild OUT1 holds no checkpoint or abort (ordered last): the record's op can close the list
-        ops += inplace.build_ops(path, staging, [out_files.FILES_NAME], [], hashed=hashed)
-        manifest = inplace.switch(path, staging, backup, ops, {"job": "rebuild --since --in-place"}, what="OUT1")
+        ops += inplace.build_ops(out1_path, staging, [out_files.FILES_NAME], [], hashed=hashed)
+        manifest = inplace.switch(out1_path, staging, backup, ops, {"job": "rebuild --since --in-place"}, what="OUT1")
     if manifest["backup"]["copied"]:
         warn("rebuild", f"--backup-dir {backup} is on another filesystem than OUT1: {manifest['backup']['copied']} "
                         f"files backed up by copying them (the slower path; on OUT1's filesystem they are hard-linked)")
@@ -92,24 +109,24 @@ def rebuild_in_place(sc, args: argparse.Namespace, store: Location, settings: Br
     return report
 
 
-def _stage_files_record(out: Path, staging: Path, switched: list[str], gone: list[str]) -> None:
+def _stage_files_record(out1_path: Path, staging: Path, switched: list[str], gone: list[str]) -> None:
     """OUT1's record of its files (io.out_files) as the switch leaves them, staged with the files it describes: the
     record proven before the run, less what goes, with the staged files the switch renames in (a rename keeps their
     size and mtime; a staged file equal to OUT1's stays unswitched, and so does its state)."""
-    before = out_files.recorded(Location(str(out)), None)  # check_unchanged proved it; all of OUT1 (--overwrite)
+    before = out_files.recorded(Location(str(out1_path)), None)  # check_unchanged proved it; all of OUT1 (--overwrite)
     after = out_files.after_switch(before, Location(str(staging)), switched, gone)
     out_files.write_record(Location(str(staging / out_files.FILES_NAME)), after)
 
 
 @contextlib.contextmanager
-def _staging_area(out: Path) -> Iterator[Path]:
+def _staging_area(out1_path: Path) -> Iterator[Path]:
     """OUT1's staging area, fresh, for the block; removed again when the run stops before its journal is written
     (after it, --resume renames the staged files from there)."""
-    staging = inplace.prepare_staging(out)
+    staging = inplace.prepare_staging(out1_path)
 
     def drop() -> None:
         try:
-            journaled = (out / JOURNAL).exists()
+            journaled = (out1_path / JOURNAL).exists()
         except OSError:
             journaled = True
         if not journaled:
@@ -130,8 +147,8 @@ def _staging_area(out: Path) -> Iterator[Path]:
     interrupt.forget(staging)
 
 
-def _not_index_files(out: Path, listed: list[str]) -> list[str]:
+def _not_index_files(out1_path: Path, listed: list[str]) -> list[str]:
     """The entries of OUT1's index/ the run did not take as index files (the listing named each on stderr: the
     broker skips them); the switch leaves them as they are."""
-    index = out / "index"
+    index = out1_path / "index"
     return sorted(set(p.name for p in index.iterdir()) - set(listed)) if index.is_dir() else []

@@ -16,7 +16,7 @@ from ..io.fs import Location
 # the run report's contract version: 1 is the first report a later run builds on (rebuild --since reads it;
 # a report without the key is version 1)
 REPORT_VERSION = 1
-# the run report each job publishes its OUT with, in the order rebuild --since looks for them in an earlier OUT
+# the run report each job publishes its OUT with, in the order rebuild --since looks for them in OUT1
 REPORT_NAMES = {"rebuild": "reput-report.json", "recover": "reput-recover-report.json",
                 "convert": "reput-convert-report.json"}
 TAIL_BYTES = 4096

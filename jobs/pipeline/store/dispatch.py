@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import struct
-import sys
 from dataclasses import dataclass
 
 from storage_format import dledger
@@ -14,7 +13,6 @@ from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
 from ..io.store_gate import dledger_home
-from ..scan.result import ScanResult
 from .markers import StoreMarkers
 from .segments import list_segments
 
@@ -88,16 +86,3 @@ def dledger_reading(store: Location, settings: BrokerSettings, flag: str | None)
                                               f"{dledger.READING_SURVIVING})") from None
     return DledgerReading(reading, DispatchLimit(end, f"DLedger: {reading.reason}; committedIndex {committed} ends "
                                                       f"at {end}"))
-
-
-def dispatch_report(job: str, limit: DispatchLimit, scan: ScanResult) -> dict:
-    """The report's `dispatch` section: the limit, why, and where dispatch stopped; a note on stderr
-    when records were held back."""
-    stop = scan.dispatch_stop()
-    out = {**limit.to_dict(), **stop.to_dict()}
-    if limit.offset is not None:
-        what = "the DLedger committed position" if limit.reason.startswith("DLedger") else "the confirm offset"
-        print(f"reput {job}: note: dispatch stopped at {what} {limit.offset}: "
-              f"{stop.held_back} valid records from commit-log offset {stop.first_held_back} on are not "
-              f"dispatched ({limit.reason})", file=sys.stderr)
-    return out

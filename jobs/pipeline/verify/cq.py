@@ -9,11 +9,12 @@ import numpy as np
 
 from storage_format.arrow_numpy import to_arrow
 from storage_format.consume_queue import CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries
+from storage_format.rocksdb_files import database_files
 from storage_format.log_sources import LogFile, broker_consequence, queue_dir_verdict
 
 from ..io.paths import is_local
-from ..outputs.earlier_file import read_data
-from ..outputs.stage import CqTask, QueueFiles, cq_file_bytes
+from ..outputs.cq_tail import read_data
+from ..outputs.build import CqTask, QueueFiles, cq_file_bytes
 from .findings import Findings
 from ..io.fs import Location
 from ..scan.result import ScanResult
@@ -235,10 +236,15 @@ def queue_ends(scan: ScanResult) -> dict[tuple[str, int], int]:
 
 
 def disk_cq_files(cq_dir: Location, out: Findings) -> list[tuple[str, int, str]]:
-    """(topic, queueId, name) of every consume-queue file in the store; anything else is reported."""
+    """(topic, queueId, name) of every consume-queue file in the store; anything else is reported but a double-write
+    store's RocksDB database beside the queues (the store gate named it as not read)."""
     files = []
-    for topic in cq_dir.list():
+    listed = cq_dir.list()
+    database = database_files([i.base_name for i in listed if i.type.name != "Directory"])
+    for topic in listed:
         tdir = cq_dir.child(topic.base_name)
+        if topic.base_name in database:
+            continue
         if topic.type.name != "Directory":
             out.add("consumequeue", "unexpected_file", f"consumequeue/{topic.base_name}",
                     detail="a file where a topic directory belongs")

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from storage_format.index_file import IndexHeader, IndexLayout, IndexState, build_index_file
+from storage_format.index_file import IndexHeader, IndexLayout, IndexState
+from storage_format.index_build import build_index_file
 from storage_format.index_keys import KeyBatch
 
 from ..io.fs import Location
 from ..recover.inputs import tail_keys
 from ..scan.result import ScanResult
 from .findings import Findings
-from .index import disk_index_files
+from .index_files import disk_index_files
 
 MAX_REPEATS = 64  # a start after a crash repeats two records; more is damage, not the broker
 ARTIFACT = "index"

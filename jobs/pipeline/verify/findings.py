@@ -71,6 +71,13 @@ KINDS: dict[str, FindingKind] = {k.name: k for k in (
     FindingKind("broken_chain", IDX, "chain",
                 "a slot chain that points outside the used entries, loops, merges or holds a key of another slot"),
     FindingKind("key_not_found", IDX, "lookup", "an entry a broker lookup by its key cannot reach"),
+    FindingKind("offset_record_differs", CQ, "header",
+                "a RocksDB consume queue's `offset` record differs from what the commit log implies: a queue's "
+                "\"max\" (its last unit's phyOffset and queueOffset), a \"max\" of a queue without units, or a "
+                "dispatch checkpoint (CHECKPOINT_TOPIC) past the end of the last record with a unit"),
+    FindingKind("malformed_key", CQ, "entry",
+                "a RocksDB consume queue's key or value that is not what RocketMQ 5.3.3 writes (column family and "
+                "key named)"),
     FindingKind("malformed_timer_file", ("timer",), "file",
                 "a 5.x timer file the broker refuses or misreads: a timerwheel that is not 38,707,200 bytes, a short "
                 "or missing timercheck, a timer-log file of another size, unloadable timermetrics"),

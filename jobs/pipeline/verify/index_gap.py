@@ -26,9 +26,9 @@ class IndexGap:
     end: int
     keys: int  # index keys of the records strictly between
 
-    def describe(self, findings: int) -> str:
-        """The line verify prints under its counts."""
-        return (f"these {findings} index findings are the broker's own index loss after its DLedger recovery: the "
+    def describe(self, findings: int, recovery: str = "DLedger recovery") -> str:
+        """The line verify prints under its counts (`recovery`: the broker's recovery that lost them)."""
+        return (f"these {findings} index findings are the broker's own index loss after its {recovery}: the "
                 f"{self.keys} keys of the records between commit-log offsets {self.start} and {self.end} (after "
                 f"index/{self.before}'s last entry, before index/{self.after}'s first) are in no index file, as the "
                 f"broker's recovery leaves them; `reput recover --full-index` on the stopped broker's store indexes "

@@ -1,13 +1,13 @@
 """Verify, index files from a commit-log offset on (the log's min offset once its head expired, or the start of the
 segment `verify --since` decodes from): the store's index file holding that offset is cut back to the entries before
 it (storage_format.index_prefix) and continued by the keys from there, as `rebuild --since` continues OUT1's last
-file (since.index.continue_files); the files after it are compared as a full verify compares them. The entries
-before the offset and the older files are counted apart: as expired (their records are gone, so nothing can check
-them; the clean service deletes such files when it runs) or as checked by the earlier verify. A local store's file
-is checked without a copy first (equal_in_memory: its header and slots cut in memory, the new entries compared
-where they lie); only a difference, or a remote store, pays for the cut copy that names what differs. When the seed
-file is the last file expected, it and the store's files after it may also hold the broker's restart re-index
-(verify.restart), counted apart."""
+file (outputs.index_continuation.continue_files); the files after it are compared as a full verify compares them.
+The entries before the offset and the older files are counted apart: as expired (their records are gone, so nothing
+can check them; the clean service deletes such files when it runs) or as checked by the earlier verify. A local
+store's file is checked without a copy first (equal_in_memory: its header and slots cut in memory, the new entries
+compared where they lie); only a difference, or a remote store, pays for the cut copy that names what differs. When
+the seed file is the last file expected, it and the store's files after it may also hold the broker's restart
+re-index (verify.restart), counted apart."""
 from __future__ import annotations
 
 import datetime as dt
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_format import recovery
-from storage_format.index_file import (ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexHeader, IndexLayout,
-                                       append_to_index_file)
+from storage_format.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexHeader, IndexLayout
+from storage_format.index_build import append_to_index_file
 from storage_format.index_prefix import cut_head, cut_index_file, entries_below, header_after_cut
 from storage_format.settings import BrokerSettings
 
@@ -26,19 +26,19 @@ from ..io.copy import copy_file
 from ..io.fs import Location
 from ..io.paths import is_local
 from ..outputs.continued import IndexAppend, append_index, key_batches
+from ..outputs.index_continuation import ContinuedIndex, IndexWork, continue_files
 from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
-from ..since.index import EarlierIndex, IndexWork, continue_files
 from .findings import Findings
 from .cq import HOLE_ALIGN, CqCheckTask, check_cq
-from .index import (check_index, check_restart_tail, compare_index_file, disk_index_files, expected_headers,
+from .index_files import (check_index, check_restart_tail, compare_index_file, disk_index_files, expected_headers,
                     plan_index_checks)
 from .pointer import PointerCheck
 from .restart import RestartRecord, RestartTail
 
 CHUNK = 8 << 20
-DiskIndex = list[tuple[str, IndexHeader | None]]  # the store's index files in name order (verify.index.disk_index_files)
+DiskIndex = list[tuple[str, IndexHeader | None]]  # the store's index files in name order (verify.index_files.disk_index_files)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -329,8 +329,9 @@ def seeded_index_check(sc: TaskRunner, plan: IndexPlan, seed_result: tuple[bool,
 def _continue(name: str, header: IndexHeader, uri: str, bound: int, scan: ScanResult, work: Location,
               settings: BrokerSettings, generation: int) -> IndexWork:
     """The continuation plan of the seed file (its cut's header) by the scan's keys from `bound` on."""
-    return continue_files(EarlierIndex([recovery.IndexFileInfo(name, header)], {name: uri}, bound), scan, work,
-                          settings, work.child("index-expected"), generation, 0, dt.timezone.utc)
+    continued = ContinuedIndex([recovery.IndexFileInfo(name, header)], {name: uri}, bound)
+    return continue_files(continued, scan, work, settings, work.child("index-expected"), generation, 0,
+                          dt.timezone.utc)
 
 
 def _count_seed(disk: DiskIndex, at: int, kept: int, expired: int, pointers: PointerCheck, found: Findings) -> None:

@@ -1,8 +1,8 @@
 """Verify's shared pieces: what a pointer on disk points at (PointerCheck). The comparisons live by the
-file kind they check: jobs.pipeline.verify.cq (consume queues) and jobs.pipeline.verify.index (index
+file kind they check: jobs.pipeline.verify.cq (consume queues) and jobs.pipeline.verify.index_files (index
 files); the kinds of findings they report are registered in jobs.pipeline.verify.findings.
 
-Both build each file's bytes exactly as the rebuild does (jobs.pipeline.outputs.stage) and compare them with the
+Both build each file's bytes exactly as the rebuild does (jobs.pipeline.outputs.build) and compare them with the
 store's files instead of writing anything; tasks return findings (small dicts, capped per file and kind,
 with full counts), never file bytes.
 """

@@ -21,11 +21,12 @@ import numpy as np
 
 from storage_format.arrow_numpy import to_numpy
 from storage_format.consume_queue import parse_file_name, unpack_entries
-from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout, append_to_index_file
+from storage_format.index_file import HEADER_SIZE, IndexHeader, IndexLayout
+from storage_format.index_build import append_to_index_file
 
 from ..io.fs import Location
 from ..io.workdir import read_cq, read_keys
-from ..outputs.earlier_file import read_data
+from ..outputs.cq_tail import read_data
 from ..scan.result import ScanResult
 
 FIRST_GENERATION_WITHOUT = 5  # 5.x starts dispatch at the commit log's confirm offset: it re-indexes nothing
@@ -70,12 +71,14 @@ class RestartTail:
 
 
 def restart_record(scan: ScanResult, work: Location, cq_dir: Location, cq_file_size: int, generation: int,
-                   with_cq: bool) -> RestartRecord | None:
+                   with_cq: bool, rocksdb_checkpoint: int | None = None) -> RestartRecord | None:
     """The record the broker's starts may index again (None: no start re-indexes anything): on a 4.x store, the log's
     last indexed record, unless the scan's consume-queue rows show a unit at it or past it. Rows of queues in step
     always get their unit; a queue out of step may skip them, and without rows (`with_cq` False) nothing is known: then
-    the store's queues decide, as the broker reads them (RestartRecord.dispatch_resumes_before)."""
-    if generation >= FIRST_GENERATION_WITHOUT:
+    the store's queues decide, as the broker reads them (RestartRecord.dispatch_resumes_before). RocksDB consume
+    queues (`rocksdb_checkpoint`: the database's dispatch checkpoint): a 5.x start re-dispatches, index included, the
+    records after the checkpoint, so the last indexed record is put again when it lies at or after it."""
+    if generation >= FIRST_GENERATION_WITHOUT and rocksdb_checkpoint is None:
         return None
     keyed = [s for s in scan.accepted if s.keys and s.last_key is not None]
     if not keyed:
@@ -85,7 +88,11 @@ def restart_record(scan: ScanResult, work: Location, cq_dir: Location, cq_file_s
     keys = read_keys(work, last.index)
     hashes = to_numpy(keys.column("key_hash"))[to_numpy(keys.column("phy")) == phy]
     queues: tuple[tuple[str, int], ...] | None = None
-    if with_cq:
+    if rocksdb_checkpoint is not None:
+        if phy < rocksdb_checkpoint:
+            return None
+        queues = ()  # no file queue decides: the checkpoint did
+    elif with_cq:
         queues = tuple(sorted(tail_queues(scan, work, phy)))
         if queues and scan.out_of_step_queues is None:
             return None

@@ -17,7 +17,7 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location, location
 from ..io.paths import real_path
 from ..runtime.cli import JobError
-from ..since.previous import check_settings, check_version, parse_report
+from ..store.run_report import check_settings, check_version, parse_report
 from ..store.built_to import BuiltTo, built_to, tail_difference
 from ..store.identity import StoreIdentity, identity_difference, store_identity
 

@@ -2,6 +2,7 @@
 them all)."""
 from __future__ import annotations
 
+from .rocksdb_text import consume_queue_lines
 from .since import OTHER_STORE_FLAG
 
 CONSOLE_LINES = 25
@@ -69,8 +70,8 @@ def print_summary(r: dict, report_path: str | None) -> None:
         print(f"DLedger: {d['entries']} entries (index {d['first_entry_index']} .. {d['last_entry_index']}), "
               f"{r.get('dledger_index_units_checked', 0)} DLedger index units compared; reading checked: "
               f"{d['reading_checked']} ({d['committed_reading']['reason']})")
-    if r["checked"]["consumequeue"]:
-        print(f"consume queues: {r.get('consumequeue_files_checked', 0)} files compared")
+    if r["checked"]["consumequeue"]:  # file queues, or a RocksDB store's database (verify.rocksdb_text)
+        print("\n".join(consume_queue_lines(r)))
     if r["checked"]["index"]:
         print(f"index: {r.get('index_files_expected', 0)} files expected, {r.get('index_files_on_disk', 0)} on disk, "
               f"{r.get('index_files_checked', 0)} compared")

@@ -1,16 +1,18 @@
-"""The `dledger` section of a job's report on a DLedger store: the entries, where DLedger data begins
-(dividedCommitlogOffset), the checkpoint's committedIndex, how many entries lie past it, and the
-committed-position reading in effect (with a note on stderr when entries are left out by it)."""
+"""The sections of a job's report that put the store's own facts beside what the scan found: `dispatch` (the
+limit, why, and where dispatch stopped) and, on a DLedger store, `dledger` (the entries, where DLedger data begins
+(dividedCommitlogOffset), the checkpoint's committedIndex, how many entries lie past it, and the committed-position
+reading in effect, with a note on stderr when entries are left out by it); the --dledger-reading flag."""
 from __future__ import annotations
 
 import sys
 
+from storage_format.confirm_offset import DispatchLimit
 from storage_format.settings import BrokerSettings
 
-from .dispatch import dledger_reading, read_dledger_checkpoint
 from ..io.fs import Location
-from ..scan.result import ScanResult
 from ..io.store_gate import dledger_data_dir
+from ..store.dispatch import dledger_reading, read_dledger_checkpoint
+from .result import ScanResult
 
 
 def add_dledger_flag(p) -> None:
@@ -88,4 +90,17 @@ def dledger_section(job: str, store: Location, settings: BrokerSettings, flag: s
         note += (f"; {past} entries lie past committedIndex {committed} in the DLedger checkpoint"
                  + (" and are dispatched" if reading.limit.offset is None else " and are not dispatched"))
     print(f"reput {job}: note: {note}", file=sys.stderr)
+    return out
+
+
+def dispatch_report(job: str, limit: DispatchLimit, scan: ScanResult) -> dict:
+    """The report's `dispatch` section: the limit, why, and where dispatch stopped; a note on stderr
+    when records were held back."""
+    stop = scan.dispatch_stop()
+    out = {**limit.to_dict(), **stop.to_dict()}
+    if limit.offset is not None:
+        what = "the DLedger committed position" if limit.reason.startswith("DLedger") else "the confirm offset"
+        print(f"reput {job}: note: dispatch stopped at {what} {limit.offset}: "
+              f"{stop.held_back} valid records from commit-log offset {stop.first_held_back} on are not "
+              f"dispatched ({limit.reason})", file=sys.stderr)
     return out

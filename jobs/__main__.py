@@ -1,4 +1,5 @@
-"""`reput JOB [options]`: the console command (pyproject [project.scripts]), one name for every job."""
+"""`reput JOB [options]` and `python -m jobs JOB [options]`: the console command (pyproject [project.scripts]), one
+name for every job, each run through the common front door (runtime.cli.run_process)."""
 from __future__ import annotations
 
 import importlib
@@ -6,9 +7,8 @@ import sys
 from typing import NoReturn
 
 from jobs import __version__
-
-from . import interrupt
-from .cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process
+from jobs.pipeline.runtime import interrupt
+from jobs.pipeline.runtime.cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process
 
 JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump", "convert")
 USAGE = f"""usage: reput JOB [options]   (reput JOB --help: the job's options)
@@ -45,3 +45,7 @@ def reput(argv: list[str] | None = None) -> NoReturn:
         sys.exit(0)
     interrupt.guard_startup(job)
     run_process(job, importlib.import_module(f"jobs.{job}").main, args[1:])
+
+
+if __name__ == "__main__":
+    reput()

@@ -1,9 +1,9 @@
-"""Listing a DLedger store's records: offset, size, transaction type and, for COMMIT/ROLLBACK records, the
-prepared offset, by hopping entry headers. The source scan's decode tasks list their split's records from the
-bytes they just decoded (`list_buffer`: no second read of the store). With a work directory the sizes stay there
-(io.workdir.write_record_sizes), and so do its transaction ends' prepared offsets (write_transaction_ends): the
-driver gets a split's first offset, count, byte total and the count and span of its transaction ends only, so its
-memory does not grow with the records (issue 32); without one they travel along."""
+"""A DLedger split's records, listed by its decode task from the bytes it just decoded (`list_buffer`: no second
+read of the store): offset, size, transaction type and, for COMMIT/ROLLBACK records, the prepared offset, by hopping
+entry headers. With a work directory the sizes stay there (io.workdir.write_record_sizes), and so do its transaction
+ends' prepared offsets (write_transaction_ends): the driver gets a split's first offset, count, byte total and the
+count and span of its transaction ends only (`SplitRecords`), so its memory does not grow with the records; without
+one they travel along. jobs.convert lays the plain log out from them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +17,6 @@ from storage_format.record import TRAN_PREPARED
 from ..io.fs import Location
 from ..io.workdir import read_record_sizes, read_transaction_ends
 
-CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
 MIN_ENTRY = ENTRY_HEADER_SIZE + 20  # no entry is smaller: bounds the arrays a chunk can fill
 
 

@@ -29,7 +29,7 @@ from storage_format.settings import BrokerSettings
 from ..scan.source import record_batch
 from ..scan.cq_rows import split_lmq
 from ..io.fs import Location
-from ..scan.stage import SplitTask, decode_split_columns
+from ..scan.decode import SplitTask, decode_split_columns
 
 PARTITION_COLUMN = "topic"
 MAX_DIR_BYTES = 200  # keep "topic=..." well under the usual 255-byte file-name limit

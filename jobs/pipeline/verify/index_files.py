@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from storage_format.segment_names import java_parse_long
-from storage_format.index_file import HEADER_FIELD_OFFSETS, HEADER_SIZE, IndexHeader, IndexLayout, is_name, key_slots
+from storage_format.index_file import (HEADER_FIELD_OFFSETS, HEADER_SIZE, BrokenChain, IndexHeader, IndexLayout,
+                                       chain_walk, is_name, key_slots)
 
-from ..outputs.stage import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
+from ..outputs.build import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
 from .findings import Findings
 from ..io.fs import Location
 from ..io.workdir import read_keys
@@ -159,47 +160,17 @@ def _pairs_view(h: np.ndarray, phy: np.ndarray) -> np.ndarray:
     return rec.view("V16")
 
 
-def chain_walk(layout: IndexLayout, slots: np.ndarray, entries: np.ndarray, count: int, rel: str,
-               out: Findings) -> np.ndarray:
-    """Walk every slot chain of a file at once (newest to oldest, like the broker). Returns, per
-    position, the slot whose chain reaches it (-1: unreachable); reports broken chains."""
-    reach = np.full(count, -1, np.int64)
-    s_val = slots.astype(np.int64)
-    bad = np.flatnonzero((s_val < 0) | (s_val >= count))
-    for s in bad.tolist():
-        out.add("index", "broken_chain", rel, slot=s, byte_offset=layout.slot_at(s), position=int(s_val[s]),
-                reason=f"slot points at position {int(s_val[s])}, outside the used entries 1..{count - 1}")
-    owner = np.flatnonzero((s_val > 0) & (s_val < count))
-    cur = s_val[owner]
-    for _ in range(count):
-        if not len(cur):
-            break
-        _, first = np.unique(cur, return_index=True)
-        again = reach[cur] != -1
-        again[np.setdiff1d(np.arange(len(cur)), first)] = True  # two chains reach one position at once
-        for p, s in zip(cur[again].tolist(), owner[again].tolist()):
-            out.add("index", "broken_chain", rel, slot=s, position=p,
-                    reason=f"chain of slot {s} reaches position {p} again (chains merge or loop)")
-        cur, owner = cur[~again], owner[~again]
-        reach[cur] = owner
-        h = entries["hash"][cur].astype(np.int64)
-        wrong = (h < 0) | (key_slots(h, layout.slots) != owner)
-        for p, s, hv in zip(cur[wrong].tolist(), owner[wrong].tolist(), h[wrong].tolist()):
-            out.add("index", "broken_chain", rel, slot=s, position=p,
-                    reason=f"entry with keyHash {hv} sits in the chain of slot {s}, not of slot "
-                           f"{layout.slot_of(hv) if hv >= 0 else 'none (negative hash)'}")
-        prev = entries["prev"][cur].astype(np.int64)
-        forward = (prev < 0) | ((prev > 0) & (prev >= cur))
-        for p, s, pv in zip(cur[forward].tolist(), owner[forward].tolist(), prev[forward].tolist()):
-            out.add("index", "broken_chain", rel, slot=s, position=p,
-                    reason=f"prevIndex {pv} does not point to an earlier entry")
-        go = (prev > 0) & ~forward
-        cur, owner = prev[go], owner[go]
-    orphan = np.flatnonzero(reach[1:] == -1) + 1
-    for p in orphan.tolist():
-        out.add("index", "broken_chain", rel, position=p, byte_offset=None,
-                reason=f"entry at position {p} is not reachable from any slot")
-    return reach
+def chain_findings(out: Findings, rel: str) -> Callable[[BrokenChain], None]:
+    """A break index_file.chain_walk finds, as a `broken_chain` finding of the file (its slot, where it points)."""
+    def add(b: BrokenChain) -> None:
+        if b.slot is None:  # an entry no chain reaches
+            out.add("index", "broken_chain", rel, position=b.position, byte_offset=None, reason=b.reason)
+        elif b.byte_offset is not None:  # a slot pointing outside the used entries
+            out.add("index", "broken_chain", rel, slot=b.slot, byte_offset=b.byte_offset, position=b.position,
+                    reason=b.reason)
+        else:
+            out.add("index", "broken_chain", rel, slot=b.slot, position=b.position, reason=b.reason)
+    return add
 
 
 def compare_header_and_slots(expected: bytes, raw: bytes, layout: IndexLayout, rel: str, file_no: int,
@@ -260,7 +231,7 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, lay
                 byte_offset=layout.entry_at(int(at[0])), entries=int(len(at)),
                 detail=f"{len(at)} non-zero entries at positions the header's indexCount ({dh.index_count}) "
                        f"does not cover")
-    reach = chain_walk(layout, d_slots, d_ent, d_count, rel, out)
+    reach = chain_walk(layout, d_slots, d_ent, d_count, chain_findings(out, rel))
     d_hash = d_ent["hash"][:d_count].astype(np.int64)
     ok = np.flatnonzero((reach >= 0) & (d_hash >= 0) & (key_slots(d_hash, layout.slots) == reach))
     findable = _pairs_view(d_ent["hash"][ok], d_ent["phy"][ok])

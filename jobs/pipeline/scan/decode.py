@@ -18,27 +18,25 @@ from storage_format.commitlog import END_STOP, DecodedChunk, NeedMoreBytes, Reco
 from storage_format.consume_queue import has_cq_entry, tags_codes
 from storage_format.dledger import entry_index_at, entry_term_at
 from storage_format.errors import SettingsError, StoreFormatError
-from storage_format.index_keys import index_keys
-from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError,
-                                           MultiDispatchRules, rules_for)
+from storage_format.index_keys import KeyBatch, index_keys
+from storage_format.multi_dispatch import INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, MultiDispatchError
 from storage_format.properties import TAGS
 from storage_format.record import MAX_DATE_MS, MIN_DATE_MS
 from storage_format.scan_plan import (DEFAULT_SPLIT_SIZE, END_ERROR, Segment, balanced_split_size,
                                      check_split_count, plan_splits, stitch)
 from storage_format.settings import BrokerSettings
-from storage_format.index_keys import KeyBatch
 from storage_format.kernels.split_decode import NO_RECORD_START, FastSplit, decode_fast, record_after_clean_end
 from storage_format.split_rows import CqRows
 from storage_format.store_layout import inner_batch_reason, inner_batch_records
 
 from .queue_order import out_of_step_queues
-from .cq_rows import cq_table, queue_groups, queue_table, split_lmq, unsafe_topics
-from ..convert.records import list_buffer
-from ..runtime import env
+from .cq_rows import (cq_table, multi_dispatch_rules, names_are_dirs, queue_groups, queue_table, split_lmq,
+                      unsafe_topics)
+from .split_records import list_buffer
+from ..runtime import env, worker_daemon
 from ..runtime.cli import warn
 from ..runtime.failure import JobError
 from ..runtime.faults import fail_once, pause_at
-from ..store.markers import store_generation
 from ..io.fs import Location
 from .result import (DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, NegativeQueueIds, ScanResult,
                      SplitSummary, SplitTask)
@@ -50,6 +48,7 @@ from ..store.segments import list_segments, segments_from
 PACK_SPLITS = 4  # at most this many splits per decode task (fewer tasks: each costs a Spark round trip)
 KERNEL_ENV = "REPUT_DECODE_KERNEL"  # "0": decode every split with the numpy reference (comparisons)
 FALLBACK_DISPATCH_LIMIT = "dispatch limit inside the split"  # a confirm offset / DLedger committed position
+worker_daemon.preload_in_workers(__name__)  # decode tasks run this module's functions: worker daemons import it
 
 
 def _read_window(task: SplitTask, want_end: int) -> tuple[pa.Buffer, int]:
@@ -306,7 +305,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
         rows = np.flatnonzero(cq_mask)
         try:
             lmq = split_lmq(cols, rows, task.lmq, task.settings.enable_multi_dispatch is not None)
-            cq, cq_groups, row_group = cq_table(cols, groups, rows, tags, lmq.entries)
+            cq, cq_groups, row_group = cq_table(cols, groups, rows, tags, lmq.entries, names_are_dirs(task.lmq))
         except MultiDispatchError as err:
             at = cols.base_offset + int(cols.pos[err.record])
             raise StoreFormatError(sp.segment.path, at - sp.segment.start,
@@ -426,14 +425,6 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
         result.out_of_step_queues = out_of_step_queues(result, work)
     note_fallbacks(result, label)
     return result
-
-
-def multi_dispatch_rules(store: Location, settings: BrokerSettings,
-                         generation: int | None) -> MultiDispatchRules | None:
-    """The multi-dispatch rules the decode tasks apply (None: off), the generation given or detected."""
-    guess = store_generation(store, generation) if settings.enable_multi_dispatch else None
-    return rules_for(settings.enable_multi_dispatch, settings.enable_lmq, guess.generation,
-                     generation is not None or guess.generation >= 5) if guess else None
 
 
 def check_tail(scan: ScanResult, accept_invalid_tail: bool, job: str) -> None:

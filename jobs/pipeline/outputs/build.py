@@ -1,10 +1,9 @@
 """Stages 3-4: consume-queue files and index files from the decode stage's per-split Arrow files.
 
-The driver plans from split summaries only (counts and ranges); each task reads the slices it needs
-from the work directory, packs whole files with numpy and writes them. Index keys are numbered
-globally by a prefix sum over splits, so every index file is built independently, a large one in shares
-by position that tasks write side by side into the one file (share_index_tasks).
-"""
+The driver plans from split summaries only (counts and ranges); each task reads the slices it needs from the work
+directory, packs whole files with numpy and writes them. Index keys are numbered globally by a prefix sum over splits,
+so every index file is built independently, a large one in shares by position that tasks write side by side into the
+one file (share_index_tasks)."""
 from __future__ import annotations
 
 import time
@@ -17,19 +16,20 @@ import pyarrow.compute as pc
 from storage_format.consume_queue import (CQ_UNIT_SIZE, CqColumns, build_queue_files, file_name,
                                           QueuePlacer, keep_first_of_each_offset)
 from storage_format.errors import StoreFormatError
-from storage_format.index_file import (IndexLayout, IndexState, index_file_chunks, index_file_count, index_file_ranges,
-                                        keys_per_file, names_for)
+from storage_format.index_file import IndexLayout, IndexState, index_file_count, keys_per_file, names_for
+from storage_format.index_build import index_file_chunks, index_file_ranges
 from storage_format.queue_table import MergedQueues, QueueTable, queue_keys
 from storage_format.arrow_numpy import large_strings, to_arrow, to_numpy
 from storage_format.settings import BrokerSettings
 
 from . import continued
-from ..runtime.faults import pause_at
+from ..runtime import faults, worker_daemon
 from ..io.copy import write_after_prefix
 from ..io.fs import Location
 from ..scan.result import ScanResult
 from ..io.workdir import cq_columns, key_columns, offset_map, read_queue_table
 
+worker_daemon.preload_in_workers(__name__)  # build tasks run this module's functions: worker daemons import it
 TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 STREAMED_ROWS = TARGET_CQ_ENTRIES_PER_TASK  # a placed (out-of-step) queue longer than this is built file by file
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
@@ -68,15 +68,15 @@ class CqTask:
     moved: frozenset[int] = frozenset()  # splits whose rows get new offsets as read (io.workdir.OffsetMap: convert)
     splits: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     tables: tuple[tuple[int, QueueTable], ...] = ()
-    earlier: Location | None = None  # rebuild --since: OUT1's consumequeue/, whose files these continue (continued)
-    earlier_tags_kept: bool = False  # OUT1 is a recover OUT: its units kept as they are (continued.joined)
+    continues: Location | None = None  # the consumequeue/ whose files these continue: OUT1's, or the store's (verify)
+    keep_tags: bool = False  # OUT1 is a recover OUT: its units kept as they are (continued.joined)
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
-            topics: set[str] | None = None, target_tasks: int = 4, earlier: Location | None = None,
-            place_all: bool = True, earlier_tags_kept: bool = False) -> list[CqTask]:
+            topics: set[str] | None = None, target_tasks: int = 4, continues: Location | None = None,
+            place_all: bool = True, keep_tags: bool = False) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
-    queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32). `earlier`: the
+    queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32). `continues`: the
     consume queues the scan's units continue, which seed where each placed queue goes on (every queue with
     `place_all`: rebuild --since; only the queues out of step otherwise: verify of a store whose head expired)."""
     file_size = settings.consume_queue_file_size
@@ -93,7 +93,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     for i in np.flatnonzero(wanted).tolist():
         topic, qid, lo, hi = names[i], qids[i], lows[i], highs[i]
         first, last = (lo * CQ_UNIT_SIZE) // file_size, (hi * CQ_UNIT_SIZE) // file_size
-        if not in_step[i] or (earlier is not None and place_all):  # --since: placed from where OUT1 left the queue
+        if not in_step[i] or (continues is not None and place_all):  # --since: placed from where OUT1 left the queue
             # offsets used up without an entry (5.x LMQ) or a damaged queueOffset (queue_order): one run places the
             # whole queue as the broker's write position does, up to the file of its next offset (which the broker
             # may leave created and empty: QueuePlacer.empty_next_file)
@@ -109,7 +109,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     groups = _pack_runs(runs, units, file_size, target_tasks)
     where = _task_splits(scan, q, [(g[0][0], g[-1][0]) for g in groups])
     return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t,
-                   earlier=earlier, earlier_tags_kept=earlier_tags_kept) for g, (w, t) in zip(groups, where)]
+                   continues=continues, keep_tags=keep_tags) for g, (w, t) in zip(groups, where)]
 
 
 def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
@@ -274,7 +274,7 @@ def cq_file_bytes(task: CqTask, trim: bool = False) -> Iterator[CqFile]:
         qo, phy, size = rows.queue_offset, rows.phy, rows.size
         placer = None
         if item.placed:
-            placer = _placer(task, item, phy) if task.earlier is not None and len(phy) else QueuePlacer()
+            placer = _placer(task, item, phy) if task.continues is not None and len(phy) else QueuePlacer()
             keep, at = placer.place(qo, phy, size)
             first = int(at[0]) if len(at) else 0
         else:
@@ -299,7 +299,7 @@ def _streamed_files(task: CqTask, item: QueueFiles, trim: bool) -> Iterator[CqFi
     """A long placed queue's files in memory of a split's rows and a file: its rows read split by split, placed with
     the write position carried (consume_queue.QueuePlacer), and each file built once the write position is past it
     (positions only grow, so a file behind it takes no more units)."""
-    placer, first = None if task.earlier is not None else QueuePlacer(), None
+    placer, first = None if task.continues is not None else QueuePlacer(), None
     held: list[CqColumns] = []
     per_file = task.file_size // CQ_UNIT_SIZE
     for _, rows in _split_rows(task, _TaskQueues(task)):  # the task's one queue, split by split
@@ -353,23 +353,23 @@ def _part(units: CqColumns, a: int, b: int) -> CqColumns:
 
 def build_cq(task: CqTask) -> dict | ContinuedFiles:
     """Write the task's consume-queue files; returns {relative path: entries} for the report, with rebuild --since
-    (`earlier`) also how OUT1's part of each file was copied."""
+    (`continues`) also how OUT1's part of each file was copied."""
     written: dict[str, int] = {}
     copies: list[tuple[str, int, str | None]] = []
     for f in cq_file_bytes(task, trim=True):
         name = file_name(f.start)  # the zeros after the last entry need not be written
         data = memoryview(f.data)[:f.used]
         dest = task.out.child(f.item.topic, str(f.item.queue_id), name)
-        j = _continued(task, f, data) if task.earlier is not None else None
+        j = _continued(task, f, data) if task.continues is not None else None
         if j is not None and j.head is not None and j.prefix:
             dest.write_with_zero_tail([j.head, j.rest], task.file_size)
             copies.append((HEAD_AS_READ, j.prefix, None))
-        elif j is not None and j.earlier is not None and j.prefix:
-            copies.append(write_after_prefix(j.earlier, j.prefix, j.rest, dest, task.file_size))
+        elif j is not None and j.out1_file is not None and j.prefix:
+            copies.append(write_after_prefix(j.out1_file, j.prefix, j.rest, dest, task.file_size))
         else:
             dest.write_with_zero_tail([data if j is None else j.rest], task.file_size)
         written[f"{f.item.topic}/{f.item.queue_id}/{name}"] = f.entries
-    return written if task.earlier is None else ContinuedFiles(written, copies)
+    return written if task.continues is None else ContinuedFiles(written, copies)
 
 
 HEAD_AS_READ = "written_as_read"  # OUT1's units ahead of the scan's written from the bytes placing them read
@@ -385,17 +385,17 @@ class ContinuedFiles:
 
 
 def _placer(task: CqTask, item: QueueFiles, phy: np.ndarray) -> QueuePlacer:
-    """rebuild --since: the queue's placement state before its first row here, from OUT1 (outputs.continued)."""
-    return continued.earlier_placer(task.earlier.child(item.topic, str(item.queue_id)), task.file_size, int(phy[0]))
+    """The queue's placement state before its first row here, from the files continued (outputs.continued)."""
+    return continued.queue_placer(task.continues.child(item.topic, str(item.queue_id)), task.file_size, int(phy[0]))
 
 
 def _continued(task: CqTask, f: CqFile, data: memoryview) -> continued.Joined:
     """rebuild --since: the file joined to OUT1's file of the same name (outputs.continued)."""
-    qdir = task.earlier.child(f.item.topic, str(f.item.queue_id))
+    qdir = task.continues.child(f.item.topic, str(f.item.queue_id))
     first = f.queue_first * CQ_UNIT_SIZE
     first_pos = first - f.start if f.start <= first < f.start + task.file_size else 0
     return continued.joined(qdir.child(file_name(f.start)), data, first_pos,
-                            lambda: continued.queue_files(qdir) is not None, task.earlier_tags_kept)
+                            lambda: continued.queue_files(qdir) is not None, task.keep_tags)
 
 
 @dataclass(frozen=True)
@@ -493,7 +493,7 @@ def _first_key(work: Location, sl: KeySlice, moved: frozenset[int] = frozenset()
 
 
 def _inherited(task: IndexTask, plan: IndexFilePlan) -> IndexState:
-    """The end a new file inherits: the previous file's last key, or the end given (the earlier OUT's last file)."""
+    """The end a new file inherits: the previous file's last key, or the end given (the last file continued)."""
     if plan.inherited_from is not None:
         return IndexState(*_first_key(task.work, plan.inherited_from, task.moved))
     return IndexState(*plan.inherited) if plan.inherited is not None else IndexState()
@@ -613,7 +613,7 @@ def build_files(task: CqTask | IndexTask | IndexShare | continued.IndexAppend
     """Run one consume-queue or index task (or index file share): (kind, its result, seconds). Both kinds go
     into one Spark job, so consume-queue tasks run beside a long index task instead of after it."""
     started = time.monotonic()
-    pause_at("in-build-task")
+    faults.pause_at("in-build-task")
     if isinstance(task, IndexTask):
         return "index", build_index(task), time.monotonic() - started
     if isinstance(task, IndexShare):

@@ -1,7 +1,7 @@
-"""OUT1's consume-queue file as `rebuild --since` reads it: from a unit boundary to its end of data only (the units
-the new scan overlaps lie near its end; the bytes before them go into OUT2's file by copy_file_range, io.copy), and
-where its units end, searched from the end back. The tail read last is kept: placing a queue's units and joining its
-file read the same one."""
+"""A consume-queue file read from a unit boundary to its end of data only (a continued file's units that a new scan
+overlaps lie near its end; the bytes before them go into the new file by copy_file_range, io.copy), and where its
+units end, searched from the end back. The tail read last is kept: placing a queue's units and joining its file read
+the same one. Verify reads whole files up to their end of data here too."""
 from __future__ import annotations
 
 import os

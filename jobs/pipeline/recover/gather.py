@@ -30,7 +30,7 @@ from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files
 from ..store.markers import StoreMarkers
 from .plan import IndexPlan, RecoveryPlan
 from ..scan.result import ScanResult
-from ..scan.stage import scan_store
+from ..scan.decode import scan_store
 from ..store.segments import list_segments
 from ..io.workdir import read_keys
 
@@ -296,7 +296,7 @@ def _full_index_scan(sc, log: ValidatedLog) -> FullIndexScan:
     """--full-index: every index file goes; the index is rebuilt from the valid commit log [first, P)
     by the rebuild stage. The rebuild rolls away from every file but the last: the checkpoint's index
     time becomes the end of the last rolled (full) file, as the broker's flush thread would set it."""
-    from ..outputs.stage import plan_index
+    from ..outputs.build import plan_index
 
     settings, p = log.settings, log.truncation.offset
     full_scan, full_work = log.scan, log.work

@@ -1,0 +1,80 @@
+"""A rebuild's OUT before it is published: its staged files checked against the files planned, and its run report
+(a full rebuild's; a `rebuild --since` run's is this one less the whole-store counts, with its own part:
+since.report)."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from storage_format.settings import BrokerSettings
+
+from ..io.commit_marker import MARKER
+from ..io.fs import Location
+from ..runtime import env
+from ..runtime.cli import JobError
+from ..scan.result import ScanResult
+from ..store.built_to import REPORT_NAMES, REPORT_VERSION, built_to
+
+REPORT_NAME = REPORT_NAMES["rebuild"]
+
+
+def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:
+    """Every planned file is there with the configured size, and nothing else is."""
+    expect = {f"consumequeue/{rel}": settings.consume_queue_file_size for rel in cq_files}
+    expect.update({f"index/{n}": settings.index_file_size for n in index_names})
+    prefix = staging.path.rstrip("/") + "/"
+    found = {}
+    for info in staging.walk_files():
+        rel = info.path[len(prefix):]
+        if not rel.startswith("_work/") and rel not in (REPORT_NAME, MARKER):
+            found[rel] = info.size
+    if found != expect:
+        missing = sorted(set(expect) - set(found))[:5]
+        extra = sorted(set(found) - set(expect))[:5]
+        wrong = sorted(k for k in expect if k in found and found[k] != expect[k])[:5]
+        raise JobError(f"staged output failed its check (missing {missing}, unexpected {extra}, wrong size {wrong})")
+
+
+def built_to_section(scan: ScanResult, limit: int | None) -> dict | None:
+    """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
+    built = built_to(scan.segments, scan.dispatched_end(limit))
+    return built.to_dict() if built is not None else None
+
+
+def run_report(args: argparse.Namespace, scan: ScanResult, settings: BrokerSettings, cq_files: dict,
+               index_names: list[str], timings: dict) -> dict:
+    """The rebuild's run report: what it read, what it built (files and entries per queue), its settings, timings."""
+    per_queue: dict[str, dict[str, int]] = {}
+    for rel, n in cq_files.items():
+        topic, qid, _ = rel.rsplit("/", 2)
+        per_queue.setdefault(topic, {}).setdefault(qid, 0)
+        per_queue[topic][qid] += n
+    return {
+        "job": "rebuild",
+        "report_version": REPORT_VERSION,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "store": args.store,
+        "out": args.out,
+        "only": args.only,
+        "topics": args.topics,
+        "settings": settings.to_dict(),
+        "log_place": args.log_place,  # where the records were read (outside --store: storePathCommitLog, ...)
+        "cq_layout": getattr(args, "cq_layout", None),  # the store's consume-queue layout, what it leaves unread
+        "segments": len(scan.segments),
+        "splits": len(scan.splits),
+        "decoders": scan.decoders(),
+        "environment": env.in_effect(),
+        "bytes_read": scan.bytes_read,
+        "message_records": scan.message_records,
+        "max_physical_offset": scan.max_physical_offset,
+        "scan_end": scan.end.as_list() if scan.end else None,
+        "scan_end_detail": scan.end.describe() if scan.end else None,
+        "segments_with_data_after_end": scan.stitched.data_after_end,
+        "negative_queue_ids": scan.negative_queue_ids.to_dict() if scan.negative_queue_ids is not None else None,
+        "out_of_step_queues": scan.out_of_step_queues.to_dict() if scan.out_of_step_queues is not None else None,
+        "consumequeue_files": len(cq_files),
+        "consumequeue_entries_per_topic_queue": per_queue,
+        "index_files": index_names,
+        "index_name_time_zone": args.index_name_tz,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
