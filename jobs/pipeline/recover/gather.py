@@ -124,7 +124,13 @@ def validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarker
              split_size: int, quiet: bool) -> ValidatedLog:
     """Choose the start segment and run the validating scan from it: the truncation point P."""
     first = recovery_start(store, settings, markers, g)
-    abnormal, segments, start = first.abnormal, first.segments, first.start
+    return validate_from(sc, store, settings, markers, g, work, split_size, quiet, first.abnormal, first.segments,
+                         first.start)
+
+
+def validate_from(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
+                  split_size: int, quiet: bool, abnormal: bool, segments, start: recovery.StartChoice) -> ValidatedLog:
+    """The validating scan from a chosen start segment (the file-CQ rule's or RocksDB's): the truncation point P."""
     limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
     scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
                       check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,

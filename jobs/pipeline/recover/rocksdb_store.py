@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from storage_format import confirm_offset, recovery
+from storage_format import recovery
 from storage_format.markers import ABORT, ABORT_BAK
 from storage_format.rocksdb_dispatch import ABNORMAL, HEAD_BYTES, NextStart, next_start, read_segment_head
 from storage_format.settings import BrokerSettings
@@ -28,10 +28,9 @@ from storage_format.settings import BrokerSettings
 from ..io.fs import Location
 from ..io.rocksdb_db import open_cq_database
 from ..io.store_gate import store_cq_layout
-from ..scan.decode import scan_store
 from ..store.markers import StoreMarkers
 from ..store.segments import list_segments
-from .gather import ValidatedLog, _key_store_ts, _warnings, gather_index, new_index_names
+from .gather import ValidatedLog, _key_store_ts, _warnings, gather_index, new_index_names, validate_from
 from .plan import RecoveryPlan
 from ..io.background_copy import CopyItem
 from .write import RecoveryOutput, plan_output
@@ -104,8 +103,8 @@ def plan_rocksdb_recovery(sc, store: Location, settings: BrokerSettings, work: L
     if not segments:
         raise recovery.RecoveryError(f"{store.uri}: the commit log has no segments; nothing to recover")
     broker_next = db_next_start(store, segments, abnormal, db_cp)
-    log = _validate(sc, store, settings, markers, gen.generation, work, split_size, quiet, abnormal, segments,
-                    recovery.StartChoice(broker_next.segment, broker_next.why))
+    log = validate_from(sc, store, settings, markers, gen.generation, work, split_size, quiet, abnormal, segments,
+                      recovery.StartChoice(broker_next.segment, broker_next.why))
     if on_validated is not None:
         on_validated(log)
     timings = {"validate_s": time.monotonic() - t0}
@@ -136,20 +135,6 @@ def plan_rocksdb_recovery(sc, store: Location, settings: BrokerSettings, work: L
 
 def _no_queue_files(key, start) -> bytes:
     raise recovery.RecoveryError(f"no consume-queue file {key}/{start} in a RocksDB store")
-
-
-def _validate(sc, store: Location, settings: BrokerSettings, markers: StoreMarkers, g: int, work: Location,
-              split_size: int, quiet: bool, abnormal: bool, segments, start: recovery.StartChoice) -> ValidatedLog:
-    """The validating scan from RocksDB's start segment: the truncation point P."""
-    limit = confirm_offset.recovery_limit(settings, markers.checkpoint) if abnormal else confirm_offset.NO_LIMIT
-    scan = scan_store(sc, store, recovery.dispatch_settings(settings, g, abnormal), split_size=split_size,
-                      check_crc=settings.check_crc_on_recover, work=work, from_offset=start.offset,
-                      dispatch_limit=limit.offset, label="validate", quiet=quiet, generation=g)
-    acc = scan.accepted
-    truncation = recovery.truncation_point(scan.end, acc[-1].end if acc else None)
-    return ValidatedLog(store=store, settings=settings, generation=g, abnormal=abnormal, segments=segments,
-                        start=start, limit=limit, scan=scan, work=work, truncation=truncation, split_size=split_size,
-                        quiet=quiet)
 
 
 def _full_index_kept(cp, why: dict, scan, work: Location):
