@@ -2,13 +2,16 @@
 name for every job, each run through the common front door (runtime.cli.run_process)."""
 from __future__ import annotations
 
-import importlib
-import sys
-from typing import NoReturn
+if __package__ in (None, ""):  # run as a file: jobs/ must not shadow the standard library (see jobs/_script_path)
+    import _script_path  # noqa: F401
 
-from jobs import __version__
-from jobs.pipeline.runtime import interrupt
-from jobs.pipeline.runtime.cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from typing import NoReturn  # noqa: E402
+
+from jobs import __version__  # noqa: E402
+from jobs.pipeline.runtime import interrupt  # noqa: E402
+from jobs.pipeline.runtime.cli import EXIT_ERROR, EXIT_STATUS_TEXT, run_process  # noqa: E402
 
 JOBS = ("inspect", "rebuild", "recover", "verify", "query", "catalog", "dump", "convert")
 USAGE = f"""usage: reput JOB [options]   (reput JOB --help: the job's options)

@@ -17,7 +17,10 @@ REPUT = Path(sys.executable).with_name("reput")
 JOB_NAMES = sorted(p.stem for p in (REPO / "jobs").glob("*.py") if not p.stem.startswith("_"))
 WAYS = {"reput": [str(REPUT), "--version"],
         "python -m jobs": [sys.executable, "-m", "jobs", "--version"],
-        **{f"python -m jobs.{job}": [sys.executable, "-m", f"jobs.{job}", "--version"] for job in JOB_NAMES}}
+        **{f"python -m jobs.{job}": [sys.executable, "-m", f"jobs.{job}", "--version"] for job in JOB_NAMES},
+        # as files, as spark-submit runs them: jobs/ first on sys.path must not shadow the standard library
+        "python jobs/__main__.py": [sys.executable, "jobs/__main__.py", "--version"],
+        **{f"python jobs/{job}.py": [sys.executable, f"jobs/{job}.py", "--version"] for job in JOB_NAMES}}
 
 
 def test_the_version_is_a_release_number():
