@@ -44,8 +44,9 @@ class UnitBatch:
     values: np.ndarray
 
 
-def _rocksdict() -> Any:
-    """The binding, or RocksUnavailable naming the extra."""
+def binding() -> Any:
+    """The rocksdict module (imported at the first RocksDB store, read or written), or RocksUnavailable naming the
+    extra."""
     try:
         import rocksdict  # noqa: PLC0415 (lazy: a store without RocksDB never needs it)
     except ImportError as exc:
@@ -222,7 +223,7 @@ def open_cq_database(db_dir: Path, store_label: str) -> Iterator[CqDatabase]:
     """db_dir's database opened read-only through a private link directory, which is removed on leaving (also on an
     error). store_label names the database directory in messages (e.g. `STORE/consumequeue`). Errors: RocksUnavailable
     (no extra), StoreFormatError (a database that cannot be opened, naming the file)."""
-    rocksdict = _rocksdict()
+    rocksdict = binding()
     db_dir = Path(db_dir)
     _check_current(db_dir, store_label)
     links = link_directory(db_dir)

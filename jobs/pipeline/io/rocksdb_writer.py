@@ -16,7 +16,7 @@ from typing import Any
 
 from storage_format.rocksdb_cq import COLUMN_FAMILIES, DEFAULT_CF, OFFSET_CF, OFFSET_KEY_FIXED
 
-from .rocksdb_db import EXTRA, RocksUnavailable
+from .rocksdb_db import binding
 
 FORMAT_VERSION = 5  # RocksDBOptionsFactory: BlockBasedTableConfig.setFormatVersion(5), both column families
 BLOCK_SIZE = 32 * 1024
@@ -29,16 +29,6 @@ EMPTY_WAL_SUFFIX = ".log"
 
 class RocksWriteError(RuntimeError):
     """RocksDB refused a write (an SST or the database): one line naming the file."""
-
-
-def binding() -> Any:
-    """The rocksdict module, or RocksUnavailable naming the extra."""
-    try:
-        import rocksdict  # noqa: PLC0415 (lazy: a store without RocksDB never needs it)
-    except ImportError as exc:
-        raise RocksUnavailable(f"a RocksDB consume-queue database is written with the optional dependency rocksdict: "
-                               f"pip install '{EXTRA}' ({exc})") from None
-    return rocksdict
 
 
 def cf_options(rocksdict: Any, cf: str) -> Any:
