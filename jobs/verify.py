@@ -20,7 +20,7 @@ import sys  # noqa: E402
 import datetime as dt  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
-from dataclasses import replace  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 
 
 from jobs.pipeline.outputs.build import plan_cq, plan_index  # noqa: E402
@@ -44,15 +44,15 @@ from jobs.pipeline.runtime import env  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from jobs.pipeline.verify.findings import Findings, detail_order  # noqa: E402
-from jobs.pipeline.verify.rocksdb_store import check_rocksdb  # noqa: E402
+from jobs.pipeline.verify.rocksdb_store import plan_rocksdb, rocksdb_section  # noqa: E402
+from jobs.pipeline.verify.stage import check_stage_task  # noqa: E402
 from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
 from jobs.pipeline.verify.cq import orphan_cq_task, plan_cq_checks  # noqa: E402
-from jobs.pipeline.verify.index_files import (align_index_files, check_index, expected_headers,  # noqa: E402
-                                        plan_index_checks)
-from jobs.pipeline.verify.index_seed import (IndexPlan, check_queue_or_seed, plan_index_check,  # noqa: E402
-                                             seed_bound, seeded_index_check)
+from jobs.pipeline.verify.index_files import (IndexCheckTask, align_index_files, expected_headers,  # noqa: E402
+                                              plan_index_checks)
+from jobs.pipeline.verify.index_seed import IndexPlan, plan_index_check, seed_bound, seeded_index_check  # noqa: E402
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
-from jobs.pipeline.verify.restart import restart_record  # noqa: E402
+from jobs.pipeline.verify.restart import RestartRecord, restart_record  # noqa: E402
 from storage_format.confirm_offset import NO_LIMIT, DispatchLimit  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
@@ -95,29 +95,37 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     parallelism = sc.default_parallelism
     index_plan = (plan_index_check(files.child("index"), scan, work, settings, pointers,
                                    store_generation(store, generation).generation) if with_index else None)
-    seed_result = None
     layout = store_cq_layout(files, settings) if with_cq else None
-    if layout is not None and layout.reads_database:  # RocksDB consume queues: the database against the log
-        stats["rocksdb"] = check_rocksdb(sc, store, settings, scan, work, files.child(layout.db_dir),
-                                         pointers.log_min, found, quiet)
-    elif with_cq:
+    rocks = (plan_rocksdb(sc, store, settings, scan, work, files.child(layout.db_dir), pointers.log_min, found)
+             if layout is not None and layout.reads_database else None)  # RocksDB consume queues: the database
+    index = (_plan_index_stage(sc, files, settings, scan, work, pointers, index_plan, quiet, with_cq,
+                               None if rocks is None else rocks.fam.checkpoint or 0)
+             if index_plan is not None else None)
+    queue_checks: list = rocks.tasks if rocks is not None else []
+    if rocks is None and with_cq:
         cq_dir = files.child("consumequeue")
         # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
         tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
                         continues=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
-        checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
-                  else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
-        seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
-        results = run_tasks(sc, seed + checks, check_queue_or_seed,  # the seed first: the longest task
-                            "consume queues" + (" and index seed" if seed else ""), quiet=quiet)
-        seed_result = results.pop(0) if seed else None
-        for f in results:
+        queue_checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
+                        else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
+    seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
+    index_checks = index.checks if index is not None else []
+    label = ", ".join(n for n, t in (("RocksDB consume queues" if rocks is not None else "consume queues",
+                                      queue_checks), ("index seed", seed), ("index files", index_checks)) if t)
+    # one job: the seed and the index files first (the longest tasks), the queue checks beside them
+    results = run_tasks(sc, seed + index_checks + queue_checks, check_stage_task, label or "comparisons", quiet=quiet)
+    seed_result = results[0] if seed else None
+    index_results, queue_results = results[len(seed):len(seed) + len(index_checks)], results[len(seed) + len(index_checks):]
+    if rocks is not None:
+        stats["rocksdb"] = rocksdb_section(rocks, queue_results, scan, found)
+    elif with_cq:
+        for f in queue_results:
             found.merge(f)
         stats["consumequeue_files_checked"] = found.files_checked
-    if index_plan is not None:
-        rocks = (stats["rocksdb"]["checkpoint"]["value"] or 0) if "rocksdb" in stats else None
-        stats.update(_check_index(sc, files, settings, scan, work, pointers, found, index_plan, seed_result,
-                                  in_flight_from, quiet, with_cq, rocks))
+    if index is not None:
+        stats.update(_check_index(sc, files, settings, scan, work, pointers, found, index, index_results, seed_result,
+                                  in_flight_from, quiet))
     if settings.enable_dleger_commit_log:
         stats.update(_dledger_checks(sc, store, files, settings, scan, work, found, generation, with_index, quiet))
     return scan, found, stats
@@ -155,44 +163,71 @@ def log_findings(scan: ScanResult, store: Location, settings: BrokerSettings, in
     return found
 
 
-def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
-                 pointers, found: Findings, plan: IndexPlan, seed_result: tuple[bool, int] | None,
-                 in_flight_from: int | None, quiet: bool, with_cq: bool, rocksdb_checkpoint: int | None = None) -> dict:
-    """index/ against the files the commit log implies (findings into `found`); the counts for the report, the
-    broker's own index loss when it accounts for the findings (verify.index_gap), and the record the broker's starts
-    indexed again when they did (verify.restart; what they put is counted apart). `rocksdb_checkpoint`: a RocksDB
-    store's dispatch checkpoint (its starts re-dispatch past it)."""
-    stats: dict = {}
-    index_dir = files.child("index")
+@dataclass(frozen=True, kw_only=True)
+class IndexStage:
+    """The index check as planned before the comparison stage: the findings of listing and pairing the store's files
+    (merged after the queues' so that the report keeps its order), the record the broker's starts may index again,
+    the files expected and the checks the stage's job runs (none when seeded: seeded_index_check runs its own)."""
+
+    plan: IndexPlan
+    found: Findings
+    restart: RestartRecord | None
+    files_expected: int | None
+    checks: list[IndexCheckTask]
+    rocksdb_checkpoint: int | None
+
+
+def _plan_index_stage(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
+                      pointers, plan: IndexPlan, quiet: bool, with_cq: bool,
+                      rocksdb_checkpoint: int | None) -> IndexStage:
+    """The expected index files' headers (a short job) and their checks paired with the store's files.
+    `rocksdb_checkpoint`: a RocksDB store's dispatch checkpoint (its starts re-dispatch past it)."""
+    found = Findings()
+    found.merge(plan.listing)
     restart = restart_record(scan, work, files.child("consumequeue"), settings.consume_queue_file_size,
                              plan.generation, with_cq, rocksdb_checkpoint)
-    found.merge(plan.listing)
-    disk = plan.disk
-    before = found.files_checked
+    stage = dict(plan=plan, found=found, restart=restart, rocksdb_checkpoint=rocksdb_checkpoint)
     if plan.at is not None:  # head expired, or --since: the index goes on from the store's file holding where it starts
-        outcome = seeded_index_check(sc, plan, seed_result, scan, work, settings, index_dir, pointers, found, quiet,
-                                     restart)
+        return IndexStage(**stage, files_expected=None, checks=[])
+    index_dir = files.child("index")
+    tasks = plan_index(scan, settings, work, index_dir, empty_file_index_count(plan.generation))
+    headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
+    if not tasks:
+        align_index_files([], plan.disk, found)
+    checks = plan_index_checks(tasks, headers, index_dir, plan.disk, pointers, found, restart) if tasks else []
+    return IndexStage(**stage, files_expected=len(headers), checks=checks)
+
+
+def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
+                 pointers, found: Findings, stage: IndexStage, results: list[Findings], seed_result: tuple[bool, int] | None,
+                 in_flight_from: int | None, quiet: bool) -> dict:
+    """index/ against the files the commit log implies (findings into `found`): the stage's results, or the seeded
+    check; the counts for the report, the broker's own index loss when it accounts for the findings
+    (verify.index_gap), and the record the broker's starts indexed again when they did (verify.restart; what they
+    put is counted apart)."""
+    stats: dict = {}
+    index_dir = files.child("index")
+    plan, restart = stage.plan, stage.restart
+    before = found.files_checked
+    found.merge(stage.found)
+    if plan.at is not None:
+        outcome = seeded_index_check(sc, plan, seed_result, scan, work, settings, index_dir, pointers, found,
+                                     quiet, restart)
         stats["index_files_expected"], stats["index_seed"] = outcome.files_expected, outcome.to_dict()
         if outcome.why:
             print(f"reput verify: note: {outcome.file} checked by a {outcome.checked_by}, the slower path: "
                   f"{outcome.why}", file=sys.stderr, flush=True)
     else:
-        tasks = plan_index(scan, settings, work, index_dir, empty_file_index_count(plan.generation))
-        headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
-        stats["index_files_expected"] = len(headers)
-        if tasks:
-            checks = plan_index_checks(tasks, headers, index_dir, disk, pointers, found, restart)
-            for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
-                found.merge(f)
-        else:
-            align_index_files([], disk, found)
+        stats["index_files_expected"] = stage.files_expected
+        for f in results:
+            found.merge(f)
     if in_flight_from is not None:
         index_in_flight(index_dir, found)
     gap = explained_gap(found, index_dir, scan, work)
     if gap is not None:
         stats["index_gap"] = {**gap.to_dict(), "message": gap.describe(sum(
             n for k, n in found.counts.items() if k.startswith("index.")), ROCKSDB_RECOVERY
-            if rocksdb_checkpoint is not None else "DLedger recovery")}
+            if stage.rocksdb_checkpoint is not None else "DLedger recovery")}
     if restart is not None and found.restarts:
         stats["restart_record"] = restart.to_dict()
     stats["index_files_on_disk"] = sum(1 for i in index_dir.list() if i.type.name == "File")

@@ -15,6 +15,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
   `kernels.lmq_kernel` (its inlined multi-dispatch rules per generation: which records get LMQ entries, their items),
   `kernels.record_search` (the first record start in a split that begins mid-segment, eight bytes a step;
   commitlog.find_first_record its reference: a zero-filled segment tail is searched at memory speed),
+  `kernels.record_fields` (storeTimestamp of records at known positions, for RocksDB units; RecordColumns its
+  reference),
   `kernels.row_groups` (a split's consume-queue rows grouped by queue: compiled stable counting sort),
   `kernels.split_decode` (the kernel's Python side: `FastSplit`, its `QueueTable` and `CqRows`, or why the reference
   decodes), `kernels.index_chain` (index slot chains as sequential loops; index_build's vectorised form is the

@@ -70,3 +70,12 @@ def large_strings(texts: Iterable[str]) -> pa.LargeStringArray:
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def texts(values: Iterable[str | bytes], arrow_type: pa.DataType) -> pa.Array:
+    """Python strings (`pa.string()`, UTF-8) or bytes (`pa.binary()`) as an Arrow array with int32 offsets, no
+    nulls."""
+    encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(arrow_type, len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])

@@ -31,6 +31,7 @@ import numpy as np
 
 from .multi_dispatch import MultiDispatchRules
 from .record import MAGIC_V1, MAGIC_V2
+from .kernels.record_fields import store_timestamps_at
 from .record_columns import HEAD_DTYPE, RecordColumns
 from .segment_names import segment_name
 
@@ -48,9 +49,19 @@ def rocksdb_lmq_rules(enable_lmq: bool | None) -> MultiDispatchRules | None:
                               keep_separator_names=True)
 
 
-def store_timestamps(segment: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """storeTimestamp of the records at `positions` of one segment's bytes (after the born host, 4 or 16 bytes)."""
-    return RecordColumns(segment, 0, np.asarray(positions, np.int64)).store_timestamp
+def store_timestamps(segment: np.ndarray, positions: np.ndarray, compiled: bool = True) -> np.ndarray:
+    """storeTimestamp of the records at `positions` of one segment's bytes (after the born host, 4 or 16 bytes):
+    the compiled loop (kernels.record_fields), or with `compiled=False` its numpy reference; a position whose field
+    lies past the bytes' end raises IndexError either way."""
+    positions = np.asarray(positions, np.int64)
+    if not compiled:
+        return RecordColumns(segment, 0, positions).store_timestamp
+    out = np.empty(len(positions), np.int64)
+    bad = store_timestamps_at(np.asarray(segment, np.uint8).reshape(-1), positions, out)
+    if bad >= 0:
+        raise IndexError(f"record at byte {int(positions[bad])}: its storeTimestamp lies past the {len(segment)} "
+                         f"bytes read")
+    return out
 
 
 @dataclass(frozen=True)

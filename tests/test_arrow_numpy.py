@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_format.arrow_numpy import large_strings, numpy_dtype, to_arrow, to_numpy
+from storage_format.arrow_numpy import large_strings, numpy_dtype, texts, to_arrow, to_numpy
 
 pytestmark = pytest.mark.floors  # Arrow buffers and casts: make test-floors runs it at the dependency floors
 
@@ -60,6 +60,15 @@ def test_large_strings_equal_pyarrow(texts: list[str]) -> None:
     assert large_strings(texts).equals(pa.array(texts, pa.large_string()))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=12), max_size=20), st.lists(st.binary(max_size=24), max_size=20))
+def test_texts_equal_pyarrow(strings: list[str], blobs: list[bytes]) -> None:
+    """Strings as string and bytes as binary (the msgId map's dictionaries) equal pa.array's."""
+    strings = [t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for t in strings]
+    assert texts(strings, pa.string()).equals(pa.array(strings, pa.string()))
+    assert texts(blobs, pa.binary()).equals(pa.array(blobs, pa.binary()))
+
+
 @pytest.mark.parametrize("arr", [pa.array([1, None], pa.int64()), pa.array([True, None], pa.bool_())],
                          ids=["int64", "bool"])
 def test_nulls_are_refused(arr: pa.Array) -> None:
@@ -85,14 +94,16 @@ runpy.run_module(module, run_name="__main__")
 
 @pytest.mark.parametrize("job,store", [("recover", "unclean-11"), ("recover", "lmq-unclean-11"),
                                        ("recover", "v5-lmq-unclean-11"), ("inspect", "lmq-clean-small-11"),
-                                       ("verify", "clean-small-11")])
+                                       ("verify", "clean-small-11"), ("rebuild", "clean-small-11"),
+                                       ("convert", "dledger-clean-small-11")])
 def test_local_engine_jobs_import_no_pandas(tmp_path: Path, job: str, store: str) -> None:
-    """recover, inspect and verify (the local engine's jobs) run on golden stores without pandas in the driver or
-    any worker: neither imported at start-up nor by a pyarrow conversion in a task."""
+    """recover, inspect, verify, and rebuild and convert of small stores (the local engine's jobs) run on golden
+    stores without pandas in the driver or any worker: neither imported at start-up nor by a pyarrow conversion in a
+    task (convert's msgId map part once did, in each segment writer)."""
     src = GOLDEN / store
     assert src.is_dir(), f"golden store missing: {src}"
     args = [job, "--store", str(src), "--broker-config", str(src / "broker.conf"), "--engine", "local"]
-    if job == "recover":
+    if job in ("recover", "rebuild", "convert"):
         args += ["--out", str(tmp_path / "out")]
     log = tmp_path / "pandas.log"
     done = subprocess.run([sys.executable, "-c", _WATCH, f"jobs.{job}", *args[1:]], capture_output=True,

@@ -94,7 +94,8 @@ other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package
   (verify --files OUT: a reput output's files checked against the store's log up to OUT's end), `verify.text` (the
   console summary), `verify.rocksdb_store` (a RocksDB store's database against the log: the `offset` family, the
   checkpoint and the next start on the driver), `verify.rocksdb_units` (its `default` family compared in tasks, key
-  range by key range), `verify.rocksdb_text` (its console lines)
+  range by key range), `verify.rocksdb_text` (its console lines), `verify.stage` (the comparison stage as one job:
+  queue checks, the index seed and the index files' checks side by side)
 - `convert`: jobs.convert (a DLedger store to a plain commit log)
   `convert` (its stages), `convert.plan` (the new layout, the segment tasks, the dry-run plan), `convert.segments` (writing one
   segment and its part of the msgId map), `convert.write` (the write job: segments, their body CRCs, plain segments,

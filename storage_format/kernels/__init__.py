@@ -19,6 +19,7 @@ loads and that each reference and test exists):
 | `layout_kernel.map_offsets` | `storage_format.commitlog_layout.map_offsets_reference` | `tests/test_workdir.py::test_offset_map_kernel_equals_reference` |
 | `layout_kernel.crc32_clmul` | `zlib.crc32` | `tests/test_convert_crc.py::test_the_carry_less_crc_equals_zlib` |
 | `record_search.find_record` | `storage_format.commitlog.find_first_record` | `tests/test_record_search.py::test_kernel_search_equals_reference_on_golden` |
+| `record_fields.store_timestamps_at` | `storage_format.record_columns.RecordColumns` | `tests/test_record_fields.py::test_kernel_timestamps_equal_reference_on_golden` |
 
 The other helpers of `kernel_bytes` (byte reads, the property scan, topic checks), of `lmq_kernel` (items,
 offsets, queueIds of multi-dispatch names) and `crc_kernel`'s record check are inlined into decode_kernel and

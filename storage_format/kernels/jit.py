@@ -31,7 +31,7 @@ OPTIONS = {"cache": True, "nogil": True}  # every kernel: cached on disk, runs w
 # The modules whose source makes the compiled code (the kernels, the helpers numba inlines into them, and
 # this one's OPTIONS): their source is the cache key. tests/test_kernel_cache.py checks the list is whole.
 KERNEL_MODULES = ("jit", "kernel_bytes", "crc_kernel", "lmq_kernel", "split_kernel", "row_groups", "index_chain",
-                  "layout_kernel", "record_search")
+                  "layout_kernel", "record_search", "record_fields")
 # numba 0.62 added NUMBA_CACHE_LOCATOR_CLASSES; pyproject.toml's numba floor (a test keeps them equal).
 NUMBA_FLOOR = (0, 62)
 LOCATORS_ENV = "NUMBA_CACHE_LOCATOR_CLASSES"

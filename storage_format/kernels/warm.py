@@ -13,7 +13,7 @@ def warm() -> dict[str, int]:
     (0 everywhere when all came from the cache)."""
     import numpy as np
 
-    from . import crc_kernel, index_chain, layout_kernel, record_search, row_groups, split_kernel
+    from . import crc_kernel, index_chain, layout_kernel, record_fields, record_search, row_groups, split_kernel
     from ..index_file import SLOT_DTYPE
     from .split_decode import decode_fast
 
@@ -39,6 +39,7 @@ def warm() -> dict[str, int]:
         layout_kernel.map_offsets(phy, phy, rows, np.zeros(1, np.int64))
     crc_kernel.crc32(buf, 0, 64)
     record_search.find_record(buf, buf.view("<u8"), 0, 0, 64, 0, 0)
+    record_fields.store_timestamps_at(buf, offsets, np.zeros(1, np.int64))
     kernels = {"decode_kernel": split_kernel.decode_kernel, "group_rows": row_groups.group_rows,
                "hop_entries": layout_kernel.hop_entries,
                "hop_copy": layout_kernel.hop_copy, "hop_copy_checked": layout_kernel.hop_copy_checked,
@@ -46,7 +47,8 @@ def warm() -> dict[str, int]:
                "map_offsets": layout_kernel.map_offsets,
                "newest_by_hash": index_chain.newest_by_hash, "entry_bytes": index_chain.entry_bytes,
                "append_chain": index_chain.append_chain,
-               "crc32": crc_kernel.crc32, "find_record": record_search.find_record}
+               "crc32": crc_kernel.crc32, "find_record": record_search.find_record,
+               "store_timestamps_at": record_fields.store_timestamps_at}
     return {name: sum(f.stats.cache_misses.values()) for name, f in kernels.items()}
 
 

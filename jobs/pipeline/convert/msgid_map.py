@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storage_format.arrow_numpy import texts, to_arrow
 from storage_format.commitlog_layout import AT_BORN_HOST, AT_SYS_FLAG, store_host_at
 from storage_format.msg_id import decode_offset_msg_id, offset_msg_ids_one_host
 from storage_format.record import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6
@@ -58,12 +59,12 @@ def map_part(dst: np.ndarray, dst_base: int, old: np.ndarray, new: np.ndarray, o
         keys, inverse = np.unique(keyed.view(np.dtype((np.void, 21))).reshape(-1), return_inverse=True)
         distinct = [k.tobytes()[:20 if k.tobytes()[20] else 8] for k in keys]
         inverse = inverse.reshape(-1).astype(np.int32)
-    indices = pa.array(inverse, pa.int32())
+    indices = to_arrow(inverse, pa.int32())  # built from buffers: pa.array imports pandas (0.3 s a worker)
     hosts = [host_text(p[:-4], int.from_bytes(p[-4:], "big", signed=True)) for p in distinct]
     return pa.Table.from_arrays(
-        [pa.array(old, pa.int64()), pa.array(new, pa.int64()),
-         pa.DictionaryArray.from_arrays(indices, pa.array(hosts, pa.string())),
-         pa.DictionaryArray.from_arrays(indices, pa.array(distinct, pa.binary()))], schema=MAP_SCHEMA)
+        [to_arrow(old, pa.int64()), to_arrow(new, pa.int64()),
+         pa.DictionaryArray.from_arrays(indices, texts(hosts, pa.string())),
+         pa.DictionaryArray.from_arrays(indices, texts(distinct, pa.binary()))], schema=MAP_SCHEMA)
 
 
 def _prefix_of(dst: np.ndarray, at: int) -> np.ndarray:

@@ -87,7 +87,10 @@ class CqDatabase:
         that is not 28 bytes raises StoreFormatError naming the database and the key."""
         keys: list[bytes] = []
         values: list[bytes] = []
-        for key, value in self.unit_items(lower, upper):
+        items = self._db.items(from_key=lower) if lower is not None else self._db.items()
+        for key, value in items:  # unit_items' loop inlined: ~0.3 us a unit is the binding's, the rest is ours
+            if upper is not None and key >= upper:
+                break
             keys.append(key)
             values.append(value)
             if len(keys) >= size:

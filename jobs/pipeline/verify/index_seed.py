@@ -31,7 +31,7 @@ from ..runtime.engine import TaskRunner
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
 from .findings import Findings
-from .cq import HOLE_ALIGN, CqCheckTask, check_cq
+from .cq import HOLE_ALIGN
 from .index_files import (check_index, check_restart_tail, compare_index_file, disk_index_files, expected_headers,
                     plan_index_checks)
 from .pointer import PointerCheck
@@ -233,7 +233,7 @@ class IndexPlan:
     """verify's index check as far as it is planned before the consume-queue stage: the store's index files in name
     order and the findings of listing them (merged when the index check runs, so the report keeps its order), the
     store's generation, the seed file's position (None: a full index check) and, for a local seed file, its
-    in-memory check (run beside the queue checks: check_queue_or_seed) with the continuation it checks."""
+    in-memory check (run beside the queue checks: verify.stage) with the continuation it checks."""
 
     disk: DiskIndex
     listing: Findings
@@ -261,11 +261,6 @@ def plan_index_check(index_dir: Location, scan: ScanResult, work: Location, sett
                         slices=appends[0].slices if appends else (), slots=settings.max_hash_slot_num,
                         max_entries=settings.max_index_num)
     return IndexPlan(disk, listing, generation, at, task, continued)
-
-
-def check_queue_or_seed(item: CqCheckTask | SeedInMemory) -> Findings | tuple[bool, int]:
-    """One task of verify's consume-queue stage: a queue check, or the seed file's in-memory check beside them."""
-    return equal_in_memory(item) if isinstance(item, SeedInMemory) else check_cq(item)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from ..io.fs import Location
 from ..io.rocksdb_db import open_cq_database
 from ..outputs.build import CqTask, plan_cq
 from ..runtime.contract import TaskRunner
-from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
 from ..store.markers import StoreMarkers
 from .findings import Findings
-from .rocksdb_units import RocksCheckResult, RocksCheckTask, RocksRun, check_rocks
+from .rocksdb_units import RocksCheckResult, RocksCheckTask, RocksRun
 
 QueueKey = tuple[bytes, int]  # (topic bytes, queueId) as the database's keys hold them
 
@@ -102,9 +101,24 @@ def _run(item, build: CqTask, first: dict, last: dict, fam: OffsetFamily) -> Roc
                     db_max_offset=None if db_max is None else db_max[1])
 
 
-def check_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
-                  db_dir: Location, log_min: int, found: Findings, quiet: bool) -> dict:
-    """Compare the database with the commit log (findings into `found`); the report's `rocksdb` section."""
+@dataclass(frozen=True, kw_only=True)
+class RocksPlan:
+    """The RocksDB check as planned on the driver: the database's column families and `offset` family, what the next
+    start re-dispatches, and the tasks over the `default` family (run in verify's queue stage, beside the index
+    files' checks)."""
+
+    label: str
+    families: list[str]
+    fam: OffsetFamily
+    start: NextStart
+    log_min: int
+    tasks: list[RocksCheckTask]
+
+
+def plan_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
+                 db_dir: Location, log_min: int, found: Findings) -> RocksPlan:
+    """Open the database read-only on the driver for its families and `offset` records (findings into `found`), and
+    plan the `default` family's tasks."""
     label = db_dir.uri
     with open_cq_database(Path(db_dir.path), label) as db:
         families = db.column_families()
@@ -112,15 +126,22 @@ def check_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, sca
     start = store_next_start(store, scan, fam.checkpoint)
     tasks = plan_checks(scan, settings, work, Path(db_dir.path), label, fam, start, log_min,
                         2 * sc.default_parallelism)
+    return RocksPlan(label=label, families=families, fam=fam, start=start, log_min=log_min, tasks=tasks)
+
+
+def rocksdb_section(plan: RocksPlan, results: list[RocksCheckResult], scan: ScanResult, found: Findings) -> dict:
+    """The tasks' results merged (findings into `found`), the "max" records and the checkpoint checked; the
+    report's `rocksdb` section."""
     counts: Counter = Counter()
     tails: dict[tuple[str, int], QueueTail] = {}
     dispatched_end = 0
-    for r in run_tasks(sc, tasks, check_rocks, "RocksDB consume queues", quiet=quiet):
+    for r in results:
         _merge(r, found, counts, tails)
         dispatched_end = max(dispatched_end, r.dispatched_end)
-    _check_maxes(fam, tails, log_min, found, counts)
+    fam, start = plan.fam, plan.start
+    _check_maxes(fam, tails, plan.log_min, found, counts)
     log_end = scan.max_physical_offset
-    return {"database": label, "column_families": families, **{k: counts[k] for k in sorted(counts)},
+    return {"database": plan.label, "column_families": plan.families, **{k: counts[k] for k in sorted(counts)},
             "offset_records": fam.records, "max_records": len(fam.maxes), "min_records": len(fam.mins),
             "checkpoint": _checkpoint(fam.checkpoint, dispatched_end, start, log_end, found),
             "next_start": start.to_dict(log_end)}

@@ -18,7 +18,7 @@ from storage_format.rocksdb_dispatch import (UNIT_FIELDS, NextStart, QueueTail, 
                                              consequence_of_missing, queue_units, store_timestamps)
 from storage_format.scan_plan import Segment
 
-from ..io.rocksdb_db import CqDatabase, UnitBatch, open_cq_database
+from ..io.rocksdb_db import CqDatabase, open_cq_database
 from ..outputs.build import CqTask, _run_entries
 from .findings import Findings
 
@@ -88,12 +88,18 @@ def _db_units(db: CqDatabase, lower: bytes, upper: bytes, key_len: int, label: s
     key of another length or without the separator before its queue offset is a finding (malformed_key), left out."""
     qos, vals = [np.zeros(0, np.int64)], [np.zeros(0, UNIT_VALUE_DTYPE)]
     for batch in db.unit_batches(lower, upper):
-        ok = np.array([len(k) == key_len and k[key_len - 9:key_len - 8] == CTRL_1 for k in batch.keys], bool)
+        joined = b"".join(batch.keys)
+        if set(map(len, batch.keys)) == {key_len}:
+            arr = np.frombuffer(joined, np.uint8).reshape(-1, key_len)
+            ok = arr[:, key_len - 9] == CTRL_1[0]
+        else:
+            ok = np.array([len(k) == key_len and k[key_len - 9:key_len - 8] == CTRL_1 for k in batch.keys], bool)
         for i in np.flatnonzero(~ok).tolist():
             found.add("consumequeue", "malformed_key", path, key=batch.keys[i].hex(), column_family=DEFAULT_CF,
                       detail=f"{label}: a key in this queue's range that is not a unit key of it")
-        good = b"".join(k for k, g in zip(batch.keys, ok) if g)
-        arr = np.frombuffer(good, np.uint8).reshape(-1, key_len)
+        if not ok.all():
+            joined = b"".join(k for k, g in zip(batch.keys, ok) if g)
+        arr = np.frombuffer(joined, np.uint8).reshape(-1, key_len)
         qos.append(np.ascontiguousarray(arr[:, key_len - 8:]).view(">i8").reshape(-1).astype(np.int64))
         vals.append(batch.values[ok])
     return np.concatenate(qos), np.concatenate(vals)
