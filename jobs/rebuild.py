@@ -25,7 +25,8 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, emit, json_
                                        progress_quiet, run_process, settings_from, time_zone)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.outputs.rocksdb_run import rebuild_rocksdb  # noqa: E402
-from jobs.pipeline.outputs.rebuild_out import REPORT_NAME, built_to_section, check_staged, run_report  # noqa: E402
+from jobs.pipeline.outputs.rebuild_out import (REPORT_NAME, built_to_section, check_staged, rebuild_scan,  # noqa: E402
+                                              run_report)
 from jobs.pipeline.since.inplace import rebuild_in_place  # noqa: E402
 from jobs.pipeline.since.run import publish_out2  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
@@ -35,12 +36,11 @@ from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
 from storage_format.index_file import empty_file_index_count  # noqa: E402
 from storage_format.cq_layout import is_rocksdb_type  # noqa: E402
-from jobs.pipeline.io.fs import location  # noqa: E402
+from jobs.pipeline.io.fs import Location, location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
 from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.io.publish import Output, output_for  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
-from jobs.pipeline.scan.decode import check_tail, scan_store  # noqa: E402
 from jobs.pipeline.runtime.engine import TaskRunner, add_engine_flag, job_runner  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -104,14 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     with staging:  # the run lock is released however it ends (the engine's start refused included)
         sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments), settings)
         timings: dict[str, float] = {}
-        started = t0 = time.monotonic()
-        scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
-                          split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
-                          quiet=quiet, segments=segments)
-        timings["decode_s"] = time.monotonic() - t0
-        timings.update(scan.task_timings())
-        pause_at("after-decode")
-        check_tail(scan, args.accept_invalid_tail, "rebuild")
+        started = time.monotonic()
+        scan = rebuild_scan(args, sc, store, settings, staging.work, segments, limit, with_cq, with_index, quiet,
+                            timings)
         t0 = time.monotonic()
         cq_tasks = _plan_cq_tasks(scan, settings, staging, topics, 2 * sc.default_parallelism) \
             if with_cq else []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import time
 
 from storage_format.settings import BrokerSettings
 
@@ -12,10 +13,30 @@ from ..io.commit_marker import MARKER
 from ..io.fs import Location
 from ..runtime import env
 from ..runtime.cli import JobError
+from ..runtime.engine import TaskRunner
+from ..runtime.faults import pause_at
+from ..scan.decode import check_tail, scan_store
 from ..scan.result import ScanResult
+from ..store.dispatch import DispatchLimit
 from ..store.built_to import REPORT_NAMES, REPORT_VERSION, built_to
 
 REPORT_NAME = REPORT_NAMES["rebuild"]
+
+
+def rebuild_scan(args: argparse.Namespace, sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location,
+                 segments: list, limit: DispatchLimit, with_cq: bool, with_index: bool, quiet: bool,
+                 timings: dict[str, float]) -> ScanResult:
+    """A rebuild's decode of the store into `work` (the staging directory's work files), timed into `timings`, then
+    the after-decode pause point and the log's tail checked as rebuild checks it (file or RocksDB consume queues)."""
+    t0 = time.monotonic()
+    scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
+                      split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
+                      quiet=quiet, segments=segments)
+    timings["decode_s"] = time.monotonic() - t0
+    timings.update(scan.task_timings())
+    pause_at("after-decode")
+    check_tail(scan, args.accept_invalid_tail, "rebuild")
+    return scan
 
 
 def check_staged(staging: Location, settings: BrokerSettings, cq_files: dict, index_names: list[str]) -> None:

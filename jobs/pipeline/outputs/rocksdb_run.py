@@ -31,11 +31,10 @@ from ..runtime.engine import TaskRunner, job_runner
 from ..runtime.faults import pause_at
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
-from ..scan.decode import check_tail, scan_store
 from ..store.dispatch import DispatchLimit
 from ..scan.report_sections import dispatch_report, dledger_section
 from ..store.segments import list_segments
-from .rebuild_out import REPORT_NAME, built_to_section, run_report
+from .rebuild_out import REPORT_NAME, built_to_section, rebuild_scan, run_report
 from .rocksdb_units import UnitsPart, UnitsTask, build_units, plan_units
 from .build import build_files, name_index_files, pending_name, plan_index, share_index_tasks
 
@@ -88,14 +87,9 @@ def rebuild_rocksdb(args: argparse.Namespace, store: Location, settings: BrokerS
     with staging:
         sc, engine = job_runner(args, "rebuild", sum(s.size for s in segments), settings)
         timings: dict[str, float] = {}
-        started = t0 = time.monotonic()
-        scan = scan_store(sc, store, settings, work=staging.work, with_cq=with_cq, with_keys=with_index,
-                          split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
-                          quiet=quiet, segments=segments)
-        timings["decode_s"] = time.monotonic() - t0
-        timings.update(scan.task_timings())
-        pause_at("after-decode")
-        check_tail(scan, args.accept_invalid_tail, "rebuild")
+        started = time.monotonic()
+        scan = rebuild_scan(args, sc, store, settings, staging.work, segments, limit, with_cq, with_index, quiet,
+                            timings)
         t0 = time.monotonic()
         parts, index_names = _run_builds(sc, scan, settings, staging, with_cq, with_index, tz, quiet, timings)
         built = _database(parts, staging) if with_cq else None
