@@ -83,9 +83,11 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     `files`: where the consume queues and index files are (the store's own by default; verify --files OUT)."""
     files = files or store
     since_from = since.from_offset if since is not None else None
+    layout = store_cq_layout(files, settings) if with_cq else None
+    rocks_units = layout is not None and layout.reads_database  # RocksDB units hold their records' timestamps
     scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=split_size, dispatch_limit=limit.offset, quiet=quiet, generation=generation,
-                      from_offset=None if since_from is None else since_from - 1)
+                      from_offset=None if since_from is None else since_from - 1, with_store_ts=rocks_units)
     pointers = replace(pointer_check(scan), in_flight_from=in_flight_from)
     if since_from is not None and scan.segments:  # pointers below the scan lead into the whole log
         pointers = replace(pointers, segments=since.segments, checked_from=scan.segments[0].start)
@@ -95,9 +97,8 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     parallelism = sc.default_parallelism
     index_plan = (plan_index_check(files.child("index"), scan, work, settings, pointers,
                                    store_generation(store, generation).generation) if with_index else None)
-    layout = store_cq_layout(files, settings) if with_cq else None
     rocks = (plan_rocksdb(sc, store, settings, scan, work, files.child(layout.db_dir), pointers.log_min, found)
-             if layout is not None and layout.reads_database else None)  # RocksDB consume queues: the database
+             if rocks_units else None)  # RocksDB consume queues: the database
     index = (_plan_index_stage(sc, files, settings, scan, work, pointers, index_plan, quiet, with_cq,
                                None if rocks is None else rocks.fam.checkpoint or 0)
              if index_plan is not None else None)
@@ -116,7 +117,8 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     # one job: the seed and the index files first (the longest tasks), the queue checks beside them
     results = run_tasks(sc, seed + index_checks + queue_checks, check_stage_task, label or "comparisons", quiet=quiet)
     seed_result = results[0] if seed else None
-    index_results, queue_results = results[len(seed):len(seed) + len(index_checks)], results[len(seed) + len(index_checks):]
+    cut = len(seed) + len(index_checks)
+    index_results, queue_results = results[len(seed):cut], results[cut:]
     if rocks is not None:
         stats["rocksdb"] = rocksdb_section(rocks, queue_results, scan, found)
     elif with_cq:

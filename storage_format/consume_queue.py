@@ -25,15 +25,30 @@ PRE_BLANK_SIZE = 0x7FFFFFFF  # size of the filler units before a queue's first e
 @dataclass(frozen=True)
 class CqColumns:
     """Consume-queue entries as parallel columns (queue offset, commit-log offset, size, tags code); the one
-    shape both the decode (split_decode.CqRows) and recovery (recovery.queues.QueueEntries) hand on."""
+    shape both the decode (split_decode.CqRows) and recovery (recovery.queues.QueueEntries) hand on.
+    `store_ts`: the records' storeTimestamp where the decode was asked for it (RocksDB units hold it), else None."""
 
     queue_offset: np.ndarray
     phy: np.ndarray
     size: np.ndarray
     tags: np.ndarray
+    store_ts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.phy)
+
+    def rows(self, selected) -> "CqColumns":
+        """The selected rows (a slice, a mask or positions) of every column, store timestamps included."""
+        return CqColumns(self.queue_offset[selected], self.phy[selected], self.size[selected], self.tags[selected],
+                         None if self.store_ts is None else self.store_ts[selected])
+
+    @staticmethod
+    def joined(parts: list["CqColumns"], order: np.ndarray | None = None) -> "CqColumns":
+        """The parts' rows one after another (then in `order`); store timestamps only when every part has them."""
+        names = ("queue_offset", "phy", "size", "tags") + (("store_ts",) if all(p.store_ts is not None for p in parts)
+                                                           else ())
+        columns = [np.concatenate([getattr(p, name) for p in parts]) for name in names]
+        return CqColumns(*(c if order is None else c[order] for c in columns))
 
 def file_name(start: int) -> str:
     """Consume-queue file name: its first logical byte offset as 20 digits (UtilAll.offset2FileName,

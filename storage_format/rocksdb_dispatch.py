@@ -73,24 +73,28 @@ class QueueUnits:
     size: np.ndarray  # int32
     tags: np.ndarray  # int64
     max_at: int  # index (into these arrays) of the unit the "max" record names; -1 for none
+    store_ts: np.ndarray | None = None  # int64, where the rows carried their records' storeTimestamp
 
     def __len__(self) -> int:
         return len(self.queue_offset)
 
 
-def queue_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> QueueUnits:
+def queue_units(queue_offset: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray,
+                store_ts: np.ndarray | None = None) -> QueueUnits:
     """A queue's units from its consume-queue rows in dispatch order: per queue offset the last row; the "max"
-    record names the last row (RocksDBConsumeQueueOffsetTable keeps the latest dispatch's offsets)."""
+    record names the last row (RocksDBConsumeQueueOffsetTable keeps the latest dispatch's offsets). `store_ts`: the
+    rows' storeTimestamp, when they carry it (kept with the units)."""
     qo = np.asarray(queue_offset, np.int64)
     if not len(qo):
         z = np.zeros(0, np.int64)
-        return QueueUnits(z, z, np.zeros(0, np.int32), z, -1)
+        return QueueUnits(z, z, np.zeros(0, np.int32), z, -1, None if store_ts is None else z)
     rev = np.arange(len(qo))[::-1]  # np.unique keeps the first occurrence: of the reversed rows, the last put
     uniq, first = np.unique(qo[rev], return_index=True)
     take = rev[first]
     max_at = int(np.searchsorted(uniq, qo[-1]))
     return QueueUnits(uniq, np.asarray(phy, np.int64)[take], np.asarray(size, np.int32)[take],
-                      np.asarray(tags, np.int64)[take], max_at)
+                      np.asarray(tags, np.int64)[take], max_at,
+                      None if store_ts is None else np.asarray(store_ts, np.int64)[take])
 
 
 @dataclass(frozen=True)

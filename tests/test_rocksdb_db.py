@@ -68,8 +68,10 @@ def test_one_queues_key_range_reads_exactly_its_units(case, tmp_path, private_tm
             lower, upper = rc.queue_key_range(topic.encode(), queue_id)
             got = [rc.parse_unit_key(k).queue_offset for k, _ in db.unit_items(lower, upper)]
             assert got == [r["queueOffset"] for r in dump if (r["topic"], r["queueId"]) == (topic, queue_id)]
-            batches = list(db.unit_batches(lower, upper))
-            assert sum(len(b.keys) for b in batches) == len(got)
+            for size in (65536, 3, 1, max(len(got), 1)):  # batch edges anywhere, and at the range's end
+                batches = list(db.unit_batches(lower, upper, size=size))
+                assert [rc.parse_unit_key(k).queue_offset for b in batches for k in b.keys] == got, size
+                assert all(0 < len(b.keys) <= size for b in batches), size
         assert list(db.unit_topics()) == sorted({t.encode() for t, _ in queues}, key=lambda t: (len(t), t))
         nowhere = rc.queue_key_range(b"no-such-topic", 0)
         assert list(db.unit_items(*nowhere)) == [] and list(db.unit_batches(*nowhere)) == []

@@ -11,12 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jobs.pipeline.io.fs import location
-from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_REFERENCE, SplitTask
-from jobs.pipeline.scan.decode import decode_split
+from jobs.pipeline.scan.result import DECODER_KERNEL, DECODER_NO_START, DECODER_REFERENCE, DECODER_SPARSE, SplitTask
+from jobs.pipeline.io.workdir import cq_columns, cq_file
+from jobs.pipeline.scan.decode import decode_split, multi_dispatch_rules
 from jobs.pipeline.store.segments import list_segments
 from storage_format.commitlog import END_CRC_MISMATCH, decode_buffer
 from storage_format.multi_dispatch import MultiDispatchRules
 from storage_format.record import Message
+from storage_format.record_columns import RecordColumns
 from storage_format.scan_plan import plan_splits
 from storage_format.settings import BrokerSettings, load_settings
 from storage_format.kernels.split_decode import decode_fast
@@ -434,3 +436,33 @@ def test_kernel_tells_queues_apart_by_every_byte(tmp_path):
         keys = summary.queues.keys()
         assert len(keys) == len(set(keys)) and {t for t, _ in keys} >= set(names[:10]), len(keys)
         assert len(keys) >= (len(names) if enable_lmq else 2 * len(names)), len(keys)
+
+
+@pytest.mark.parametrize("case", ["clean-small-11", "lmq-clean-small-11", "v5-lmq-clean-small-11"])
+def test_kernel_rows_carry_their_records_store_timestamps(case, tmp_path):
+    """A decode asked for them (RocksDB units): every consume-queue row in the work file carries its record's
+    storeTimestamp, read apart from the segment's bytes (RecordColumns), multi-dispatch rows their record's; the
+    other columns as without them; a decode not asked writes none."""
+    settings = load_settings(GOLDEN / case / "broker.conf")
+    store = location(str(GOLDEN / case))
+    lmq = multi_dispatch_rules(store, settings, None)
+    rows = 0
+    for sp in plan_splits(list_segments(store, settings), 65536):
+        cols = {}
+        for with_ts in (True, False):
+            work = location(str(tmp_path / f"{with_ts}"))
+            summary = decode_split(SplitTask(split=sp, settings=settings, work=work, lmq=lmq, with_store_ts=with_ts))
+            assert summary.error is None, summary
+            assert summary.decoder in (DECODER_KERNEL, DECODER_NO_START, DECODER_SPARSE), summary
+            cols[with_ts] = cq_columns(work, sp.index) if cq_file(work, sp.index).exists() else None
+        if cols[True] is None:
+            continue
+        assert "store_ts" not in cols[False] and set(cols[True]) - set(cols[False]) == {"store_ts"}
+        for name in cols[False]:
+            assert np.array_equal(cols[True][name].take(), cols[False][name].take()), name
+        data = np.frombuffer(Path(sp.segment.path).read_bytes(), np.uint8)
+        phy = cols[True]["phy"].take()
+        expect = RecordColumns(data, 0, phy - sp.segment.start).store_timestamp
+        assert np.array_equal(cols[True]["store_ts"].take(), expect), sp
+        rows += len(phy)
+    assert rows > 0

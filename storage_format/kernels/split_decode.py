@@ -45,6 +45,7 @@ _NAMES = np.frombuffer("".join(_WANTED).encode(), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in _WANTED]).astype(np.int64)
 _SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), np.uint8)
 _CQ_COLUMNS = np.array([k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS], np.int64)  # the CqRows columns, in their order
+_CQ_COLUMNS_TS = np.array([k.C_QO, k.C_PHY, k.C_SIZE, k.C_TAGS, k.C_TS], np.int64)  # and the store timestamps
 FILE_SEPARATOR = "/"  # java.io.File.separator on the brokers' platforms: 5.x skips names holding it
 
 
@@ -128,7 +129,7 @@ def _lmq_rules(rules: MultiDispatchRules | None, configured: bool) -> tuple[np.n
 def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, *, path: str,
                 find_start: bool, dated: tuple[int, int], delay_levels_ms: tuple[int, ...],
                 header: int = 0, check_crc: bool = False, multi_dispatch: MultiDispatchRules | None = None,
-                multi_dispatch_configured: bool = False) -> FastSplit | str:
+                multi_dispatch_configured: bool = False, with_store_ts: bool = False) -> FastSplit | str:
     """Decode buf's records starting in [start, stop) with the kernel, or return why the reference
     must (a short reason). `dated` is the (min, max) storeTimestamp the fast path accepts;
     `delay_levels_ms` the broker's messageDelayLevel table (tagsCode of delayed messages); `header` the
@@ -136,7 +137,8 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
     decode_buffer does (the first failing record ends the walk: crc_mismatch, the reference's detail).
     `multi_dispatch`: the rules that give records their extra entries (None: multi-dispatch off when
     `multi_dispatch_configured`, else enableMultiDispatch is unset and a record carrying both properties is
-    left to the reference, which refuses it). Positions walked (first_position, the end) are entry positions;
+    left to the reference, which refuses it). `with_store_ts`: the rows carry their records' storeTimestamp
+    (CqRows.store_ts: RocksDB units hold it). Positions walked (first_position, the end) are entry positions;
     last_position is the last record's."""
     arr = _read_only(buf)
     first = start
@@ -164,7 +166,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
         detail = bad[1]
     end = ScanEnd(reason, end_at, int(stats[k.S_END_MAGIC]) if reason == END_BAD_MAGIC else None, detail=detail,
                   path=path, file_offset=end_at - (base_offset if seg_start is None else seg_start))
-    table, cq = _group(pool, queues, rows)
+    table, cq = _group(pool, queues, rows, with_store_ts)
     ts = None if not records else tuple(int(stats[i]) for i in (k.S_FIRST_TS, k.S_LAST_TS, k.S_MIN_TS, k.S_MAX_TS))
     return FastSplit(records=records, blanks=int(stats[k.S_BLANKS]), end=end,
                      first_position=first if records or reason == END_CRC_MISMATCH or not find_start else None,
@@ -177,7 +179,7 @@ def decode_fast(buf, base_offset: int, start: int, stop: int, segment_end: int, 
                      last_term=int(stats[k.S_LAST_TERM]) if header and records else None)
 
 
-def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTable, CqRows]:
+def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray, with_store_ts: bool) -> tuple[QueueTable, CqRows]:
     """The split's queue table in (topic, queueId) order and its rows grouped by queue, vectorised: an LMQ
     split names tens of thousands of queues, none of which becomes a Python object here. The kernel's name
     pool holds the topics back to back in queue order: it is the topic column's data as it is."""
@@ -188,12 +190,13 @@ def _group(pool: np.ndarray, qs: np.ndarray, rows: np.ndarray) -> tuple[QueueTab
     order = key_order(topic, qid)
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
-    (qo, phy, size, tags), starts = group_rows(rows, k.C_QUEUE, _CQ_COLUMNS, rank, n)
+    grouped, starts = group_rows(rows, k.C_QUEUE, _CQ_COLUMNS_TS if with_store_ts else _CQ_COLUMNS, rank, n)
+    qo, phy, size, tags = grouped[:4]
     first_row = np.empty(n, np.int64)
     first_row[order] = starts[:n]
     table = QueueTable.build(topic, qid, qs[:, k.Q_REC], qs[:, k.Q_CQ], first_row, qs[:, k.Q_LO], qs[:, k.Q_HI],
                              qs[:, k.Q_UNORD] != 0, order=order)
-    return table, CqRows(qo, phy, size.astype(np.int32), tags)
+    return table, CqRows(qo, phy, size.astype(np.int32), tags, store_ts=grouped[4] if with_store_ts else None)
 
 
 def record_after_clean_end(buf, base_offset: int, end: ScanEnd, global_start: int, global_stop: int,

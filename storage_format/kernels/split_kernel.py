@@ -62,7 +62,7 @@ P_TAGS, P_KEYS, P_UNIQ, P_MULTI, P_DELAY, P_MULTI_OFFSET = range(6)
 Q_TOPIC_AT, Q_TOPIC_LEN, Q_QID, Q_REC, Q_CQ, Q_LO, Q_HI, Q_UNORD, Q_LAST = range(9)
 NQ_COLS = 9
 # Columns of the consume-queue rows `rows` and of the index keys `keys`.
-C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS = range(5)
+C_QUEUE, C_QO, C_PHY, C_SIZE, C_TAGS, C_TS = range(6)  # C_TS: the record's storeTimestamp (RocksDB units)
 K_HASH, K_PHY, K_TS = range(3)
 
 # The walk's queue lookup, a few random cache lines per multi-dispatch item among tens of thousands of LMQ
@@ -327,9 +327,10 @@ def _checks(fb, a, topic_at, topic_len, qid, ps, end, schedule, names, name_off,
 
 
 @njit(inline="always")
-def _cq_row(rows, ncq, q, qo, phy, size, tags):
+def _cq_row(rows, ncq, q, qo, phy, size, tags, ts):
     """Write consume-queue row ncq (of queue q; rows has room)."""
     rows[ncq, C_QUEUE], rows[ncq, C_QO], rows[ncq, C_PHY], rows[ncq, C_SIZE], rows[ncq, C_TAGS] = q, qo, phy, size, tags
+    rows[ncq, C_TS] = ts
 
 
 @njit()
@@ -406,7 +407,7 @@ def decode_kernel(a, base_offset, start, stop, segment_end, rules, names, name_o
     `lmq_text`: the multi-dispatch rules (lmq_kernel's L_* slots) and their bytes."""
     stats = np.zeros(N_STATS, np.int64)
     cap = max(16, (stop - start) // 256)
-    rows, keys = np.empty((cap, 5), np.int64), np.empty((2 * cap, 3), np.int64)
+    rows, keys = np.empty((cap, C_TS + 1), np.int64), np.empty((2 * cap, 3), np.int64)
     table, hot8, pool = np.zeros(1024, np.int64), _hot_rows(64), np.empty(4096, np.uint8)
     found_lo, found_hi = np.empty(name_off.shape[0] - 1, np.int64), np.empty(name_off.shape[0] - 1, np.int64)
     cur = np.zeros(N_CURSOR, np.int64)
@@ -497,12 +498,12 @@ def _own_rows(a, rp, q, qid, phy, size, store_ts, tags_h, delay, delay_ms, n_mul
     tags = signed32(tags_h)
     if delay > 0 and delay_ms.shape[0] > 0:  # delivery time of a delayed message
         tags = store_ts + delay_ms[min(delay, delay_ms.shape[0]) - 1]
-    _cq_row(rows, ncq, q, i64(a, rp + 20), phy, size, tags)
+    _cq_row(rows, ncq, q, i64(a, rp + 20), phy, size, tags, store_ts)
     ncq += 1
     if n_multi > 0:
         return _multi_dispatch_rows(a, found_lo[P_MULTI], found_hi[P_MULTI], found_lo[P_MULTI_OFFSET],
-                                    found_hi[P_MULTI_OFFSET], n_multi, qid, phy, size, tags, lmq, lmq_text, table, hot,
-                                    hot8, rows, ncq, nq, pool, pu, pend, cur)
+                                    found_hi[P_MULTI_OFFSET], n_multi, qid, phy, size, tags, store_ts, lmq, lmq_text,
+                                    table, hot, hot8, rows, ncq, nq, pool, pu, pend, cur)
     return ncq, nq, pu
 
 
@@ -613,13 +614,12 @@ PENDING = 32
 
 
 @njit(inline="always")
-def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, lmq, lmq_text, table, hot,
-                         hot8, rows, ncq, nq, pool, pu, pend, cur):
-    """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries):
-    the item's offset, the record's phy, size and tags, its queue (the named one, added to the table when new)
-    filled in by _resolve (the outputs have room for every item, the name pool for all its names). Returns the
-    new (row count, queue count, pool length), or (-1, -1, -1) when an item is the reference's (an offset the
-    kernel does not parse, a malformed or unsafe name)."""
+def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size, tags, ts, lmq, lmq_text, table,
+                         hot, hot8, rows, ncq, nq, pool, pu, pend, cur):
+    """After a record's own row, one row per multi-dispatch item in name order (multi_dispatch.lmq_entries): the
+    item's offset, the record's phy, size, tags and storeTimestamp `ts`, its queue (the named one, added to the table
+    when new) filled in by _resolve (room for every item and name is made before). Returns the new (row count, queue
+    count, pool length), or (-1, -1, -1) when an item is the reference's (an offset or name the kernel refuses)."""
     sep = lmq[L_SEPARATOR]
     np_, op = n_lo, o_lo
     for _ in range(n_items):
@@ -638,7 +638,7 @@ def _multi_dispatch_rows(a, n_lo, n_hi, o_lo, o_hi, n_items, own_qid, phy, size,
             pend[j, PEND_AT], pend[j, PEND_LEN], pend[j, PEND_KEY] = np_, ne - np_, _key_of(th, qid)
             pend[j, PEND_QID], pend[j, PEND_ROW] = qid, ncq
             cur[W_PEND], cur[W_PEND_BYTES] = j + 1, cur[W_PEND_BYTES] + ne - np_
-            _cq_row(rows, ncq, -1, offset, phy, size, tags)
+            _cq_row(rows, ncq, -1, offset, phy, size, tags, ts)
             ncq += 1
         np_, op = ne + 1, oe + 1
     return ncq, nq, pu

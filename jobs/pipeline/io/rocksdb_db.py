@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +86,23 @@ class CqDatabase:
                      size: int = BATCH_UNITS) -> Iterator[UnitBatch]:
         """`default` items in [lower, upper) in batches of up to `size`, values decoded in one frombuffer; a value
         that is not 28 bytes raises StoreFormatError naming the database and the key."""
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        items = self._db.items(from_key=lower) if lower is not None else self._db.items()
-        for key, value in items:  # unit_items' loop inlined: ~0.3 us a unit is the binding's, the rest is ours
-            if upper is not None and key >= upper:
-                break
-            keys.append(key)
-            values.append(value)
-            if len(keys) >= size:
+        items = iter(self._db.items(from_key=lower) if lower is not None else self._db.items())
+        while True:  # unit_items' loop inlined, batches cut by islice: ~0.3 us a unit is the binding's
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            key_to, value_to = keys.append, values.append
+            ended = True
+            for key, value in islice(items, size):
+                if upper is not None and key >= upper:
+                    break
+                key_to(key)
+                value_to(value)
+            else:
+                ended = len(keys) < size
+            if keys:
                 yield self._batch(keys, values)
-                keys, values = [], []
-        if keys:
-            yield self._batch(keys, values)
+            if ended:
+                return
 
     def _batch(self, keys: list[bytes], values: list[bytes]) -> UnitBatch:
         if set(map(len, values)) != {UNIT_VALUE_SIZE}:

@@ -29,6 +29,7 @@ from .fs import Location
 
 CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size", pa.int32()),
                        ("tags", pa.int64())])
+CQ_TS_SCHEMA = CQ_SCHEMA.append(pa.field("store_ts", pa.int64()))  # rows that carry their storeTimestamp
 KEY_SCHEMA = pa.schema([("key_hash", pa.int32()), ("phy", pa.int64()), ("store_ts", pa.int64())])
 OFFSET_MAP_SCHEMA = pa.schema([("old", pa.int64()), ("new", pa.int64())])
 RECORD_SIZES_SCHEMA = pa.schema([("size", pa.int32())])
@@ -159,7 +160,12 @@ def read_prepared_pairs(work: Location, split_index: int) -> tuple[np.ndarray, n
 
 
 def write_cq(work: Location, split_index: int, rows: CqRows) -> None:
-    _write(cq_file(work, split_index), _table(CQ_SCHEMA, rows.queue_offset, rows.phy, rows.size, rows.tags))
+    """The split's rows, and their store timestamps when the decode gave them (CqColumns.store_ts)."""
+    if rows.store_ts is None:
+        _write(cq_file(work, split_index), _table(CQ_SCHEMA, rows.queue_offset, rows.phy, rows.size, rows.tags))
+    else:
+        _write(cq_file(work, split_index), _table(CQ_TS_SCHEMA, rows.queue_offset, rows.phy, rows.size, rows.tags,
+                                                  rows.store_ts))
 
 
 def write_keys(work: Location, split_index: int, keys: KeyBatch) -> None:

@@ -7,7 +7,7 @@ one file (share_index_tasks)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -178,8 +178,7 @@ def _run_entries(task: CqTask) -> list[CqColumns]:
                 for _ in task.items]
     queue = np.concatenate([q for q, _ in parts])
     order = np.argsort(queue, kind="stable")
-    rows = CqColumns(*(np.concatenate([getattr(c, name) for _, c in parts])[order]
-                       for name in ("queue_offset", "phy", "size", "tags")))
+    rows = CqColumns.joined([c for _, c in parts], order)
     edges = np.searchsorted(queue[order], np.arange(runs.count + 1))
     return [runs.run_rows(i, rows, int(edges[q]), int(edges[q + 1])) for i, q in enumerate(runs.queue_of)]
 
@@ -231,23 +230,23 @@ class _TaskQueues:
         idx = np.repeat(table.first_row[sel] - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(int(n.sum()))
         cols = cq_columns(task.work, split_index)
         qo, phy, size, tags = (cols[name].take(idx) for name in ("queue_offset", "phy", "size", "tags"))
-        queue = np.repeat(at, n)
+        ts = cols["store_ts"].take(idx) if "store_ts" in cols else None  # the decode was asked for them
+        queue, rows = np.repeat(at, n), CqColumns(qo, phy, size, tags, ts)
         keep = (qo >= self.lo[queue]) & (qo < self.hi[queue])
         if not keep.all():
-            qo, phy, size, tags, queue = qo[keep], phy[keep], size[keep], tags[keep], queue[keep]
+            queue, rows = queue[keep], rows.rows(keep)
         if split_index in task.moved:
-            phy = offset_map(task.work, split_index)(phy)
-        return queue, CqColumns(qo, phy, size, tags)
+            rows = replace(rows, phy=offset_map(task.work, split_index)(rows.phy))
+        return queue, rows
 
     def run_rows(self, i: int, rows: CqColumns, a: int, b: int) -> CqColumns:
         """Run i's rows: its queue's rows [a, b) of the grouped rows, those whose offsets its files hold."""
-        part = CqColumns(rows.queue_offset[a:b], rows.phy[a:b], rows.size[a:b], rows.tags[a:b])
+        part = rows.rows(slice(a, b))
         lo, hi = self.bounds[i]
         q = self.queue_of[i]
         if lo <= self.lo[q] and self.hi[q] <= hi:  # the queue's only run here: all its rows
             return part
-        keep = (part.queue_offset >= lo) & (part.queue_offset < hi)
-        return CqColumns(part.queue_offset[keep], part.phy[keep], part.size[keep], part.tags[keep])
+        return part.rows((part.queue_offset >= lo) & (part.queue_offset < hi))
 
 
 @dataclass(frozen=True)
@@ -343,8 +342,7 @@ def _split_rows(task: CqTask, runs: _TaskQueues) -> Iterator[tuple[np.ndarray, C
 
 
 def _concat(parts: list[CqColumns]) -> CqColumns:
-    return parts[0] if len(parts) == 1 else CqColumns(*(np.concatenate([getattr(p, name) for p in parts])
-                                                        for name in ("queue_offset", "phy", "size", "tags")))
+    return parts[0] if len(parts) == 1 else CqColumns.joined(parts)
 
 
 def _part(units: CqColumns, a: int, b: int) -> CqColumns:

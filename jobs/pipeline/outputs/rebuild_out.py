@@ -25,13 +25,14 @@ REPORT_NAME = REPORT_NAMES["rebuild"]
 
 def rebuild_scan(args: argparse.Namespace, sc: TaskRunner, store: Location, settings: BrokerSettings, work: Location,
                  segments: list, limit: DispatchLimit, with_cq: bool, with_index: bool, quiet: bool,
-                 timings: dict[str, float]) -> ScanResult:
+                 timings: dict[str, float], with_store_ts: bool = False) -> ScanResult:
     """A rebuild's decode of the store into `work` (the staging directory's work files), timed into `timings`, then
-    the after-decode pause point and the log's tail checked as rebuild checks it (file or RocksDB consume queues)."""
+    the after-decode pause point and the log's tail checked as rebuild checks it (file or RocksDB consume queues;
+    `with_store_ts`: the rows carry their records' storeTimestamp, which RocksDB units hold)."""
     t0 = time.monotonic()
     scan = scan_store(sc, store, settings, work=work, with_cq=with_cq, with_keys=with_index,
                       split_size=args.split_size, dispatch_limit=limit.offset, generation=args.rocketmq_version,
-                      quiet=quiet, segments=segments)
+                      quiet=quiet, segments=segments, with_store_ts=with_store_ts)
     timings["decode_s"] = time.monotonic() - t0
     timings.update(scan.task_timings())
     pause_at("after-decode")

@@ -89,7 +89,7 @@ def rebuild_rocksdb(args: argparse.Namespace, store: Location, settings: BrokerS
         timings: dict[str, float] = {}
         started = time.monotonic()
         scan = rebuild_scan(args, sc, store, settings, staging.work, segments, limit, with_cq, with_index, quiet,
-                            timings)
+                            timings, with_store_ts=True)
         t0 = time.monotonic()
         parts, index_names = _run_builds(sc, scan, settings, staging, with_cq, with_index, tz, quiet, timings)
         built = _database(parts, staging) if with_cq else None

@@ -130,15 +130,18 @@ def build_units(task: UnitsTask) -> UnitsPart:
     items = task.rows.items
     rows = _run_entries(task.rows)
     end = max((int((r.phy + r.size).max()) for r in rows if len(r.phy)), default=0)
-    per_queue = [queue_units(r.queue_offset, r.phy, r.size, r.tags) for r in rows]
+    per_queue = [queue_units(r.queue_offset, r.phy, r.size, r.tags, r.store_ts) for r in rows]
     order = key_order([i.topic for i in items], [i.queue_id for i in items])
     values = np.zeros(sum(len(u) for u in per_queue), UNIT_VALUE_DTYPE)
     at = 0
     for i in order:
         part, u = values[at:at + len(per_queue[i])], per_queue[i]
         part["phy_offset"], part["size"], part["tags_code"] = u.phy, u.size, u.tags
+        if u.store_ts is not None:
+            part["store_timestamp"] = u.store_ts
         at += len(u)
-    values["store_timestamp"] = commit_log_timestamps(task.segments, values["phy_offset"].astype(np.int64))
+    if any(u.store_ts is None for u in per_queue):  # the decode gave none (a split the reference decoded): the log
+        values["store_timestamp"] = commit_log_timestamps(task.segments, values["phy_offset"].astype(np.int64))
     written = write_sst(Path(task.sst), DEFAULT_CF, _chunks(items, per_queue, order, values.tobytes()))
     with_units = [i for i in range(len(items)) if len(per_queue[i])]
     last = [(per_queue[i], per_queue[i].max_at) for i in with_units]

@@ -182,7 +182,8 @@ def _decode_fast(task: SplitTask) -> SplitSummary | str:
                        check_crc=task.check_crc,
                        # multi-dispatch entries are consume-queue rows: without those, none (as the reference)
                        multi_dispatch=task.lmq if task.with_cq else None,
-                       multi_dispatch_configured=task.settings.enable_multi_dispatch is not None or not task.with_cq)
+                       multi_dispatch_configured=task.settings.enable_multi_dispatch is not None or not task.with_cq,
+                       with_store_ts=task.with_store_ts)
     if fast == NO_RECORD_START:
         return _no_start_summary(task, len(buf))
     if isinstance(fast, str):
@@ -300,8 +301,7 @@ def _summarise(task: SplitTask, chunk, bytes_read: int) -> SplitSummary:
     records = np.bincount(groups.group, minlength=len(groups.keys))
     summary.queues = queue_table(groups, records)
     if task.with_cq:
-        tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts,
-                          task.settings.delay_levels_ms)
+        tags = tags_codes(cols.property_binary(TAGS), topics, cols.delay_level, ts, task.settings.delay_levels_ms)
         rows = np.flatnonzero(cq_mask)
         try:
             lmq = split_lmq(cols, rows, task.lmq, task.settings.enable_multi_dispatch is not None)
@@ -371,18 +371,18 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
                with_cq: bool = True, with_keys: bool = True, from_offset: int | None = None,
                dispatch_limit: int | None = None, label: str = "decode", quiet: bool = False,
                generation: int | None = None, with_records: bool = False, tables: Location | None = None,
-               keep_queues: bool = True, segments: list[Segment] | None = None) -> ScanResult:
+               keep_queues: bool = True, segments: list[Segment] | None = None, with_store_ts: bool = False
+               ) -> ScanResult:
     """Decode the whole commit log in parallel and stitch the splits into the broker's scan.
 
-    `from_offset` starts at the segment holding that offset (recovery's start segment). With
-    `dispatch_limit` (a confirm offset) only records ending at or below it get consume-queue entries
-    and index keys; the scan itself still covers every valid record. `generation` (4 or 5) picks the
-    multi-dispatch rules; None detects it from the store's marker files. `with_records` lists each DLedger
-    record in the split summaries (convert's layout input). `tables` (without `work`): where the decode tasks put
-    their splits' queue tables, which otherwise come to the driver whole (queues x splits rows); `keep_queues`
-    False drops them in the tasks (a job that reads no per-queue figure: catalog). `segments`: the store's segments
-    as the caller listed them already (None: listed here).
-    """
+    `from_offset` starts at the segment holding that offset (recovery's start segment). With `dispatch_limit` (a
+    confirm offset) only records ending at or below it get consume-queue entries and index keys; the scan itself still
+    covers every valid record. `generation` (4 or 5) picks the multi-dispatch rules; None detects it from the store's
+    marker files. `with_records` lists each DLedger record in the split summaries (convert's layout input). `tables`
+    (without `work`): where the decode tasks put their splits' queue tables, which otherwise come to the driver whole
+    (queues x splits rows); `keep_queues` False drops them in the tasks (a job that reads no per-queue figure:
+    catalog). `segments`: the store's segments as the caller listed them (None: listed here). `with_store_ts`: the
+    consume-queue rows also hold their records' storeTimestamp where the kernel decoded (RocksDB units)."""
     segments = list_segments(store, settings) if segments is None else segments
     if from_offset is not None:
         segments = segments_from(segments, from_offset)
@@ -393,7 +393,7 @@ def scan_store(sc: TaskRunner, store: Location, settings: BrokerSettings, *,
     base = (SplitTask(split=splits[0], settings=settings, exact_start=None, check_crc=check_crc, work=work,
                       with_cq=with_cq, with_keys=with_keys, dispatch_limit=dispatch_limit, lmq=lmq, kernel=kernel,
                       with_records=with_records, tables=None if work is not None else tables,
-                      keep_queues=keep_queues)
+                      keep_queues=keep_queues, with_store_ts=with_store_ts)
             if splits else None)
     tasks = [replace(base, split=sp) for sp in splits]
     # Splits in a segment's sparse tail are summarised here (no bytes to read): a Spark task each would

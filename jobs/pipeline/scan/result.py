@@ -35,6 +35,7 @@ class SplitTask:
     lmq: MultiDispatchRules | None = None  # multi-dispatch rules, None when the config turns it off
     kernel: bool = True  # try the compiled one-pass decoder first (storage_format.kernels.split_decode)
     with_records: bool = False  # list each DLedger record (offset, size, transaction end) in the summary (convert)
+    with_store_ts: bool = False  # the consume-queue rows carry their records' storeTimestamp (RocksDB units)
 
 
 @dataclass(kw_only=True)

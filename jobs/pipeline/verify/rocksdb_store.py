@@ -125,7 +125,7 @@ def plan_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
         fam = read_offset_family(db, label, found)
     start = store_next_start(store, scan, fam.checkpoint)
     tasks = plan_checks(scan, settings, work, Path(db_dir.path), label, fam, start, log_min,
-                        2 * sc.default_parallelism)
+                        4 * sc.default_parallelism)
     return RocksPlan(label=label, families=families, fam=fam, start=start, log_min=log_min, tasks=tasks)
 
 

@@ -110,13 +110,14 @@ def _check_run(db: CqDatabase, task: RocksCheckTask, run: RocksRun, rows, ts: "_
     """One run: the database's units in its key range against the rows the commit log implies for it."""
     path = unit_path(run.topic, run.queue_id)
     topic = run.topic.encode()
-    units = queue_units(rows.queue_offset, rows.phy, rows.size, rows.tags)
+    units = queue_units(rows.queue_offset, rows.phy, rows.size, rows.tags, rows.store_ts)
     part = QueueTail.of(rows.phy, np.asarray(rows.queue_offset), task.next_start)
     key = (run.topic, run.queue_id)
     out.tails[key] = out.tails[key].then(part) if key in out.tails else part
     if len(rows.phy):
         out.dispatched_end = max(out.dispatched_end, int((np.asarray(rows.phy) + np.asarray(rows.size)).max()))
-    exp = {"phy": units.phy, "size": units.size, "tags": units.tags, "ts": ts(units.phy)}
+    exp = {"phy": units.phy, "size": units.size, "tags": units.tags,  # timestamps from the decode, else the log
+           "ts": units.store_ts if units.store_ts is not None else ts(units.phy)}
     db_qo, values = _db_units(db, run.lower, run.upper, UNIT_KEY_FIXED + len(topic), task.label, out.found, path)
     got = {"phy": values["phy_offset"].astype(np.int64), "size": values["size"].astype(np.int32),
            "tags": values["tags_code"].astype(np.int64), "ts": values["store_timestamp"].astype(np.int64)}
