@@ -25,12 +25,12 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, emit, json_
                                        progress_quiet, run_process, settings_from, time_zone)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.outputs.rocksdb_run import rebuild_rocksdb  # noqa: E402
-from jobs.pipeline.outputs.rebuild_out import (REPORT_NAME, built_to_section, check_staged, rebuild_scan,  # noqa: E402
-                                              run_report)
+from jobs.pipeline.outputs.rebuild_out import (REPORT_NAME, check_staged, full_run_sections,  # noqa: E402
+                                              rebuild_scan, run_report)
 from jobs.pipeline.since.inplace import rebuild_in_place  # noqa: E402
 from jobs.pipeline.since.run import publish_out2  # noqa: E402
 from jobs.pipeline.store.dispatch import store_dispatch_limit  # noqa: E402
-from jobs.pipeline.scan.report_sections import add_dledger_flag, dispatch_report, dledger_section  # noqa: E402
+from jobs.pipeline.scan.report_sections import add_dledger_flag  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.store.segments import list_segments  # noqa: E402
@@ -120,12 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         check_staged(staging.dir, settings, cq_files, index_names)
         timings["total_s"] = time.monotonic() - started
         report = run_report(args, scan, settings, cq_files, index_names, timings)
-        report["dispatch"] = dispatch_report("rebuild", limit, scan)
-        report["built_to"] = built_to_section(scan, limit.offset)
-        report["engine"] = engine.to_dict()
-        dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
-        if dledger is not None:
-            report["dledger"] = dledger
+        full_run_sections(report, args, store, settings, scan, limit, engine)
         staging.publish(json_bytes(report))
     emit(args, report, _print_human, report_loc)
     return EXIT_OK

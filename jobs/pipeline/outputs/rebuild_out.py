@@ -13,9 +13,10 @@ from ..io.commit_marker import MARKER
 from ..io.fs import Location
 from ..runtime import env
 from ..runtime.cli import JobError
-from ..runtime.engine import TaskRunner
+from ..runtime.engine import EngineChoice, TaskRunner
 from ..runtime.faults import pause_at
 from ..scan.decode import check_tail, scan_store
+from ..scan.report_sections import dispatch_report, dledger_section
 from ..scan.result import ScanResult
 from ..store.dispatch import DispatchLimit
 from ..store.built_to import REPORT_NAMES, REPORT_VERSION, built_to
@@ -61,6 +62,19 @@ def built_to_section(scan: ScanResult, limit: int | None) -> dict | None:
     """What OUT was built to: the end of the last record dispatched (up to the dispatch limit) and the bytes before."""
     built = built_to(scan.segments, scan.dispatched_end(limit))
     return built.to_dict() if built is not None else None
+
+
+def full_run_sections(report: dict, args: argparse.Namespace, store: Location, settings: BrokerSettings,
+                      scan: ScanResult, limit: DispatchLimit, engine: EngineChoice) -> dict:
+    """A full rebuild's report (file or RocksDB consume queues) completed: what was dispatched, where OUT was built
+    to, the engine and, for a DLedger store, its section."""
+    report["dispatch"] = dispatch_report("rebuild", limit, scan)
+    report["built_to"] = built_to_section(scan, limit.offset)
+    report["engine"] = engine.to_dict()
+    dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
+    if dledger is not None:
+        report["dledger"] = dledger
+    return report
 
 
 def run_report(args: argparse.Namespace, scan: ScanResult, settings: BrokerSettings, cq_files: dict,

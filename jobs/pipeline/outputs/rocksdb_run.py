@@ -32,9 +32,8 @@ from ..runtime.faults import pause_at
 from ..runtime.tasks import run_tasks
 from ..scan.result import ScanResult
 from ..store.dispatch import DispatchLimit
-from ..scan.report_sections import dispatch_report, dledger_section
 from ..store.segments import list_segments
-from .rebuild_out import REPORT_NAME, built_to_section, rebuild_scan, run_report
+from .rebuild_out import REPORT_NAME, full_run_sections, rebuild_scan, run_report
 from .rocksdb_units import UnitsPart, UnitsTask, build_units, plan_units
 from .build import build_files, name_index_files, pending_name, plan_index, share_index_tasks
 
@@ -98,12 +97,7 @@ def rebuild_rocksdb(args: argparse.Namespace, store: Location, settings: BrokerS
         check_staged(staging.dir, settings, built, index_names)
         timings["total_s"] = time.monotonic() - started
         report = _report(args, scan, settings, parts, built, index_names, timings)
-        report["dispatch"] = dispatch_report("rebuild", limit, scan)
-        report["built_to"] = built_to_section(scan, limit.offset)
-        report["engine"] = engine.to_dict()
-        dledger = dledger_section("rebuild", store, settings, args.dledger_reading, scan)
-        if dledger is not None:
-            report["dledger"] = dledger
+        full_run_sections(report, args, store, settings, scan, limit, engine)
         staging.publish(json_bytes(report))
     return report
 
