@@ -322,6 +322,28 @@ def test_verify_names_the_crash_images_lag_as_the_broker_will_treat_it(crash, ca
     assert "reput recover" in lag["message"] and lag["message"] in err
 
 
+@pytest.mark.parametrize("from_end", [1, 3], ids=["last-unit", "a-unit-before-the-last"])
+def test_a_crash_between_a_data_entry_and_its_index_unit(from_end, capsys, tmp_path):
+    """The crash image with a DLedger index unit zeroed: the last one (the crash fell between the entry and its index
+    unit; DLedgerMmapFileStore.recover writes it again from the data) is part of the named lag; one before it is
+    damage, and nothing is named a lag."""
+    store = restored_copy(CASE, tmp_path / "store")
+    index = store / HOME / "index" / "00000000000000000000"
+    data = bytearray(index.read_bytes())
+    used = max(i for i in range(0, len(data), 32) if any(data[i:i + 32])) + 32
+    at = used - from_end * 32
+    data[at:at + 32] = bytes(32)
+    index.write_bytes(bytes(data))
+    code, report, err = verify(capsys, store, tmp_path)
+    assert code == 1 and report["finding_counts"].get("dledger_index.missing_entry") == 1, report["finding_counts"]
+    if from_end == 1:
+        lag = report["recovery_lag"]
+        assert lag["dledger_index_units"] == 1 and lag["consume_queue_units"] == 2 and lag["message"] in err
+        assert "the DLedger index lacks its last 1 unit" in lag["message"]
+    else:
+        assert "recovery_lag" not in report
+
+
 def test_the_clean_case_rebuilds_byte_exact_and_verifies(capsys, tmp_path):
     """v5-dledger-clean-small-11: rebuild --out equals the broker's consume queues and index files; verify says
     CONSISTENT; recover plans nothing but the election's currterm.bak."""

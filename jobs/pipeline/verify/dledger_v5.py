@@ -28,6 +28,7 @@ from .findings import Findings
 
 LAG_KINDS = {"consumequeue.missing_entry", "consumequeue.missing_file", "index.missing_entry", "index.missing_file",
              "index.header_differs", "index.slot_differs", "index.key_not_found"}
+DLEDGER_INDEX_MISSING = "dledger_index.missing_entry"  # a lag's too when the units are the data's last (below)
 
 
 def explain(store: Location, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
@@ -63,16 +64,21 @@ class DispatchLag:
     log_end: int
     load_dispatch_from: int
     reput_from: int | None
+    dledger_index_units: int = 0  # the DLedger index's last units, missing: its recovery writes them from the data
 
     def describe(self, findings: int) -> str:
         reput = (f"the DLedger checkpoint's committedPos {self.reput_from}" if self.reput_from is not None
                  else "the log's min offset (no DLedger checkpoint committedIndex)")
         units = f"{self.consume_queue_units} consume-queue unit{'' if self.consume_queue_units == 1 else 's'}"
         entries = f"{self.index_entries} index entr{'y' if self.index_entries == 1 else 'ies'}"
+        dledger = (f" (and the DLedger index lacks its last {self.dledger_index_units} unit"
+                   f"{'' if self.dledger_index_units == 1 else 's'}: DLedger's recovery writes them from the data)"
+                   if self.dledger_index_units else "")
         return (f"these {findings} findings are the dispatch lag of a store that crashed (abort holds "
                 f"{self.pid!r}): the {units} and {entries} of the records from commit-log offset "
                 f"{self.from_offset} to the log's end {self.log_end} "
-                f"are not in its files yet; RocketMQ 5.3.3's next start dispatches them, during load from data file "
+                f"are not in its files yet{dledger}; RocketMQ 5.3.3's next start dispatches them, during load from "
+                f"data file "
                 f"{self.load_dispatch_from:020d} and after start() again from {reput}; `reput recover` does the same "
                 f"offline (--dry-run shows its plan)")
 
@@ -119,7 +125,10 @@ def dispatch_lag(found: Findings, store: Location, settings: BrokerSettings, sca
     """The findings as a crashed store's undispatched tail: only missing units / entries (and the index headers and
     slots they change), exactly as many as the log's last consume-queue rows and keys from an offset on, every
     detailed one at or past it; else None."""
-    if not set(k for k, n in found.counts.items() if n) <= LAG_KINDS:
+    if not set(k for k, n in found.counts.items() if n) <= LAG_KINDS | {DLEDGER_INDEX_MISSING}:
+        return None
+    n_dledger = _dledger_index_tail(found, scan)
+    if n_dledger is None:
         return None
     n_cq, cq_named = _missing(found, "consumequeue")
     n_idx, idx_named = _missing(found, "index")
@@ -137,7 +146,22 @@ def dispatch_lag(found: Findings, store: Location, settings: BrokerSettings, sca
     return DispatchLag(pid=(markers.abort or b"").strip().decode("latin-1"), consume_queue_units=n_cq,
                        index_entries=n_idx, from_offset=min(starts), log_end=scan.max_physical_offset or 0,
                        load_dispatch_from=_load_dispatch_from(scan, settings, markers),
-                       reput_from=_committed_pos(store, settings))
+                       reput_from=_committed_pos(store, settings), dledger_index_units=n_dledger)
+
+
+def _dledger_index_tail(found: Findings, scan: ScanResult) -> int | None:
+    """How many DLedger index units the store lacks when they are the data's last entries (a crash between the data
+    write and its index unit: DLedgerMmapFileStore.recover truncates the index at the first unit that does not match
+    its data entry and writes every later one again), 0 when none lack; None when one lacks before that tail."""
+    n = found.counts.get(DLEDGER_INDEX_MISSING, 0)
+    if not n:
+        return 0
+    entries = scan.entry_range()
+    named = [int(d["entry"]) for d in found.details
+             if d["artifact"] == "dledger_index" and d["kind"] == "missing_entry"]
+    if entries is None or any(e <= entries[1] - n for e in named):
+        return None
+    return n
 
 
 def _load_dispatch_from(scan: ScanResult, settings: BrokerSettings, markers: StoreMarkers) -> int:
