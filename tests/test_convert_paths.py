@@ -129,6 +129,25 @@ def test_segments_written_direct_equal_buffered(tmp_path):
     assert got[True] == got[False] and len(got[True][0]) == len(plan.segment_starts)
 
 
+@pytest.mark.parametrize("window", [64, 300, 4096])
+def test_segments_written_through_small_windows_equal_the_default(tmp_path, monkeypatch, window):
+    """A segment writer reading its data files through windows smaller than an entry (each such entry read whole
+    next), holding one record or a few: the same segment files and msgId map as the default window."""
+    from jobs.pipeline.convert import segments
+
+    plan = _plan(1 << 18)
+    got = {}
+    for name, size in (("default", segments.CHUNK), ("small", window)):
+        monkeypatch.setattr(segments, "CHUNK", size)
+        log, maps = tmp_path / name / "commitlog", tmp_path / name / "map"
+        log.mkdir(parents=True)
+        maps.mkdir()
+        written = [segments.write_segment(t) for t in plan.segment_tasks(str(log), str(maps))]
+        assert sum(w.records for w in written) == plan.records
+        got[name] = (file_tree_digest(log), pq.read_table(maps).to_pydict())
+    assert got["small"] == got["default"]
+
+
 @pytest.mark.parametrize("kernel", ["1", "0"])
 @pytest.mark.parametrize("limit_at", [None, 0.6])
 def test_the_scans_listing_equals_the_entry_walk(spark, monkeypatch, tmp_path, kernel, limit_at):

@@ -28,7 +28,10 @@ from ..scan import crc_audit
 from ..scan.split_records import MIN_ENTRY
 from .msgid_map import map_part, map_writer
 
-CHUNK = 64 << 20  # bytes a segment writer reads at a time: a task's memory does not grow with the data file's size
+# bytes a segment writer reads at a time (more only for an entry larger than that): a task's memory does not grow
+# with the data file's size, and its two write buffers stay small: a fresh page costs its first touch (~0.5 ms per
+# MiB on a VM), which 64 MiB windows paid for 0.09 CPU s per 1 GiB segment more than 8 MiB ones (0.49 -> 0.40 s)
+CHUNK = 8 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +127,14 @@ def _note_bad(task: SegmentTask, state: dict, src: Segment, buf: np.ndarray, bas
                                                 size=size + src.header, detail=found[1]))
 
 
+def _entry_size(loc: Location, buf: np.ndarray, at: int, file_size: int) -> int:
+    """The size of the entry at `at` that the window `buf` does not hold whole (the next window's size)."""
+    size = int.from_bytes(buf[4:8].tobytes(), "big", signed=True) if len(buf) >= 8 else 0
+    if size <= len(buf) or at + size > file_size:
+        raise ValueError(f"{loc.uri}: the entry at byte {at} declares {size} bytes, which the file does not hold")
+    return size
+
+
 def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFileWriter) -> None:
     """The segment's bytes in order: the records, hopped and copied in one pass chunk by chunk (hop_copy_checked)
     straight into the writer's buffer, then the BLANK (if the log goes on)."""
@@ -137,12 +148,14 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
     while left > 0:
         src = task.sources[i]
         loc = Location(src.path)
+        window = CHUNK
         while left > 0 and at < src.size:
-            buf = np.frombuffer(loc.read_range(at, min(CHUNK, src.size - at)), np.uint8)
+            buf = np.frombuffer(loc.read_range(at, min(window, src.size - at)), np.uint8)
             pos = state["pos"]
             dst = out.reserve(len(buf))
             n, stop, ended, total, one_host, failed, _ = hop_copy_checked(
-                buf, src.start + at, 0, src.header, left, dst, pos, offs, sizes, news, bad, task.crc_splits is not None)
+                buf, src.start + at, 0, src.header, min(left, cap), dst, pos, offs, sizes, news, bad,
+                task.crc_splits is not None)
             if failed:
                 _note_bad(task, state, src, buf, src.start + at, offs[bad[:failed]], sizes[bad[:failed]])
             if n:
@@ -155,8 +168,7 @@ def _fill(task: SegmentTask, state: dict, maps: pq.ParquetWriter, out: SegmentFi
                 pause_at("in-convert-write")
             if ended or (n == 0 and stop == 0 and at + len(buf) >= src.size):
                 break
-            if stop == 0:
-                raise ValueError(f"{loc.uri}: an entry at byte {at} is larger than {CHUNK} bytes")
+            window = CHUNK if stop else _entry_size(loc, buf, at, src.size)
             at += stop
         i += 1
         at = 0
