@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from storage_format.commitlog import RecordColumns
 from storage_format.commitlog_layout import BLANK, blank_record
+from storage_format.dledger import ENTRY_HEADER_SIZE, read_entry_header
 from storage_format.kernels.layout_kernel import hop_copy_checked, rewrite_prepared
 from storage_format.scan_plan import Segment
 from storage_format.segment_names import segment_name
@@ -129,7 +130,7 @@ def _note_bad(task: SegmentTask, state: dict, src: Segment, buf: np.ndarray, bas
 
 def _entry_size(loc: Location, buf: np.ndarray, at: int, file_size: int) -> int:
     """The size of the entry at `at` that the window `buf` does not hold whole (the next window's size)."""
-    size = int.from_bytes(buf[4:8].tobytes(), "big", signed=True) if len(buf) >= 8 else 0
+    size = read_entry_header(buf, 0).size if len(buf) >= ENTRY_HEADER_SIZE else 0
     if size <= len(buf) or at + size > file_size:
         raise ValueError(f"{loc.uri}: the entry at byte {at} declares {size} bytes, which the file does not hold")
     return size

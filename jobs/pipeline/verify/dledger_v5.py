@@ -78,9 +78,8 @@ class DispatchLag:
                 f"{self.pid!r}): the {units} and {entries} of the records from commit-log offset "
                 f"{self.from_offset} to the log's end {self.log_end} "
                 f"are not in its files yet{dledger}; RocketMQ 5.3.3's next start dispatches them, during load from "
-                f"data file "
-                f"{self.load_dispatch_from:020d} and after start() again from {reput}; `reput recover` does the same "
-                f"offline (--dry-run shows its plan)")
+                f"data file {self.load_dispatch_from:020d} and after start() again from {reput}; `reput recover` does "
+                f"the same offline (--dry-run shows its plan)")
 
     def to_dict(self, findings: int) -> dict:
         return {**asdict(self), "message": self.describe(findings)}
