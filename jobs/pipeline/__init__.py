@@ -10,6 +10,7 @@ other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package
   `runtime.interrupt` (Ctrl-C and SIGTERM: one line, exit 130 or 143, half-made output removed),
   `runtime.faults` (fault-injection hooks for the crash-safety tests), `runtime.session` (the SparkSession:
   embedded or submitted), `runtime.worker_daemon` (the embedded session's warm Python worker daemon),
+  `runtime.jvm_output` (the embedded JVM's output to stderr, less Spark's own noise),
   `runtime.tasks` (small work items as tasks of the job's engine, with progress; the Spark engine's runner),
   `runtime.contract` (what the pipeline needs of an engine: TaskRunner; under spark-submit?), `runtime.engine`
   (--engine and auto's choice), `runtime.local` (the local engine:

@@ -7,9 +7,10 @@ it when it is there. A submitted application is left as spark-submit starts it.
 Spark's own log goes to stderr at the job's --log-level (default off: a failure reaches the operator as
 reput's one line; REPUT_DEBUG=1 makes it warn). --quiet also hides the JVM's start-up banner.
 reput launches the embedded JVM itself (`_launch`) with its output on a pipe of its own that a thread
-copies to stderr while the job runs (with --quiet: /dev/null): the JVM keeps running for a moment after
-the job has ended (its shutdown stops Spark and deletes Spark's temporary directories), and a caller
-reading the job's stdout or stderr to the end would otherwise wait for that too (about half a second).
+copies to stderr while the job runs, less Spark's own noise (jvm_output; with --quiet: /dev/null): the
+JVM keeps running for a moment after the job has ended (its shutdown stops Spark and deletes Spark's
+temporary directories), and a caller reading the job's stdout or stderr to the end would otherwise wait
+for that too (about half a second).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Callable, TypeVar
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from . import env, interrupt, worker_daemon
+from . import env, interrupt, jvm_output, worker_daemon
 from .contract import under_spark_submit
 from .failure import debug
 
@@ -214,7 +215,7 @@ class _Settings:
 
 def _launch(conf: dict[str, str], quiet: bool) -> None:
     """Launch the driver JVM (pyspark's launch_gateway, as SparkContext would) with its stdout and stderr on
-    a pipe `_relay` copies to this process's stderr, or on /dev/null when quiet (the JVM and the Python
+    a pipe jvm_output.relay copies to this process's stderr, or on /dev/null when quiet (the JVM and the Python
     workers it starts then print nothing, no banner either)."""
     from pyspark.java_gateway import launch_gateway
 
@@ -222,36 +223,13 @@ def _launch(conf: dict[str, str], quiet: bool) -> None:
         gateway = launch_gateway(_Settings(conf), {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL})
     else:
         read, write = os.pipe()
-        threading.Thread(target=_relay, args=(read,), name="reput-jvm-output", daemon=True).start()
+        threading.Thread(target=jvm_output.relay, args=(read, 2, debug()), name="reput-jvm-output",
+                         daemon=True).start()
         try:
             gateway = launch_gateway(_Settings(conf), {"stdout": write, "stderr": write})
         finally:
             os.close(write)
     SparkContext._ensure_initialized(gateway=gateway)
-
-
-# What the JVM prints at every start because Spark's launcher adds --add-modules=jdk.incubator.vector
-# (JavaModuleOptions): a notice about Spark's choice, not about the run; the relay drops that one line.
-INCUBATOR_NOTICE = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
-
-
-def _relay(fd: int) -> None:
-    """Copy the JVM's output to stderr until the JVM closes it (without INCUBATOR_NOTICE); when stderr is gone,
-    keep reading (a JVM writing into a full pipe would stop)."""
-    while True:
-        try:
-            data = os.read(fd, 1 << 16)
-        except OSError:
-            break
-        if not data:
-            break
-        data = data.replace(INCUBATOR_NOTICE, b"")
-        try:
-            while data:
-                data = data[os.write(2, data):]
-        except OSError:
-            pass
-    os.close(fd)
 
 
 def make_cds_archive() -> float:
