@@ -21,8 +21,8 @@ import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
 import string  # noqa: E402
 
-from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, emit, parser, run_process,  # noqa: E402
-                                       settings_from, warn)
+from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, emit, parser, progress_quiet,  # noqa: E402
+                                       run_process, settings_from, warn)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
@@ -36,7 +36,6 @@ from storage_format.msg_id import decode_offset_msg_id  # noqa: E402
 from jobs.pipeline.convert.msgid_map import MAP_DIR as CONVERT_MAP_DIR, lookup as converted_lookup  # noqa: E402
 from storage_format.properties import KEYS, UNIQ_KEY, parse_properties, split_keys  # noqa: E402
 from storage_format.multi_dispatch import is_lmq  # noqa: E402
-from storage_format.record import TRAN_ROLLBACK  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
 
 DEFAULT_MAX_NUM = 64  # the broker's maxMsgsNumBatch: queryOffset never returns more per query
@@ -119,20 +118,23 @@ def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, to
     return sorted(set(found))
 
 
-def by_scan(args: argparse.Namespace, topic: str | None, key: str, uniq: bool, begin: int, end: int) -> list[int]:
-    """Offsets of matching records found by scanning the whole commit log with Spark (no index)."""
-    from pyspark.sql import functions as F
+def by_scan(args: argparse.Namespace, store: Location, settings: BrokerSettings, topic: str | None, key: str,
+            uniq: bool, begin: int, end: int) -> list[int]:
+    """Offsets of matching records found by scanning the whole commit log in Spark tasks (no index), one task per
+    split (scan.key_scan: the records as the `rocketmq-commitlog` reader gives them)."""
+    from jobs.pipeline.runtime.session import job_context
+    from jobs.pipeline.runtime.tasks import SparkRunner, run_tasks
+    from jobs.pipeline.scan.key_scan import KeyScanTask, KeySearch, carrying_offsets
+    from jobs.pipeline.scan.result import SplitTask
+    from jobs.pipeline.store.segments import list_segments
+    from storage_format.scan_plan import plan_splits
 
-    from jobs.pipeline.scan.source import read_commitlog
-    from jobs.pipeline.runtime.session import job_spark
-
-    spark = job_spark(args, "query")
-    df = read_commitlog(spark, args.store, args.broker_config, args.split_size)
-    df = df.filter((F.col("transaction_type") != TRAN_ROLLBACK) & F.col("store_timestamp").between(begin, end))
-    if topic is not None:
-        df = df.filter(F.col("topic") == topic)
-    cond = (F.col("uniq_key") == key) if uniq else F.array_contains(F.split(F.col("keys"), " "), key)
-    return sorted(r["physical_offset"] for r in df.filter(cond).select("physical_offset").collect())
+    search = KeySearch(key=key, uniq=uniq, topic=topic, begin=begin, end=end)
+    tasks = [KeyScanTask(SplitTask(split=sp, settings=settings, with_cq=False, with_keys=False), search)
+             for sp in plan_splits(list_segments(store, settings), args.split_size)]
+    runner = SparkRunner(job_context(args, "query"))
+    found = run_tasks(runner, tasks, carrying_offsets, "commit-log search", quiet=progress_quiet(args))
+    return sorted(off for offsets in found for off in offsets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                            "topics_searched": None if args.scan else topics, "begin": args.begin,
                            "end": args.end, "max_num": args.max_num, "via": "scan" if args.scan else "index"}
         if args.scan:
-            offsets = by_scan(args, args.topic, key, uniq, args.begin, args.end)
+            offsets = by_scan(args, store, settings, args.topic, key, uniq, args.begin, args.end)
         else:
             offsets = by_index(store, settings, reader, topics, key, uniq, args.max_num, args.begin, args.end, result)
     for off in offsets:

@@ -56,7 +56,8 @@ other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package
   scan's contracts: SplitTask, SplitSummary, ScanResult), `scan.report_sections` (the report's `dispatch` and `dledger`
   sections: the store's facts beside the scan's), `scan.split_records` (a DLedger split's records listed by its
   decode task: what convert lays out), `scan.cq_rows` (a decode task's consume-queue
-  rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.crc_audit` (every valid record whose
+  rows), `scan.source` (the `rocketmq-commitlog` Spark data source), `scan.key_scan` (query --scan's per-split
+  search), `scan.crc_audit` (every valid record whose
   body CRC fails, listed), `scan.queue_order` (queues whose queueOffsets do not step by 1, the first misplaced
   record named)
 - `outputs`: stages 3-4
