@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.client import KernelClient
 from nbclient import NotebookClient
 
 from jobs.rebuild import main as rebuild_main
@@ -72,6 +73,15 @@ def _texts(nb) -> str:
     return "\n".join(parts)
 
 
+def without_heartbeat(monkeypatch) -> None:
+    """The kernel client's channels without the heartbeat: nbclient asks its kernel manager whether the kernel
+    lives, and jupyter_client 8's heartbeat thread can block for ever in a ping to a kernel already shut down
+    (after a missed beat on a loaded machine it reconnects a REQ socket to nobody): the test then hung in cleanup,
+    after the notebook had run."""
+    start = KernelClient.start_channels
+    monkeypatch.setattr(KernelClient, "start_channels", lambda self, *a, **k: start(self, *a, **{**k, "hb": False}))
+
+
 def test_audit_notebook_runs_headless(complete_sample_store, tmp_path, monkeypatch):
     """The audit notebook, executed by nbclient on the venv kernel against a sample store with rebuilt
     consume queues and index: figures are produced, the key is found by the index lookup and by a
@@ -85,6 +95,7 @@ def test_audit_notebook_runs_headless(complete_sample_store, tmp_path, monkeypat
     monkeypatch.setenv("REPUT_DRIVER_MEMORY", "1g")
     for name in ("REPUT_NOTEBOOK_BROKER_CONFIG", "REPUT_NOTEBOOK_KEY", "REPUT_NOTEBOOK_TOPIC"):
         monkeypatch.delenv(name, raising=False)
+    without_heartbeat(monkeypatch)
     nb = nbformat.read(AUDIT, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name=KERNEL,
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
