@@ -149,6 +149,8 @@ def run_job(job: str, store: Path, out: Path | None, master: str, split_size: in
     report = json.loads(done.stdout)
     figures = {k: v for k, v in report.get("timings", {}).items() if isinstance(v, (int, float))}
     figures["process_wall_s"] = round(wall, 3)
+    if isinstance(report.get("plan"), dict) and "new_log_bytes" in report["plan"]:  # convert: its new commit log
+        figures["new_log_bytes"] = report["plan"]["new_log_bytes"]
     engine = report.get("engine") or {}
     figures["engine"] = f"{engine.get('name', 'spark')} ({engine.get('reason', 'a job without --engine')})"
     figures["other_load_cores"] = cpu.share.to_dict()["other_processes_cores"]

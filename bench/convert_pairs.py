@@ -3,7 +3,9 @@ more than 1.5x reput's rebuild of the same DLedger store): `python -m jobs.conve
 of the bench store, alternating which goes first, the page cache warmed before each, the other load on the
 machine measured per run; the medians and the ratio of the medians, and each pair's ratio; and each run's CPU
 seconds (user + system of the job's process and the worker processes it waited for: the local engine's, not a
-Spark JVM's), the steadier figure when other work shares the machine.
+Spark JVM's), the steadier figure when other work shares the machine. Before each convert run the disk's O_DIRECT
+write rate is probed (bench.disk): convert's write job cannot end before the device has taken its new commit log,
+a bound the table prints beside the job's time.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from . import broker
+from . import broker, disk
 from .report import progress
 from .stages import warm_page_cache
 
@@ -41,8 +43,11 @@ def side_by_side(store: Path, root: Path, pairs: int, master: str, split_size: i
     for i in range(pairs):
         for j, job in enumerate(("convert", "rebuild") if i % 2 == 0 else ("rebuild", "convert")):
             progress(f"convert/rebuild whole processes ({job})", 2 * i + j, 2 * pairs, started)
+            gbps = disk.direct_write_gbps(root) if job == "convert" else None  # untimed, as the warming
             warm_page_cache(store)
             runs[job].append(run_job(job, store, root / f"pairs-{job}", master, split_size))
+            if gbps is not None:
+                runs[job][-1]["disk_gbps"] = gbps
     return runs
 
 
@@ -54,7 +59,22 @@ def summary(runs: dict[str, list[dict]]) -> dict:
     cpu = {job: round(statistics.median(r.get("process_cpu_s", 0.0) for r in rs), 2) for job, rs in runs.items() if rs}
     cpu_ratio = round(cpu["convert"] / cpu["rebuild"], 3) if len(cpu) == 2 and cpu["rebuild"] else None
     return {"median_process_wall_s": med, "ratio": ratio, "pair_ratios": pairs, "target": TARGET,
-            "median_process_cpu_s": cpu, "cpu_ratio": cpu_ratio, "runs": runs}
+            "median_process_cpu_s": cpu, "cpu_ratio": cpu_ratio, "disk_bound": disk_bound(runs.get("convert", [])),
+            "runs": runs}
+
+
+def disk_bound(converts: list[dict]) -> dict | None:
+    """What the disk allows convert's write job (None without probes): the median probed O_DIRECT rate, the new
+    commit log's bytes, the seconds the device needs for them at that rate, and the write job's median."""
+    rated = [r for r in converts if r.get("disk_gbps") and r.get("new_log_bytes") and "write_s" in r]
+    if not rated:
+        return None
+    gbps = statistics.median(r["disk_gbps"] for r in rated)
+    log_bytes = statistics.median(r["new_log_bytes"] for r in rated)
+    return {"disk_gbps_median": gbps, "disk_gbps_range": [min(r["disk_gbps"] for r in rated),
+                                                          max(r["disk_gbps"] for r in rated)],
+            "new_log_bytes": log_bytes, "device_s": round(log_bytes / gbps / 1e9, 2),
+            "write_job_s_median": round(statistics.median(r["write_s"] for r in rated), 2)}
 
 
 def table(runs: dict[str, list[dict]]) -> str:
@@ -71,4 +91,12 @@ def table(runs: dict[str, list[dict]]) -> str:
     lines.append(f"  convert / rebuild: {s['ratio']} (pairs: {', '.join(map(str, s['pair_ratios']))}); "
                  f"issue 21's target <= {TARGET}; CPU seconds: {s['cpu_ratio']} (the job's process and the local "
                  f"engine's workers; a Spark JVM's are not counted)")
+    bound = s["disk_bound"]
+    if bound is not None:
+        low, high = bound["disk_gbps_range"]
+        lines.append(f"  the disk: O_DIRECT writes of {disk.STREAMS} streams took {bound['disk_gbps_median']} GB/s "
+                     f"(probed before each convert: {low}-{high}); convert's new commit log, "
+                     f"{bound['new_log_bytes'] / 1e9:.2f} GB, needs {bound['device_s']} s of the device, its write job "
+                     f"took {bound['write_job_s_median']} s; rebuild's files go through the page cache (no wait for "
+                     f"the device)")
     return "\n".join(lines)

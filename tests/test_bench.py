@@ -224,19 +224,48 @@ def test_convert_pairs_alternate_and_give_the_ratio_of_the_medians(tmp_path, mon
     order = []
     walls = {"convert": iter([9.0, 6.0, 7.5]), "rebuild": iter([3.0, 4.0, 5.0])}
 
+    probes = iter([2.0, 1.0, 3.0])
+
     def fake_run(job, store, out, master, split_size):
         order.append(job)
-        return {"total_s": 1.0, "process_wall_s": next(walls[job]), "other_load_cores": 0.5}
+        figures = {"total_s": 1.0, "process_wall_s": next(walls[job]), "other_load_cores": 0.5}
+        return {**figures, "write_s": 1.5, "new_log_bytes": 4_000_000_000} if job == "convert" else figures
 
     monkeypatch.setattr(convert_pairs, "run_job", fake_run)
     monkeypatch.setattr(convert_pairs, "warm_page_cache", lambda store: 0.0)
+    monkeypatch.setattr(convert_pairs.disk, "direct_write_gbps", lambda root: next(probes))
     runs = convert_pairs.side_by_side(tmp_path, tmp_path, 3, "local[2]", 1 << 27)
     assert order == ["convert", "rebuild", "rebuild", "convert", "convert", "rebuild"]
     s = convert_pairs.summary(runs)
     assert s["median_process_wall_s"] == {"convert": 7.5, "rebuild": 4.0} and s["ratio"] == 1.875
     assert s["pair_ratios"] == [3.0, 1.5, 1.5] and s["target"] == 1.5
+    assert s["disk_bound"] == {"disk_gbps_median": 2.0, "disk_gbps_range": [1.0, 3.0], "new_log_bytes": 4_000_000_000,
+                               "device_s": 2.0, "write_job_s_median": 1.5}
     text = convert_pairs.table(runs)
     assert "convert / rebuild: 1.875 (pairs: 3.0, 1.5, 1.5); issue 21's target <= 1.5" in text
+    assert "took 2.0 GB/s (probed before each convert: 1.0-3.0); convert's new commit log, 4.00 GB, needs 2.0 s" in text
+
+
+def test_the_disk_probe_writes_with_o_direct_and_leaves_nothing(tmp_path, monkeypatch) -> None:
+    """bench.disk: a rate where the filesystem takes O_DIRECT (its files removed), None where it refuses it."""
+    import errno
+
+    from bench import disk
+
+    real_open = disk.os.open
+
+    def refuse(path, flags, mode=0o777):
+        if flags & disk.os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, mode)
+
+    with monkeypatch.context() as m:
+        m.setattr(disk.os, "open", refuse)
+        assert disk.direct_write_gbps(tmp_path, total=32 << 20) is None and not list(tmp_path.iterdir())
+    rate = disk.direct_write_gbps(tmp_path, total=32 << 20)
+    if rate is None:
+        pytest.skip(f"{tmp_path} refuses O_DIRECT (tmpfs): the rate cannot be probed there")
+    assert rate > 0 and not list(tmp_path.iterdir())
 
 
 def test_lmq_decode_stage_refuses_a_store_that_is_not_the_plain_twin(capsys) -> None:
