@@ -194,20 +194,25 @@ def test_single_store_path_commit_log_is_honoured(spark, tmp_path, capsys):
     assert exc.value.code == 2 and "storePathCommitLog" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("dledger", [False, True], ids=["storePathCommitLog", "storePathDLedgerCommitLog"])
-def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compared(no_spark, dledger, tmp_path,
-                                                                                   capsys):
+OTHER_LOGS = [(BASE, "storePathCommitLog", "commitlog"),
+              ("dledger-clean-small-11", "storePathDLedgerCommitLog", "dledger-n0/data"),
+              # an upgraded DLedger store reads its plain segments where storePathCommitLog says
+              ("dledger-upgrade-11", "storePathCommitLog", "commitlog")]
+
+
+@pytest.mark.parametrize("case,key,log_dir", OTHER_LOGS, ids=[f"{c[1]}-{c[0]}" for c in OTHER_LOGS])
+def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compared(no_spark, case, key, log_dir,
+                                                                                   tmp_path, capsys):
     """--store COPY with a config whose log path still names the store it was copied from (the copy's queues would
     be compared with the other store's log): verify, recover, dump, query and convert refuse in one line naming the
     setting and the path, before anything is read; inspect says on stderr and in its report where it read the
     log."""
     from tests.conftest import restored_copy
 
-    case = "dledger-clean-small-11" if dledger else BASE
+    dledger = case.startswith("dledger")
     original = restored_copy(case, tmp_path / "original")
     copy = restored_copy(case, tmp_path / "copy")
-    key, log = (("storePathDLedgerCommitLog", original / "dledger-n0" / "data") if dledger else
-                ("storePathCommitLog", original / "commitlog"))
+    log = original / log_dir
     conf = tmp_path / "stale.conf"
     conf.write_text((original / "broker.conf").read_text() + f"{key}={log}\n")
     common = ["--store", str(copy), "--broker-config", str(conf)]
@@ -230,6 +235,27 @@ def test_another_stores_log_is_named_and_refused_where_the_queues_would_be_compa
         f"in {original}, which holds a store's files (another store's log)" in err, err
     place = json.loads((tmp_path / "inspect.json").read_text())["log_place"]
     assert place["outside_store"] and place["path"] == str(log) and place["set_by"] == key
+
+
+def test_an_upgraded_stores_plain_log_led_elsewhere_is_refused_by_name(no_spark, tmp_path, capsys):
+    """An upgraded DLedger store whose config's storePathCommitLog names a directory without its plain segments:
+    convert and verify refuse (they would convert or check the DLedger part alone, the plain part's messages
+    silently left out), naming the setting and the store's own log."""
+    from tests.conftest import restored_copy
+
+    store = restored_copy("dledger-upgrade-11", tmp_path / "store")
+    elsewhere = tmp_path / "nowhere" / "commitlog"
+    conf = tmp_path / "led-away.conf"
+    conf.write_text((store / "broker.conf").read_text() + f"storePathCommitLog={elsewhere}\n")
+    for job, own in {"convert": ["--out", str(tmp_path / "out")], "verify": ["--json"]}.items():
+        code, err = run_job_lines(job, ["--store", str(store), "--broker-config", str(conf)] + own, capsys)
+        err = [line for line in err if ": warning: " not in line and ": note: " not in line]
+        assert code == 2 and err == [
+            f"reput {job}: error: storePathCommitLog leads to {elsewhere}, outside --store {store}: --store holds its "
+            f"own log, {store / 'commitlog'}, which the setting leads away from; {job} would read {store}'s files "
+            f"against that log; point storePathCommitLog at {store}'s own log (or remove it from the broker config), "
+            f"or give that store as --store"], (job, err)
+    assert not (tmp_path / "out").exists()
 
 
 # A broker config that leaves out the store's file sizes (issue 37 item 3): the broker with it fails to load the

@@ -224,17 +224,30 @@ class LogPlace:
 
 def log_place(store: Location, settings: BrokerSettings) -> LogPlace:
     """Where the settings lead a job for records (log_dir), and whether that is outside --store: a single
-    storePathCommitLog, or storePathDLedgerCommitLog. Outside, it is another store's log when the directory it lies
-    in (for a DLedger member's data, <root>/dledger-<id>/data, the one above) is a store root (consumequeue/, index/
-    or checkpoint) that does not hold --store, or when --store holds a log of its own the settings lead away from."""
-    directory = log_dir(store, settings)
+    storePathCommitLog, or storePathDLedgerCommitLog; in DLedger mode storePathCommitLog too, where the plain segments
+    of an upgraded store are read. Outside, it is another store's log when the directory it lies in (for a DLedger
+    member's data, <root>/dledger-<id>/data, the one above) is a store root (consumequeue/, index/ or checkpoint)
+    that does not hold --store, or when --store holds a log of its own the settings lead away from. Of two places
+    (DLedger mode), the one another store's, else the one outside, is returned."""
+    plain = _place(store, commitlog_dir(store, settings), "storePathCommitLog", commitlog_path(settings),
+                   store.child("commitlog"), dledger_data=False)
     data = dledger_data_dir(store, settings)
-    setting = "storePathDLedgerCommitLog" if data is not None else "storePathCommitLog"
-    configured = settings.store_path_dledger_commit_log if data is not None else commitlog_path(settings)
+    if data is None:
+        return plain
+    home = dledger_home(store, settings).child(dledger.DATA_DIR)
+    dledger_place = _place(store, data, "storePathDLedgerCommitLog", settings.store_path_dledger_commit_log, home,
+                           dledger_data=True)
+    places = (dledger_place, plain)
+    return next((p for p in places if p.another_store is not None), None) \
+        or next((p for p in places if p.setting is not None), dledger_place)
+
+
+def _place(store: Location, directory: Location, setting: str, configured: str | None, own: Location,
+           dledger_data: bool) -> LogPlace:
+    """One log directory's place (log_place): inside --store, outside it, or another store's log."""
     if not (configured or "").strip() or _inside(directory, store):  # the store's own: a link to elsewhere included
         return LogPlace(directory.uri, None, None)
-    own = dledger_home(store, settings).child(dledger.DATA_DIR) if data is not None else store.child("commitlog")
-    root = directory.parent.parent if data is not None else directory.parent  # <root>/dledger-<id>/data, or /commitlog
+    root = directory.parent.parent if dledger_data else directory.parent  # <root>/dledger-<id>/data, or /commitlog
     other = root if not same_or_inside(store, root) and any(root.child(n).exists() for n in STORE_ROOT_NAMES) else None
     why = None
     if other is not None:
