@@ -147,3 +147,34 @@ def test_the_weekly_verify_of_out_finds_what_since_cannot(night, tmp_path, capfd
                         "--report", str(tmp_path / "bad.json")]) == 1
     bad = json.loads((tmp_path / "bad.json").read_text())
     assert any(victim.name in d["path"] and victim.parent.name in d["path"] for d in bad["findings"]), bad["findings"]
+
+
+def test_the_first_unit_read_again_changed_with_its_mtime_kept_is_refused(night, tmp_path, capfd):
+    """Bit rot in the commit-log offset of a queue's first unit in the segment --since decodes again, moved past the
+    unit after it (the record of OUT1's files cannot see it: size and mtime kept): OUT1 holds no unit for the scan's
+    first record of the queue, and the queue goes on from before OUT1's first unit past that record, where the units
+    are compared: refused naming the file and the unit's byte offset, OUT1 as it was. (Moved back before the segment,
+    the unit reads as one of the queue's older units, which --since does not read again: verify --files finds it.)"""
+    import os
+
+    out1, store = night
+    bad = tmp_path / "out1"
+    shutil.copytree(out1, bad)
+    built = report(out1)["built_to"]["offset"]
+    decoded_from = built - built % (1 << 18)
+    victim, at = next((f, units[0]) for f in sorted(p for p in (bad / "consumequeue").rglob("0*") if p.is_file())
+                      for units in [[i for i in range(0, f.stat().st_size, 20)
+                                     if struct.unpack_from(">q", f.read_bytes(), i)[0] >= decoded_from
+                                     and struct.unpack_from(">i", f.read_bytes(), i + 8)[0] > 0]]
+                      if len(units) >= 2)
+    data = bytearray(victim.read_bytes())
+    phy = struct.unpack_from(">q", data, at)[0]
+    struct.pack_into(">q", data, at, phy + 65536)
+    was = victim.stat()
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(was.st_atime_ns, was.st_mtime_ns))
+    before = tree_digest(bad)
+    _refused(argv(CASE, store, tmp_path / "out2", bad), capfd, tmp_path / "out2",
+             f"{victim.parent.name}/{victim.name} at byte offset {at}:", "the unit OUT1 holds differs from the one the "
+             "commit log gives", "full rebuild")
+    assert tree_digest(bad) == before

@@ -34,9 +34,7 @@ TARGET_CQ_ENTRIES_PER_TASK = 4_000_000
 STREAMED_ROWS = TARGET_CQ_ENTRIES_PER_TASK  # a placed (out-of-step) queue longer than this is built file by file
 CQ_FILE_COST = 2_000  # writing one consume-queue file costs about as much as packing this many entries
 TARGET_INDEX_ENTRIES_PER_TASK = 2_000_000
-# An index file of at least 2 x this many keys is built in shares by parallel tasks (one pass each over its keys,
-# plus the hashes of the keys before it): below, a share's fixed costs (a slot table, the hashes before) outweigh.
-MIN_SHARE_KEYS = 1_000_000
+MIN_SHARE_KEYS = 1_000_000  # index files of 2 x this many keys or more are built in shares: below, their costs outweigh
 MAX_SHARES = 8  # every share reads the hashes before it: more shares, more repeated reading
 
 
@@ -70,11 +68,12 @@ class CqTask:
     tables: tuple[tuple[int, QueueTable], ...] = ()
     continues: Location | None = None  # the consumequeue/ whose files these continue: OUT1's, or the store's (verify)
     keep_tags: bool = False  # OUT1 is a recover OUT: its units kept as they are (continued.joined)
+    since: bool = False  # `continues` is OUT1's consumequeue/ (rebuild --since: continued.queue_placer)
 
 
 def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Location,
             topics: set[str] | None = None, target_tasks: int = 4, continues: Location | None = None,
-            place_all: bool = True, keep_tags: bool = False) -> list[CqTask]:
+            place_all: bool = True, keep_tags: bool = False, since: bool = False) -> list[CqTask]:
     """Cut every queue into runs of whole files and pack the runs into tasks of bounded size. The driver holds per
     queue columns and per (task, split) row ranges, never per (queue, split) state (issue 32). `continues`: the
     consume queues the scan's units continue, which seed where each placed queue goes on (every queue with
@@ -109,7 +108,7 @@ def plan_cq(scan: ScanResult, settings: BrokerSettings, work: Location, out: Loc
     groups = _pack_runs(runs, units, file_size, target_tasks)
     where = _task_splits(scan, q, [(g[0][0], g[-1][0]) for g in groups])
     return [CqTask(items=tuple(r for _, r in g), work=work, out=out, file_size=file_size, splits=w, tables=t,
-                   continues=continues, keep_tags=keep_tags) for g, (w, t) in zip(groups, where)]
+                   continues=continues, keep_tags=keep_tags, since=since) for g, (w, t) in zip(groups, where)]
 
 
 def _pack_runs(runs: list[tuple[int, QueueFiles]], units: int, file_size: int,
@@ -384,7 +383,8 @@ class ContinuedFiles:
 
 def _placer(task: CqTask, item: QueueFiles, phy: np.ndarray) -> QueuePlacer:
     """The queue's placement state before its first row here, from the files continued (outputs.continued)."""
-    return continued.queue_placer(task.continues.child(item.topic, str(item.queue_id)), task.file_size, int(phy[0]))
+    qdir = task.continues.child(item.topic, str(item.queue_id))
+    return continued.queue_placer(qdir, task.file_size, int(phy[0]), task.since)
 
 
 def _continued(task: CqTask, f: CqFile, data: memoryview) -> continued.Joined:

@@ -108,18 +108,22 @@ def joined(out1_file: Location, data: memoryview, first_pos: int, queue_known: C
     return Joined(out1_file, keep, data[keep:], kept_head(out1_file, keep))
 
 
-def queue_placer(qdir: Location, file_size: int, first_phy: int) -> QueuePlacer:
+def queue_placer(qdir: Location, file_size: int, first_phy: int, since: bool = False) -> QueuePlacer:
     """The broker's placement state for the queue just before the scan's first unit for it (commit-log offset
     `first_phy`), from the queue's files continued (`qdir`: OUT1's, or the store's own for verify): where they hold
     that unit and the end of the unit before it, so that the scan's units are placed over theirs by the broker's
     rules (and checked against them by `joined`); where they do not hold it, their write position and
     maxPhysicOffset as ConsumeQueue.recover loads them. A queue whose units were written out of step (5.x LMQ
     offsets used up without a unit) so continues where it is. A queue without files there starts fresh (its first
-    unit at its own offset, pre-blank units before it)."""
+    unit at its own offset, pre-blank units before it). With `since` (OUT1's files), files that do not hold the
+    unit but hold one past it (a unit OUT1 holds changed since) go on from before that one, where `joined` then
+    compares OUT1's units with the scan's."""
     files = queue_files(qdir)
     if not files:
         return QueuePlacer()
     found = _unit_before(qdir, files, file_size, first_phy)
+    if found is None and since:
+        found = _first_unit_from(qdir, files, file_size, first_phy)
     if found is not None:
         position, end_before = found
         return QueuePlacer() if end_before is None else QueuePlacer(write=position, max_end=end_before)
@@ -147,16 +151,34 @@ def _unit_before(qdir: Location, files: list[int], file_size: int, phy: int) -> 
             if k == 0 and i > 0:
                 continue  # before this file's first unit: an older file
             return None
-        slot = int(real[k])
-        position = (files[i] + tail.start + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-        if slot > 0:
-            before = units[slot - 1]
-            return position, (int(before["phy"]) + int(before["size"]) if _real(units[slot - 1:slot])[0] else None)
-        if i == 0:
-            return position, None
-        last = unpack_entries(qdir.child(file_name(files[i - 1])).read_range(file_size - CQ_UNIT_SIZE, CQ_UNIT_SIZE))
-        return position, int(last["phy"][0]) + int(last["size"][0]) if len(last) and _real(last)[0] else None
+        return _state_at(qdir, files, file_size, i, tail, units, int(real[k]))
     return None
+
+
+def _first_unit_from(qdir: Location, files: list[int], file_size: int, phy: int) -> tuple[int, int | None] | None:
+    """As _unit_before for the files' first unit (in queue order) at commit-log offset `phy` or past it."""
+    found = None
+    for i in range(len(files) - 1, -1, -1):
+        tail, units, real = _tail_reaching(qdir.child(file_name(files[i])), phy)
+        past = real[units["phy"][real] >= phy]
+        if len(past):
+            found = (i, tail, units, int(past[0]))
+        if not len(past) or past[0] != real[0]:  # a unit before it here: no older file holds the first
+            break
+    return None if found is None else _state_at(qdir, files, file_size, *found)
+
+
+def _state_at(qdir: Location, files: list[int], file_size: int, i: int, tail: Tail, units: np.ndarray,
+              slot: int) -> tuple[int, int | None]:
+    """(queue position of unit `slot` of file `i`'s `tail`, the end of the unit before it: None when there is none)."""
+    position = (files[i] + tail.start + slot * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+    if slot > 0:
+        before = units[slot - 1]
+        return position, (int(before["phy"]) + int(before["size"]) if _real(units[slot - 1:slot])[0] else None)
+    if i == 0:
+        return position, None
+    last = unpack_entries(qdir.child(file_name(files[i - 1])).read_range(file_size - CQ_UNIT_SIZE, CQ_UNIT_SIZE))
+    return position, int(last["phy"][0]) + int(last["size"][0]) if len(last) and _real(last)[0] else None
 
 
 def _tail_reaching(loc: Location, phy: int) -> tuple[Tail, np.ndarray, np.ndarray]:

@@ -146,7 +146,7 @@ def _build(sc, scan: ScanResult, settings: BrokerSettings, staging: Output, out1
     cq_dir = staging.dir.child("consumequeue")
     cq_dir.makedirs()
     tasks = plan_cq(scan, settings, staging.work, cq_dir, None, 2 * sc.default_parallelism,
-                    continues=out1.dir.child("consumequeue"), keep_tags=out1.report["job"] == "recover")
+                    continues=out1.dir.child("consumequeue"), keep_tags=out1.report["job"] == "recover", since=True)
     if index is not None:
         tasks = share_index_tasks(index.tasks, sc.default_parallelism) + tasks
     joins = []
