@@ -228,6 +228,26 @@ def test_outputs_inside_the_store_under_another_name_are_refused(no_spark, alias
     assert tree_digest(store) == before
 
 
+def test_a_report_inside_the_output_the_job_publishes_is_refused(no_spark, tmp_path, capsys):
+    """--report inside --out (or inside OUT1 with --since --in-place): refused before anything is written, since the
+    next --overwrite or --since would refuse OUT for a file reput's record of it does not list."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "clean-small-11", store)
+    out, out1 = tmp_path / "out", tmp_path / "out1"
+    conf = ["--store", str(store), "--broker-config", str(store / "broker.conf")]
+    cases = [("rebuild", ["--out", str(out), "--report", str(out / "r.json")], "--out", out),
+             ("recover", ["--out", str(out), "--report", str(out / "sub" / "r.json")], "--out", out),
+             ("rebuild", ["--since", str(out1), "--in-place", "--backup-dir", str(tmp_path / "bak"),
+                          "--report", str(out1 / "r.json")], "--since", out1)]
+    for job, extra, flag, published in cases:
+        code, err = run_job_lines(job, conf + extra, capsys)
+        assert code == 2 and err == [f"reput {job}: error: --report {extra[-1]} lies inside {flag} {published}, which "
+                                     f"the job publishes (its own report goes there); put --report outside it"], err
+        assert not out.exists() and not out1.exists()
+
+
 def test_same_or_inside_by_device_and_inode(tmp_path):
     """A second name the string forms cannot see (here a hard-linked path is impossible for directories,
     so a symlinked parent stands in) is still caught through device and inode numbers."""

@@ -9,7 +9,7 @@ from storage_format.settings import BrokerSettings
 from ..runtime.failure import JobError
 from .commit_marker import refuse_unfinished
 from .fs import Location, location
-from .paths import check_outside
+from .paths import check_outside, same_or_inside
 from .store_gate import check_log_place, log_dir, store_cq_layout, store_settings
 
 
@@ -63,9 +63,17 @@ def _check_listable(loc: Location) -> None:
 
 
 def check_report(args: argparse.Namespace, store: Location) -> Location | None:
-    """The --report location, which must lie outside the store (the store is only read)."""
+    """The --report location, which must lie outside the store (the store is only read) and outside the directory
+    the job publishes (--out; --since with --in-place): that holds the job's own report, and a file in it that
+    reput's record of its files does not list makes the next --overwrite or --since refuse it."""
     if not getattr(args, "report", None):
         return None
     report = location(args.report)
     check_outside(store, report, "--report")
+    published = [("--since", getattr(args, "since", None) if getattr(args, "in_place", False) else None),
+                 ("--out", getattr(args, "out", None))]  # --since --in-place: OUT1 is the job's out
+    for flag, path in published:
+        if path and same_or_inside(report, location(path)):
+            raise JobError(f"--report {report.uri} lies inside {flag} {path}, which the job publishes (its own report "
+                           f"goes there); put --report outside it")
     return report
