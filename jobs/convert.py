@@ -138,9 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+CONVERTING_FLAGS = ("out", "dry_run", "overwrite", "accept_bad_crc", "work_dir")  # a conversion's, not a check's
+
+
 def _check_config(args) -> int:
     """--check-config: the new config's paths and mode first (convert.broker_conf), then the store checks every job
-    makes with it (file sizes included); one line either way."""
+    makes with it (file sizes included); one line either way (with --json the report on success). A conversion's
+    flags beside it are refused, not ignored."""
+    given = [f"--{f.replace('_', '-')}" for f in CONVERTING_FLAGS if getattr(args, f, None)]
+    if given:
+        raise JobError(f"--check-config checks a config and converts nothing: drop {', '.join(given)}")
     try:
         text = decode_properties_file(location(args.check_config).read_bytes())
     except OSError as exc:
@@ -152,8 +159,11 @@ def _check_config(args) -> int:
         raise JobError(f"{args.check_config}: {problems[0]}{more}")
     args.broker_config = args.check_config
     _, settings = check_store(args, settings_from(args))
-    print(f"{args.check_config} leads to the converted store {store_root(args.store)}: root and commit log there, "
-          f"DLedger off, file sizes as its files; mode: {mode_of(settings, text)}")
+    report = {"job": "convert", "check_config": args.check_config, "store": store_root(args.store), "fits": True,
+              "mode": mode_of(settings, text)}
+    emit(args, report, lambda r: print(f"{r['check_config']} leads to the converted store {r['store']}: root and "
+                                       f"commit log there, DLedger off, file sizes as its files; mode: {r['mode']}"),
+         check_report(args, location(args.store)))
     return EXIT_OK
 
 

@@ -291,7 +291,7 @@ def size_differences(s: BrokerSettings, shown: FilesShown, lone: bool = False) -
     is enough (no config to blame: the files are all there is to go by)."""
     two = 1 if lone else 2
     default = BrokerSettings()
-    unset = " (the default: the config does not set it)"
+    unset = " (the broker's default)"
     out = []
     seg = _one_size(shown.segments, 1)
     if seg is not None and seg[1] != s.mapped_file_size_commitlog:
@@ -311,7 +311,7 @@ def size_differences(s: BrokerSettings, shown: FilesShown, lone: bool = False) -
     ix = shown.index_layout
     sized = _one_size(shown.index_files, 1 if ix is not None else two)
     if ix is not None and ix != s.index_layout or ix is None and sized is not None and sized[1] != s.index_file_size:
-        said = " (the defaults: the config sets neither)" if (s.max_hash_slot_num, s.max_index_num) == \
+        said = " (the broker's defaults)" if (s.max_hash_slot_num, s.max_index_num) == \
             (default.max_hash_slot_num, default.max_index_num) else ""
         headers = f" whose headers and entries show maxHashSlotNum={ix.slots}, maxIndexNum={ix.max_entries}" \
             if ix is not None else " (40 + 4 x maxHashSlotNum + 20 x maxIndexNum)"

@@ -121,3 +121,43 @@ def test_each_mode_line_is_one_setting_and_check_config_names_the_mode(no_spark,
     assert exc.value.code == 0 and said.out.strip() == (
         f"{conf} leads to the converted store {store}: root and commit log there, DLedger off, file sizes as its "
         f"files; mode: controller mode (enableControllerMode=true, controllerAddr=10.0.0.7:9878)"), said
+
+
+def test_a_config_reaching_out_through_a_symbolic_link_fits(tmp_path):
+    """The broker opens OUT through a link as it opens OUT itself: a config naming OUT by a linked path (or OUT named
+    so and the config by its real path) fits; a path outside OUT through the link is still named."""
+    (tmp_path / "real" / "plain").mkdir(parents=True)
+    (tmp_path / "data").symlink_to(tmp_path / "real")
+    linked, real = str(tmp_path / "data" / "plain"), str(tmp_path / "real" / "plain")
+    for config_root, out in ((linked, real), (real, linked)):
+        assert config_problems(converted_config(SOURCE, config_root, SETTINGS), out) == []
+    epoch = f"storePathRootDir={linked}\nstorePathEpochFile={tmp_path / 'data' / 'epoch'}\n"
+    assert config_problems(epoch, real) == [f"storePathEpochFile={tmp_path / 'data' / 'epoch'} lies outside the "
+                                            f"converted store {real}"]
+
+
+def test_check_config_answers_in_json_and_refuses_a_conversions_flags(no_spark, tmp_path, capsys):
+    """--check-config with --json prints its answer as a report; a conversion's flags beside it (--out, --dry-run,
+    ...) are refused by name, not ignored."""
+    import json
+
+    from jobs.convert import main as convert_main
+    from jobs.pipeline.runtime.cli import run_main
+    from tests.conftest import GOLDEN
+
+    store = GOLDEN / "clean-small-11"
+    conf = tmp_path / "new.conf"
+    conf.write_text(converted_config((GOLDEN / "dledger-clean-small-11" / "broker.conf").read_text(), str(store),
+                                     SETTINGS))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main("convert", convert_main, ["--store", str(store), "--check-config", str(conf), "--json"])
+    assert exc.value.code == 0 and json.loads(capsys.readouterr().out) == {
+        "job": "convert", "check_config": str(conf), "store": str(store), "fits": True,
+        "mode": "master-slave, the master (brokerRole=ASYNC_MASTER, brokerId=0)"}
+    with pytest.raises(SystemExit) as exc:
+        run_main("convert", convert_main, ["--store", str(store), "--check-config", str(conf), "--json", "--dry-run",
+                                           "--out", str(tmp_path / "out")])
+    said = capsys.readouterr()
+    assert exc.value.code == 2 and said.out == "" and said.err.strip() == (
+        "reput convert: error: --check-config checks a config and converts nothing: drop --out, --dry-run")

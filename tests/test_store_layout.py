@@ -309,6 +309,9 @@ def test_config_disagreement_pure():
     line = config_disagreement(BrokerSettings(), FilesShown(
         segments=(("s", 262144),), consume_queues=(("a", 2000), ("b", 2000)), index_files=(("i", 5416),),
         index_layout=IndexLayout(64, 256), timer_logs=(("t", 8192), ("u", 8192))))
+    # a value at the broker's default is named so, without saying whether the config set it (BrokerSettings cannot)
+    assert line.startswith("mappedFileSizeCommitLog=1073741824 (the broker's default), but the store's commit-log "
+                           "files are 262144 bytes (s)") and "maxIndexNum=20000000 (the broker's defaults) make" in line
     assert line.count(";") == 4 and line.endswith("set mappedFileSizeCommitLog=262144, mappedFileSizeConsumeQueue=2000, "
                                                   "maxHashSlotNum=64, maxIndexNum=256, mappedFileSizeTimerLog=8192 as "
                                                   "the store's broker had them"), line

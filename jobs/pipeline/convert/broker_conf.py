@@ -109,10 +109,10 @@ def config_problems(config_text: str, out_root: str) -> list[str]:
                         "OUT's commitlog/")
     if not root:
         problems.append(f"storePathRootDir is not set: the broker would open {DEFAULT_ROOT}, not {out}")
-    elif posixpath.normpath(root) != out:
+    elif not _same_place(root, out):
         problems.append(f"storePathRootDir={root} is not the converted store {out}")
     commitlog = props.get("storePathCommitLog", "").strip()
-    if commitlog and posixpath.normpath(commitlog) != posixpath.join(out, "commitlog"):
+    if commitlog and not _same_place(commitlog, posixpath.join(out, "commitlog")):
         problems.append(f"storePathCommitLog={commitlog} is not {posixpath.join(out, 'commitlog')}: the broker "
                         f"would open another commit log (or none) and delete OUT's consume queues past its end (\"The commitlog files "
                         f"are deleted, and delete the consume queue files\")")
@@ -122,6 +122,17 @@ def config_problems(config_text: str, out_root: str) -> list[str]:
         path = value.strip()
         if key in ("storePathRootDir", "storePathCommitLog") or not is_path_key(key) or is_dledger_key(key) or not path:
             continue
-        if key == "readOnlyCommitLogStorePaths" or not (posixpath.normpath(path) + "/").startswith(out + "/"):
+        if key == "readOnlyCommitLogStorePaths" or not _inside(path, out):
             problems.append(f"{key}={path} lies outside the converted store {out}")
     return problems
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Two paths name one directory: as written, or once symbolic links are resolved (the broker opens through them)."""
+    return posixpath.normpath(a) == posixpath.normpath(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _inside(path: str, root: str) -> bool:
+    """`path` is `root` or lies below it, as written or once symbolic links are resolved."""
+    return any((posixpath.normpath(p) + "/").startswith(posixpath.normpath(r) + "/")
+               for p, r in ((path, root), (os.path.realpath(path), os.path.realpath(root))))
