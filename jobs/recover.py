@@ -26,6 +26,7 @@ from pathlib import Path  # noqa: E402
 
 from jobs.pipeline.recover import inplace  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
+from jobs.pipeline.recover.staging import staging_area  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, json_bytes, parser, print_json, progress_quiet,  # noqa: E402
                                        run_process, settings_from, time_zone, warn)
@@ -362,7 +363,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     sc, args.engine_choice = job_runner(args, "recover", settings=settings)
     started = time.monotonic()
     work = _own_work(args, lambda: Location(str(path / ".reput-recover.work")))
-    with removed_after(work):
+    with removed_after(work), contextlib.ExitStack() as staged:
         planner, outputs = _planner(args)
         plan = planner(sc, Location(str(path)), settings, work, **kw)
         summary = plan.to_dict()
@@ -372,21 +373,22 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
         if not plan.changes:
             _report(args, plan, summary, f"{path} is clean: the broker's recovery rules change nothing")
             return EXIT_OK
-        staging = inplace.prepare_staging(path)
+        staging = staged.enter_context(staging_area(path))  # gone again if the run stops before its journal
         t0 = time.monotonic()
         patches, output = split_patches(outputs(plan, with_copies=False), path)  # changed spans only
         patch_bytes: dict[str, tuple[bytes, bytes]] = {}
         patched = stage_patches(path, staging, patches, patch_bytes)
         names = write_output(sc, plan, output, Location(str(staging)), args.json, tz)
         summary["timings"]["write_s"] = round(time.monotonic() - t0, 3)
-    t0 = time.monotonic()
-    rendered = output.rendered + [f"index/{n}" for n in names]
-    ops = inplace.build_ops(path, staging, rendered, output.deleted, patched=patched,
-                            hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
-    if names:
-        summary["index"]["to_create"] = names
-    manifest = inplace.switch(path, staging, backup, ops, summary, patch_bytes)
-    summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)  # compares, fsyncs, backup, journal, renames
+        work.delete_tree()  # the scan's files (in the store but for --work-dir) are not needed by the switch
+        t0 = time.monotonic()  # switch_s: compares, fsyncs, backup, journal, renames
+        rendered = output.rendered + [f"index/{n}" for n in names]
+        ops = inplace.build_ops(path, staging, rendered, output.deleted, patched=patched,
+                                hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
+        if names:
+            summary["index"]["to_create"] = names
+        manifest = inplace.switch(path, staging, backup, ops, summary, patch_bytes)
+        summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)
     summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
     if manifest["backup"]["copied"]:

@@ -73,8 +73,9 @@ other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package
   `recover.inputs` (what recovery gathers from a store, in Spark tasks), `recover.plan` (the plan's record
   and its JSON form), `recover.gather` (the facts gathered: validating scan, queues, index; then decided),
   `recover.write` (the files recovery rewrites, creates and deletes), `recover.inplace` (apply a plan to the store: the switch's
-  steps, backup, journal, resume, rollback), `recover.journal` (the switch's file operations, their JSON form,
-  its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
+  steps, backup, journal, resume, rollback), `recover.staging` (the staging area, removed again when the run stops
+  before its journal), `recover.partial_backup` (the backup a switch began in DIR, taken out again when it stops
+  before its journal), `recover.journal` (the switch's file operations, their JSON form, its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
   `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
   of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.dledger_v5` (the same for 5.3.3's
   model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.rocksdb_store` (a RocksDB store's recovery: RocksDB's start segment, the index, the database copied and never written, `abort` kept), `recover.timer` (the 5.x timer store:

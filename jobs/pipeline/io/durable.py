@@ -2,6 +2,7 @@
 them together), a hard link, and a copy fsynced and renamed into place (recover --in-place's steps)."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -58,15 +59,21 @@ def link(src: Path, dst: Path) -> None:
 
 
 def copy_durable(src: Path, dst: Path) -> None:
-    """Copy src to dst through a temporary name, fsynced, then renamed (dst is whole or absent)."""
+    """Copy src to dst through a temporary name, fsynced, then renamed (dst is whole or absent; the temporary name
+    is removed again when the copy stops part-way: an error, a signal)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".reput-tmp")
     try:
-        copy_range(str(src), str(tmp))  # in the kernel (a reflink where the filesystem shares extents)
-    except OSError:
-        shutil.copyfile(src, tmp)  # os.sendfile, itself falling back to read/write
-    with open(tmp, "rb+") as fout:
-        os.fsync(fout.fileno())
-    shutil.copystat(src, tmp)
-    os.replace(tmp, dst)
+        try:
+            copy_range(str(src), str(tmp))  # in the kernel (a reflink where the filesystem shares extents)
+        except OSError:
+            shutil.copyfile(src, tmp)  # os.sendfile, itself falling back to read/write
+        with open(tmp, "rb+") as fout:
+            os.fsync(fout.fileno())
+        shutil.copystat(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(dst.parent)

@@ -8,7 +8,8 @@ Protocol (local POSIX store only; every step is fsynced):
 2. backup  - every file that will be replaced or deleted is hard-linked (DIR on the store's
              filesystem) or copied to DIR/<path>, then DIR/reput-backup.json (store, operations,
              each file before and after: its identity, or for copies its sha256) is written
-             atomically. Killed here: the store is untouched.
+             atomically. Killed here: the store is untouched. Stopped in steps 1-2 by an error or a
+             signal, the run removes the staging area and takes out of DIR what it put there.
 3. journal - STORE/.reput-recover.journal (same operations) is written atomically: from now on the
              store may be part as before the switch, part as after it, and the journal says so.
 4. apply   - in order: consume-queue and index files replaced/created (os.replace from the staging
@@ -64,6 +65,7 @@ from ..runtime.faults import crash_point, pause_at
 from .journal import (BACKUP_MANIFEST, CREATE, DELETE, JOURNAL, PATCH, PATCHES_OLD, REPLACE, STAGING, Op,
                       write_pair)
 from .op_state import is_recorded, rollback_state
+from .partial_backup import PartialBackup
 from .patches import backed_up_old, read_ranges, staged_new, write_ranges
 
 
@@ -153,30 +155,49 @@ def check_not_interrupted(store: Path, what: str = "the store") -> None:
 def switch(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
            patch_bytes: dict[str, tuple[bytes, bytes]] | None = None, *, what: str = "the store") -> dict:
     """`apply`, where a failure of any kind once the journal is written (an error, ENOSPC or EIO, Ctrl-C or SIGTERM)
-    is one line naming `way_out`, and one before it says that `what` is as it was."""
+    is one line naming `way_out`, and one before it says that `what` is as it was (and DIR: what the switch had put
+    into it is taken out again)."""
+    _check_backup_dir(backup)  # refused before anything is written into DIR, so what the switch puts there is its own
+    begun = PartialBackup.of(backup, ops)
     journaled: list[bool] = []
     try:
         return apply(store, staging, backup, ops, plan_summary, patch_bytes, on_journal=lambda: journaled.append(True))
     except KeyboardInterrupt:
-        raise Interrupted(_where_stopped(store, backup, bool(journaled), what)) from None
+        raise Interrupted(_stopped(store, begun, bool(journaled), what)) from None
     except Exception as exc:
-        where = _where_stopped(store, backup, bool(journaled), what)
+        where = _stopped(store, begun, bool(journaled), what)
         if interrupt.signalled():  # a signal's KeyboardInterrupt replaced on its way up: the signal ends the run
             raise Interrupted(where) from None
         raise JobError(f"{one_line(exc)}; {where}") from exc
 
 
-def _where_stopped(store: Path, backup: Path, journaled: bool, what: str) -> str:
-    """What a switch that stopped left of `what`, and the way out."""
+def _check_backup_dir(backup: Path) -> None:
+    """DIR must not hold a backup already (an earlier run's, which --rollback may still need)."""
+    if (backup / BACKUP_MANIFEST).exists():
+        raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
+
+
+def _stopped(store: Path, begun: PartialBackup, journaled: bool, what: str) -> str:
+    """What a switch that stopped left of `what` and of DIR, and the way out; stopped before its journal, it first
+    takes what it had put into DIR out again (nothing will roll back to it)."""
     try:
         part_way = (store / JOURNAL).exists()
     except OSError:  # the journal cannot be told: take it as there
         part_way = True
     if part_way:
-        return f"{what} is part-way through the switch: {way_out(store, backup)}"
+        return f"{what} is part-way through the switch: {way_out(store, begun.dir)}"
     if journaled:  # the journal written and removed again: every operation ran, the removal's flush did not
         return (f"{what} went through the whole switch, but its end may not be on disk: should {JOURNAL} be back "
-                f"in it after a restart, {way_out(store, backup)}")
+                f"in it after a restart, {way_out(store, begun.dir)}")
+    left = begun.take_back()
+    if left:
+        return (f"{not_begun(what)}; --backup-dir {begun.dir} still holds {len(left)} entries of the backup it "
+                f"began (e.g. {left[0]}), of no use: remove them")
+    return not_begun(what)
+
+
+def not_begun(what: str) -> str:
+    """The line's end for a run stopped before its switch changed anything."""
     return f"{what} is as it was: its switch had not begun"
 
 
@@ -219,9 +240,8 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     for the store root before `abort` goes. `patch_bytes`: stage_patches' `keep` (a patched file still as
     staged, by its fingerprint, is backed up and written from these bytes, not read and hashed again);
     `on_journal`: called once the journal is written."""
+    _check_backup_dir(backup)
     backup.mkdir(parents=True, exist_ok=True)
-    if (backup / BACKUP_MANIFEST).exists():
-        raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
     files, dirs = _tree(staging)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reput-staged-sync") as flusher:
         staged = flusher.submit(fsync_all, files + dirs)  # the staged area flushed while backing up
@@ -229,31 +249,10 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
         if not linked:  # copies are checked by sha256: ops built for links get the replaced file's hash first
             ops = [o if o.op == CREATE or o.old_sha256 else
                    dataclasses.replace(o, old_sha256=sha256_file(store / o.path)) for o in ops]
-        backup_dirs: set[Path] = {backup}
-        spans: list[tuple[int, bytes]] = []
-        for op in ops:
-            if op.op == PATCH:  # its ranges' bytes before the switch, checked against what stage_patches read
-                kept = (patch_bytes or {}).get(op.path)
-                if kept is not None and fingerprint(store / op.path) == op.old_file:
-                    before = kept[0]  # the file as staged: the bytes stage_patches read and hashed
-                elif hashlib.sha256(before := read_ranges(store / op.path, op.ranges)).hexdigest() \
-                        != op.old_sha256:
-                    raise JobError(f"{store / op.path}: changed while recovery ran (its bytes to be patched "
-                                   f"differ from those read when staging); run recovery again")
-                spans.append((op.packed_at, before))
-            elif op.op in (REPLACE, DELETE):
-                if linked:  # the switch renames over or unlinks the name, never writes the inode: no copy needed
-                    link(store / op.path, backup / op.path)
-                    backup_dirs.add((backup / op.path).parent)
-                else:
-                    copy_durable(store / op.path, backup / op.path)
-                    if sha256_file(backup / op.path) != op.old_sha256:
-                        raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
-        if spans:
-            _write_spans(backup / PATCHES_OLD, spans)
-        fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))
+        spans = _back_up(store, backup, ops, patch_bytes or {}, linked)
         staged.result()
     crash_point("staged")
+    pause_at("staged")
     saved = sum(o.op in (REPLACE, DELETE) for o in ops)
     backed = {"hard_linked": saved if linked else 0, "copied": 0 if linked else saved,
               "patched": len(spans), "patched_bytes": sum(o.span_bytes for o in ops if o.op == PATCH)}
@@ -269,6 +268,35 @@ def apply(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary:
     crash_point("applied")
     _finish(store, staging)
     return manifest
+
+
+def _back_up(store: Path, backup: Path, ops: list[Op], patch_bytes: dict[str, tuple[bytes, bytes]],
+             linked: bool) -> list[tuple[int, bytes]]:
+    """Step 2's files, made durable: each file the switch replaces or deletes hard-linked (`linked`) or copied and
+    checked into DIR, the patched ranges' bytes before the switch into DIR/reput-patches.old; returns those spans."""
+    backup_dirs: set[Path] = {backup}
+    spans: list[tuple[int, bytes]] = []
+    for op in ops:
+        if op.op == PATCH:  # its ranges' bytes before the switch, checked against what stage_patches read
+            kept = patch_bytes.get(op.path)
+            if kept is not None and fingerprint(store / op.path) == op.old_file:
+                before = kept[0]  # the file as staged: the bytes stage_patches read and hashed
+            elif hashlib.sha256(before := read_ranges(store / op.path, op.ranges)).hexdigest() != op.old_sha256:
+                raise JobError(f"{store / op.path}: changed while recovery ran (its bytes to be patched "
+                               f"differ from those read when staging); run recovery again")
+            spans.append((op.packed_at, before))
+        elif op.op in (REPLACE, DELETE):
+            if linked:  # the switch renames over or unlinks the name, never writes the inode: no copy needed
+                link(store / op.path, backup / op.path)
+                backup_dirs.add((backup / op.path).parent)
+            else:
+                copy_durable(store / op.path, backup / op.path)
+                if sha256_file(backup / op.path) != op.old_sha256:
+                    raise JobError(f"{backup / op.path}: backup copy does not match {store / op.path}")
+    if spans:
+        _write_spans(backup / PATCHES_OLD, spans)
+    fsync_all(([backup / PATCHES_OLD] if spans else []) + sorted(backup_dirs))
+    return spans
 
 
 def _run_ops(store: Path, staging: Path, ops: list[Op], new_bytes: dict[str, bytes] | None = None) -> None:

@@ -2,12 +2,13 @@
 form, the names of the journal, staging area, manifest and packed patch files, and how the pair is written."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..io.durable import fsync_all, fsync_dir
-from ..runtime.faults import crash_point
+from ..runtime.faults import crash_point, pause_at
 
 JOURNAL = ".reput-recover.journal"
 STAGING = ".reput-recover.staging"
@@ -54,15 +55,23 @@ class Op:
 
 
 def write_pair(first: Path, first_data: bytes, then: Path, then_data: bytes) -> None:
-    """Two small files each written through a temporary name and renamed, flushed together; `then` appears only once `first` is durable (the
-    backup manifest before the journal that points at it)."""
+    """Two small files each written through a temporary name and renamed, flushed together; `then` appears only once
+    `first` is durable (the backup manifest before the journal that points at it). Stopped part-way (an error, a
+    signal), the temporary names still there are removed."""
     tmps = [first.with_name(first.name + ".tmp"), then.with_name(then.name + ".tmp")]
-    for tmp, data in zip(tmps, (first_data, then_data)):
-        with open(tmp, "wb") as f:
-            f.write(data)
-    fsync_all(tmps)
-    os.replace(tmps[0], first)
-    fsync_dir(first.parent)
-    crash_point("backed-up")
-    os.replace(tmps[1], then)
+    try:
+        for tmp, data in zip(tmps, (first_data, then_data)):
+            with open(tmp, "wb") as f:
+                f.write(data)
+        fsync_all(tmps)
+        os.replace(tmps[0], first)
+        fsync_dir(first.parent)
+        crash_point("backed-up")
+        pause_at("backed-up")
+        os.replace(tmps[1], then)
+    except BaseException:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(then.parent)

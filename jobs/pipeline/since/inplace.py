@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -25,8 +24,8 @@ from ..io.paths import check_outside
 from ..io.run_lock import IN_PLACE_LOCK, RunLock, beside, held
 from ..io.workdir import removed_after
 from ..recover import inplace
-from ..recover.journal import CREATE, JOURNAL, REPLACE
-from ..runtime import interrupt
+from ..recover.journal import CREATE, REPLACE
+from ..recover.staging import staging_area
 from ..runtime.cli import JobError, json_bytes, warn
 from ..runtime.engine import EngineChoice, job_runner
 from .out1 import REPORT_NAME, Out1, check_directory
@@ -83,7 +82,7 @@ def _switched_in(sc, engine: EngineChoice, args: argparse.Namespace, store: Loca
                  out1: Out1, target: InPlaceTarget, limit: DispatchLimit, tz: dt.tzinfo, quiet: bool) -> dict:
     """Stage the files that change, then switch them into OUT1 (backup and journal first); returns the report."""
     out1_path, backup = target.out1_path, target.backup
-    with _staging_area(out1_path) as staging:
+    with staging_area(out1_path, "OUT1") as staging:
         work = Location(str(out1_path / ".reput-since.work"))
         work.delete_tree() if work.exists() else None  # a killed run's leftovers
         with removed_after(work):
@@ -116,35 +115,6 @@ def _stage_files_record(out1_path: Path, staging: Path, switched: list[str], gon
     before = out_files.recorded(Location(str(out1_path)), None)  # check_unchanged proved it; all of OUT1 (--overwrite)
     after = out_files.after_switch(before, Location(str(staging)), switched, gone)
     out_files.write_record(Location(str(staging / out_files.FILES_NAME)), after)
-
-
-@contextlib.contextmanager
-def _staging_area(out1_path: Path) -> Iterator[Path]:
-    """OUT1's staging area, fresh, for the block; removed again when the run stops before its journal is written
-    (after it, --resume renames the staged files from there)."""
-    staging = inplace.prepare_staging(out1_path)
-
-    def drop() -> None:
-        try:
-            journaled = (out1_path / JOURNAL).exists()
-        except OSError:
-            journaled = True
-        if not journaled:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    interrupt.remove_on_interrupt(staging, drop)  # once Spark has stopped writing into it
-    try:
-        yield staging
-    except KeyboardInterrupt:
-        if not interrupt.running():
-            interrupt.forget(staging)
-            drop()
-        raise
-    except BaseException:
-        interrupt.forget(staging)
-        drop()
-        raise
-    interrupt.forget(staging)
 
 
 def _not_index_files(out1_path: Path, listed: list[str]) -> list[str]:

@@ -1,0 +1,115 @@
+"""recover --in-place stopped before its journal is written, by Ctrl-C or SIGTERM to its process group (held at a test
+hook: while the staging area is written, once the backup is made, once the manifest is written) or by a disk error
+in the switch: one line saying the store is as it was, and it is, byte for byte and name for name (no staging area,
+work files, journal or its temporary name, lock file), and --backup-dir is as it was too (made by the run: gone)."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline.recover import inplace as recover_inplace
+from jobs.pipeline.recover.journal import BACKUP_MANIFEST, JOURNAL, STAGING
+from tests.helpers import ended, file_tree_digest, kill_group, run_job, start_at_hook, wait_at_hook
+from tests.recovery_helpers import writable_copy
+
+CASE = "lmq-unclean-11"  # the operator's trial: patched, replaced, created and deleted files
+NOT_BEGUN = "the store is as it was: its switch had not begun"
+THEIRS = "notes.txt"  # a file of the operator's in a --backup-dir that was there before the run
+
+
+def argv(store: Path, backup: Path) -> list[str]:
+    return ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--in-place", "--backup-dir",
+            str(backup), "--engine", "local", "--quiet"]
+
+
+def names(root: Path) -> list[str]:
+    """Every file and directory below `root`, by relative path (dot-names included)."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def backup_dir(tmp_path: Path, there: bool) -> Path:
+    """DIR, two levels below a directory that does not exist yet (the run makes them), or there already with a file
+    of the operator's in it."""
+    backup = tmp_path / "backups" / "tonight"
+    if there:
+        backup.mkdir(parents=True)
+        (backup / THEIRS).write_text("the operator's own file\n")
+    return backup
+
+
+def as_it_was(store: Path, before: tuple[dict[str, str], list[str]], backup: Path, there: bool) -> None:
+    """The store's bytes and names as before the run, and DIR as before it (or gone with the parents it made)."""
+    assert file_tree_digest(store) == before[0]
+    assert names(store) == before[1]
+    if there:
+        assert names(backup) == [THEIRS]
+    else:
+        assert not backup.parent.exists(), names(backup.parent)
+
+
+def at_hook(point: str, store: Path, backup: Path) -> None:
+    """What the run has made when held at `point`: what the signal must then take away again."""
+    assert any((store / STAGING).iterdir())
+    if point in ("staged", "backed-up"):
+        assert any(p.is_file() and p.name != THEIRS for p in backup.rglob("*"))
+    if point == "backed-up":
+        assert (backup / BACKUP_MANIFEST).is_file() and (store / f"{JOURNAL}.tmp").is_file()
+        assert not (store / JOURNAL).exists()
+
+
+@pytest.mark.parametrize("point,sig,there", [("in-index-write", signal.SIGINT, False),
+                                             ("staged", signal.SIGTERM, False),
+                                             ("staged", signal.SIGINT, True),
+                                             ("backed-up", signal.SIGINT, False)],
+                         ids=["writing-staging-int", "backup-made-term", "backup-made-int-dir-there",
+                              "manifest-written-int"])
+def test_a_signal_before_the_journal_leaves_the_store_and_backup_dir_as_they_were(point, sig, there, golden,
+                                                                                  tmp_path):
+    """Held at `point` (before the journal), then `sig` to the whole process group: exit 130 / 143, one line saying
+    the store is as it was, no process left; the store and DIR are as they were."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store), names(store)
+    backup = backup_dir(tmp_path, there)
+    mark = tmp_path / "paused"
+    proc = start_at_hook("recover", argv(store, backup), point, mark, stdout=subprocess.DEVNULL)
+    try:
+        wait_at_hook(proc, mark)
+        at_hook(point, store, backup)
+        os.killpg(proc.pid, sig)
+    except BaseException:
+        kill_group(proc)
+        raise
+    run = ended(proc)
+    assert run.returncode == 128 + sig, run.stderr[-2000:]
+    as_it_was(store, before, backup, there)
+    lines = [line for line in run.stderr.splitlines()
+             if line.startswith("reput recover: ") and not line.startswith("reput recover: note:")]
+    assert lines == [f"reput recover: interrupted; {NOT_BEGUN}"], run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and run.group_gone
+
+
+@pytest.mark.parametrize("point", ["staged", "backed-up"])
+def test_a_disk_error_before_the_journal_leaves_the_store_and_backup_dir_as_they_were(point, golden, tmp_path,
+                                                                                      capfd, monkeypatch):
+    """ENOSPC once the backup is made or the manifest written: exit 2, one line naming the error and saying the store
+    is as it was; the store and DIR are as they were."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store), names(store)
+    backup = backup_dir(tmp_path, False)
+
+    def fails_at(name: str) -> None:
+        if name == point:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(backup))
+
+    monkeypatch.setattr(recover_inplace, "crash_point", fails_at)
+    monkeypatch.setattr("jobs.pipeline.recover.journal.crash_point", fails_at)
+    status, _, err = run_job("recover", argv(store, backup), capfd)
+    lines = [line for line in err.splitlines() if line.startswith("reput recover: error:")]
+    assert status == 2 and len(lines) == 1, err[-2000:]
+    assert os.strerror(errno.ENOSPC) in lines[0] and lines[0].endswith(NOT_BEGUN), lines[0]
+    as_it_was(store, before, backup, False)
