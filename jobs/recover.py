@@ -28,6 +28,8 @@ from jobs.pipeline.recover import inplace  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover.staging import staging_area  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
+from jobs.pipeline.runtime.failure import Interrupted  # noqa: E402
+from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, json_bytes, parser, print_json, progress_quiet,  # noqa: E402
                                        run_process, settings_from, time_zone, warn)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
@@ -360,6 +362,18 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
     backup = Path(args.backup_dir).resolve()
     check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
     inplace.check_not_interrupted(path)
+    try:
+        return _switch_in_place(args, store, settings, kw, tz, path, backup)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: after a completed switch the store is recovered
+        if isinstance(exc, Interrupted) and exc.note != inplace.not_begun("the store") \
+                or not inplace.switched(path, backup):
+            raise
+        raise Interrupted(f"{path} was recovered in place: its switch had completed (backup in {backup}); "
+                          f"the report was not printed") from None
+
+
+def _switch_in_place(args, store: Location, settings, kw, tz, path: Path, backup: Path) -> int:
+    """_in_place once the store and DIR are checked: plan, stage, switch, report."""
     sc, args.engine_choice = job_runner(args, "recover", settings=settings)
     started = time.monotonic()
     work = _own_work(args, lambda: Location(str(path / ".reput-recover.work")))
@@ -389,6 +403,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
             summary["index"]["to_create"] = names
         manifest = inplace.switch(path, staging, backup, ops, summary, patch_bytes)
         summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)
+        pause_at("after-switch")
     summary["timings"]["total_s"] = round(time.monotonic() - started, 3)
     summary["in_place"] = {"backup_dir": str(backup), "operations": len(manifest["ops"]), "backup": manifest["backup"]}
     if manifest["backup"]["copied"]:

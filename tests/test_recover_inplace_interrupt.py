@@ -15,6 +15,7 @@ import pytest
 from jobs.pipeline.recover import inplace as recover_inplace
 from jobs.pipeline.recover.journal import BACKUP_MANIFEST, JOURNAL, STAGING
 from tests.helpers import ended, file_tree_digest, kill_group, run_job, start_at_hook, wait_at_hook
+from tests.rebuild_helpers import consume_queue_hashes
 from tests.recovery_helpers import writable_copy
 
 CASE = "lmq-unclean-11"  # the operator's trial: patched, replaced, created and deleted files
@@ -113,3 +114,26 @@ def test_a_disk_error_before_the_journal_leaves_the_store_and_backup_dir_as_they
     assert status == 2 and len(lines) == 1, err[-2000:]
     assert os.strerror(errno.ENOSPC) in lines[0] and lines[0].endswith(NOT_BEGUN), lines[0]
     as_it_was(store, before, backup, False)
+
+
+def test_a_signal_after_the_switch_says_the_store_was_recovered(golden, tmp_path):
+    """Held once the switch is complete (its report not yet printed), then SIGINT to the group: exit 130 and one line
+    saying the store was recovered (not "nothing published"); the store is the recovered one, DIR holds its backup."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    backup = backup_dir(tmp_path, False)
+    mark = tmp_path / "paused"
+    proc = start_at_hook("recover", argv(store, backup), "after-switch", mark, stdout=subprocess.DEVNULL)
+    try:
+        wait_at_hook(proc, mark)
+        os.killpg(proc.pid, signal.SIGINT)
+    except BaseException:
+        kill_group(proc)
+        raise
+    run = ended(proc)
+    assert run.returncode == 130, run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines()
+             if line.startswith("reput recover: ") and not line.startswith("reput recover: note:")]
+    assert lines == [f"reput recover: interrupted; {store} was recovered in place: its switch had completed (backup "
+                     f"in {backup}); the report was not printed"], run.stderr[-2000:]
+    assert (backup / BACKUP_MANIFEST).is_file() and not (store / JOURNAL).exists() and not (store / STAGING).exists()
+    assert consume_queue_hashes(store) == consume_queue_hashes(golden / f"{CASE}-recovered")

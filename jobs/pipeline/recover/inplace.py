@@ -196,6 +196,12 @@ def _stopped(store: Path, begun: PartialBackup, journaled: bool, what: str) -> s
     return not_begun(what)
 
 
+def switched(store: Path, backup: Path) -> bool:
+    """A switch into `store` with `backup` as DIR has completed: DIR holds its manifest (a switch stopped before its
+    journal takes it out again; DIR held none before it) and the store no journal."""
+    return (backup / BACKUP_MANIFEST).exists() and not (store / JOURNAL).exists()
+
+
 def not_begun(what: str) -> str:
     """The line's end for a run stopped before its switch changed anything."""
     return f"{what} is as it was: its switch had not begun"
