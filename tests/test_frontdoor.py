@@ -300,3 +300,19 @@ def test_an_empty_out_directory_is_taken(spark, tmp_path, capsys):
     code, err = run_job_lines("rebuild", _store_args() + ["--out", str(tmp_path / "file"), "--overwrite"], capsys)
     assert code == 2 and err == [f"reput rebuild: error: {tmp_path / 'file'} exists and is not a directory; choose a "
                                  f"new --out"]
+
+
+def test_a_work_dir_made_for_the_run_goes_with_it(no_spark, tmp_path, capsys):
+    """--work-dir naming a directory that does not exist: the run makes it (and its missing parents) and removes them
+    again; one that exists stays, empty as it was."""
+    store = GOLDEN / "dledger-clean-small-11"
+    conf = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--dry-run", "--quiet", "--engine",
+            "local"]
+    made = tmp_path / "made" / "work"
+    code, err = run_job_lines("convert", conf + ["--out", str(tmp_path / "o"), "--work-dir", str(made)], capsys)
+    assert code == 0, err
+    assert list(tmp_path.iterdir()) == []
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    code, err = run_job_lines("convert", conf + ["--out", str(tmp_path / "o"), "--work-dir", str(kept)], capsys)
+    assert code == 0 and list(tmp_path.iterdir()) == [kept] and list(kept.iterdir()) == [], err

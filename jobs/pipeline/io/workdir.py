@@ -10,6 +10,7 @@ read (zero-copy: a reader slicing a few rows out of a large file touches only th
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from storage_format.split_rows import CqRows
 
 from ..runtime import interrupt
 from .fs import Location
+from .paths import is_local
 
 CQ_SCHEMA = pa.schema([("queue_offset", pa.int64()), ("phy", pa.int64()), ("size", pa.int32()),
                        ("tags", pa.int64())])
@@ -47,27 +49,49 @@ def fresh_work_dir(store: Location, work_dir: str | None, job: str) -> Location:
     base = location(work_dir) if work_dir else location(tempfile.gettempdir())
     work = base.child(f"reput-{job}-{uuid.uuid4().hex[:12]}")
     check_outside(store, work, "--work-dir")
+    if work_dir and is_local(base) and not os.path.lexists(base.path):  # made for this run: gone with it (_remove)
+        _MADE_FOR[work.uri] = _missing_dirs(base.path)
     return work
+
+
+_MADE_FOR: dict[str, list[str]] = {}  # a work directory's uri -> the --work-dir directories made for it, deepest first
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """`path` and its parents that do not exist, deepest first."""
+    out = []
+    while path and not os.path.lexists(path):
+        out.append(path)
+        path = os.path.dirname(path.rstrip("/"))
+    return out
+
+
+def _remove(work: Location) -> None:
+    """The work directory removed, and the --work-dir directories made for it once they are empty."""
+    work.delete_tree()
+    for path in _MADE_FOR.pop(work.uri, []):
+        with contextlib.suppress(OSError):  # not empty: something else was put there since
+            os.rmdir(path)
 
 
 @contextlib.contextmanager
 def removed_after(work: Location) -> Iterator[Location]:
     """`work` (a work directory) removed when the block ends; after an interrupt of a job under run_main only
     once Spark has stopped writing into it (by interrupt.finish: removing it while tasks still write races them)."""
-    interrupt.remove_on_interrupt(work, work.delete_tree)
+    interrupt.remove_on_interrupt(work, lambda: _remove(work))
     try:
         yield work
     except KeyboardInterrupt:
         if not interrupt.running():
             interrupt.forget(work)
-            work.delete_tree()
+            _remove(work)
         raise
     except BaseException:
         interrupt.forget(work)
-        work.delete_tree()
+        _remove(work)
         raise
     interrupt.forget(work)
-    work.delete_tree()
+    _remove(work)
 
 
 def cq_file(work: Location, split_index: int) -> Location:
