@@ -49,7 +49,7 @@ from jobs.pipeline.verify.stage import check_stage_task  # noqa: E402
 from jobs.pipeline.io.store_gate import store_cq_layout  # noqa: E402
 from jobs.pipeline.verify.cq import orphan_cq_task, plan_cq_checks  # noqa: E402
 from jobs.pipeline.verify.index_files import (IndexCheckTask, align_index_files, expected_headers,  # noqa: E402
-                                              plan_index_checks)
+                                              index_in_flight, plan_index_checks)
 from jobs.pipeline.verify.index_seed import IndexPlan, plan_index_check, seed_bound, seeded_index_check  # noqa: E402
 from jobs.pipeline.verify.pointer import pointer_check  # noqa: E402
 from jobs.pipeline.verify.restart import RestartRecord, restart_record  # noqa: E402
@@ -80,7 +80,9 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     confirm offset `limit`) implies; returns the scan, findings and counts. `in_flight_from` (a broker
     is running): differences past it are in flight, counted apart. `since` (verify --since): decode from the
     segment holding the byte before its start; what points below that segment was checked earlier, counted apart.
-    `files`: where the consume queues and index files are (the store's own by default; verify --files OUT)."""
+    `files`: where the consume queues and index files are (the store's own by default; verify --files OUT, built to
+    `in_flight_from`: nothing writes it, so only the log past there is in flight)."""
+    out_built_to = in_flight_from if files is not None else None
     files = files or store
     since_from = since.from_offset if since is not None else None
     layout = store_cq_layout(files, settings) if with_cq else None
@@ -94,9 +96,9 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
     found = log_findings(scan, store, settings, in_flight_from)
     stats: dict[str, int] = {} if in_flight_from is None else {"in_flight_from": in_flight_from}
     stats["commitlog_min_offset"] = pointers.log_min  # the store's (a --since scan starts later)
-    parallelism = sc.default_parallelism
     index_plan = (plan_index_check(files.child("index"), scan, work, settings, pointers,
-                                   store_generation(store, generation).generation) if with_index else None)
+                                   store_generation(store, generation).generation, out_built_to)
+                  if with_index else None)
     rocks = (plan_rocksdb(sc, store, settings, scan, work, files.child(layout.db_dir), pointers.log_min, found)
              if rocks_units else None)  # RocksDB consume queues: the database
     index = (_plan_index_stage(sc, files, settings, scan, work, pointers, index_plan, quiet, with_cq,
@@ -104,12 +106,7 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
              if index_plan is not None else None)
     queue_checks: list = rocks.tasks if rocks is not None else []
     if rocks is None and with_cq:
-        cq_dir = files.child("consumequeue")
-        # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
-        tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * parallelism,
-                        continues=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
-        queue_checks = (plan_cq_checks(tasks, scan, pointers, found) if tasks
-                        else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
+        queue_checks = _plan_queue_checks(sc, files, settings, scan, work, pointers, found)
     seed = [index_plan.task] if index_plan is not None and index_plan.task is not None else []
     index_checks = index.checks if index is not None else []
     label = ", ".join(n for n, t in (("RocksDB consume queues" if rocks is not None else "consume queues",
@@ -126,11 +123,25 @@ def verify(sc: TaskRunner, store: Location, settings: BrokerSettings, work: Loca
             found.merge(f)
         stats["consumequeue_files_checked"] = found.files_checked
     if index is not None:
+        grown = (None if out_built_to is None
+                 else bool(scan.segments) and scan.dispatched_end(limit.offset) > out_built_to)
         stats.update(_check_index(sc, files, settings, scan, work, pointers, found, index, index_results, seed_result,
-                                  in_flight_from, quiet))
+                                  in_flight_from, quiet, grown))
     if settings.enable_dleger_commit_log:
         stats.update(_dledger_checks(sc, store, files, settings, scan, work, found, generation, with_index, quiet))
     return scan, found, stats
+
+
+def _plan_queue_checks(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
+                       pointers, found: Findings) -> list:
+    """The consume-queue files' checks: the rebuild's tasks, paired with the files in `files`; every file there an
+    extra when the commit log implies no queue."""
+    cq_dir = files.child("consumequeue")
+    # head expired or --since: an out-of-step queue goes on from where the store holds the scan's first unit
+    tasks = plan_cq(scan, settings, work, cq_dir, target_tasks=2 * sc.default_parallelism,
+                    continues=cq_dir if seed_bound(pointers) > 0 else None, place_all=False)
+    return (plan_cq_checks(tasks, scan, pointers, found) if tasks
+            else orphan_cq_task(cq_dir, work, settings.consume_queue_file_size, pointers, found))
 
 
 def _dledger_checks(sc: TaskRunner, store: Location, files: Location, settings: BrokerSettings, scan: ScanResult,
@@ -196,17 +207,19 @@ def _plan_index_stage(sc: TaskRunner, files: Location, settings: BrokerSettings,
     headers = [h for part in run_tasks(sc, tasks, expected_headers, "index headers", quiet=quiet) for h in part]
     if not tasks:
         align_index_files([], plan.disk, found)
-    checks = plan_index_checks(tasks, headers, index_dir, plan.disk, pointers, found, restart) if tasks else []
+    checks = (plan_index_checks(tasks, headers, index_dir, plan.disk, pointers, found, restart, plan.out_built_to)
+              if tasks else [])
     return IndexStage(**stage, files_expected=len(headers), checks=checks)
 
 
 def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
                  pointers, found: Findings, stage: IndexStage, results: list[Findings], seed_result: tuple[bool, int] | None,
-                 in_flight_from: int | None, quiet: bool) -> dict:
+                 in_flight_from: int | None, quiet: bool, out_grown: bool | None = None) -> dict:
     """index/ against the files the commit log implies (findings into `found`): the stage's results, or the seeded
     check; the counts for the report, the broker's own index loss when it accounts for the findings
     (verify.index_gap), and the record the broker's starts indexed again when they did (verify.restart; what they
-    put is counted apart)."""
+    put is counted apart). `out_grown` (verify --files OUT): whether the log goes on past OUT's end (else nothing of
+    the index is in flight)."""
     stats: dict = {}
     index_dir = files.child("index")
     plan, restart = stage.plan, stage.restart
@@ -223,8 +236,8 @@ def _check_index(sc: TaskRunner, files: Location, settings: BrokerSettings, scan
         stats["index_files_expected"] = stage.files_expected
         for f in results:
             found.merge(f)
-    if in_flight_from is not None:
-        index_in_flight(index_dir, found)
+    if in_flight_from is not None and out_grown is not False:
+        index_in_flight(index_dir, found, out=out_grown is not None)
     gap = explained_gap(found, index_dir, scan, work)
     if gap is not None:
         stats["index_gap"] = {**gap.to_dict(), "message": gap.describe(sum(
@@ -268,17 +281,6 @@ def check_dledger_index(sc: TaskRunner, store: Location, settings: BrokerSetting
     if rng is not None:
         verify_dledger.unit_after_last(files, rel, rng[1], found)
     return checked
-
-
-def index_in_flight(index_dir: Location, found: Findings) -> None:
-    """A running broker is writing its newest index file, and may have files still to create: their
-    differences are in flight."""
-    names = [i.base_name for i in index_dir.list() if i.type.name == "File"]
-    paths = {f"index/{names[-1]}"} if names else set()
-    paths |= {d["path"] for d in found.details if d["kind"] == "missing_file" and d["artifact"] == "index"
-              and d.get("file_number", -1) >= len(names)}
-    for path in paths:
-        found.move_to_in_flight("index", path)
 
 
 def main(argv: list[str] | None = None) -> int:

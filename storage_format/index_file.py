@@ -109,6 +109,13 @@ class IndexLayout:
         positions a chain walk or an entry listing may visit."""
         return min(max(header.index_count, 1), self.max_entries)
 
+    def size_problem(self, size: int) -> str | None:
+        """What is wrong with an index file of `size` bytes (None: nothing): the broker creates every index file at
+        this layout's size and maps it at that size, so any other size is a damaged or foreign file."""
+        if size == self.size:
+            return None
+        return f"index file is {size} bytes, expected {self.size} (maxHashSlotNum, maxIndexNum)"
+
     def whole_entries(self, nbytes: int) -> int:
         """How many entry positions the first `nbytes` of a file hold whole."""
         return max(0, (nbytes - self.entries_at) // ENTRY_SIZE)
@@ -265,8 +272,9 @@ def query_offsets(names: list[str], open_file: Callable[[str], AbstractContextMa
     res = IndexSearch(files=len(names))
     for name in reversed(names):
         with open_file(name) as f:
-            if f.size() != layout.size:
-                res.skipped.append({"file": name, "reason": f"{f.size()} bytes, expected {layout.size}"})
+            problem = layout.size_problem(f.size())
+            if problem is not None:
+                res.skipped.append({"file": name, "reason": problem})
                 continue
             h = IndexHeader.from_bytes(bytes(f.read_at(HEADER_SIZE, 0)))
             if is_time_matched(h, begin, end):

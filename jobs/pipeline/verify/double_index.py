@@ -128,7 +128,7 @@ def double_indexed(found: Findings, index_dir: Location, scan: ScanResult, work:
     """The store's index differs from what the log implies only by the broker's double-indexed records: then every
     index finding is set apart (returned with the records); else None and the findings stay."""
     paths = {d["path"] for d in found.details if d["artifact"] == ARTIFACT}
-    disk = disk_index_files(index_dir, Findings())
+    disk = disk_index_files(index_dir, Findings(), layout)
     names = [n for n, _ in disk]
     if not paths or not all(p.startswith("index/") and p[6:] in names for p in paths):
         return None

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from storage_format.segment_names import java_parse_long
 from storage_format.index_file import (HEADER_FIELD_OFFSETS, HEADER_SIZE, BrokenChain, IndexHeader, IndexLayout,
-                                       chain_walk, is_name, key_slots)
+                                       chain_walk, is_name, is_write_full, key_slots)
 
 from ..outputs.build import IndexFilePlan, IndexTask, KeySlice, index_file_bytes, index_file_stream
 from .findings import Findings
@@ -86,8 +86,24 @@ def report_extra_file(out: Findings, name: str, h: IndexHeader | None) -> None:
     """An index file of the store that the commit log implies none for."""
     out.add("index", "extra_file", f"index/{name}", found_header=header_dict(h),
             detail="the commit log implies no such index file"
-                   + (f" ({h.index_count - 1} entries, phyOffsets {h.begin_phy_offset}..{h.end_phy_offset})"
-                      if h is not None else ""))
+                   + (f" ({h.as_loaded().index_count - 1} entries, phyOffsets {h.begin_phy_offset}.."
+                      f"{h.end_phy_offset})" if h is not None else ""))
+
+
+def report_wrong_size(out: Findings, name: str, size: int, layout: IndexLayout) -> None:
+    """An index file not of the layout's size (IndexLayout.size_problem), as the broker reads it: mapped at the
+    layout's size, zeros past a shorter file's end, the bytes past that size unread."""
+    problem = layout.size_problem(size)
+    if problem is None:
+        return
+    if size < HEADER_SIZE:
+        cut = f"its {HEADER_SIZE}-byte header is cut off"
+    elif size < layout.size:
+        cut = f"entries from position {layout.whole_entries(size)} on are cut off"
+    else:
+        cut = "the bytes past the configured size are ignored"
+    out.add("index", "wrong_size", f"index/{name}", byte_offset=min(size, layout.size), expected=layout.size,
+            found=size, detail=f"{problem}; {cut}")
 
 
 def align_index_files(expected: list[tuple[int, IndexHeader]], disk: list[tuple[str, IndexHeader | None]],
@@ -193,12 +209,7 @@ def compare_index_file(expected: bytes, disk: bytes, rel: str, file_no: int, lay
     """Compare one index file with the bytes the commit log implies; chains and key lookups are
     checked on the disk file whenever anything differs."""
     art = "index"
-    size = len(expected)
-    if len(disk) != size:
-        cut = layout.whole_entries(len(disk))
-        out.add(art, "wrong_size", rel, file_number=file_no, expected=size, found=len(disk),
-                detail=f"file is {len(disk)} bytes, expected {size}"
-                       + (f"; entries from position {cut} on are cut off" if len(disk) < size else ""))
+    size = len(expected)  # a file of another size is a wrong_size finding of the listing (disk_index_files)
     if disk == expected:
         return
     raw = disk[:size] + bytes(max(0, size - len(disk)))
@@ -302,8 +313,10 @@ def check_restart_tail(expected: bytes, disk: Location, restart: RestartTail, in
     return True
 
 
-def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, IndexHeader | None]]:
-    """Every file of index/ in name order (the broker loads them all) with its header."""
+def disk_index_files(index_dir: Location, out: Findings,
+                     layout: IndexLayout) -> list[tuple[str, IndexHeader | None]]:
+    """Every file of index/ in name order (the broker loads them all) with its header; one not of the layout's size
+    is a wrong_size finding, paired with an expected file or not."""
     files = []
     for info in index_dir.list():
         odd = index_dir.child_kind(info)
@@ -318,17 +331,22 @@ def disk_index_files(index_dir: Location, out: Findings) -> list[tuple[str, Inde
         if not is_name(info.base_name):
             out.add("index", "unexpected_file", f"index/{info.base_name}",
                     detail="name is not yyyyMMddHHmmssSSS; the broker still loads it as an index file (in name order)")
+        report_wrong_size(out, info.base_name, info.size, layout)
         files.append((info.base_name, read_header(index_dir.child(info.base_name))))
     return files
 
 
 def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHeader]], index_dir: Location,
                       disk: list[tuple[str, IndexHeader | None]], pointers: PointerCheck,
-                      found: Findings, restart: RestartRecord | None = None) -> list[IndexCheckTask]:
+                      found: Findings, restart: RestartRecord | None = None,
+                      out_built_to: int | None = None) -> list[IndexCheckTask]:
     """Pair expected and disk files (disk_index_files), report the unpaired ones, and keep the paired files' tasks.
     `restart` (verify.restart): the task of the last expected file also checks it, and the unpaired disk files after
-    its pair, for the broker's restart re-index."""
+    its pair, for the broker's restart re-index. `out_built_to` (verify --files OUT): where OUT was built to; the
+    expected files past it are not paired (built_by)."""
     ordered = sorted(headers, key=lambda x: x[0])
+    if out_built_to is not None and tasks:
+        ordered = built_by(ordered, out_built_to, tasks[0].max_entries, found)
     held: list[tuple[str, IndexHeader | None]] | None = [] if restart is not None else None
     pairs = align_index_files(ordered, disk, found, held)
     last = ordered[-1][0] if ordered else None
@@ -342,3 +360,34 @@ def plan_index_checks(tasks: list[IndexTask], headers: list[tuple[int, IndexHead
                                          {p.file_no: pairs[p.file_no] for p in files}, index_dir.uri, pointers, tail))
     return checks
 
+
+def built_by(expected: list[tuple[int, IndexHeader]], built_to: int, max_entries: int,
+             found: Findings) -> list[tuple[int, IndexHeader]]:
+    """verify --files OUT: the expected files (creation order) OUT, built to commit-log offset `built_to`, can hold;
+    those whose first key lies at or past it are not built yet (counted in flight as missing files), so that an OUT
+    file is never paired with one of them. The first of those is kept when OUT may hold it without keys: opened by a
+    keyless record before `built_to` after a file full before it (or as the first file)."""
+    cut = next((i for i, (_, h) in enumerate(expected) if h.index_count > 1 and h.begin_phy_offset >= built_to),
+               len(expected))
+    if cut < len(expected):
+        before = expected[cut - 1][1] if cut else None
+        if before is None or is_write_full(before.index_count, max_entries) and before.end_phy_offset < built_to:
+            cut += 1
+    if cut < len(expected):
+        found.add_in_flight("index", "missing_file", len(expected) - cut)
+    return expected[:cut]
+
+
+def index_in_flight(index_dir: Location, found: Findings, out: bool = False) -> None:
+    """The differences of the index files still being written, moved in flight: a running broker's newest file and
+    the files it may still create; verify --files OUT (`out`: its log went on past OUT's end), OUT's last file the
+    log implies (the keys past OUT's end are not in it yet) and the files after it. There a file the log implies
+    none for stays a finding: OUT is reput's, which writes no other."""
+    names = [i.base_name for i in index_dir.list() if i.type.name == "File"]
+    if out:
+        names = [n for n in names if not found.by_path.get((f"index/{n}", "extra_file"))]
+    paths = {f"index/{names[-1]}"} if names else set()
+    paths |= {d["path"] for d in found.details if d["kind"] == "missing_file" and d["artifact"] == "index"
+              and d.get("file_number", -1) >= len(names)}
+    for path in paths:
+        found.move_to_in_flight("index", path)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from storage_format.index_file import HEADER_SIZE, IndexHeader
-
 from ..io.fs import Location
 from ..io.workdir import read_keys
 from ..scan.result import ScanResult
 from .findings import Findings
+from .index_files import read_header
 
 INDEX_NAME_DIGITS = 17
 
@@ -40,11 +39,14 @@ class IndexGap:
 
 def find_index_gap(index_dir: Location, scan: ScanResult, work: Location) -> IndexGap | None:
     """The first pair of adjacent index files (name order) with keyed records strictly between the first's last
-    entry and the second's first (headers only; the keys counted from the splits that overlap the gap)."""
+    entry and the second's first (headers only; the keys counted from the splits that overlap the gap). A file shorter
+    than its header (a wrong_size finding) bounds no gap."""
     names = sorted(i.base_name for i in index_dir.list() if i.type.name == "File"
                    and len(i.base_name) == INDEX_NAME_DIGITS and i.base_name.isdigit())
-    headers = [IndexHeader.from_bytes(bytes(index_dir.child(n).read_range(0, HEADER_SIZE))) for n in names]
+    headers = [read_header(index_dir.child(n)) for n in names]
     for (a, ha), (b, hb) in zip(zip(names, headers), zip(names[1:], headers[1:])):
+        if ha is None or hb is None:
+            continue
         if ha.index_count > 1 and hb.index_count > 1 and hb.begin_phy_offset > ha.end_phy_offset:
             keys = _keys_between(scan, work, ha.end_phy_offset, hb.begin_phy_offset)
             if keys:

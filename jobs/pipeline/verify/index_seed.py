@@ -228,12 +228,13 @@ def _zeros_after(disk: Location, data: mmap.mmap, end: int) -> bool:
     return all(not np.frombuffer(data, np.uint8, min(CHUNK, stop - at), at).any() for at in range(end, stop, CHUNK))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IndexPlan:
     """verify's index check as far as it is planned before the consume-queue stage: the store's index files in name
     order and the findings of listing them (merged when the index check runs, so the report keeps its order), the
     store's generation, the seed file's position (None: a full index check) and, for a local seed file, its
-    in-memory check (run beside the queue checks: verify.stage) with the continuation it checks."""
+    in-memory check (run beside the queue checks: verify.stage) with the continuation it checks. `out_built_to`
+    (verify --files OUT): where OUT was built to (index_files.built_by)."""
 
     disk: DiskIndex
     listing: Findings
@@ -241,17 +242,18 @@ class IndexPlan:
     at: int | None = None
     task: SeedInMemory | None = None
     continued: IndexWork | None = None
+    out_built_to: int | None = None
 
 
 def plan_index_check(index_dir: Location, scan: ScanResult, work: Location, settings: BrokerSettings,
-                     pointers: PointerCheck, generation: int) -> IndexPlan:
+                     pointers: PointerCheck, generation: int, out_built_to: int | None = None) -> IndexPlan:
     """The store's index files listed, the seed found and, when local, its in-memory check planned."""
     listing = Findings()
-    disk = disk_index_files(index_dir, listing)
+    disk = disk_index_files(index_dir, listing, settings.index_layout)
     bound = seed_bound(pointers)
     at = seed_position(disk, bound)
     if at is None or not is_local(index_dir):
-        return IndexPlan(disk, listing, generation, at)
+        return IndexPlan(disk=disk, listing=listing, generation=generation, at=at, out_built_to=out_built_to)
     name = disk[at][0]
     disk_file = index_dir.child(name)
     kept, header = plan_header(disk_file, bound, IndexLayout(settings.max_hash_slot_num, settings.max_index_num))
@@ -260,7 +262,8 @@ def plan_index_check(index_dir: Location, scan: ScanResult, work: Location, sett
     task = SeedInMemory(disk=disk_file, kept=kept, log_min=pointers.log_min, work=work,
                         slices=appends[0].slices if appends else (), slots=settings.max_hash_slot_num,
                         max_entries=settings.max_index_num)
-    return IndexPlan(disk, listing, generation, at, task, continued)
+    return IndexPlan(disk=disk, listing=listing, generation=generation, at=at, task=task, continued=continued,
+                     out_built_to=out_built_to)
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,7 @@ def seeded_index_check(sc: TaskRunner, plan: IndexPlan, seed_result: tuple[bool,
     headers = [h for part in run_tasks(sc, builds, expected_headers, "index headers", quiet=quiet) for h in part]
     # without files after the seed, the seed's check took the store's later files when it checks for the restart
     checks = plan_index_checks(builds, headers, index_dir, later if builds or restart is None else [], pointers, found,
-                               restart)
+                               restart, plan.out_built_to)
     for f in run_tasks(sc, checks, check_index, "index files", quiet=quiet):
         found.merge(f)
     return SeedOutcome(1 + len(headers), f"index/{plan.disk[at][0]}", CUT_COPY if why else IN_MEMORY, why)
