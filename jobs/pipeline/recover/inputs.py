@@ -127,9 +127,9 @@ def list_index_files(store: Location, settings: BrokerSettings,
         if info.size == 0:  # a crash leftover: IndexFile maps it at full size, zero-filled, and loads it
             out.append((recovery.IndexFileInfo(info.base_name, IndexHeader(index_count=0), True), loc.uri))
             continue
-        if info.size != settings.index_file_size:
-            raise StoreFormatError(loc.uri, info.size, f"index file is {info.size} bytes, expected "
-                                                       f"{settings.index_file_size} (maxHashSlotNum, maxIndexNum)")
+        problem = settings.index_layout.size_problem(info.size)
+        if problem is not None:
+            raise StoreFormatError(loc.uri, info.size, problem)
         header = IndexHeader.from_bytes(bytes(loc.read_range(0, HEADER_SIZE)))
         out.append((recovery.IndexFileInfo(info.base_name, header), loc.uri))
     return out
