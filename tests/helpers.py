@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,11 +116,15 @@ def ended(proc: subprocess.Popen, within_s: float = 120) -> Ended:
 
 
 def signalled_at_hook(job: str, argv: list[str], hook: str, mark: Path, sig: int = signal.SIGINT,
-                      env: dict[str, str] | None = None) -> Ended:
-    """The job held at `hook`, then `sig` sent to its whole process group as a terminal sends Ctrl-C."""
-    proc = start_at_hook(job, argv, hook, mark, env)
+                      env: dict[str, str] | None = None, stdout: int = subprocess.PIPE,
+                      check: Callable[[], object] | None = None) -> Ended:
+    """The job held at `hook` (`check()` run there: what the job must have made by then), then `sig` sent to its
+    whole process group as a terminal sends Ctrl-C."""
+    proc = start_at_hook(job, argv, hook, mark, env, stdout)
     try:
         wait_at_hook(proc, mark)
+        if check is not None:
+            check()
         os.killpg(proc.pid, sig)
     except BaseException:
         kill_group(proc)

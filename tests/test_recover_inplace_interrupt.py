@@ -14,7 +14,7 @@ import pytest
 
 from jobs.pipeline.recover import inplace as recover_inplace
 from jobs.pipeline.recover.journal import BACKUP_MANIFEST, JOURNAL, STAGING
-from tests.helpers import ended, file_tree_digest, kill_group, run_job, start_at_hook, wait_at_hook
+from tests.helpers import file_tree_digest, run_job, signalled_at_hook
 from tests.rebuild_helpers import consume_queue_hashes
 from tests.recovery_helpers import writable_copy
 
@@ -76,16 +76,8 @@ def test_a_signal_before_the_journal_leaves_the_store_and_backup_dir_as_they_wer
     store = writable_copy(golden / CASE, tmp_path / "store")
     before = file_tree_digest(store), names(store)
     backup = backup_dir(tmp_path, there)
-    mark = tmp_path / "paused"
-    proc = start_at_hook("recover", argv(store, backup), point, mark, stdout=subprocess.DEVNULL)
-    try:
-        wait_at_hook(proc, mark)
-        at_hook(point, store, backup)
-        os.killpg(proc.pid, sig)
-    except BaseException:
-        kill_group(proc)
-        raise
-    run = ended(proc)
+    run = signalled_at_hook("recover", argv(store, backup), point, tmp_path / "paused", sig,
+                            stdout=subprocess.DEVNULL, check=lambda: at_hook(point, store, backup))
     assert run.returncode == 128 + sig, run.stderr[-2000:]
     as_it_was(store, before, backup, there)
     lines = [line for line in run.stderr.splitlines()
@@ -121,15 +113,8 @@ def test_a_signal_after_the_switch_says_the_store_was_recovered(golden, tmp_path
     saying the store was recovered (not "nothing published"); the store is the recovered one, DIR holds its backup."""
     store = writable_copy(golden / CASE, tmp_path / "store")
     backup = backup_dir(tmp_path, False)
-    mark = tmp_path / "paused"
-    proc = start_at_hook("recover", argv(store, backup), "after-switch", mark, stdout=subprocess.DEVNULL)
-    try:
-        wait_at_hook(proc, mark)
-        os.killpg(proc.pid, signal.SIGINT)
-    except BaseException:
-        kill_group(proc)
-        raise
-    run = ended(proc)
+    run = signalled_at_hook("recover", argv(store, backup), "after-switch", tmp_path / "paused",
+                            stdout=subprocess.DEVNULL)
     assert run.returncode == 130, run.stderr[-2000:]
     lines = [line for line in run.stderr.splitlines()
              if line.startswith("reput recover: ") and not line.startswith("reput recover: note:")]
