@@ -58,6 +58,9 @@ class BrokerSettings:
     enabled_append_prop_crc: bool = False
     store_path_commit_log: str | None = None  # None: <store>/commitlog
     read_only_commit_log_store_paths: str | None = None
+    # 5.x: the broker's start dispatches from the consume queues' end, not the confirm offset (store_gate refuses it
+    # for the jobs that model what a start re-dispatches)
+    recheck_reput_offset_from_cq: bool = False
     # 5.x timer message store (storage_format.timer): read by recover's timer check and --repair-timer
     timer_wheel_enable: bool = True
     mapped_file_size_timer_log: int = 100 * 1024 * 1024
@@ -128,6 +131,7 @@ _PROPERTY_FIELDS: dict[str, tuple[str, type]] = {
     "storePathCommitLog": ("store_path_commit_log", str),
     "readOnlyCommitLogStorePaths": ("read_only_commit_log_store_paths", str),
     "timerWheelEnable": ("timer_wheel_enable", bool),
+    "recheckReputOffsetFromCq": ("recheck_reput_offset_from_cq", bool),
     "mappedFileSizeTimerLog": ("mapped_file_size_timer_log", int),
     "timerPrecisionMs": ("timer_precision_ms", int),
     "timerSkipUnknownError": ("timer_skip_unknown_error", bool),

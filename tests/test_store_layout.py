@@ -361,3 +361,22 @@ def test_rebuild_under_other_sizes_is_refused_then_taken_from_the_commit_log_alo
     assert rebuild_main(["--store", str(log_only), "--out", str(tmp_path / "out"), *argv]) == 0
     sizes = {p.stat().st_size for p in (tmp_path / "out" / "index").iterdir()}
     assert sizes == {IndexLayout(4096, 100000).size} and not (tmp_path / "refused").exists()
+
+
+def test_recheck_reput_offset_from_cq_is_refused_where_a_start_is_modelled(no_spark, tmp_path, capsys):
+    """recheckReputOffsetFromCq=true moves where a 5.x broker's start dispatches again (the consume queues' end, not
+    the confirm offset): recover and verify, which say what that start does, refuse it by name before reading
+    anything; a job that reads the log alone goes on."""
+    store = GOLDEN / "clean-small-11"
+    conf = tmp_path / "recheck.conf"
+    conf.write_text((store / "broker.conf").read_text() + "recheckReputOffsetFromCq=true\n")
+    common = ["--store", str(store), "--broker-config", str(conf)]
+    for job, own in {"recover": ["--dry-run"], "verify": ["--json"]}.items():
+        code, err = run_job_lines(job, common + own, capsys)
+        assert code == 2 and err == [
+            f"reput {job}: error: recheckReputOffsetFromCq=true: the broker's start dispatches again from the consume "
+            f"queues' end, not from the commit log's confirm offset; reput does not implement it for {job} yet "
+            f"(rebuild, inspect, query, dump and convert read the log alone)"], err
+    code, err = run_job_lines("inspect", common + ["--quiet", "--engine", "local", "--report",
+                                                   str(tmp_path / "inspect.json")], capsys)
+    assert code == 0, err

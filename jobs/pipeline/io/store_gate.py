@@ -44,6 +44,7 @@ def list_store(store: Location) -> StoreListing:
 # refuse a double-write store (the database beside the file queues is more than they model).
 ROCKSDB_JOBS = ("inspect", "dump", "query", "verify", "rebuild", "recover")  # rebuild: outputs.rocksdb_run
 DOUBLE_WRITE_REFUSED = ("recover",)
+START_MODELLED = ("recover", "verify")  # jobs that say what the broker's next start dispatches again
 
 
 def store_cq_layout(store: Location, settings: BrokerSettings) -> CqLayout:
@@ -85,6 +86,10 @@ def store_settings(store: Location, settings: BrokerSettings, config_given: bool
         if note:
             print(f"reput: note: {note}", file=sys.stderr)
     _gate_cq_layout(check_store(settings, listing), settings, job)
+    if job in START_MODELLED and settings.recheck_reput_offset_from_cq:
+        raise UnsupportedStoreError(f"recheckReputOffsetFromCq=true: the broker's start dispatches again from the "
+                                    f"consume queues' end, not from the commit log's confirm offset; {NOT_IMPLEMENTED} "
+                                    f"for {job} yet (rebuild, inspect, query, dump and convert read the log alone)")
     shown = files_shown(store, settings)
     if config_given:
         found = size_differences(settings, shown)
