@@ -217,3 +217,21 @@ def test_manifest_structure_whole_and_cut():
 def test_the_golden_manifests_are_whole_records(case):
     db = rocks_case(case) / "consumequeue"
     assert manifest_cut(_manifest(db).read_bytes()) is None
+
+
+def test_a_block_that_fails_its_checksum_is_refused_not_read_as_the_end(tmp_path, private_tmp):
+    """A data block of an SST file changed on disk (bit rot): RocksDB's iterator stops there and says so only in its
+    status; every way the reader iterates refuses naming the file and the block's byte offset, where it read a
+    smaller database before."""
+    store = rocks_copy("rocksdb-clean-11", tmp_path / "store")
+    sst = max((store / "consumequeue").glob("*.sst"), key=lambda p: p.stat().st_size)
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    with open_cq_database(store / "consumequeue", "STORE/consumequeue") as db:
+        for read in (lambda: list(db.unit_items()), lambda: list(db.unit_batches(size=1000)),
+                     lambda: list(db.unit_topics())):
+            with pytest.raises(StoreFormatError) as exc:
+                read()
+            assert exc.value.path == f"STORE/consumequeue/{sst.name}" and exc.value.offset is not None
+            assert "block checksum mismatch" in str(exc.value), exc.value

@@ -188,6 +188,18 @@ def test_verify_of_each_golden_case(case, tmp_path, capfd):
     assert store_listing(store) == before
 
 
+def test_an_sst_file_the_manifest_does_not_reference_is_named_not_read(tmp_path, capfd):
+    """A stray *.sst beside the database (a copy of a live one under another number): not read, and named on stderr
+    and in the report's rocksdb section; the store is consistent as it was."""
+    store = rocks_copy("rocksdb-clean-11", tmp_path / "s")
+    live = sorted((store / "consumequeue").glob("*.sst"))[0]
+    (store / "consumequeue" / "000777.sst").write_bytes(live.read_bytes())
+    code, r, err = _verify(store, tmp_path, capfd)
+    assert code == 0 and r["status"] == "consistent" and r["rocksdb"]["unreferenced_files"] == ["000777.sst"], err
+    assert (f"reput verify: note: 1 *.sst files in {store / 'consumequeue'} are not in the database's MANIFEST and are "
+            f"not read (the broker's next read-write open deletes them): 000777.sst") in err
+
+
 def test_the_crash_image_names_where_the_broker_re_dispatches_from(tmp_path, capfd):
     store = rocks_copy("rocksdb-unclean-11", tmp_path / "s")
     code, out, _ = run_job("verify", ["--store", str(store), "--broker-config", str(store / "broker.conf")], capfd)

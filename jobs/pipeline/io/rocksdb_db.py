@@ -31,6 +31,7 @@ EXTRA = "reput[rocksdb]"
 NOT_LINKED = ("LOCK", "LOG", "rocksdict-config.json", "speedict-config.json")
 BATCH_UNITS = 65536
 _LINK_PREFIX = "reput-rocksdb-"
+_READ_AT = re.compile(r"in \S*?(\d+\.sst) offset (\d+)")  # where RocksDB's status names a block it cannot read
 _FILE_IN_MESSAGE = re.compile(r"(?:[\w.-]*/)*((?:MANIFEST|OPTIONS)-\d+|CURRENT|IDENTITY|\d+\.(?:sst|log|blob))\b")
 
 
@@ -73,35 +74,39 @@ class CqDatabase:
     def unit_items(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """`default` (key, value) pairs in key order, keys in [lower, upper). The bounds are applied here: the
         binding's ReadOptions encodes iterator bounds in its non-raw form, which raw keys do not compare with."""
-        items = self._db.items(from_key=lower) if lower is not None else self._db.items()
-        if upper is None:
-            yield from items
-            return
-        for key, value in items:
-            if key >= upper:
+        last = lower
+        for key, value in self._db.items(from_key=lower) if lower is not None else self._db.items():
+            if upper is not None and key >= upper:
                 return
+            last = key
             yield key, value
+        self._ran_out(self._db, last, lower is None and last is None)
 
     def unit_batches(self, lower: bytes | None = None, upper: bytes | None = None,
                      size: int = BATCH_UNITS) -> Iterator[UnitBatch]:
         """`default` items in [lower, upper) in batches of up to `size`, values decoded in one frombuffer; a value
         that is not 28 bytes raises StoreFormatError naming the database and the key."""
         items = iter(self._db.items(from_key=lower) if lower is not None else self._db.items())
+        last = lower
         while True:  # unit_items' loop inlined, batches cut by islice: ~0.3 us a unit is the binding's
             keys: list[bytes] = []
             values: list[bytes] = []
             key_to, value_to = keys.append, values.append
-            ended = True
+            ended, bounded = True, False
             for key, value in islice(items, size):
                 if upper is not None and key >= upper:
+                    bounded = True
                     break
                 key_to(key)
                 value_to(value)
             else:
                 ended = len(keys) < size
             if keys:
+                last = keys[-1]
                 yield self._batch(keys, values)
             if ended:
+                if not bounded:
+                    self._ran_out(self._db, last, lower is None and last is None)
                 return
 
     def _batch(self, keys: list[bytes], values: list[bytes]) -> UnitBatch:
@@ -119,7 +124,34 @@ class CqDatabase:
 
     def offset_items(self) -> Iterator[tuple[bytes, bytes]]:
         """`offset` (key, value) pairs in key order: "max"/"min" records and the checkpoint."""
-        yield from self._offset.items()
+        last = None
+        for key, value in self._offset.items():
+            last = key
+            yield key, value
+        self._ran_out(self._offset, last, last is None)
+
+    def _ran_out(self, family: Any, last: bytes | None, from_first: bool) -> None:
+        """An iteration ran out after `last` (None: it read nothing): RocksDB also ends one where it cannot read a
+        block (a checksum mismatch, a file cut short) and says so only in its iterator's status. A fresh iterator
+        stepped past `last` reads the same block: its status, or a key it still finds, is refused naming the
+        file and byte offset."""
+        it = family.iter()
+        if from_first:
+            it.seek_to_first()
+        else:
+            it.seek(last)
+            if it.valid() and it.key() == last:
+                it.next()
+        try:
+            it.status()
+        except Exception as exc:  # the binding raises plain Exception for every RocksDB status
+            text = " ".join(str(exc).split())
+            found = _READ_AT.search(text)
+            where, at = ((f"{self._label}/{found.group(1)}", int(found.group(2))) if found else (self._label, None))
+            raise StoreFormatError(where, at, f"the RocksDB database cannot be read past here: {text}") from None
+        if it.valid():
+            raise StoreFormatError(self._label, None, f"the RocksDB iteration ended before key {it.key().hex()}, "
+                                                      f"which the database holds")
 
     def offset_value(self, key: bytes) -> bytes | None:
         """One `offset` key's value (a queue's "max"/"min" record: rocksdb_cq.offset_key), None when absent."""

@@ -6,6 +6,8 @@ holds one small record per queue. The database is opened read-only through a pri
 (io.rocksdb_db): nothing is written into the store."""
 from __future__ import annotations
 
+import sys
+
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +115,7 @@ class RocksPlan:
     start: NextStart
     log_min: int
     tasks: list[RocksCheckTask]
+    unreferenced: list[str]  # *.sst files beside the database its MANIFEST does not reference: not read, named
 
 
 def plan_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, scan: ScanResult, work: Location,
@@ -123,10 +126,16 @@ def plan_rocksdb(sc: TaskRunner, store: Location, settings: BrokerSettings, scan
     with open_cq_database(Path(db_dir.path), label) as db:
         families = db.column_families()
         fam = read_offset_family(db, label, found)
+        unreferenced = db.unreferenced_files()
+    if unreferenced:
+        print(f"reput verify: note: {len(unreferenced)} *.sst files in {label} are not in the database's MANIFEST "
+              f"and are not read (the broker's next read-write open deletes them): {', '.join(unreferenced[:5])}"
+              + (", ..." if len(unreferenced) > 5 else ""), file=sys.stderr)
     start = store_next_start(store, scan, fam.checkpoint)
     tasks = plan_checks(scan, settings, work, Path(db_dir.path), label, fam, start, log_min,
                         4 * sc.default_parallelism)
-    return RocksPlan(label=label, families=families, fam=fam, start=start, log_min=log_min, tasks=tasks)
+    return RocksPlan(label=label, families=families, fam=fam, start=start, log_min=log_min, tasks=tasks,
+                     unreferenced=unreferenced)
 
 
 def rocksdb_section(plan: RocksPlan, results: list[RocksCheckResult], scan: ScanResult, found: Findings) -> dict:
@@ -144,7 +153,7 @@ def rocksdb_section(plan: RocksPlan, results: list[RocksCheckResult], scan: Scan
     return {"database": plan.label, "column_families": plan.families, **{k: counts[k] for k in sorted(counts)},
             "offset_records": fam.records, "max_records": len(fam.maxes), "min_records": len(fam.mins),
             "checkpoint": _checkpoint(fam.checkpoint, dispatched_end, start, log_end, found),
-            "next_start": start.to_dict(log_end)}
+            "next_start": start.to_dict(log_end), "unreferenced_files": plan.unreferenced}
 
 
 def _merge(r: RocksCheckResult, found: Findings, counts: Counter, tails: dict) -> None:
