@@ -105,6 +105,7 @@ def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, to
         result["index_files"] = search.files
         result["lookups"].append({"index_key": f"{topic}#{key}", "candidates": search.offsets,
                                   "files_searched": len(search.searched), "files_skipped": search.skipped})
+        _index_warnings(index_dir, search, f"{topic}#{key}", max_num, result["warnings"])
         for off in sorted(set(search.offsets)):
             msg, why = reader.read(off)
             if msg is None:
@@ -116,6 +117,19 @@ def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, to
                                                   "keys": parse_properties(msg.properties).get(KEYS),
                                                   "uniq_key": parse_properties(msg.properties).get(UNIQ_KEY)})
     return sorted(set(found))
+
+
+def _index_warnings(index_dir: Location, search, index_key: str, max_num: int, warnings: list[str]) -> None:
+    """What makes an index answer incomplete, once each: an index file skipped (its messages are not found through
+    the index), the --max-num cap reached (a record's repeated key tokens count too)."""
+    for s in search.skipped:
+        text = (f"{index_dir.child(s['file']).uri} skipped: {s['reason']}; the messages it indexes are not found "
+                f"through the index (--scan reads the commit log)")
+        if text not in warnings:
+            warnings.append(text)
+    if len(search.offsets) >= max_num:
+        warnings.append(f"{index_key}: the index gave {len(search.offsets)} candidate offsets, the --max-num cap: "
+                        f"more may carry the key; raise --max-num")
 
 
 def by_scan(args: argparse.Namespace, store: Location, settings: BrokerSettings, topic: str | None, key: str,
@@ -277,9 +291,6 @@ def print_human(r: dict, show_body: bool) -> None:
             cands = sum(len(lk["candidates"]) for lk in r["lookups"])
             print(f"index: {r['index_files']} files, {cands} candidate offsets (max {q['max_num']} per key), "
                   f"{len(r['hash_collisions'])} hash collisions filtered out")
-            for lk in r["lookups"]:
-                for s in lk["files_skipped"]:
-                    print(f"  skipped index/{s['file']}: {s['reason']}")
     for w in r["warnings"]:
         warn("query", w)
     for u in r["unreadable"]:

@@ -316,3 +316,16 @@ def test_a_work_dir_made_for_the_run_goes_with_it(no_spark, tmp_path, capsys):
     kept.mkdir()
     code, err = run_job_lines("convert", conf + ["--out", str(tmp_path / "o"), "--work-dir", str(kept)], capsys)
     assert code == 0 and list(tmp_path.iterdir()) == [kept] and list(kept.iterdir()) == [], err
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_job_quietly():
+    """`reput dump ... | head -1`: the reader closes the pipe after its line; the job ends as a program killed by
+    SIGPIPE ends (141), with no error line (it used to say "[Errno 32] Broken pipe", exit 2)."""
+    store = GOLDEN / "clean-small-11"
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.dump", "--store", str(store), "--broker-config",
+                             str(store / "broker.conf"), "--offset", "0", "--count", "3000"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("record at offset 0 ")
+    proc.stdout.close()  # more than a pipe's buffer is still to come: the next write fails
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and err == "", err

@@ -144,8 +144,31 @@ def test_default_limit_is_64_newest_first(golden, capsys):
     cands, hits, _ = expected(case, "TopicTest", "dup", False)
     assert len(cands) == 64 and got["lookups"][0]["candidates"] == cands
     assert offsets(got) == hits and len(hits) < 64  # some records carry `dup` twice
+    assert got["warnings"] == ["TopicTest#dup: the index gave 64 candidate offsets, the --max-num cap: more may "
+                               "carry the key; raise --max-num"]
     _, few = run(capsys, case, "--topic", "TopicTest", "--key", "dup", "--max-num", "3")
     assert few["lookups"][0]["candidates"] == cands[:3]
+    _, every = run(capsys, case, "--topic", "TopicTest", "--key", "dup", "--max-num", "1000")
+    assert every["warnings"] == []
+
+
+def test_an_index_file_skipped_is_a_warning_naming_it(tmp_path, capsys):
+    """An index file of the wrong size is skipped as the broker skips it; its messages are not found through the
+    index, which a warning on stderr (and in the report) says, naming the file."""
+    import shutil
+
+    case = "clean-small-11"
+    store = tmp_path / case
+    shutil.copytree(GOLDEN / case, store)
+    victim = sorted((store / "index").iterdir())[5]
+    with victim.open("r+b") as f:
+        f.truncate(3000)
+    code = query_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--topic", "TopicTest",
+                       "--key", "dup", "--max-num", "1000"])
+    err = capsys.readouterr().err
+    assert code == 0 and (f"reput query: warning: {victim} skipped: index file is 3000 bytes, expected 5416 "
+                          f"(maxHashSlotNum, maxIndexNum); the messages it indexes are not found through the index "
+                          f"(--scan reads the commit log)") in err, err
 
 
 @pytest.mark.parametrize("case", ("clean-small-11", "clean-medium-11"))

@@ -147,16 +147,47 @@ def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] 
     except SystemExit:
         raise  # argparse: --help / --version (0) or a usage error (2), already printed
     except Exception as exc:
-        if debug():
-            traceback.print_exc()
-        if interrupt.signalled():  # the interrupt's KeyboardInterrupt was replaced on its way up
-            code = interrupt.finish(job, INTERRUPTED_NOTES.get(job))
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():  # `| head` read what it wanted: not an error
+            code = _reader_gone()
         else:
-            print(f"reput {job}: error: {one_line(exc)}", file=sys.stderr, flush=True)
-            code = EXIT_ERROR
+            code = _failed(job, exc)
     finally:
         interrupt.uninstall(previous)
     sys.exit(code)
+
+
+def _failed(job: str, exc: Exception) -> int:
+    """A job's failure: one line (the traceback too with REPUT_DEBUG=1), or the interrupt it hid."""
+    if debug():
+        traceback.print_exc()
+    if interrupt.signalled():  # the interrupt's KeyboardInterrupt was replaced on its way up
+        return interrupt.finish(job, INTERRUPTED_NOTES.get(job))
+    print(f"reput {job}: error: {one_line(exc)}", file=sys.stderr, flush=True)
+    return EXIT_ERROR
+
+
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell reports for a program whose reader closed the pipe
+
+
+def _stdout_closed() -> bool:
+    """Standard output is a pipe whose reader has closed it (POLLERR on the write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _reader_gone() -> int:
+    """The reader of standard output went away (`| head`): nothing more can reach it, so the job ends quietly, as a
+    program killed by SIGPIPE ends, its output pointed at /dev/null so that no later flush fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_READER_GONE
 
 
 def run_process(job: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> NoReturn:
