@@ -134,7 +134,10 @@ def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, s
     report = {"table": table.uri, "store": store.uri, "store_id": sid, "app_id": app,
               "from_offset": since, "to_offset": end, "committed": False, "delta_version": delta.version(),
               "rows_appended": 0, "files_added": 0, "rows_per_topic": {},
-              "scan_end": result.end.as_list() if result.end else None, "gap": None}
+              "scan_end": result.end.as_list() if result.end else None, "gap": None,
+              "tail_problems": result.tail_problems()}
+    for problem in report["tail_problems"]:  # catalogued up to the valid end, as the broker dispatches; said so
+        warn("catalog", f"{problem}; the catalog holds the records before it")
     if since is not None and result.segments and result.segments[0].start > since:
         report["gap"] = [since, result.segments[0].start]
         warn("catalog", f"commit log between {since} and {result.segments[0].start} is gone (segments expired?); "

@@ -145,6 +145,26 @@ def test_catalog_refuses_a_store_that_does_not_continue_the_table(spark, capsys,
     assert data_files(table) == committed_files(dt)
 
 
+def test_a_damaged_record_mid_log_is_named_and_the_catalog_holds_what_precedes_it(spark, capsys, tmp_path):
+    """A record damaged in the middle of the log: the catalog holds the records before it (the broker's dispatch
+    stops there too) and says so on stderr and in the report, naming the record and the valid records after it."""
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / SMALL, store)
+    seg = store / "commitlog" / "00000000000000786432"
+    data = bytearray(seg.read_bytes())
+    struct.pack_into(">i", data, 215590 + 4, 1)  # the magic code of the record at byte 215590
+    seg.write_bytes(bytes(data))
+    code = catalog_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--table",
+                         str(tmp_path / "catalog"), "--json"])
+    said = capsys.readouterr()
+    report, err = json.loads(said.out), said.err
+    assert code == 0
+    assert report["to_offset"] == 786432 + 215590 and len(report["tail_problems"]) == 3, report["tail_problems"]
+    assert (f"reput catalog: warning: the commit log ends with an invalid record: bad magic code 0x00000001 at "
+            f"commit-log offset 1002022 ({seg} at byte offset 215590); the catalog holds the records before it") in err
+    assert "valid records follow the end of the commit log" in err
+
+
 def test_catalog_refuses_table_inside_store(spark, tmp_path):
     """The store is only read: a table inside it is refused before anything is written."""
     store = tmp_path / "store"
