@@ -25,7 +25,7 @@ import json  # noqa: E402
 from typing import Iterator  # noqa: E402
 
 from jobs.pipeline.convert.msgid_map import new_offset  # noqa: E402
-from jobs.pipeline.runtime.cli import EXIT_OK, JobError, parser, run_process, settings_from  # noqa: E402
+from jobs.pipeline.runtime.cli import EXIT_OK, JobError, parser, run_process, settings_from, utf8_text  # noqa: E402
 from jobs.pipeline.io.job_args import check_store  # noqa: E402
 from jobs.pipeline.dump.text import row_lines  # noqa: E402
 from jobs.pipeline.dump.readers import dump_index, dump_queue, dump_records  # noqa: E402
@@ -42,7 +42,7 @@ def _args(argv: list[str] | None):
                        "(like mqadmin queryCq/printMsgByQueue and kafka-dump-log).",
                json_help="one JSON object per line instead of text", report=False)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--topic", help="with --queue: dump this consume queue")
+    what.add_argument("--topic", type=utf8_text, help="with --queue: dump this consume queue")
     what.add_argument("--offset", type=int, help="dump commit-log records from this physical offset (a record's start)")
     what.add_argument("--index-file", help="dump this file of index/ (its name, e.g. 20261122050800409)")
     what.add_argument("--queue-offsets", action="store_true",

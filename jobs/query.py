@@ -22,7 +22,7 @@ import datetime as dt  # noqa: E402
 import string  # noqa: E402
 
 from jobs.pipeline.runtime.cli import (EXIT_FINDINGS, EXIT_OK, JobError, emit, parser, progress_quiet,  # noqa: E402
-                                       run_process, settings_from, warn)
+                                       run_process, settings_from, utf8_text, warn)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.io.fs import Location  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
@@ -153,10 +153,10 @@ def by_scan(args: argparse.Namespace, store: Location, settings: BrokerSettings,
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("query", "Find messages by key, unique key or offset message id, like the broker's query.")
-    p.add_argument("--topic", help="topic of the key (required with --key; optional with --uniq-key)")
+    p.add_argument("--topic", type=utf8_text, help="topic of the key (required with --key; optional with --uniq-key)")
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--key", help="a message key (one KEYS token)")
-    mode.add_argument("--uniq-key", help="a producer unique key (UNIQ_KEY, the client's msgId)")
+    mode.add_argument("--key", type=utf8_text, help="a message key (one KEYS token)")
+    mode.add_argument("--uniq-key", type=utf8_text, help="a producer unique key (UNIQ_KEY, the client's msgId)")
     mode.add_argument("--msg-id", help="a message id: an offset message id (store host + port + physical offset), "
                                        "else searched as a unique key like mqadmin queryMsgById")
     p.add_argument("--begin", type=parse_time, default=0, help="window start: epoch ms or ISO-8601 (default 0)")

@@ -22,7 +22,7 @@ import time  # noqa: E402
 from jobs.pipeline.outputs.build import (IndexShare, build_files, name_index_files, one_stream_note,  # noqa: E402
                                        pending_name, plan_cq, plan_index, share_index_tasks)
 from jobs.pipeline.runtime.cli import (EXIT_OK, add_generation_flag, emit, json_bytes, parser,  # noqa: E402
-                                       progress_quiet, run_process, settings_from, time_zone)
+                                       progress_quiet, run_process, settings_from, time_zone, utf8_text)
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.outputs.rocksdb_run import rebuild_rocksdb  # noqa: E402
 from jobs.pipeline.outputs.rebuild_out import (REPORT_NAME, check_staged, full_run_sections,  # noqa: E402
@@ -51,7 +51,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p = parser("rebuild", "Rebuild consume queues and index files from a RocketMQ commit log, byte-exact.")
     p.add_argument("--out", help="output directory (must not exist unless --overwrite; not with --in-place)")
     p.add_argument("--only", choices=("consumequeue", "index"), help="build only this artifact")
-    p.add_argument("--topics", help="comma-separated topics: build only their consume queues")
+    p.add_argument("--topics", type=utf8_text, help="comma-separated topics: build only their consume queues")
     p.add_argument("--index-name-tz", default="UTC", help="time zone of index file names (default UTC)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT atomically")
     p.add_argument("--accept-invalid-tail", action="store_true",

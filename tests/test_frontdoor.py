@@ -329,3 +329,18 @@ def test_a_reader_that_closes_the_pipe_ends_the_job_quietly():
     proc.stdout.close()  # more than a pipe's buffer is still to come: the next write fails
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("job,argv", [("query", ["--topic", "Topic\udcffTest", "--key", "dup"]),
+                                      ("query", ["--topic", "TopicTest", "--key", "d\udcffup"]),
+                                      ("dump", ["--topic", "Topic\udcffTest", "--queue", "0"]),
+                                      ("rebuild", ["--out", "/nonexistent/out", "--topics", "Topic\udcffTest"])])
+def test_a_topic_or_key_that_is_not_utf8_is_refused_naming_the_flag(job, argv, capsys):
+    """A terminal in another encoding hands Python undecodable bytes (surrogates): the flag is named with the byte,
+    before the job reads anything (it raised a UnicodeEncodeError, or matched against nothing)."""
+    store = GOLDEN / "clean-small-11"
+    code, err = run_job_lines(job, ["--store", str(store), "--broker-config", str(store / "broker.conf"), *argv],
+                              capsys)
+    flag = argv[2] if job == "query" and "\udcff" in argv[3] else argv[0] if job != "rebuild" else "--topics"
+    assert code == 2 and err[-1].startswith(f"reput {job}: error: argument {flag}: b'") and "is not UTF-8 (byte 0xff" \
+        in err[-1], err

@@ -133,6 +133,19 @@ def emit(args: argparse.Namespace, report: dict, human: Callable[[dict], None],
         human(report)
 
 
+def utf8_text(value: str) -> str:
+    """An argument matched against a topic or key (argparse type): text the broker could have written, UTF-8. Bytes
+    that do not decode (a terminal in another encoding) are refused naming the byte, not matched against nothing."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = value[exc.start].encode("utf-8", "surrogateescape")[0]
+        raise argparse.ArgumentTypeError(f"{value.encode('utf-8', 'surrogateescape')!r} is not UTF-8 (byte "
+                                         f"0x{byte:02x} at character {exc.start}): the broker writes topics and keys "
+                                         f"in UTF-8") from None
+    return value
+
+
 def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> NoReturn:
     """Run `main(argv)` and exit with its status. A failure of any kind is one line,
     `reput <job>: error: <what>`, exit 2; Ctrl-C or SIGTERM is `reput <job>: interrupted; ...`, exit 130 or
