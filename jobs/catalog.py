@@ -118,6 +118,12 @@ def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: C
                                    commit_properties=props)
 
 
+def _say_tail(problems: list[str]) -> None:
+    """A log that does not end cleanly is catalogued up to its valid end, as the broker dispatches it: said so."""
+    for problem in problems:
+        warn("catalog", f"{problem}; the catalog holds the records before it")
+
+
 def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
             include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False,
             generation: int | None = None) -> dict:
@@ -136,8 +142,7 @@ def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, s
               "rows_appended": 0, "files_added": 0, "rows_per_topic": {},
               "scan_end": result.end.as_list() if result.end else None, "gap": None,
               "tail_problems": result.tail_problems()}
-    for problem in report["tail_problems"]:  # catalogued up to the valid end, as the broker dispatches; said so
-        warn("catalog", f"{problem}; the catalog holds the records before it")
+    _say_tail(report["tail_problems"])
     if since is not None and result.segments and result.segments[0].start > since:
         report["gap"] = [since, result.segments[0].start]
         warn("catalog", f"commit log between {since} and {result.segments[0].start} is gone (segments expired?); "
