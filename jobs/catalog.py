@@ -17,8 +17,10 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
     guard_startup()
 
+import contextlib  # noqa: E402
 import uuid  # noqa: E402
 from collections import Counter  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction  # noqa: E402
@@ -38,6 +40,7 @@ from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
 from jobs.pipeline.runtime.engine import add_engine_flag, job_runner  # noqa: E402
+from jobs.pipeline.runtime import interrupt  # noqa: E402
 from jobs.pipeline.runtime.tasks import run_tasks  # noqa: E402
 from storage_format.multi_dispatch import MultiDispatchRules, rules_for  # noqa: E402
 from storage_format.settings import BrokerSettings  # noqa: E402
@@ -114,8 +117,36 @@ def commit(delta: DeltaTable, files: list[DataFile], schema: pa.Schema, props: C
     """Add every file to the table in one Delta transaction (with the run's application transaction)."""
     adds = [AddAction(f.path, f.size, {PARTITION_COLUMN: f.topic}, f.modification_time, True, f.stats)
             for f in files]
-    delta.create_write_transaction(adds, "append", schema, partition_by=[PARTITION_COLUMN],
-                                   commit_properties=props)
+    try:
+        delta.create_write_transaction(adds, "append", schema, partition_by=[PARTITION_COLUMN],
+                                       commit_properties=props)
+    except DeltaError as exc:
+        raise JobError(f"Delta commit failed (another catalog run may have committed first; re-run): {exc}") from exc
+
+
+@contextlib.contextmanager
+def _run_files(table: Location, app: str, end: int) -> Iterator[str]:
+    """A run id for the block's data files, which are removed unless the block committed them: at once after an
+    error, after an interrupt once the engine has stopped writing (interrupt.finish: no task's late file is left)."""
+    run_id = uuid.uuid4().hex
+
+    def drop() -> None:
+        if delta_table(table).transaction_version(app) != end:  # not committed: the files are ours to drop
+            delete_run_files(table, run_id)
+
+    interrupt.remove_on_interrupt(run_id, drop)
+    try:
+        yield run_id
+    except KeyboardInterrupt:
+        if not interrupt.running():
+            interrupt.forget(run_id)
+            drop()
+        raise
+    except BaseException:
+        interrupt.forget(run_id)
+        drop()
+        raise
+    interrupt.forget(run_id)
 
 
 def _say_tail(problems: list[str]) -> None:
@@ -153,8 +184,7 @@ def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, s
     if since is not None and end <= since:
         report["to_offset"] = since
         return report
-    run_id = uuid.uuid4().hex
-    try:
+    with _run_files(table, app, end) as run_id:
         lmq = (rules_for(True, settings.enable_lmq, store_generation(store, generation).generation)
                if settings.enable_multi_dispatch else None)
         tasks = plan_tasks(result, settings, since, table, sid, include_body, run_id, lmq)
@@ -174,13 +204,6 @@ def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, s
             custom_metadata={"reput.storeId": sid, "reput.store": store.uri, "reput.fromOffset": since,
                              "reput.toOffset": end, "reput.rows": sum(rows.values())})
         commit(delta, files, catalog_schema(include_body), props)
-    except BaseException as exc:
-        if delta_table(table).transaction_version(app) != end:  # not committed: the files are ours to drop
-            delete_run_files(table, run_id)
-        if isinstance(exc, DeltaError):
-            raise JobError(f"Delta commit failed (another catalog run may have committed first; re-run): "
-                           f"{exc}") from exc
-        raise
     report.update(committed=True, delta_version=delta_table(table).version(), rows_appended=sum(rows.values()),
                   files_added=len(files), rows_per_topic=dict(sorted(rows.items())))
     return report

@@ -249,3 +249,20 @@ def test_catalog_refuses_lmq_records_without_the_multi_dispatch_setting(spark, c
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "enableMultiDispatch" in err and "byte offset" in err and "Traceback" not in err
+
+
+def test_an_interrupt_while_tasks_write_leaves_no_data_file(tmp_path):
+    """Ctrl-C to the process group while a catalog task has written a data file and more are to come: one line
+    saying no records were committed, exit 130, and none of the run's data files left in the table (removed once
+    the engine has stopped writing)."""
+    from tests.helpers import signalled_at_hook
+
+    store = GOLDEN / SMALL
+    table = tmp_path / "catalog"
+    run = signalled_at_hook("catalog", ["--store", str(store), "--broker-config", str(store / "broker.conf"),
+                                        "--table", str(table), "--engine", "local", "--quiet"],
+                            "in-catalog-write", tmp_path / "paused",
+                            check=lambda: next(table.rglob("*.parquet")))
+    assert run.returncode == 130 and run.stderr.strip().splitlines()[-1] == \
+        "reput catalog: interrupted; no records committed", run.stderr[-2000:]
+    assert data_files(table) == set() and run.group_gone

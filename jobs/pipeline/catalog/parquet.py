@@ -29,6 +29,7 @@ from storage_format.settings import BrokerSettings
 from ..scan.source import record_batch
 from ..scan.cq_rows import split_lmq
 from ..io.fs import Location
+from ..runtime.faults import pause_at
 from ..scan.decode import SplitTask, decode_split_columns
 
 PARTITION_COLUMN = "topic"
@@ -259,4 +260,5 @@ def write_split(task: CatalogTask) -> CatalogTaskResult:
         pq.write_table(part, loc.path, filesystem=loc.fs, compression="snappy")
         out.files.append(DataFile(rel, topic, loc.size(), part.num_rows, delta_stats(part),
                                   int(time.time() * 1000)))
+        pause_at("in-catalog-write")
     return out

@@ -32,7 +32,7 @@ EXIT_STATUS_TEXT = ("exit status: 0 ok, 1 findings (verify) or none found (query
 LOG_LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace")
 # What is true of the output after an interrupt, per job (none of them writes into the store).
 INTERRUPTED_NOTES = {"rebuild": "nothing published", "recover": "nothing published", "convert": "nothing published",
-                     "catalog": "nothing committed"}
+                     "catalog": "no records committed"}
 
 
 def parser(job: str, description: str, *, json_help: str = "print the report as JSON instead of the summary",
