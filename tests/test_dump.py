@@ -52,6 +52,36 @@ def test_queue_entries_and_their_records(case, golden, capsys):
             assert r["byte"] == r["queue_offset"] * 20 % int(golden_walk.broker_conf(case)["mappedFileSizeConsumeQueue"])
 
 
+def test_a_multi_dispatch_queues_units_are_no_problem(golden, capsys):
+    """Every unit of every %LMQ% and multi-dispatched queue of an LMQ store points at a record whose
+    INNER_MULTI_DISPATCH names the queue at that offset: marked as such, no problem; a unit moved to another record
+    is still one."""
+    case = "lmq-clean-small-11"
+    queues = sorted({(t, q) for t, q, *_ in golden_walk.consume_queue_entries(case) if t.startswith("%")})
+    assert queues
+    for topic, queue_id in queues:
+        rows = [r for r in dump(capsys, case, "--topic", topic, "--queue", str(queue_id), "--count", "1000")
+                if r["kind"] == "entry"]
+        assert rows and all(r["problem"] is None for r in rows), (topic, [r["problem"] for r in rows][:3])
+        assert any(r.get("multi_dispatch") for r in rows) or all(r["message"]["topic"] == topic for r in rows)
+
+def test_a_multi_dispatch_unit_pointing_at_the_wrong_record_is_a_problem(golden, capsys, tmp_path):
+    """An %LMQ% queue's unit 1 made to point at unit 0's record (whose INNER_MULTI_QUEUE_OFFSET gives the queue 0):
+    a problem, as for any unit whose record is not the queue's at that offset."""
+    case = "lmq-clean-small-11"
+    store = tmp_path / case
+    shutil.copytree(GOLDEN / case, store)
+    topic = next(t for t, q, *_ in golden_walk.consume_queue_entries(case) if t.startswith("%LMQ%"))
+    qfile = store / "consumequeue" / topic / "0" / "00000000000000000000"
+    data = bytearray(qfile.read_bytes())
+    data[20:32] = data[0:12]  # unit 1's phy and size := unit 0's
+    qfile.write_bytes(bytes(data))
+    rows = [r for r in dump(capsys, case, "--topic", topic, "--queue", "0", "--count", "2", store=store)
+            if r["kind"] == "entry"]
+    assert rows[0]["problem"] is None and rows[0].get("multi_dispatch")
+    assert "its properties do not name" in rows[1]["problem"] and not rows[1].get("multi_dispatch"), rows[1]
+
+
 def test_queue_from_and_count_and_filler(golden, capsys):
     """rebuild-headless-11: queues start at a non-zero offset after filler units; by default the listing
     starts at the first entry, --from 0 shows the fillers; --from/--count pick a window."""
