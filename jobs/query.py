@@ -113,9 +113,12 @@ def by_index(store: Location, settings: BrokerSettings, reader: RecordReader, to
             elif carries(msg, topic, key, uniq):
                 found.append(off)
             else:
+                props = parse_properties(msg.properties)
                 result["hash_collisions"].append({"physical_offset": off, "topic": msg.topic,
-                                                  "keys": parse_properties(msg.properties).get(KEYS),
-                                                  "uniq_key": parse_properties(msg.properties).get(UNIQ_KEY)})
+                                                  "keys": props.get(KEYS), "uniq_key": props.get(UNIQ_KEY)})
+                if not uniq and msg.topic == topic and props.get(UNIQ_KEY) == key:
+                    result["warnings"].append(f"the record at offset {off} carries {key!r} as its unique key "
+                                              f"(UNIQ_KEY), not among its keys: query it with --uniq-key")
     return sorted(set(found))
 
 

@@ -152,6 +152,18 @@ def test_default_limit_is_64_newest_first(golden, capsys):
     assert every["warnings"] == []
 
 
+def test_a_unique_key_given_as_a_key_is_named_so(golden, capsys):
+    """A record's UNIQ_KEY given as --key: the index finds it (topic#key hashes the same), the client's filter drops
+    it (not among its KEYS), and a warning says to use --uniq-key instead of counting it as a mere collision."""
+    case = "clean-small-11"
+    topic, uniq = sample_uniq(case, 1)[0]
+    code, got = run(capsys, case, "--topic", topic, "--key", uniq)
+    hit = expected(case, topic, uniq, True)[1]
+    assert code == 1 and got["messages"] == [] and hit
+    assert got["warnings"] == [f"the record at offset {hit[0]} carries {uniq!r} as its unique key (UNIQ_KEY), not "
+                               f"among its keys: query it with --uniq-key"]
+
+
 def test_an_index_file_skipped_is_a_warning_naming_it(tmp_path, capsys):
     """An index file of the wrong size is skipped as the broker skips it; its messages are not found through the
     index, which a warning on stderr (and in the report) says, naming the file."""
