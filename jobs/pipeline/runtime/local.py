@@ -100,7 +100,8 @@ def _warm_once() -> None:
     if not _warmed:
         from storage_format.kernels.warm import warm
 
-        warm()
+        with interrupt.deferred():  # numba loads through ctypes callbacks, which swallow a KeyboardInterrupt raised
+            warm()  # in them (the job then ran on and published): the signal is raised once the load is done
         gc.collect()
         gc.freeze()  # what later forks share stays shared (no collection writes to those pages)
         _warmed = True
