@@ -134,19 +134,8 @@ def _run_files(table: Location, app: str, end: int) -> Iterator[str]:
         if delta_table(table).transaction_version(app) != end:  # not committed: the files are ours to drop
             delete_run_files(table, run_id)
 
-    interrupt.remove_on_interrupt(run_id, drop)
-    try:
+    with interrupt.removed_unless_kept(run_id, drop, keep=True):
         yield run_id
-    except KeyboardInterrupt:
-        if not interrupt.running():
-            interrupt.forget(run_id)
-            drop()
-        raise
-    except BaseException:
-        interrupt.forget(run_id)
-        drop()
-        raise
-    interrupt.forget(run_id)
 
 
 def _say_tail(problems: list[str]) -> None:

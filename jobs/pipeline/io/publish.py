@@ -70,7 +70,7 @@ class Staging:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) and interrupt.running():
+        if exc is not None and interrupt.left_to_finish(exc):
             return  # interrupt.finish undoes it once Spark has stopped writing (deleting now races its tasks)
         try:
             if exc_type is not None:

@@ -76,22 +76,9 @@ def _remove(work: Location) -> None:
 
 @contextlib.contextmanager
 def removed_after(work: Location) -> Iterator[Location]:
-    """`work` (a work directory) removed when the block ends; after an interrupt of a job under run_main only
-    once Spark has stopped writing into it (by interrupt.finish: removing it while tasks still write races them)."""
-    interrupt.remove_on_interrupt(work, lambda: _remove(work))
-    try:
+    """`work` (a work directory) removed when the block ends (interrupt.removed_unless_kept)."""
+    with interrupt.removed_unless_kept(work, lambda: _remove(work), keep=False):
         yield work
-    except KeyboardInterrupt:
-        if not interrupt.running():
-            interrupt.forget(work)
-            _remove(work)
-        raise
-    except BaseException:
-        interrupt.forget(work)
-        _remove(work)
-        raise
-    interrupt.forget(work)
-    _remove(work)
 
 
 def cq_file(work: Location, split_index: int) -> Location:

@@ -28,21 +28,15 @@ def staging_area(store: Path, what: str = "the store") -> Iterator[Path]:
         if not journaled:
             shutil.rmtree(staging, ignore_errors=True)
 
-    interrupt.remove_on_interrupt(staging, drop)  # before the directory is made: no moment it is left uncovered
-    try:
-        prepare_staging(store)
-        yield staging
-    except KeyboardInterrupt as exc:
-        if not interrupt.running():
-            interrupt.forget(staging)
-            drop()
-        if isinstance(exc, Interrupted):  # the switch's own line
+    with interrupt.removed_unless_kept(staging, drop, keep=True):
+        try:
+            prepare_staging(store)
+            yield staging
+        except Interrupted:  # the switch's own line
             raise
-        raise Interrupted(not_begun(what)) from None
-    except BaseException:
-        if interrupt.signalled():  # a signal's KeyboardInterrupt replaced on its way up: finish removes it
+        except KeyboardInterrupt:
             raise Interrupted(not_begun(what)) from None
-        interrupt.forget(staging)
-        drop()
-        raise
-    interrupt.forget(staging)
+        except BaseException:
+            if interrupt.signalled():  # a signal's KeyboardInterrupt replaced on its way up
+                raise Interrupted(not_begun(what)) from None
+            raise

@@ -203,6 +203,29 @@ def forget(key: object) -> None:
     _cleanups.pop(id(key), None)
 
 
+def left_to_finish(exc: BaseException) -> bool:
+    """`exc` ends a block of a job under run_main because of a signal: its clean-up waits for `finish`."""
+    return _installed and (_signalled or isinstance(exc, KeyboardInterrupt))
+
+
+@contextlib.contextmanager
+def removed_unless_kept(key: object, remove: Callable[[], None], *, keep: bool) -> Iterator[None]:
+    """Output the block makes (`key`), removed by `remove` unless the block ends well and `keep`: at once after an
+    error; after an interrupt of a job under run_main only once the engine has stopped writing (`finish`: removing
+    it while tasks still write races them), also when the interrupt's KeyboardInterrupt was replaced on its way up."""
+    remove_on_interrupt(key, remove)  # before the block makes anything: no moment the output is left uncovered
+    try:
+        yield
+    except BaseException as exc:
+        if not left_to_finish(exc):
+            forget(key)
+            remove()
+        raise
+    forget(key)
+    if not keep:
+        remove()
+
+
 def finish(job: str, note: str | None) -> int:
     """After KeyboardInterrupt reached the top: stop Spark, see every process the job started gone, remove
     registered output (last registered first), print the line; returns the exit status."""
