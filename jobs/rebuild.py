@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     store, settings = check_store(args, settings_from(args))
     out = location(args.out)
     warn_if_running("rebuild", store)
-    check_outside(store, out, "--out")
+    check_outside(store, out, "--since" if args.in_place else "--out")  # --in-place's OUT is --since's directory
     report_loc = check_report(args, store)
     topics = {t for t in args.topics.split(",") if t} if args.topics else None
     tz = time_zone("--index-name-tz", args.index_name_tz)

@@ -212,6 +212,7 @@ def test_outputs_inside_the_store_under_another_name_are_refused(no_spark, alias
         ("rebuild", ["--out", str(alias / "sub" / "out")], "--out"),
         ("rebuild", ["--out", str(tmp_path / "elsewhere" / ".." / "store" / "out")], "--out"),
         ("rebuild", ["--out", str(tmp_path)], "--out"),  # contains the store
+        ("rebuild", ["--since", str(alias), "--in-place", "--backup-dir", str(tmp_path / "bk")], "--since"),
         ("recover", ["--out", str(alias / "recovered")], "--out"),
         ("recover", ["--dry-run", "--work-dir", str(alias / "work")], "--work-dir"),
         ("catalog", ["--table", str(alias / "tbl")], "--table"),
