@@ -163,16 +163,16 @@ def log_findings(scan: ScanResult, store: Location, settings: BrokerSettings, in
             found.add_in_flight("commitlog", "invalid_tail")
             continue
         found.add("commitlog", "invalid_tail", end.path or commitlog_dir(store, settings).uri,
-                  offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
+                  byte_offset=end.file_offset, commitlog_offset=end.offset, reason=end.reason, message=problem)
     odd = scan.negative_queue_ids
     if odd is not None:
-        found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, offset=odd.byte_offset,
+        found.add("commitlog", "negative_queue_id", odd.path, count=odd.records, byte_offset=odd.byte_offset,
                   commitlog_offset=odd.offset, queue_id=odd.queue_id, message=odd.describe())
     step = scan.out_of_step_queues
     if step is not None:
-        found.add("commitlog", "out_of_step_queue_offset", step.path, count=len(step.queues), offset=step.byte_offset,
-                  commitlog_offset=step.offset, queue=step.queue, queue_offset=step.queue_offset,
-                  next_offset=step.slot, message=step.describe())
+        found.add("commitlog", "out_of_step_queue_offset", step.path, count=len(step.queues),
+                  byte_offset=step.byte_offset, commitlog_offset=step.offset, queue=step.queue,
+                  queue_offset=step.queue_offset, next_offset=step.slot, message=step.describe())
     return found
 
 

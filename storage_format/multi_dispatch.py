@@ -79,6 +79,16 @@ def is_lmq(name: str) -> bool:
     return name.startswith(LMQ_PREFIX)
 
 
+def names_entry(properties: dict[str, str], own_queue_id: int, topic: str, queue_id: int, queue_offset: int) -> bool:
+    """The record's INNER_MULTI_DISPATCH names `topic` and INNER_MULTI_QUEUE_OFFSET gives it `queue_offset`, in the
+    queue multi-dispatch puts that entry in (LMQ_QUEUE_ID for a `%LMQ%` name, else the record's own: lmq_entries): a
+    consume-queue unit there is one of the record's multi-dispatch entries, not a misplaced one."""
+    names = (properties.get(INNER_MULTI_DISPATCH) or "").split(SEPARATOR)
+    offsets = (properties.get(INNER_MULTI_QUEUE_OFFSET) or "").split(SEPARATOR)
+    return queue_id == (LMQ_QUEUE_ID if is_lmq(topic) else own_queue_id) and any(
+        name == topic and i < len(offsets) and offsets[i].strip() == str(queue_offset) for i, name in enumerate(names))
+
+
 def java_split(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """`split(",")` of every value as (owner row, items): Java drops trailing empty items (so "a,b," has two
     items and ",," none); a null value has no items."""

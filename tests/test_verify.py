@@ -94,7 +94,7 @@ def test_torn_store_reports_the_torn_record(case, spark, golden, tmp_path):
                                   "index.header_differs", "index.slot_differs"}
     tail = [d for d in found if d["artifact"] == "commitlog"]
     assert len(tail) == 1 and tail[0]["commitlog_offset"] == torn["torn_record_offset"]
-    assert tail[0]["path"].endswith("/commitlog/" + f"{torn['torn_record_offset'] - tail[0]['offset']:020d}")
+    assert tail[0]["path"].endswith("/commitlog/" + f"{torn['torn_record_offset'] - tail[0]['byte_offset']:020d}")
 
 
 def test_flipped_byte_in_a_consume_queue_entry(spark, store, tmp_path):
@@ -270,6 +270,24 @@ def test_finding_kinds_are_one_registry():
     assert found.fails() and len(sorted(found.details, key=detail_order)) == len(KINDS)
 
 
+def test_a_multi_dispatch_entry_points_at_its_record(golden):
+    """A `%LMQ%` queue's unit points at a record of another topic and queue: the record's INNER_MULTI_DISPATCH /
+    INNER_MULTI_QUEUE_OFFSET name the unit's queue and offset, so it is that queue's record (as dump says), and
+    the same unit at another offset is not."""
+    from jobs.pipeline.verify.pointer import PointerCheck
+    from storage_format.scan_plan import Segment
+
+    case = "lmq-clean-small-11"
+    paths = sorted((golden / case / "commitlog").iterdir())
+    check = PointerCheck(tuple(Segment(int(p.name), p.stat().st_size, str(p)) for p in paths),
+                         manifest(case)["commitlog_scan"]["max_physical_offset"])
+    queue = golden / case / "consumequeue" / "%LMQ%alerts" / "0" / "00000000000000000000"
+    phy, size, _ = struct.unpack_from(">qiq", queue.read_bytes(), 10 * 20)
+    assert check.classify(phy, size, ("%LMQ%alerts", 0, 10)) == "record"
+    assert check.classify(phy, size, ("%LMQ%alerts", 0, 11)) == "record_other_position"
+    assert check.classify(phy, size, ("%LMQ%other", 0, 10)) == "record_other_position"
+
+
 def test_pointer_check_names_what_an_offset_holds(golden):
     """PointerCheck.classify on a golden store, without Spark: offsets of real records (by the test's own
     reader), a BLANK, bytes inside a record, a record of another size or queue position, filler, and
@@ -287,9 +305,11 @@ def test_pointer_check_names_what_an_offset_holds(golden):
     phy = record.physical_offset
     seg = max(p for p in paths if int(p.name) <= phy)
     size, _, _, qid, _, qo = struct.unpack_from(">iIiiiq", seg.read_bytes(), phy - int(seg.name))  # FORMAT.md
-    assert check.classify(phy, size, qid, qo) == "record"
+    topic = record.topic.decode()
+    assert check.classify(phy, size, (topic, qid, qo)) == "record"
     assert check.classify(phy, size + 1) == "record_size_mismatch"
-    assert check.classify(phy, size, qid, qo + 1) == "record_other_position"
+    assert check.classify(phy, size, (topic, qid, qo + 1)) == "record_other_position"
+    assert check.classify(phy, size, (topic + "X", qid, qo)) == "record_other_position"
     assert check.classify(phy + 1) == "not_a_record"
     assert check.classify(records[0].physical_offset) == "record"
     last_in_first = max(r.physical_offset for r in records if r.physical_offset < int(paths[1].name))
@@ -390,3 +410,19 @@ def test_a_sparse_consume_queue_file_is_proven_equal_from_its_head(tmp_path):
     assert not write(head=expected[:-1] + b"\x00")  # a unit differs
     assert not write(sparse=False)  # zeros written out: no hole to prove it by, the full comparison decides
     assert not _equal_up_to_a_hole(location(str(path)), expected, size + 20)  # the wrong size
+
+
+def test_a_damaged_record_of_the_log_is_told_on_the_console_with_its_place():
+    """A commit-log finding carries its place in its own words (file, byte offset, queue, offsets): the console line
+    gives them, not the bare path and kind."""
+    from jobs.pipeline.verify.text import describe
+
+    message = ("the record at /s/commitlog/00000000000000262144 at byte offset 195955 (commit-log offset 458099) has "
+               "queueOffset 49 where TopicTest/1's next offset is 50")
+    line = describe({"artifact": "commitlog", "kind": "out_of_step_queue_offset", "path": "/s/commitlog/0262144",
+                     "byte_offset": 195955, "commitlog_offset": 458099, "queue": "TopicTest/1", "queue_offset": 49,
+                     "next_offset": 50, "message": message})
+    assert line == f"  out_of_step_queue_offset: {message}"
+    tail = describe({"artifact": "commitlog", "kind": "invalid_tail", "path": "/s/commitlog/01835008",
+                     "byte_offset": 217158, "commitlog_offset": 2052166, "reason": "size_mismatch", "message": "..."})
+    assert tail == "  /s/commitlog/01835008 (byte 217158): invalid_tail: size_mismatch"

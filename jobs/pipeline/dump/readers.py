@@ -13,8 +13,7 @@ from storage_format.commitlog import END_BLANK, END_FILE, END_STOP, NeedMoreByte
 from storage_format.consume_queue import (CQ_UNIT_SIZE, PRE_BLANK_SIZE, file_name, parse_file_name, unpack_entries,
                                           unsafe_topic_reason)
 from storage_format.index_file import HEADER_SIZE, BrokenChain, IndexHeader, IndexLayout, chain_walk
-from storage_format.multi_dispatch import (INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET, LMQ_QUEUE_ID, SEPARATOR,
-                                          is_lmq)
+from storage_format.multi_dispatch import names_entry
 from storage_format.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
 from storage_format.record_reader import records_from_columns
 from storage_format.record_text import iso_utc
@@ -79,7 +78,7 @@ def with_record(row: dict, reader: RecordReader, topic: str, queue_id: int, note
     if got.total_size != size:
         notes.append(f"entry size {size} but the record's totalSize is {got.total_size}")
     if (msg.topic, msg.queue_id, msg.queue_offset) != (topic, queue_id, n):
-        if _names_this_queue(msg, topic, queue_id, n):
+        if names_entry(parse_properties(msg.properties), msg.queue_id, topic, queue_id, n):
             row["multi_dispatch"] = True  # the record's INNER_MULTI_DISPATCH names this queue at this offset
         else:
             notes.append(f"the record is {msg.topic}/{msg.queue_id} at queueOffset {msg.queue_offset} "
@@ -88,17 +87,6 @@ def with_record(row: dict, reader: RecordReader, topic: str, queue_id: int, note
         notes.append(f"unit storeTimestamp {row['store_timestamp']} but the record's is {msg.store_timestamp}")
     row["problem"] = "; ".join(notes) or None
     return row
-
-
-def _names_this_queue(msg: Message, topic: str, queue_id: int, n: int) -> bool:
-    """The record's INNER_MULTI_DISPATCH names `topic` and INNER_MULTI_QUEUE_OFFSET gives it offset `n`, in the queue
-    multi-dispatch puts that entry in (0 for a `%LMQ%` name, else the record's own queue: multi_dispatch.lmq_entries):
-    the unit is one of its multi-dispatch entries, not a misplaced one."""
-    props = parse_properties(msg.properties)
-    names = (props.get(INNER_MULTI_DISPATCH) or "").split(SEPARATOR)
-    offsets = (props.get(INNER_MULTI_QUEUE_OFFSET) or "").split(SEPARATOR)
-    return queue_id == (LMQ_QUEUE_ID if is_lmq(topic) else msg.queue_id) and any(
-        name == topic and i < len(offsets) and offsets[i].strip() == str(n) for i, name in enumerate(names))
 
 
 def dump_queue(store: Location, settings: BrokerSettings, topic: str, queue_id: int, first: int | None,

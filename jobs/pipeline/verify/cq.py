@@ -88,7 +88,7 @@ def compare_cq_file(expected: bytes | None, disk: bytes, rel: str, topic: str, q
         if exp_zero[i] and pointers.in_flight(int(g["phy"])):  # dispatched while this check ran
             out.add_in_flight(art, "extra_entry")
             continue
-        points_at = pointers.classify(int(g["phy"]), int(g["size"]), queue_id, first + i)
+        points_at = pointers.classify(int(g["phy"]), int(g["size"]), (topic, queue_id, first + i))
         if exp_zero[i]:
             out.add(art, "extra_entry", rel, **where, found=_cq_entry(g), points_at=points_at)
         else:

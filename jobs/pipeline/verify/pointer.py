@@ -15,7 +15,10 @@ import numpy as np
 
 from storage_format.commitlog import HEAD_DTYPE
 from storage_format.consume_queue import PRE_BLANK_SIZE
+from storage_format.multi_dispatch import names_entry
+from storage_format.properties import parse_properties
 from storage_format.record import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from storage_format.record_reader import read_record
 from storage_format.scan_plan import Segment
 
 from ..io.fs import Location
@@ -48,10 +51,10 @@ class PointerCheck:
         """Is a record at `phy` still in flight (a running broker may not have dispatched it)?"""
         return self.in_flight_from is not None and phy >= self.in_flight_from
 
-    def classify(self, phy: int, size: int | None = None, queue_id: int | None = None,
-                 queue_offset: int | None = None) -> str:
-        """`record`, `record_size_mismatch`, `record_other_position` (queueId/queueOffset differ),
-        `filler`, `blank`, `not_a_record`, `past_end`, `before_start` or `missing_segment`."""
+    def classify(self, phy: int, size: int | None = None, queue: tuple[str, int, int] | None = None) -> str:
+        """`record`, `record_size_mismatch`, `record_other_position` (the record is another queue's, or at another
+        offset, and no multi-dispatch entry of it names `queue`: topic, queueId, queueOffset), `filler`, `blank`,
+        `not_a_record`, `past_end`, `before_start` or `missing_segment`."""
         if size == PRE_BLANK_SIZE and phy == 0:
             return "filler"
         if phy < self.log_min:
@@ -74,9 +77,20 @@ class PointerCheck:
             return "not_a_record"
         if size is not None and head["total_size"] != size:
             return "record_size_mismatch"
-        if queue_id is not None and (head["queue_id"] != queue_id or head["queue_offset"] != queue_offset):
+        if queue is not None and not self._belongs(seg, phy, queue):
             return "record_other_position"
         return "record"
+
+    @staticmethod
+    def _belongs(seg: Segment, phy: int, queue: tuple[str, int, int]) -> bool:
+        """The record at `phy` has a unit at `queue` (topic, queueId, queueOffset): its own, or one of its
+        multi-dispatch / LMQ entries (multi_dispatch.names_entry), as the broker's dispatch puts them."""
+        msg = read_record(seg, Location(seg.path).read_range, phy).message
+        if msg is None:
+            return False
+        topic, queue_id, queue_offset = queue
+        return (msg.topic, msg.queue_id, msg.queue_offset) == queue or names_entry(
+            parse_properties(msg.properties), msg.queue_id, topic, queue_id, queue_offset)
 
 
 def pointer_check(scan: ScanResult) -> PointerCheck:

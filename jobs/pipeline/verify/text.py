@@ -39,6 +39,8 @@ def describe(d: dict) -> str:
         what += f": {d['reason']}"
     elif d.get("detail"):
         what += f": {d['detail']}"
+    elif what == d["kind"] and d.get("message"):  # a finding told in its own words (a damaged record of the log)
+        return f"  {d['kind']}: {d['message']}"
     return f"  {where}: {what}"
 
 
