@@ -19,6 +19,7 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
 import contextlib  # noqa: E402
 import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
 from collections import Counter  # noqa: E402
 from typing import Iterator  # noqa: E402
 
@@ -34,8 +35,9 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, e
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
+from jobs.pipeline.io.run_lock import RunLock, beside, held  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.io.paths import check_outside  # noqa: E402
+from jobs.pipeline.io.paths import check_outside, is_local, real_path  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
@@ -130,8 +132,9 @@ def _run_files(table: Location, app: str, end: int) -> Iterator[str]:
     error, after an interrupt once the engine has stopped writing (interrupt.finish: no task's late file is left)."""
     run_id = uuid.uuid4().hex
 
-    def drop() -> None:
-        if delta_table(table).transaction_version(app) != end:  # not committed: the files are ours to drop
+    def drop() -> None:  # files the table does not reference are ours to drop (a concurrent run's commit of the
+        added = pa.table(delta_table(table).get_add_actions(flatten=False)).column("path")  # same range took the
+        if not any(run_id in path for path in added.to_pylist()):  # version: that says nothing of ours)
             delete_run_files(table, run_id)
 
     with interrupt.removed_unless_kept(run_id, drop, keep=True):
@@ -144,10 +147,27 @@ def _say_tail(problems: list[str]) -> None:
         warn("catalog", f"{problem}; the catalog holds the records before it")
 
 
-def catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
-            include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False,
-            generation: int | None = None) -> dict:
-    """Append the store's records past the table's high-water mark; returns the run's report."""
+@contextlib.contextmanager
+def table_held(table: Location) -> Iterator[None]:
+    """One run per local table at a time: a second one is refused at once, naming the first (elsewhere Delta's own
+    commit protocol refuses the later of two runs that catalogue the same records)."""
+    if not is_local(table):
+        yield
+        return
+    path = Path(real_path(table))  # one lock whatever the spelling of TABLE
+    with held(RunLock(beside(path), "catalog", f"--table {path}")):
+        yield
+
+
+def catalog(sc, store: Location, table: Location, settings: BrokerSettings, **options) -> dict:
+    """Append the store's records past the table's high-water mark, holding the table (`_catalog`); the report."""
+    with table_held(table):
+        return _catalog(sc, store, table, settings, **options)
+
+
+def _catalog(sc, store: Location, table: Location, settings: BrokerSettings, *, store_id: str | None = None,
+             include_body: bool = False, split_size: int = DEFAULT_SPLIT_SIZE, quiet: bool = False,
+             generation: int | None = None) -> dict:
     check_outside(store, table, "--table")
     sid = store_id or store.uri
     app = app_id(sid)
@@ -213,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     warn_if_running("catalog", store)
     check_outside(store, table, "--table")
     report_loc = check_report(args, store)
-    sc, engine = job_runner(args, "catalog", settings=settings)
-    report = catalog(sc, store, table, settings, store_id=args.store_id, include_body=args.include_body,
-                     split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
+    with table_held(table):  # before the engine starts: a second run is refused at once
+        sc, engine = job_runner(args, "catalog", settings=settings)
+        report = _catalog(sc, store, table, settings, store_id=args.store_id, include_body=args.include_body,
+                          split_size=args.split_size, quiet=progress_quiet(args), generation=args.rocketmq_version)
     report["engine"] = engine.to_dict()
     report["log_place"] = args.log_place  # where the records were read (outside --store: storePathCommitLog, ...)
     emit(args, report, _print_human, report_loc)

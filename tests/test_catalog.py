@@ -266,3 +266,47 @@ def test_an_interrupt_while_tasks_write_leaves_no_data_file(tmp_path):
     assert run.returncode == 130 and run.stderr.strip().splitlines()[-1] == \
         "reput catalog: interrupted; no records committed", run.stderr[-2000:]
     assert data_files(table) == set() and run.group_gone
+
+
+def test_a_second_run_into_the_same_table_is_refused_at_once(tmp_path, capsys):
+    """A catalog run holds its (local) table: a second run into it exits 2 at once naming the first, before any
+    scan; the first run then goes on and commits."""
+    from tests.helpers import kill_group, start_at_hook, wait_at_hook
+
+    store = GOLDEN / SMALL
+    table = tmp_path / "catalog"
+    argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--table", str(table)]
+    first = start_at_hook("catalog", argv + ["--engine", "local", "--quiet"], "in-catalog-write", tmp_path / "paused")
+    try:
+        wait_at_hook(first, tmp_path / "paused")
+        with pytest.raises(JobError) as refused:
+            catalog_main(argv + ["--engine", "local", "--quiet"])
+        assert f"--table {table} is being written by reput catalog (pid {first.pid}" in str(refused.value)
+        assert "engine" not in capsys.readouterr().err  # refused before an engine started
+        assert first.poll() is None  # the first run is untouched
+    finally:
+        kill_group(first)
+
+
+def test_a_run_that_loses_the_commit_to_another_leaves_no_data_file(spark, capsys, tmp_path, monkeypatch):
+    """Two runs over object storage (no lock there) catalogue the same records: the one whose Delta commit comes
+    second fails and removes its data files although the table's version for the store is the range it
+    wrote (the other run's commit)."""
+    import jobs.catalog as job
+    from deltalake import CommitProperties, Transaction
+
+    store, table = GOLDEN / SMALL, tmp_path / "catalog"
+    real_commit = job.commit
+
+    def beaten(delta, files, schema, props):  # the other run commits the same range first
+        real_commit(delta, [], schema, CommitProperties(app_transactions=props.app_transactions))
+        raise JobError("Delta commit failed (another catalog run may have committed first; re-run): conflict")
+
+    monkeypatch.setattr(job, "commit", beaten)
+    monkeypatch.setattr(job, "is_local", lambda loc: False)
+    with pytest.raises(JobError, match="Delta commit failed"):
+        catalog_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--table", str(table),
+                      "--quiet"])
+    dt = DeltaTable(str(table))
+    assert dt.transaction_version(app_id(str(store))) is not None
+    assert data_files(table) == committed_files(dt) == set()

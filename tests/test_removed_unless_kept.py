@@ -79,3 +79,19 @@ def test_outside_a_job_an_interrupt_removes_at_once():
         with interrupt.removed_unless_kept(out, out.remove, keep=True):
             raise KeyboardInterrupt
     assert out.removed == 1
+
+
+def test_a_clean_up_that_fails_is_one_line_and_the_others_still_run(under_run_main, capsys):
+    first, last = Output(), Output()
+
+    def broken() -> None:
+        raise AttributeError("'DeltaTable' object has no attribute 'files'")
+
+    interrupt.remove_on_interrupt(first, first.remove)
+    interrupt.remove_on_interrupt(broken, broken)
+    interrupt.remove_on_interrupt(last, last.remove)
+    assert interrupt.finish("test", None) == interrupt.EXIT_INTERRUPTED
+    err = capsys.readouterr().err.splitlines()
+    assert first.removed == last.removed == 1
+    assert err == ["reput test: note: a clean-up after the interrupt failed (AttributeError: 'DeltaTable' object has "
+                   "no attribute 'files'); what it was removing may be left", "reput test: interrupted"]

@@ -248,6 +248,9 @@ def finish(job: str, note: str | None) -> int:
             remove()
         except OSError:
             pass  # the next run removes staging leftovers too
+        except Exception as exc:  # noqa: BLE001 - the one line below, not a traceback, and the others still run
+            print(f"reput {job}: note: a clean-up after the interrupt failed ({type(exc).__name__}: {exc}); "
+                  f"what it was removing may be left", file=sys.stderr, flush=True)
     _cleanups.clear()
     remove_exit_files()
     print(line(job, note), file=sys.stderr, flush=True)
