@@ -162,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--uniq-key", type=utf8_text, help="a producer unique key (UNIQ_KEY, the client's msgId)")
     mode.add_argument("--msg-id", help="a message id: an offset message id (store host + port + physical offset), "
                                        "else searched as a unique key like mqadmin queryMsgById")
-    p.add_argument("--begin", type=parse_time, default=0, help="window start: epoch ms or ISO-8601 (default 0)")
+    p.add_argument("--begin", type=parse_time, default=0,
+                   help="window start: epoch ms or ISO-8601, UTC when it names no zone (default 0)")
     p.add_argument("--end", type=parse_time, default=LONG_MAX,
-                   help="window end: epoch ms or ISO-8601 (default: no end)")
+                   help="window end: epoch ms or ISO-8601, UTC when it names no zone (default: no end)")
     p.add_argument("--max-num", type=int, default=DEFAULT_MAX_NUM,
                    help=f"offsets collected per index key, collisions included (default {DEFAULT_MAX_NUM}, "
                         f"the broker's maxMsgsNumBatch)")
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--key needs --topic (the index key is topic#key)")
     if args.max_num <= 0:
         p.error("--max-num must be positive")
+    if args.begin < 0 or args.end < args.begin:
+        p.error(f"--begin {args.begin} .. --end {args.end} is no time window (epoch milliseconds, begin <= end)")
     store, settings = check_store(args, settings_from(args))
     warn_if_running("query", store)
     report_loc = check_report(args, store)

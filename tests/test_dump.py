@@ -82,6 +82,25 @@ def test_a_multi_dispatch_unit_pointing_at_the_wrong_record_is_a_problem(golden,
     assert "its properties do not name" in rows[1]["problem"] and not rows[1].get("multi_dispatch"), rows[1]
 
 
+@pytest.mark.parametrize("size", [1010, 5000])
+def test_a_queue_file_of_another_size_is_named(size, golden, capsys, tmp_path):
+    """A consume-queue file cut short or grown (the broker's MappedFileQueue.load refuses both: it does not start):
+    a `wrong_size` row naming the file, its size and the configured one, before its whole units; a short file's
+    listing ends where its whole units do, saying so (it said the file was "only 1000 bytes")."""
+    case = "clean-small-11"
+    store = tmp_path / case
+    shutil.copytree(GOLDEN / case, store)
+    qfile = store / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"
+    with open(qfile, "r+b") as f:
+        f.truncate(size)
+    rows = dump(capsys, case, "--topic", "TopicTest", "--queue", "1", "--from", "48", "--count", "5", store=store)
+    assert rows[0] == {"kind": "wrong_size", "file": "consumequeue/TopicTest/1/00000000000000000000", "size": size,
+                       "expected": 2000}
+    assert [r["kind"] for r in rows[1:3]] == ["entry", "entry"]
+    if size < 2000:
+        assert rows[3]["kind"] == "end" and rows[3]["reason"].endswith("holds 50 whole units, none at byte 1000")
+
+
 def test_queue_from_and_count_and_filler(golden, capsys):
     """rebuild-headless-11: queues start at a non-zero offset after filler units; by default the listing
     starts at the first entry, --from 0 shows the fillers; --from/--count pick a window."""

@@ -345,3 +345,14 @@ def test_a_topic_or_key_that_is_not_utf8_is_refused_naming_the_flag(job, argv, c
     flag = argv[2] if job == "query" and "\udcff" in argv[3] else argv[0] if job != "rebuild" else "--topics"
     assert code == 2 and err[-1].startswith(f"reput {job}: error: argument {flag}: b'") and "is not UTF-8 (byte 0xff" \
         in err[-1], err
+
+
+@pytest.mark.parametrize("window", [["--begin", "1795324090000", "--end", "1795324000000"], ["--end", "-1"],
+                                    ["--begin", "2026-11-22T05:08:00", "--end", "2026-11-22T05:07:59Z"]])
+def test_a_time_window_that_ends_before_it_begins_is_refused(window, capsys):
+    """query with --end before --begin answered "0 message(s)", exit 1 ("none found"): a script took the message
+    for missing. It is bad input: one line naming the window, exit 2."""
+    store = GOLDEN / "clean-small-11"
+    code, err = run_job_lines("query", ["--store", str(store), "--broker-config", str(store / "broker.conf"),
+                                        "--topic", "TopicTest", "--key", "ORDER-1", *window], capsys)
+    assert code == 2 and err[-1].startswith("reput query: error: --begin ") and "is no time window" in err[-1], err

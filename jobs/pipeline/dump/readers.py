@@ -104,14 +104,17 @@ def dump_queue(store: Location, settings: BrokerSettings, topic: str, queue_id: 
         if start not in files:
             yield {"kind": "end", "queue_offset": n, "reason": f"no file {file_name(start)} holds queue offset {n}"}
             return
+        rel = f"consumequeue/{topic}/{queue_id}/{files[start]}"
         if start not in cache:
             cache.clear()
-            cache[start] = unpack_entries(qdir.child(files[start]).read_bytes())
+            data = qdir.child(files[start]).read_bytes()
+            cache[start] = unpack_entries(data)
+            if len(data) != fsize:
+                yield {"kind": "wrong_size", "file": rel, "size": len(data), "expected": fsize}
         units, byte = cache[start], n * CQ_UNIT_SIZE - start
-        rel = f"consumequeue/{topic}/{queue_id}/{files[start]}"
         if byte // CQ_UNIT_SIZE >= len(units):
             yield {"kind": "end", "queue_offset": n, "file": rel, "byte": byte,
-                   "reason": f"{rel} is only {len(units) * CQ_UNIT_SIZE} bytes"}
+                   "reason": f"{rel} holds {len(units)} whole units, none at byte {byte}"}
             return
         unit = units[byte // CQ_UNIT_SIZE]
         phy, size = int(unit["phy"]), int(unit["size"])
