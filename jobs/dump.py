@@ -60,8 +60,8 @@ def _args(argv: list[str] | None):
         p.error("--topic needs --queue")
     if args.queue is not None and args.topic is None:
         p.error("--queue needs --topic")
-    if args.count is not None and args.count < 0 or args.first is not None and args.first < 0:
-        p.error("--from and --count must not be negative")
+    if any(v is not None and v < 0 for v in (args.count, args.first, args.offset)):
+        p.error("--from, --count and --offset must not be negative")
     if args.first is not None and args.offset is not None:
         p.error("--from goes with --topic/--queue or --index-file; give records' start with --offset")
     if args.first is not None and (args.queue_offsets or args.checkpoint):

@@ -205,7 +205,8 @@ def test_text_output_and_errors(golden, tmp_path):
     (store / "index" / "20990101000000000").write_bytes(b"\0" * 100)
     for extra, what in ((["--topic", "NoSuchTopic", "--queue", "0"], "no such consume queue"),
                         (["--index-file", "../checkpoint"], "give the file name inside index/"),
-                        (["--index-file", "20990101000000000"], "100 bytes, expected 5416")):
+                        (["--index-file", "20990101000000000"], "100 bytes, expected 5416"),
+                        (["--offset", "-5"], "--offset must not be negative")):
         cmd = base + extra
         cmd[cmd.index("--store") + 1] = str(store)
         bad = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
