@@ -205,12 +205,14 @@ def test_text_output_and_errors(golden, tmp_path):
     (store / "index" / "20990101000000000").write_bytes(b"\0" * 100)
     for extra, what in ((["--topic", "NoSuchTopic", "--queue", "0"], "no such consume queue"),
                         (["--index-file", "../checkpoint"], "give the file name inside index/"),
-                        (["--index-file", "20990101000000000"], "100 bytes, expected 5416"),
-                        (["--offset", "-5"], "--offset must not be negative")):
+                        (["--index-file", "20990101000000000"], "100 bytes, expected 5416")):
         cmd = base + extra
         cmd[cmd.index("--store") + 1] = str(store)
         bad = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and what in bad.stderr and len(bad.stderr.splitlines()) == 1, bad.stderr
+    negative = subprocess.run(base + ["--offset", "-5"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert negative.returncode == 2 and negative.stderr.splitlines()[-1] == \
+        "reput dump: error: --from, --count and --offset must not be negative", negative.stderr
 
 
 @pytest.mark.parametrize("case, first", [("clean-small-11", 0), ("dledger-clean-small-11", 48)])
