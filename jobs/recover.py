@@ -24,10 +24,11 @@ import uuid  # noqa: E402
 from typing import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from jobs.pipeline.recover import inplace  # noqa: E402
+from jobs.pipeline.recover import inplace, interrupted  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover.staging import staging_area  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
+from jobs.pipeline.runtime import interrupt  # noqa: E402
 from jobs.pipeline.runtime.failure import Interrupted  # noqa: E402
 from jobs.pipeline.runtime.faults import pause_at  # noqa: E402
 from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, json_bytes, parser, print_json, progress_quiet,  # noqa: E402
@@ -120,6 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     except RecoveryError as exc:
         raise JobError(str(exc)) from None
+    except (Interrupted, SystemExit):
+        raise
+    except BaseException as exc:  # a run that writes into the store says what it left there, not "nothing published"
+        if not (isinstance(exc, KeyboardInterrupt) or interrupt.signalled()) or not (
+                args.in_place or args.resume or args.rollback):
+            raise
+        raise Interrupted(_left_in_store(args)) from None
+
+
+def _left_in_store(args) -> str:
+    """The store's state after an interrupt of an --in-place, --resume or --rollback run (recover.interrupted)."""
+    try:
+        path = inplace.local_store(args.store)
+    except JobError:  # not a local store: the run had not begun
+        return inplace.not_begun("the store")
+    if args.resume:
+        return interrupted.resume(path)
+    if args.rollback:
+        return interrupted.rollback(path, Path(args.backup_dir).resolve())
+    return interrupted.in_place(path)
 
 
 def _run(args) -> int:

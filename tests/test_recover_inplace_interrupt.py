@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,55 @@ def test_a_signal_after_the_switch_says_the_store_was_recovered(golden, tmp_path
                      f"in {backup}); the report was not printed"], run.stderr[-2000:]
     assert (backup / BACKUP_MANIFEST).is_file() and not (store / JOURNAL).exists() and not (store / STAGING).exists()
     assert consume_queue_hashes(store) == consume_queue_hashes(golden / f"{CASE}-recovered")
+
+
+def _last_line(run) -> str:
+    lines = [line for line in run.stderr.splitlines()
+             if line.startswith("reput recover: ") and not line.startswith("reput recover: note:")]
+    assert len(lines) == 1 and "Traceback" not in run.stderr and run.group_gone, run.stderr[-2000:]
+    return lines[0]
+
+
+def test_a_signal_while_it_scans_says_the_store_is_as_it_was(golden, tmp_path):
+    """--in-place stopped in its decode (before any staging): the line says the store is as it was, not the
+    "nothing published" of a run that writes an OUT."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store), names(store)
+    backup = backup_dir(tmp_path, False)
+    run = signalled_at_hook("recover", argv(store, backup), "in-decode-task", tmp_path / "paused", signal.SIGTERM,
+                            stdout=subprocess.DEVNULL)
+    assert run.returncode == 143 and _last_line(run) == f"reput recover: interrupted; {NOT_BEGUN}"
+    as_it_was(store, before, backup, False)
+
+
+def test_an_interrupted_resume_or_rollback_says_what_is_left_and_the_way_out(golden, tmp_path):
+    """A switch stopped part-way (SIGTERM after its 2nd file operation) is resumed, and the resume stopped after its
+    6th: the line says the store is still part-way and names both ways out; resumed again it is the broker's
+    recovered store. The same store stopped part-way and rolled back, the rollback stopped: the line names the same
+    --rollback to run again, which gives back the store as it was."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store)
+    backup = backup_dir(tmp_path, False)
+    for point in ("op-2", "in-rollback"):
+        first = signalled_at_hook("recover", argv(store, backup), "op-2", tmp_path / f"{point}-op", signal.SIGTERM,
+                                  stdout=subprocess.DEVNULL)
+        assert first.returncode == 143 and (store / JOURNAL).exists(), first.stderr[-2000:]
+        way_out = recover_inplace.way_out(store.resolve(), backup.resolve())
+        again = (["--store", str(store), "--resume"] if point == "op-2" else
+                 ["--store", str(store), "--rollback", "--backup-dir", str(backup)])
+        second = signalled_at_hook("recover", again + ["--quiet"], "op-6" if point == "op-2" else point,
+                                   tmp_path / f"{point}-again", signal.SIGTERM, stdout=subprocess.DEVNULL)
+        expected = (f"the store is still part-way through the switch: {way_out}" if point == "op-2" else
+                    f"the rollback may not have finished: run `reput recover --store {store.resolve()} --rollback "
+                    f"--backup-dir {backup.resolve()}` again to finish it")
+        assert second.returncode == 143 and _last_line(second) == f"reput recover: interrupted; {expected}"
+        status = subprocess.run([sys.executable, "-m", "jobs.recover", *again, "--quiet"], capture_output=True,
+                                text=True, timeout=300)
+        assert status.returncode == 0, status.stderr[-2000:]
+        if point == "op-2":
+            assert consume_queue_hashes(store) == consume_queue_hashes(golden / f"{CASE}-recovered")
+            subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--rollback",
+                            "--backup-dir", str(backup), "--quiet"], check=True, capture_output=True, timeout=300)
+            shutil.rmtree(backup)
+        else:
+            assert file_tree_digest(store) == before

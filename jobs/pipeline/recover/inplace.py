@@ -144,12 +144,16 @@ def check_not_interrupted(store: Path, what: str = "the store") -> None:
     them may be writing it), naming the way out with the backup the journal names."""
     journal = store / JOURNAL
     if journal.exists():
-        try:
-            backup = json.loads(journal.read_text()).get("backup_dir") or "DIR"
-        except (OSError, ValueError, AttributeError):
-            backup = "DIR"
         raise JobError(f"{journal}: an earlier in-place run on {what} was interrupted part-way through its switch: "
-                       f"{way_out(store, backup)}")
+                       f"{way_out(store, journal_backup(store))}")
+
+
+def journal_backup(store: Path) -> str:
+    """The --backup-dir the store's journal names ("DIR" when it cannot be read)."""
+    try:
+        return json.loads((store / JOURNAL).read_text()).get("backup_dir") or "DIR"
+    except (OSError, ValueError, AttributeError):
+        return "DIR"
 
 
 def switch(store: Path, staging: Path, backup: Path, ops: list[Op], plan_summary: dict,
@@ -394,6 +398,7 @@ def rollback(store: Path, backup: Path) -> dict:
         raise JobError(f"files changed since the recovery (a broker may have run on the store): "
                        f"{', '.join(foreign[:5])}; refusing to roll back")
     for op in reversed(ops):
+        pause_at("in-rollback")
         target = store / op.path
         if op.op == CREATE:
             if target.exists():

@@ -30,7 +30,8 @@ EXIT_TERMINATED = interrupt.EXIT_TERMINATED
 EXIT_STATUS_TEXT = ("exit status: 0 ok, 1 findings (verify) or none found (query), 2 could not run, "
                     "130 interrupted (Ctrl-C), 143 terminated (SIGTERM)")
 LOG_LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace")
-# What is true of the output after an interrupt, per job (none of them writes into the store).
+# What is true of the output after an interrupt, per job (a recovery that writes into the store says what it left
+# there instead: recover.interrupted, inplace.switch).
 INTERRUPTED_NOTES = {"rebuild": "nothing published", "recover": "nothing published", "convert": "nothing published",
                      "catalog": "no records committed"}
 

@@ -13,7 +13,8 @@ their variable is set (registered in env.py, named on stderr and in the run repo
   files beside the consume-queue renders, before its first file; held the same way). Of an --in-place switch
   (recover, rebuild --since): staged (its backup made, no manifest yet), backed-up (the manifest written, the
   journal not yet), op-<n>, after its n-th file operation (the journal written); after-switch (recover: the switch
-  complete, its report not yet printed); in-catalog-write (a catalog task, after each data file it wrote).
+  complete, its report not yet printed); in-rollback (recover --rollback, before each file it restores);
+  in-catalog-write (a catalog task, after each data file it wrote).
 - `REPUT_CRASH_AT=<point>`: `crash_point(point)` kills the process with SIGKILL there (an --in-place
   recovery's points: staged, backed-up, journaled, applied, op-<n>).
 - `REPUT_FAIL_ONCE=<path>`: `fail_once()` makes the first decode task that creates <path> raise after
@@ -32,7 +33,8 @@ from . import env
 
 PAUSE_POINTS = ("in-decode-task", "after-decode", "in-build-task", "after-build", "before-publish-rename",
                 "between-renames", "before-old-delete", "before-commit", "in-convert-write", "after-write",
-                "in-background-copy", "in-index-write", "staged", "backed-up", "after-switch", "in-catalog-write")
+                "in-background-copy", "in-index-write", "staged", "backed-up", "after-switch", "in-rollback",
+                "in-catalog-write")
 
 
 def pause_at(point: str) -> None:
