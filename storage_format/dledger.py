@@ -157,6 +157,25 @@ def sequence_problem(index: int, term: int, prev_index: int | None, prev_term: i
     return None
 
 
+def peers_problem(peers: str | None, self_id: str | None) -> str | None:
+    """Why DLedger's DLedgerConfig.init refuses dLegerPeers, so that the broker does not start (an item that is not
+    <id>-<address>: StringIndexOutOfBounds; no item whose id is dLegerSelfId: "fail to init self address"), or None.
+    Unset: None (a store read without its broker config)."""
+    if peers is None:
+        return None
+    items = peers.split(PEER_SPLITTER)
+    while len(items) > 1 and items[-1] == "":  # Java's String.split drops trailing empty strings
+        items.pop()
+    for item in items:
+        if len(item) < len(item.split("-")[0]) + 1:  # DLedgerConfig: peerInfo.substring(id.length() + 1)
+            return (f"dLegerPeers={peers!r}: {item!r} is not <id>-<host>:<port> (DLedger's DLedgerConfig fails on it: "
+                    f"the broker does not start)")
+    if self_id not in [item.split("-")[0] for item in items]:
+        return (f"dLegerPeers={peers!r} names no member with dLegerSelfId={self_id} (DLedger: \"fail to init self "
+                f"address\": the broker does not start)")
+    return None
+
+
 def peer_count(peers: str | None) -> int:
     """Members of the group named by dLegerPeers (n0-host:port;n1-host:port); 0 when unset."""
     return len([p for p in (peers or "").split(PEER_SPLITTER) if p.strip()])

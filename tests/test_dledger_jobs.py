@@ -12,7 +12,8 @@ from jobs.dump import main as dump_main
 from jobs.inspect import main as inspect_main
 from jobs.query import main as query_main
 from jobs.verify import main as verify_main
-from storage_format.dledger import READING_CHECKPOINT, READING_SURVIVING, committed_end, committed_reading, peer_count
+from storage_format.dledger import (READING_CHECKPOINT, READING_SURVIVING, committed_end, committed_reading, peer_count,
+                                    peers_problem)
 from storage_format.msg_id import encode_offset_msg_id
 from tests.conftest import GOLDEN, expected_scan, manifest, restored_copy
 from tests.rebuild_helpers import consume_queue_hashes, golden_index_hashes, index_hashes, report, run_rebuild
@@ -212,3 +213,22 @@ def test_names_in_a_log_directory_the_broker_would_not_take_are_refused():
             with pytest.raises(StoreFormatError, match=consequence) as err:
                 plan_log(plain, data, 100)
             assert str(err.value).startswith(f"{stray.path} at byte offset 0: not a ")
+
+
+@pytest.mark.parametrize("peers, self_id, refused", [
+    (None, "n0", None),  # unset: a store read without its broker config
+    ("n0-127.0.0.1:40911", "n0", None),
+    ("n0-a:1;n1-b:2;n2-c:3", "n1", None),
+    ("n0-a:1;", "n0", None),  # Java's split drops the trailing empty item
+    ("n0-", "n0", None),  # an empty address: DLedgerConfig takes it
+    ("n1-a:1;n2-b:2", "n0", "fail to init self address"),
+    ("garbage", "n0", "'garbage' is not <id>-<host>:<port>"),
+    ("", "n0", "'' is not <id>-<host>:<port>"),
+    ("n0-a:1;;n1-b:2", "n0", "'' is not <id>-<host>:<port>"),
+    ("n0", "n0", "'n0' is not <id>-<host>:<port>"),
+])
+def test_peers_the_broker_does_not_start_with_are_named(peers, self_id, refused):
+    """dLegerPeers as DLedger 0.3.1.2's DLedgerConfig.initSelfAddress reads it: an item without `-` after its id
+    throws, a list without dLegerSelfId's id throws "fail to init self address"; the broker does not start."""
+    problem = peers_problem(peers, self_id)
+    assert (problem is None) == (refused is None) and (refused is None or refused in problem), problem

@@ -104,6 +104,28 @@ def test_every_job_refuses_a_dledger_mismatch_by_name(job, case, conf, files, na
     assert tree(store) == before and not list(tmp_path.glob("out*"))
 
 
+@pytest.mark.parametrize("job", ["rebuild", "verify", "recover", "inspect", "catalog", "query", "dump", "convert"])
+@pytest.mark.parametrize("peers,said", [("n1-127.0.0.1:40952;n2-127.0.0.1:40953", "fail to init self address"),
+                                        ("garbage", "dLegerPeers='garbage': 'garbage' is not <id>-<host>:<port>")])
+def test_peers_the_broker_does_not_start_with_are_refused_by_name(job, peers, said, tmp_path, capsys):
+    """A DLedger store whose dLegerPeers DLedger's DLedgerConfig refuses (the member not among them: recover
+    --in-place took it for a group of two and stopped dispatch at the checkpoint; an item that is not id-address):
+    every job refuses it in one line naming dLegerPeers, before reading the store."""
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "dledger-clean-small-11", store)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"dLegerPeers={peers}\n" if line.startswith("dLegerPeers=") else line
+                            for line in (store / "broker.conf").read_text().splitlines(True)))
+    argv = job_argv(job, store, tmp_path) if job != "convert" else [
+        "--store", str(store), "--broker-config", str(conf), "--out", str(tmp_path / "out")]
+    argv[argv.index("--broker-config") + 1] = str(conf)
+    with pytest.raises(SystemExit) as exc:
+        run_main(job, job_main(job), argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and said in err[-1] and err[-1].startswith(f"reput {job}: error: dLegerPeers="), err
+    assert not list(tmp_path.glob("out*"))
+
+
 @pytest.mark.parametrize("job", ["rebuild", "verify", "inspect", "query", "dump"])
 def test_several_dledger_members_without_a_config_are_refused_naming_them(job, tmp_path, capsys):
     """Without a broker config a single dledger-<id>/data/ is read; two are refused, both named."""

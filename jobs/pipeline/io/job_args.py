@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from storage_format.dledger import peers_problem
 from storage_format.settings import BrokerSettings
 
 from ..runtime.failure import JobError
@@ -30,6 +31,10 @@ def check_store(args: argparse.Namespace, settings: BrokerSettings) -> tuple[Loc
         raise JobError(f"cannot read the store {args.store}: {exc}") from None
     if not found:
         raise JobError(f"no RocketMQ store at {args.store}: {_missing_log(store, settings, commitlog)}")
+    peers = peers_problem(settings.d_leger_peers, settings.d_leger_self_id) if settings.enable_dleger_commit_log \
+        else None  # after the member's directory is found: a mistyped dLegerSelfId is named with the store's members
+    if peers is not None:
+        raise JobError(peers)
     _check_listable(commitlog)
     args.log_place = check_log_place(args.job, store, settings).to_dict()
     args.cq_layout = store_cq_layout(store, settings).to_dict()  # for the report: the layout, what it leaves unread
