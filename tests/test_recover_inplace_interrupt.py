@@ -158,6 +158,12 @@ def test_an_interrupted_resume_or_rollback_says_what_is_left_and_the_way_out(gol
                                   stdout=subprocess.DEVNULL)
         assert first.returncode == 143 and (store / JOURNAL).exists(), first.stderr[-2000:]
         way_out = recover_inplace.way_out(store.resolve(), backup.resolve())
+        if point == "in-rollback":  # a mistyped --backup-dir: the store is named part-way, with the journal's DIR
+            typo = subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--rollback",
+                                   "--backup-dir", str(tmp_path / "bakk")], capture_output=True, text=True,
+                                  timeout=300)
+            assert typo.returncode == 2 and typo.stderr.strip().endswith(way_out), typo.stderr[-2000:]
+            assert f"is part-way through a switch whose backup is {backup.resolve()}" in typo.stderr
         again = (["--store", str(store), "--resume"] if point == "op-2" else
                  ["--store", str(store), "--rollback", "--backup-dir", str(backup)])
         second = signalled_at_hook("recover", again + ["--quiet"], "op-6" if point == "op-2" else point,
@@ -176,3 +182,23 @@ def test_an_interrupted_resume_or_rollback_says_what_is_left_and_the_way_out(gol
             shutil.rmtree(backup)
         else:
             assert file_tree_digest(store) == before
+
+
+def test_a_read_only_backup_dir_is_not_said_to_hold_what_was_never_written(tmp_path, monkeypatch):
+    """On a read-only filesystem, removing a name that was never made fails with EROFS, not ENOENT: the switch
+    stopped before its backup said DIR "still holds 7 entries" of an empty DIR. Only what is there is named."""
+    from jobs.pipeline.recover.journal import DELETE, Op
+    from jobs.pipeline.recover.partial_backup import PartialBackup
+
+    backup = tmp_path / "bak"
+    begun = PartialBackup.of(backup, [Op(op=DELETE, path="index/20261122050857268", old_sha256=None, new_sha256=None)])
+    backup.mkdir()
+    kept = backup / BACKUP_MANIFEST
+    kept.write_text("{}")
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    monkeypatch.setattr(Path, "rmdir", read_only)
+    assert begun.take_back() == [kept, backup]

@@ -385,6 +385,9 @@ def rollback(store: Path, backup: Path) -> dict:
     """Restore the state before recovery from the backup (during or after an in-place run)."""
     manifest_path = backup / BACKUP_MANIFEST
     if not manifest_path.exists():
+        if (store / JOURNAL).exists():  # part-way: its journal names the backup that undoes it
+            raise JobError(f"{backup}: no {BACKUP_MANIFEST}, and {store} is part-way through a switch whose backup "
+                           f"is {journal_backup(store)}: {way_out(store, journal_backup(store))}")
         raise JobError(f"{backup}: no {BACKUP_MANIFEST}; the backup is incomplete or not a reput backup "
                        f"(a run killed before its backup finished never touched the store)")
     manifest = json.loads(manifest_path.read_text())

@@ -3,6 +3,7 @@ the store is then as it was and nothing will roll back to that backup, so DIR is
 gone again)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,14 @@ class PartialBackup:
             except (FileNotFoundError, NotADirectoryError):  # never made (DIR a file: the switch made nothing)
                 pass
             except OSError:
-                left.append(f)
+                if os.path.lexists(f):  # a read-only DIR refuses to remove what was never made too (EROFS)
+                    left.append(f)
         for d in self.made:
             try:
                 d.rmdir()
             except (FileNotFoundError, NotADirectoryError):
                 pass
             except OSError:
-                left.append(d)
+                if os.path.lexists(d):
+                    left.append(d)
         return left
