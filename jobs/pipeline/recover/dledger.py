@@ -21,6 +21,7 @@ from typing import Callable
 
 from storage_format import dledger as fmt
 from storage_format import recovery
+from storage_format.commitlog import END_CRC_MISMATCH
 from storage_format.errors import StoreFormatError
 from storage_format.log_sources import LogFile, broker_consequence
 from storage_format.markers import GenerationGuess
@@ -505,7 +506,8 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
     before the walk's first data file (DLedger never reads it again), or a record DLedger keeps (it checks no CRC
     and no record) that RocketMQ's own checks reject; and a record whose storeTimestamp is no date."""
     audit = scan_store(sc, store, settings, split_size=split_size, work=work.child("audit"), with_cq=False,
-                       with_keys=False, label="audit", quiet=quiet, generation=generation)
+                       with_keys=False, label="audit", quiet=quiet, generation=generation,
+                       check_crc=settings.check_crc_on_recover)
     found = []
     end = audit.end
     if end is not None and end.is_invalid and end.offset < entries.write_end:
@@ -513,6 +515,10 @@ def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_
             found.append(f"the DLedger log is damaged before the data file the broker's recovery walks from "
                          f"({segment_name(entries.walk_from)}): {end.describe()}; DLedger's recovery does not read it "
                          f"again, but a dispatch or rebuild from the start of the log would stop there")
+        elif end.reason == END_CRC_MISMATCH:
+            found.append(f"DLedger's recovery keeps an entry whose record's body CRC fails: {end.describe()}; the "
+                         f"DLedger broker serves it as it is (it checks no CRC), a plain broker's recovery "
+                         f"(checkCRCOnRecover) would cut its log there, and convert refuses it unless --accept-bad-crc")
         else:
             found.append(f"DLedger's recovery keeps an entry whose record RocketMQ's checks reject: {end.describe()}; "
                          f"it lies below the write end, so only a dispatch or rebuild that reaches it would stop there")
