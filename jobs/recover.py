@@ -25,6 +25,7 @@ from typing import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from jobs.pipeline.recover import inplace, interrupted  # noqa: E402
+from jobs.pipeline.recover.journal import BACKUP_APART  # noqa: E402
 from jobs.pipeline.recover.patches import split_patches, stage_patches  # noqa: E402
 from jobs.pipeline.recover.staging import staging_area  # noqa: E402
 from jobs.pipeline.recover import text  # noqa: E402
@@ -381,7 +382,7 @@ def _in_place(args, store: Location, settings, kw, tz) -> int:
                        f"the store, which the in-place switch does not cover; recover with --out instead")
     path = inplace.local_store(store.uri)
     backup = Path(args.backup_dir).resolve()
-    check_outside(Location(str(path)), Location(str(backup)), "--backup-dir")
+    check_outside(Location(str(path)), Location(str(backup)), "--backup-dir", why=BACKUP_APART)
     inplace.check_not_interrupted(path)
     try:
         return _switch_in_place(args, store, settings, kw, tz, path, backup)

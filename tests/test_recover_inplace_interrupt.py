@@ -202,3 +202,14 @@ def test_a_read_only_backup_dir_is_not_said_to_hold_what_was_never_written(tmp_p
     monkeypatch.setattr(Path, "unlink", read_only)
     monkeypatch.setattr(Path, "rmdir", read_only)
     assert begun.take_back() == [kept, backup]
+
+
+def test_a_backup_dir_inside_the_store_is_refused_saying_why(golden, tmp_path, capfd):
+    """--backup-dir inside the store an --in-place run changes: refused, and the reason is that one (it said "the
+    store is only read", which an in-place run's store is not)."""
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store)
+    status, _, err = run_job("recover", argv(store, store / "bak"), capfd)
+    assert status == 2 and err.strip().splitlines()[-1].endswith(
+        "an in-place run changes the store, and its backup must lie apart from it"), err[-2000:]
+    assert file_tree_digest(store) == before

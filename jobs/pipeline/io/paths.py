@@ -65,11 +65,12 @@ def same_or_inside(child: Location, parent: Location) -> bool:
     return False
 
 
-def check_outside(store: Location, other: Location, flag: str, may_contain: bool = False) -> None:
+def check_outside(store: Location, other: Location, flag: str, may_contain: bool = False,
+                  why: str = "the store is only read") -> None:
     """Refuse `other` (given with `flag`) when it is the store, lies inside it or (unless `may_contain`: a
-    directory a job only makes a fresh subdirectory in, like --work-dir) contains it."""
+    directory a job only makes a fresh subdirectory in, like --work-dir) contains it; `why` ends the line."""
     if same_or_inside(other, store):
         raise JobError(f"{flag} {other.uri} must be outside the store {store.uri} (it is {real_path(other)}, "
-                       f"inside the store's {real_path(store)}); the store is only read")
+                       f"inside the store's {real_path(store)}); {why}")
     if not may_contain and same_or_inside(store, other):
         raise JobError(f"{flag} {other.uri} must be outside the store {store.uri} (and must not contain it)")

@@ -13,6 +13,7 @@ from ..runtime.faults import crash_point, pause_at
 JOURNAL = ".reput-recover.journal"
 STAGING = ".reput-recover.staging"
 BACKUP_MANIFEST = "reput-backup.json"
+BACKUP_APART = "an in-place run changes the store, and its backup must lie apart from it"  # --backup-dir's refusal
 REPLACE, CREATE, DELETE, PATCH = "replace", "create", "delete", "patch"
 PATCHES_NEW = "patches.new"  # STAGING/: every patch's new bytes, one after another (one file to flush)
 PATCHES_OLD = "reput-patches.old"  # DIR/: their old bytes, at the same offsets

@@ -1,4 +1,4 @@
-"""The console form of `jobs.recover`'s plan and results, for people: the JSON (--json, --plan FILE) stays
+"""The console form of `jobs.recover`'s plan and results, for people: the JSON (--json, --report FILE) stays
 the machine form with unchanged keys; this module only reads it and turns it into short lines."""
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ def plan_lines(summary: dict, broker: str | None = None, title: str = "recovery 
     """The whole plan (or what a run did) in short sections; the JSON form has every detail."""
     log = _dledger(summary) if summary.get("mode") == "dledger" else _commitlog(summary)
     return (_head(summary, title, broker) + _checkpoint(summary) + log + _consume_queues(summary)
-            + _index(summary) + _timer(summary) + _tail(summary) + ["(the full plan as JSON: --json, or --plan FILE)"])
+            + _index(summary) + _timer(summary) + _tail(summary) + ["(the full plan as JSON: --json, or --report FILE)"])
 
 
 def result_lines(summary: dict, headline: str) -> list[str]:

@@ -24,7 +24,7 @@ from ..io.paths import check_outside
 from ..io.run_lock import IN_PLACE_LOCK, RunLock, beside, held
 from ..io.workdir import removed_after
 from ..recover import inplace
-from ..recover.journal import CREATE, REPLACE
+from ..recover.journal import BACKUP_APART, CREATE, REPLACE
 from ..recover.staging import staging_area
 from ..runtime.cli import JobError, json_bytes, warn
 from ..runtime.engine import EngineChoice, job_runner
@@ -55,7 +55,7 @@ def locked_out1(args: argparse.Namespace) -> Iterator[InPlaceTarget]:
     it) and the one recover --in-place, --resume and --rollback take (inside it); then no interrupted switch in it."""
     out1_path = inplace.local_store(location(args.since).uri)
     backup = Path(args.backup_dir).resolve()
-    check_outside(Location(str(out1_path)), Location(str(backup)), "--backup-dir")
+    check_outside(Location(str(out1_path)), Location(str(backup)), "--backup-dir", why=BACKUP_APART)
     check_directory(Location(str(out1_path)))  # the in-place lock file must not make a missing OUT1
     with held(RunLock(beside(out1_path), "rebuild", str(out1_path)),
               RunLock(out1_path / IN_PLACE_LOCK, "rebuild", f"{out1_path} (--in-place)")):
