@@ -356,3 +356,26 @@ def test_a_time_window_that_ends_before_it_begins_is_refused(window, capsys):
     code, err = run_job_lines("query", ["--store", str(store), "--broker-config", str(store / "broker.conf"),
                                         "--topic", "TopicTest", "--key", "ORDER-1", *window], capsys)
     assert code == 2 and err[-1].startswith("reput query: error: --begin ") and "is no time window" in err[-1], err
+
+
+@pytest.mark.parametrize("point", ["after-publish", "before-old-delete"])
+def test_an_interrupt_once_out_is_in_place_says_it_was_published(point, tmp_path):
+    """Ctrl-C once the new OUT is in place (renamed there; an --overwrite's old copy not yet deleted), before the
+    report is printed: OUT is the new, complete output, and the line says so (it said "nothing published")."""
+    from tests.helpers import signalled_at_hook
+
+    store = GOLDEN / "clean-small-11"
+    out = tmp_path / "out"
+    argv = ["--store", str(store), "--broker-config", str(store / "broker.conf"), "--out", str(out), "--engine",
+            "local", "--quiet"]
+    if point == "before-old-delete":
+        out.mkdir()
+        assert subprocess.run([sys.executable, "-m", "jobs.rebuild", *argv, "--overwrite"], cwd=REPO,
+                              capture_output=True, timeout=300).returncode == 0
+        argv.append("--overwrite")
+    run = signalled_at_hook("rebuild", argv, point, tmp_path / "paused")
+    assert run.returncode == 130 and run.stderr.strip().splitlines()[-1] == (
+        f"reput rebuild: interrupted; {out} was published: the run had completed it; the report was not printed"), \
+        run.stderr[-2000:]
+    assert (out / "reput-report.json").is_file() and sorted(os.listdir(tmp_path)) == ["out", "paused"], \
+        os.listdir(tmp_path)

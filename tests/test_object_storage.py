@@ -23,6 +23,7 @@ from jobs.dump import main as dump_main
 from jobs.inspect import main as inspect_main
 from jobs.pipeline.runtime.cli import JobError, run_main
 from jobs.pipeline.io.commit_marker import MARKER, DirectOutput, unfinished
+from jobs.pipeline.runtime import interrupt
 from jobs.pipeline.io import out_files
 from jobs.pipeline.io.fs import location
 from jobs.query import main as query_main
@@ -274,6 +275,25 @@ def test_overwrite_uncommits_the_old_output_first(s3):
             direct.dir.child("consumequeue/t/0/00000000000000000000").write_bytes(b"new, uncommitted")
             raise RuntimeError("task failed")
     assert s3.tree(f"{BUCKET}/out/overwritten") == {}
+
+
+def test_an_interrupt_after_the_commit_keeps_the_output(s3):
+    """Ctrl-C once the run report (the commit) is written, before the run has printed it: the committed OUT stays
+    (it was removed, committed report and all, by the interrupt's clean-up), and the line says it was published."""
+    out = location(uri("out/committed"))
+    previous = interrupt.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with DirectOutput(out, "reput-report.json", "rebuild") as direct:
+                direct.dir.child("consumequeue/t/0/00000000000000000000").write_bytes(b"new")
+                direct.publish(b"{}")
+                raise KeyboardInterrupt
+        interrupt.finish("rebuild", interrupt.note_after("nothing published"))
+        assert interrupt.note_after("nothing published").startswith(f"{out.uri} was published")
+    finally:
+        interrupt.uninstall(previous)
+    assert unfinished(out) is None
+    assert set(s3.tree(f"{BUCKET}/out/committed")) >= {"consumequeue/t/0/00000000000000000000", "reput-report.json"}
 
 
 def wait_for(path: Path, proc: subprocess.Popen) -> None:

@@ -48,6 +48,7 @@ class DirectOutput:
 
     def __init__(self, out: Location, report: str, job: str, overwrite: bool = False) -> None:
         self.out, self.report, self.job, self.overwrite = out, report, job, overwrite
+        self._committed = False  # the run report is written (publish)
         self.dir = out
         self.work = out.child("_work")
         if "/" not in out.path.strip("/"):
@@ -65,9 +66,9 @@ class DirectOutput:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        if exc_type is not None and not self._committed:
             self.remove()
-        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt) or self._committed:
             interrupt.forget(self)
 
     def _remove_all_but_marker(self) -> None:
@@ -86,4 +87,7 @@ class DirectOutput:
         out_files.record(self.out, (MARKER,))  # the marker goes once the report is written
         pause_at("before-commit")
         self.out.child(self.report).write_bytes(report)
+        self._committed = True  # from here on the output is the run's result: nothing removes it
+        interrupt.forget(self)
         self.out.child(MARKER).delete_tree()
+        interrupt.published(self.out.uri)

@@ -132,10 +132,13 @@ class Staging:
             self.out.move_to(self._old)
             pause_at("between-renames")
             self.dir.move_to(self.out)
+            interrupt.published(self.out.uri)  # an interrupt from here on keeps the new OUT (_settle_...)
             pause_at("before-old-delete")
             self._old.delete_tree()
         else:
             self.dir.move_to(self.out)
+            interrupt.published(self.out.uri)
+        pause_at("after-publish")
 
 
 def _lock(out: Location, job: str) -> RunLock | None:

@@ -156,7 +156,7 @@ def run_main(job: str, main: Callable[[list[str] | None], int], argv: list[str] 
     try:
         code = main(argv)
     except KeyboardInterrupt as exc:
-        note = exc.note if isinstance(exc, Interrupted) else INTERRUPTED_NOTES.get(job)
+        note = exc.note if isinstance(exc, Interrupted) else interrupt.note_after(INTERRUPTED_NOTES.get(job))
         code = interrupt.finish(job, note)
     except SystemExit:
         raise  # argparse: --help / --version (0) or a usage error (2), already printed
@@ -175,7 +175,7 @@ def _failed(job: str, exc: Exception) -> int:
     if debug():
         traceback.print_exc()
     if interrupt.signalled():  # the interrupt's KeyboardInterrupt was replaced on its way up
-        return interrupt.finish(job, INTERRUPTED_NOTES.get(job))
+        return interrupt.finish(job, interrupt.note_after(INTERRUPTED_NOTES.get(job)))
     print(f"reput {job}: error: {one_line(exc)}", file=sys.stderr, flush=True)
     return EXIT_ERROR
 

@@ -5,7 +5,7 @@ their variable is set (registered in env.py, named on stderr and in the run repo
   by `REPUT_TEST_PAUSE_MARK` if set) and then sleeps until the process is killed. Points of a rebuild:
   in-decode-task (inside a decode task, its work files written), after-decode, in-build-task (inside a
   Spark task), after-build, before-publish-rename, between-renames (an --overwrite publish: old OUT moved
-  aside, new one not yet in place), before-old-delete; on object storage (no rename), before-commit: the
+  aside, new one not yet in place), before-old-delete, after-publish (OUT in place, the report not printed); on object storage (no rename), before-commit: the
   tree is written, the run report is not. Of a convert:
   in-convert-write (inside a segment-write task, its segment half written), after-write. Of a recover --out:
   in-background-copy (the background copy thread, after its first file; it waits there, `hold_at`, until the
@@ -32,8 +32,8 @@ import time
 from . import env
 
 PAUSE_POINTS = ("in-decode-task", "after-decode", "in-build-task", "after-build", "before-publish-rename",
-                "between-renames", "before-old-delete", "before-commit", "in-convert-write", "after-write",
-                "in-background-copy", "in-index-write", "staged", "backed-up", "after-switch", "in-rollback",
+                "between-renames", "before-old-delete", "after-publish", "before-commit", "in-convert-write",
+                "after-write", "in-background-copy", "in-index-write", "staged", "backed-up", "after-switch", "in-rollback",
                 "in-catalog-write")
 
 

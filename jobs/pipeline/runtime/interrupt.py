@@ -46,6 +46,7 @@ _spark_context = None  # the SparkContext to cancel and stop, once there is one
 _signalled = False  # a signal reached the running phase (its KeyboardInterrupt may be replaced on the way up)
 _signum: int | None = None  # the first signal received (it decides the exit status)
 _hurry = 0  # signals that came while finishing: 1 skips the polite wait, 2 or more kill
+_published: str | None = None  # the line's end once the run's output is in place (`published`)
 
 
 def job_name(argv: list[str]) -> str:
@@ -88,8 +89,8 @@ def install() -> dict:
 
 def uninstall(previous: dict) -> None:
     """Put back the handlers `install` replaced (a job called in-process, e.g. by a test, is over)."""
-    global _installed, _spark_context, _signalled, _signum, _hurry
-    _installed, _spark_context, _signalled, _signum, _hurry = False, None, False, None, 0
+    global _installed, _spark_context, _signalled, _signum, _hurry, _published
+    _installed, _spark_context, _signalled, _signum, _hurry, _published = False, None, False, None, 0, None
     _cleanups.clear()
     _owned.clear()
     for sig, handler in previous.items():
@@ -255,6 +256,18 @@ def finish(job: str, note: str | None) -> int:
     remove_exit_files()
     print(line(job, note), file=sys.stderr, flush=True)
     return exit_status(_signum)
+
+
+def published(what: str) -> None:
+    """The run's output is in place (OUT renamed into place, its commit written): a signal from here on ends the run
+    saying so, not with the job's "nothing published"."""
+    global _published
+    _published = f"{what} was published: the run had completed it; the report was not printed"
+
+
+def note_after(default: str | None) -> str | None:
+    """The interrupted line's end: what was published, else the job's `default`."""
+    return _published or default
 
 
 def signalled() -> bool:
