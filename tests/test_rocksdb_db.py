@@ -182,6 +182,17 @@ def test_a_database_without_the_offset_family_is_refused_by_name(tmp_path, priva
     assert list(private_tmp.iterdir()) == []
 
 
+def test_a_database_with_another_column_family_is_refused_by_name(tmp_path, private_tmp):
+    """RocketMQ 5.3.3 opens its consume-queue database with `default` and `offset` only, and RocksDB refuses to open
+    one without all of its families ("Column families not opened: extra", load() fails): verify said CONSISTENT."""
+    db_dir = _written_db(tmp_path / "db", (rc.OFFSET_CF, "extra"), {b"k": b"v"})
+    with pytest.raises(StoreFormatError, match="^db/MANIFEST-[0-9]+: lists the column families default, offset, "
+                                               "extra: extra besides default and offset.*the broker does not start"):
+        with open_cq_database(db_dir, "db"):
+            pass
+    assert list(private_tmp.iterdir()) == []
+
+
 def _log(payloads: list[bytes]) -> tuple[bytes, list[int]]:
     """A RocksDB log file written as log_writer.cc writes one (CRCs left 0: the structure check does not read
     them), and the offsets where each record ends."""

@@ -239,6 +239,14 @@ def _open(rocksdict: Any, links: Path, label: str) -> tuple[Any, list[str]]:
         raise StoreFormatError(f"{label}/{manifest}", None, f"lists the column families {', '.join(families)}, "
                                f"without {' and '.join(missing)}: not a RocketMQ consume-queue database (or a "
                                f"MANIFEST cut short)")
+    extra = [cf for cf in families if cf not in (DEFAULT_CF, OFFSET_CF)]
+    if extra:  # RocksDB opens a database only with all its column families; the broker names these two
+        manifest = (links / "CURRENT").read_text(encoding="ascii", errors="replace").strip()
+        raise StoreFormatError(f"{label}/{manifest}", None, f"lists the column families {', '.join(families)}: "
+                               f"{', '.join(extra)} besides {DEFAULT_CF} and {OFFSET_CF}, which RocketMQ's "
+                               f"consume-queue store opens alone, and RocksDB refuses to open a database without all "
+                               f"of them (\"Column families not opened: {', '.join(extra)}\"): the broker does not "
+                               f"start")
     others = {cf: rocksdict.Options(raw_mode=True) for cf in families if cf != DEFAULT_CF}
     try:
         db = rocksdict.Rdict(str(links), options=rocksdict.Options(raw_mode=True), column_families=others,
