@@ -266,6 +266,21 @@ def test_damage_in_a_copys_database_is_named_by_its_key(tmp_path, capfd):
     assert r["rocksdb"]["dirty_tail_units"] == 1
 
 
+def test_a_unit_value_cut_short_is_a_finding_and_the_check_goes_on(tmp_path, capfd):
+    """A unit whose value is 20 bytes instead of 28: a malformed_key finding naming its key (with the unit it should
+    be missing), and the rest of the database still compared (it stopped verify with exit 2, no report)."""
+    store = rocks_copy("rocksdb-clean-11", tmp_path / "s")
+    dump = {bytes.fromhex(r["key"]): r for r in expected_cq("rocksdb-clean-11") if r["cf"] == rc.DEFAULT_CF}
+    cut = rc.unit_key(b"TopicTest", 1, 5)
+    other = rc.unit_key(b"Pay-Events", 0, 7)
+    _write(store / "consumequeue", {cut: bytes.fromhex(dump[cut]["value"])[:20]}, deletes=(other,))
+    code, r, _ = _verify(store, tmp_path, capfd)
+    assert code == 1 and r["finding_counts"] == {"consumequeue.malformed_key": 1, "consumequeue.missing_entry": 2}
+    [bad] = [d for d in r["findings"] if d["kind"] == "malformed_key"]
+    assert bad["key"] == cut.hex() and "a value of 20 bytes, not a unit's 28" in bad["detail"]
+    assert {d["key"] for d in r["findings"] if d["kind"] == "missing_entry"} == {cut.hex(), other.hex()}
+
+
 def test_a_wrong_max_record_and_a_checkpoint_past_the_log_are_findings(tmp_path, capfd):
     store = rocks_copy("rocksdb-clean-11", tmp_path / "s")
     key = rc.offset_key(b"TopicTest", rc.MAX_KIND, 0)

@@ -41,9 +41,11 @@ class RocksUnavailable(JobError):
 
 @dataclass(frozen=True)
 class UnitBatch:
-    """Consecutive `default` items: their keys and their values decoded as one UNIT_VALUE_DTYPE array."""
+    """Consecutive `default` items: their keys and their values decoded as one UNIT_VALUE_DTYPE array; an item whose
+    value is not a unit's 28 bytes is left out of both and listed in `bad_values` (key, value length)."""
     keys: list[bytes]
     values: np.ndarray
+    bad_values: tuple[tuple[bytes, int], ...] = ()
 
 
 def binding() -> Any:
@@ -85,7 +87,7 @@ class CqDatabase:
     def unit_batches(self, lower: bytes | None = None, upper: bytes | None = None,
                      size: int = BATCH_UNITS) -> Iterator[UnitBatch]:
         """`default` items in [lower, upper) in batches of up to `size`, values decoded in one frombuffer; a value
-        that is not 28 bytes raises StoreFormatError naming the database and the key."""
+        that is not 28 bytes is listed in the batch's `bad_values` (UnitBatch) for the caller to report."""
         items = iter(self._db.items(from_key=lower) if lower is not None else self._db.items())
         last = lower
         while True:  # unit_items' loop inlined, batches cut by islice: ~0.3 us a unit is the binding's
@@ -109,12 +111,13 @@ class CqDatabase:
                     self._ran_out(self._db, last, lower is None and last is None)
                 return
 
-    def _batch(self, keys: list[bytes], values: list[bytes]) -> UnitBatch:
-        if set(map(len, values)) != {UNIT_VALUE_SIZE}:
-            at = next(i for i, v in enumerate(values) if len(v) != UNIT_VALUE_SIZE)
-            raise StoreFormatError(str(self.path), None, f"column family {DEFAULT_CF}, key {keys[at].hex()}: value of "
-                                   f"{len(values[at])} bytes, not {UNIT_VALUE_SIZE}")
-        return UnitBatch(keys, unit_values(b"".join(values)).copy())
+    @staticmethod
+    def _batch(keys: list[bytes], values: list[bytes]) -> UnitBatch:
+        if set(map(len, values)) == {UNIT_VALUE_SIZE}:
+            return UnitBatch(keys, unit_values(b"".join(values)).copy())
+        bad = tuple((k, len(v)) for k, v in zip(keys, values) if len(v) != UNIT_VALUE_SIZE)
+        kept = [(k, v) for k, v in zip(keys, values) if len(v) == UNIT_VALUE_SIZE]
+        return UnitBatch([k for k, _ in kept], unit_values(b"".join(v for _, v in kept)).copy(), bad)
 
     def unreferenced_files(self) -> list[str]:
         """The *.sst files of the directory the database does not reference (the broker's next read-write open

@@ -12,13 +12,13 @@ from typing import Callable
 
 import numpy as np
 
-from storage_format.rocksdb_cq import (CTRL_1, DEFAULT_CF, UNIT_KEY_FIXED, UNIT_VALUE_DTYPE, RocksCqFormatError,
-                                       parse_unit_key, unit_key)
+from storage_format.rocksdb_cq import (CTRL_1, DEFAULT_CF, UNIT_KEY_FIXED, UNIT_VALUE_DTYPE, UNIT_VALUE_SIZE,
+                                       RocksCqFormatError, parse_unit_key, unit_key)
 from storage_format.rocksdb_dispatch import (UNIT_FIELDS, NextStart, QueueTail, compare_units,
                                              consequence_of_missing, queue_units, store_timestamps)
 from storage_format.scan_plan import Segment
 
-from ..io.rocksdb_db import CqDatabase, open_cq_database
+from ..io.rocksdb_db import CqDatabase, UnitBatch, open_cq_database
 from ..outputs.build import CqTask, _run_entries
 from .findings import Findings
 
@@ -88,6 +88,7 @@ def _db_units(db: CqDatabase, lower: bytes, upper: bytes, key_len: int, label: s
     key of another length or without the separator before its queue offset is a finding (malformed_key), left out."""
     qos, vals = [np.zeros(0, np.int64)], [np.zeros(0, UNIT_VALUE_DTYPE)]
     for batch in db.unit_batches(lower, upper):
+        _bad_values(batch, found, path, label)
         joined = b"".join(batch.keys)
         if set(map(len, batch.keys)) == {key_len}:
             arr = np.frombuffer(joined, np.uint8).reshape(-1, key_len)
@@ -103,6 +104,14 @@ def _db_units(db: CqDatabase, lower: bytes, upper: bytes, key_len: int, label: s
         qos.append(np.ascontiguousarray(arr[:, key_len - 8:]).view(">i8").reshape(-1).astype(np.int64))
         vals.append(batch.values[ok])
     return np.concatenate(qos), np.concatenate(vals)
+
+
+def _bad_values(batch: UnitBatch, found: Findings, path: str, label: str) -> None:
+    """Items whose value is not a unit's 28 bytes: a finding each (malformed_key), left out of the comparison (the
+    unit the broker would read there is missing from it, a finding of its own)."""
+    for key, size in batch.bad_values:
+        found.add("consumequeue", "malformed_key", path, key=key.hex(), column_family=DEFAULT_CF,
+                  detail=f"{label}: a value of {size} bytes, not a unit's {UNIT_VALUE_SIZE}")
 
 
 def _check_run(db: CqDatabase, task: RocksCheckTask, run: RocksRun, rows, ts: "_Timestamps",
@@ -163,6 +172,7 @@ def _check_gap(db: CqDatabase, task: RocksCheckTask, lower: bytes | None, upper:
                out: RocksCheckResult) -> None:
     """Units in a key range of no expected queue: every one extra (dirty tail, expired or a finding)."""
     for batch in db.unit_batches(lower, upper):
+        _bad_values(batch, out.found, f"consumequeue/{DEFAULT_CF}", task.label)
         got = {"phy": batch.values["phy_offset"].astype(np.int64), "size": batch.values["size"].astype(np.int32),
                "tags": batch.values["tags_code"].astype(np.int64),
                "ts": batch.values["store_timestamp"].astype(np.int64)}
