@@ -164,6 +164,32 @@ def test_an_unpicklable_task_error_reads_as_a_spark_task_error(monkeypatch):
     assert set(_children()) <= before  # every worker reaped
 
 
+def _temp_then_fail(i: int) -> str:
+    """Item 0 makes a temporary directory and waits (killed when item 1 fails); item 1 fails once it is there."""
+    import tempfile
+
+    if i == 0:
+        made = tempfile.mkdtemp(prefix="reput-rocksdb-")
+        Path(tempfile.gettempdir(), "made").write_text(made)
+        time.sleep(60)
+    deadline = time.monotonic() + 30
+    while not any(Path(tempfile.gettempdir()).glob("reput-rocksdb-*")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise StoreFormatError("consumequeue/000123.sst", 4096, "block checksum mismatch")
+
+
+def test_a_killed_workers_temporary_files_go_with_the_pool(tmp_path, monkeypatch):
+    """A task fails while another holds a temporary directory (RocksDB's private link directory): the local engine
+    kills that worker, which cannot remove it; the pool's own temporary directory, the workers' tempdir, goes with
+    the pool (reput-rocksdb-* was left in /tmp)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(StoreFormatError, match="block checksum mismatch"):
+        LocalRunner(2).run_tasks([0, 1], _temp_then_fail, "fails", quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_worker_that_dies_is_an_error_naming_the_task():
     before = set(_children())
     with pytest.raises(WorkerLost, match=r"exit status 3\) in task 2 of 4 \(dies\)"):

@@ -19,8 +19,10 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from multiprocessing.connection import Connection, Pipe, wait
@@ -118,11 +120,20 @@ class _Pool:
         self.running: dict[Connection, int] = {}  # worker -> the item it runs
 
     def run(self) -> list:
+        """Every item's result; the workers' temporary files (their tempfile directory is one the driver makes for
+        the pool) go with the pool however it ends: a worker killed after an error cannot remove its own."""
+        folder = tempfile.mkdtemp(prefix="reput-tasks-")
+        try:
+            return self._run(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _run(self, folder: str) -> list:
         results: list = [None] * len(self.items)
         done, following = 0, 0
         try:
             with interrupt.deferred():  # a signal while forking: every worker forked is known, then killed
-                self._fork_all()
+                self._fork_all(folder)
             for conn in list(self.pids):
                 following = self._assign(conn, following)
             last = time.monotonic()
@@ -149,7 +160,7 @@ class _Pool:
         self._close()
         return results
 
-    def _fork_all(self) -> None:
+    def _fork_all(self, folder: str) -> None:
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             stream.flush()
         driver = os.getpid()
@@ -160,6 +171,7 @@ class _Pool:
                 here.close()
                 for conn in self.pids:
                     conn.close()
+                tempfile.tempdir = folder  # the worker's temporary files: removed with the pool (run)
                 _serve(there, self.items, self.fn, driver)  # never returns
             there.close()
             self.pids[here] = pid
