@@ -102,6 +102,10 @@ def test_the_dry_run_says_what_the_next_start_re_dispatches(tmp_path, capfd):
     assert plan["start_segment"]["name"] == "00000000000002097152"
     assert "re-dispatches from commit-log file 00000000000002097152 at its next start" in err
     assert store_listing(store) == before
+    from jobs.pipeline.recover.text import plan_lines  # the console's summary: one account of the next start
+    after = [line for line in plan_lines(plan) if line.startswith("after the broker starts: ")]
+    assert after == ["after the broker starts: " + plan["rocksdb"]["next_start"]["message"]], after
+    assert "nothing to re-dispatch" not in after[0]
 
 
 def test_in_place_leaves_the_database_and_abort(tmp_path, capfd):

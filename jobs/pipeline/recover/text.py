@@ -218,7 +218,9 @@ def _tail(s: dict) -> list[str]:
     r, m = s["post_start_redispatch"], s["markers"]
     span = (f"re-dispatches offsets {r['from_offset']}..{r['to_offset']}" if r["to_offset"] > r["from_offset"]
             else f"has nothing to re-dispatch (from offset {r['from_offset']})")
-    lines = [f"after the broker starts: it {span} ({r['rule']})",
+    rocks = (s.get("rocksdb") or {}).get("next_start")  # a RocksDB store: its next start's own re-dispatch
+    lines = [f"after the broker starts: {rocks['message']}" if rocks else
+             f"after the broker starts: it {span} ({r['rule']})",
              f"markers: abort {m['abort']}; abort.bak {m['abort.bak']}"
              + (f"; compaction/position-checkpoint {m['compaction/position-checkpoint']}"
                 if "compaction/position-checkpoint" in m else "")]
