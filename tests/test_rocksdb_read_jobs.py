@@ -110,9 +110,13 @@ def test_dump_of_every_queue_equals_the_golden_units(case, tmp_path, capfd):
 
 def test_dump_from_a_queue_offset_and_the_text_form(tmp_path, capfd):
     store = rocks_copy("rocksdb-cq-deleted-11", tmp_path / "rocksdb-cq-deleted-11")
-    rows = _dump(store, capfd, "--topic", "Pay-Events", "--queue", "2", "--from", "0", "--count", "2")
-    assert [r["kind"] for r in rows] == ["gap", "entry", "entry"]  # the broker's offset-0 hole
-    assert rows[0]["reason"] == "no units for queue offsets 0..0" and rows[1]["queue_offset"] == 1
+    for start in (["--from", "0"], []):  # by default too: from where a consumer starts (no "min" record: 0)
+        rows = _dump(store, capfd, "--topic", "Pay-Events", "--queue", "2", *start, "--count", "2")
+        assert [r["kind"] for r in rows] == ["gap", "entry", "entry"]  # the broker's offset-0 hole
+        assert rows[0]["reason"] == "no units for queue offsets 0..0" and rows[1]["queue_offset"] == 1
+    code, out, _ = run_job("dump", ["--store", str(store), "--topic", "Pay-Events", "--queue", "2", "--count", "1"],
+                           capfd)
+    assert code == 0 and out.splitlines()[0] == "gap at queue offset 0: no units for queue offsets 0..0", out
     code, out, _ = run_job("dump", ["--store", str(store), "--topic", "TopicTest", "--queue", "1", "--from", "5",
                                     "--count", "3"], capfd)
     lines = out.splitlines()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from storage_format.errors import StoreFormatError
 from storage_format.record_text import iso_utc
-from storage_format.rocksdb_cq import (CHECKPOINT_TOPIC, DEFAULT_CF, MAX_KIND, OFFSET_CF, RocksCqFormatError,
+from storage_format.rocksdb_cq import (CHECKPOINT_TOPIC, DEFAULT_CF, MAX_KIND, MIN_KIND, OFFSET_CF, RocksCqFormatError,
                                        is_checkpoint_key, offset_key, parse_checkpoint_value, parse_offset_key,
                                        parse_offset_value, parse_unit_key, parse_unit_value, queue_key_range,
                                        unit_key)
@@ -26,30 +26,32 @@ def _bad(db: CqDatabase, cf: str, key: bytes, exc: RocksCqFormatError) -> StoreF
     return StoreFormatError(str(db.path), None, f"column family {cf}, key {key.hex()}: {exc}")
 
 
-def _max_offset(db: CqDatabase, topic: bytes, queue_id: int) -> int | None:
-    """The queue's "max" record's queue offset (its last unit the broker reads), None without one."""
-    value = db.offset_value(offset_key(topic, MAX_KIND, queue_id))
+def _recorded_offset(db: CqDatabase, topic: bytes, queue_id: int, kind: bytes = MAX_KIND) -> int | None:
+    """The queue offset of the queue's "max" record (its last unit the broker reads) or "min" record (its first),
+    None without one."""
+    value = db.offset_value(offset_key(topic, kind, queue_id))
     if value is None:
         return None
     try:
         return parse_offset_value(value).queue_offset
     except RocksCqFormatError as exc:
-        raise _bad(db, OFFSET_CF, offset_key(topic, MAX_KIND, queue_id), exc) from None
+        raise _bad(db, OFFSET_CF, offset_key(topic, kind, queue_id), exc) from None
 
 
 def dump_rocksdb_queue(store: Location, settings: BrokerSettings, db_dir: str, topic: str, queue_id: int,
                        first: int | None, count: int) -> Iterator[dict]:
-    """Up to `count` units of a queue in key order from queue offset `first` (default: its first unit), each with
-    the record it points at; a run of missing queue offsets is a `gap` row, units past the queue's "max" record are
-    marked (a crash's dirty tail, never read by the broker); then why the listing stopped."""
+    """Up to `count` units of a queue in key order from queue offset `first` (default: its "min" record, else 0),
+    each with the record it points at; a run of missing queue offsets is a `gap` row, units past the queue's "max"
+    record are marked (a crash's dirty tail, never read by the broker); then why the listing stopped."""
     name = topic.encode("utf-8")
     lower, upper = queue_key_range(name, queue_id)
     with open_store_database(store, db_dir) as db:
         if next(db.unit_items(lower, upper), None) is None:
             raise JobError(f"{db.path}: no units of {topic}/{queue_id} (column family {DEFAULT_CF})")
-        last = _max_offset(db, name, queue_id)
+        last = _recorded_offset(db, name, queue_id)
         reader = RecordReader(store, settings)
-        expected = first
+        # by default from where a consumer starts: the queue's "min" record, else 0 (a deleted database's hole shows)
+        expected = first if first is not None else (_recorded_offset(db, name, queue_id, MIN_KIND) or 0)
         for key, value in db.unit_items(unit_key(name, queue_id, first) if first is not None else lower, upper):
             if count <= 0:
                 return

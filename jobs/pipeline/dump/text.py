@@ -75,6 +75,8 @@ def other_line(row: dict) -> list[str]:
     if row["kind"] == "blank":
         return [f"blank record at offset {row['offset']} ({_where(row)}): totalSize {row['total_size']}, the rest "
                 f"of the segment is unused; the walk goes on in the next segment"]
+    if row["kind"] == "gap":
+        return [f"gap at queue offset {row['queue_offset']}: {row['reason']}"]
     if row["kind"] == "wrong_size":
         return [f"{row['file']}: {row['size']} bytes, not mappedFileSizeConsumeQueue {row['expected']}: the broker "
                 f"does not start with it (MappedFileQueue.load refuses a file of another size: \"length not matched "
