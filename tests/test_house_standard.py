@@ -25,7 +25,7 @@ LONG_MODULES = {  # path -> (its length in lines, why it is longer)
     "jobs/pipeline/outputs/build.py": (650, "stages 3-4: consume-queue and index build tasks"),
     "jobs/pipeline/recover/write.py": (484, "the files recovery rewrites, creates and deletes"),
     "jobs/pipeline/scan/decode.py": (524, "stages 1-2: the decode task and its two decoders' summaries"),
-    "jobs/pipeline/recover/dledger.py": (551, "the DLedger recovery's facts, plan and its JSON form"),
+    "jobs/pipeline/recover/dledger.py": (532, "the DLedger recovery's facts, plan and its JSON form"),
     "bench/recovery.py": (481, "the recovery bench: the broker's run and reput's, side by side"),
 }
 

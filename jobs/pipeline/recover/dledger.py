@@ -21,7 +21,6 @@ from typing import Callable
 
 from storage_format import dledger as fmt
 from storage_format import recovery
-from storage_format.commitlog import END_CRC_MISMATCH
 from storage_format.errors import StoreFormatError
 from storage_format.log_sources import LogFile, broker_consequence
 from storage_format.markers import GenerationGuess
@@ -34,6 +33,7 @@ from .inputs import (cq_tails, last_cq_record_offset, list_index_files, list_que
                      record_store_timestamp, tail_keys)
 from ..store.markers import StoreMarkers
 from .plan import CommonPlan, IndexPlan
+from . import dledger_audit
 from .gather import new_index_names
 from .write import CopyItem, RecoveryOutput, plan_output
 from ..scan.decode import list_segments, scan_store
@@ -494,35 +494,10 @@ def _plan_warnings(sc, store: Location, settings: BrokerSettings, work: Location
         warnings.append("--full-index: every committed record is indexed again (the broker would leave the records "
                         "between the last kept index file and the resume point unindexed)")
     if audit:
-        warnings.extend(_audit(sc, store, settings, work, split_size, quiet, entries, generation))  # negative ids too
+        warnings.extend(dledger_audit.audit(sc, store, settings, work, split_size, quiet, entries, generation))
     else:
         warnings.extend(p.describe() for p in (d.scan.negative_queue_ids, d.scan.out_of_step_queues) if p is not None)
     return warnings
-
-
-def _audit(sc, store: Location, settings: BrokerSettings, work: Location, split_size: int, quiet: bool,
-           entries: drules.EntryRecovery, generation: int) -> list[str]:
-    """--dry-run: damage the broker's DLedger-mode recovery does not look at, in the whole log: an entry or record
-    before the walk's first data file (DLedger never reads it again), or a record DLedger keeps (it checks no CRC
-    and no record) that RocketMQ's own checks reject; and a record whose storeTimestamp is no date."""
-    audit = scan_store(sc, store, settings, split_size=split_size, work=work.child("audit"), with_cq=False,
-                       with_keys=False, label="audit", quiet=quiet, generation=generation,
-                       check_crc=settings.check_crc_on_recover)
-    found = []
-    end = audit.end
-    if end is not None and end.is_invalid and end.offset < entries.write_end:
-        if end.offset < entries.walk_from:
-            found.append(f"the DLedger log is damaged before the data file the broker's recovery walks from "
-                         f"({segment_name(entries.walk_from)}): {end.describe()}; DLedger's recovery does not read it "
-                         f"again, but a dispatch or rebuild from the start of the log would stop there")
-        elif end.reason == END_CRC_MISMATCH:
-            found.append(f"DLedger's recovery keeps an entry whose record's body CRC fails: {end.describe()}; the "
-                         f"DLedger broker serves it as it is (it checks no CRC), a plain broker's recovery "
-                         f"(checkCRCOnRecover) would cut its log there, and convert refuses it unless --accept-bad-crc")
-        else:
-            found.append(f"DLedger's recovery keeps an entry whose record RocketMQ's checks reject: {end.describe()}; "
-                         f"it lies below the write end, so only a dispatch or rebuild that reaches it would stop there")
-    return found + audit.record_problems()
 
 
 def _rolled(scan, work: Location, settings: BrokerSettings) -> tuple[int, ...]:
