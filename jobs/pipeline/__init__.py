@@ -78,7 +78,7 @@ other (docs/pipeline-map.md, "Layers"; tests/test_import_graph.py). This package
   before its journal), `recover.journal` (the switch's file operations, their JSON form, its file names), `recover.patches` (a kept file's changed pages: found, staged, written, read back),
   `recover.op_state` (what the store holds at an op's path: old, new, absent, torn), `recover.text` (the plan and results as console lines), `recover.dledger` (the facts
   of a DLedger-mode recovery, planned by storage_format.recovery.dledger), `recover.dledger_v5` (the same for 5.3.3's
-  model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.rocksdb_store` (a RocksDB store's recovery: RocksDB's start segment, the index, the database copied and never written, `abort` kept), `recover.timer` (the 5.x timer store:
+  model), `recover.dledger_mode` (which DLedger recovery applies: the store's generation), `recover.dledger_audit` (a DLedger dry run's audit of what its recovery does not look at), `recover.interrupted` (what an interrupted in-place run, --resume or --rollback left in the store), `recover.rocksdb_store` (a RocksDB store's recovery: RocksDB's start segment, the index, the database copied and never written, `abort` kept), `recover.timer` (the 5.x timer store:
   warnings, verify's timer findings, what --repair-timer writes)
 - `since`: rebuild --since OUT1 (docs/nightly.md)
   `since.out1` (OUT1's report read and checked, the store's bytes before OUT1's end), `since.queues` (OUT1's
