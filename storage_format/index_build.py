@@ -195,6 +195,11 @@ def entry_bytes_numpy(key_hash: np.ndarray, phy: np.ndarray, store_ts: np.ndarra
     return entries.view(np.uint8)
 
 
+def time_diff(store_ts: int, base: int) -> int:
+    """One entry's timeDiff (_time_diff)."""
+    return int(_time_diff(np.array([store_ts], np.int64), np.array([base], np.int64))[0])
+
+
 def _time_diff(store_ts: np.ndarray, base: np.ndarray, int_max: int = INT_MAX) -> np.ndarray:
     """timeDiff in seconds of each entry against the header begin timestamp its put saw (0 when that
     is <= 0, clamped to 0..Integer.MAX_VALUE, Java's truncating division)."""

@@ -174,6 +174,25 @@ def test_an_out1_queue_file_changed_since_is_named(spark, tmp_path, capfd):
     rebuild_refused(since_argv(case, store, out2, out1), capfd, out2, f"{victim.name} at byte offset {at}", "full rebuild")
 
 
+@pytest.mark.parametrize("byte, field", [(39, "indexCount"), (31, "endPhyOffset")])
+def test_a_flipped_byte_in_the_header_of_out1s_last_index_file_is_named(byte, field, spark, tmp_path, capfd):
+    """One bit of the header of the index file --since continues flipped, its mtime kept (bit rot): it carried on
+    into every later index file and their names, exit 0. Refused naming the file and the field's byte offset."""
+    from storage_format.index_file import HEADER_FIELD_OFFSETS
+
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    last = max((f for f in (out1 / "index").iterdir() if f.name.isdigit()), key=lambda f: f.name)
+    data = bytearray(last.read_bytes())
+    data[byte] ^= 1 if field == "endPhyOffset" else 0xC0
+    was = last.stat()
+    last.write_bytes(bytes(data))
+    os.utime(last, ns=(was.st_atime_ns, was.st_mtime_ns))  # past the record of OUT1's files (io.out_files)
+    out2 = tmp_path / "out2"
+    rebuild_refused(since_argv(case, store, out2, out1), capfd, out2,
+                    f"{last.name} at byte offset {HEADER_FIELD_OFFSETS[field]}: {field} ", "full rebuild")
+
+
 def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
     """storegen.earlier (make nightly-demo, the bench's nightly stage): last night's log is tonight's up to a record
     boundary 7/8 of the way through, zeros after it in its segment; tonight's lost its oldest segment."""

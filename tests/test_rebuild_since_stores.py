@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -140,11 +141,21 @@ def test_a_recovered_store_a_broker_opened_or_runs_on_is_refused(spark, tmp_path
 
 
 def _index_end_past(store: Path) -> None:
-    """The last index file's endPhyOffset set past everything (as a broker indexing on would move it), its mtime
-    kept: past the record of OUT1's files (io.out_files), to the check of what the index holds."""
+    """One key put into the last index file for a record past everything, as a broker indexing on puts it (its entry
+    at position indexCount, the count, endPhyOffset and hashSlotCount moved on, the header still agreeing with the
+    entries), its mtime kept: past the record of OUT1's files (io.out_files), to the check of what the index holds."""
+    from storage_format.index_build import time_diff
+    from storage_format.index_file import HEADER_SIZE, IndexHeader
+    from storage_format.settings import load_settings
+
     last = max((store / "index").iterdir())
+    layout = load_settings(store / "broker.conf").index_layout
     was = last.stat()
     with open(last, "r+b") as f:
-        f.seek(24)
-        f.write((1 << 40).to_bytes(8, "big"))
+        h = IndexHeader.from_bytes(f.read(HEADER_SIZE))
+        f.seek(layout.entry_at(h.index_count))
+        f.write(struct.pack(">iqii", 7, 1 << 40, time_diff(h.end_timestamp, h.begin_timestamp), 0))
+        f.seek(0)
+        f.write(dataclasses.replace(h, end_phy_offset=1 << 40, index_count=h.index_count + 1,
+                        hash_slot_count=h.hash_slot_count + 1).to_bytes())
     os.utime(last, ns=(was.st_atime_ns, was.st_mtime_ns))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from storage_format import recovery
 from storage_format.confirm_offset import DispatchLimit
 from storage_format.index_file import HEADER_FIELD_OFFSETS
+from storage_format.index_header_check import header_problem
 from storage_format.settings import BrokerSettings
 
 from ..io.background_copy import BackgroundCopy, CopyItem
@@ -211,16 +212,22 @@ def _index_work(args: argparse.Namespace, store: Location, out1: Out1, scan: Sca
         return None
     generation = store_generation(store, args.rocketmq_version).generation
     listed = list_index_files(out1.dir, settings, warnings)
-    _check_index_end(out1, listed)
+    _check_index_end(out1, listed, settings)
     continued = ContinuedIndex([i for i, _ in listed], {info.name: uri for info, uri in listed}, out1.built.offset)
     return continue_files(continued, scan, staging.work, settings, staging.dir.child("index"), generation,
                           min_offset, tz, precopied)
 
 
-def _check_index_end(out1: Out1, listed: list[tuple[recovery.IndexFileInfo, str]]) -> None:
-    """OUT1's last index file must hold entries of records before OUT1's end only (a broker started on a recover
-    or convert OUT since indexes past it)."""
+def _check_index_end(out1: Out1, listed: list[tuple[recovery.IndexFileInfo, str]], settings: BrokerSettings) -> None:
+    """OUT1's last index file, which the new keys continue, must have a header its own entries agree with
+    (index_header_check: one flipped byte would go on into every later file and its name) and hold entries of
+    records before OUT1's end only (a broker started on a recover or convert OUT since indexes past it)."""
     last = max(listed, key=lambda f: f[0].name, default=None)
+    if last is not None and not last[0].empty_on_disk:
+        damaged = header_problem(last[0].header, settings.index_layout, Location(last[1]).read_range)
+        if damaged is not None:
+            raise JobError(f"--since {out1.dir.uri}: {last[1]} at byte offset {damaged[0]}: {damaged[1]}: the index "
+                           f"file --since continues was changed or damaged since it was published; run a full rebuild")
     if last is None or last[0].header.index_count <= 1 or last[0].header.end_phy_offset < out1.built.offset:
         return
     raise JobError(f"--since {out1.dir.uri}: {last[1]} at byte offset {HEADER_FIELD_OFFSETS['endPhyOffset']}: its "
