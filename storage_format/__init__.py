@@ -39,6 +39,8 @@ Every broker rule and store layout lives in one module here (tests/test_layout.p
 - `multi_dispatch`: LMQ / multi-dispatch: the extra entries INNER_MULTI_DISPATCH names, per generation
 - `index_keys`: the index keys of dispatched records in the broker's order (`KeyBatch`, what decoding hands on)
 - `index_file`: index-file header, slots, entry chains, names, the broker's lookup walk and the walk of every chain
+- `index_header_check`: an index file's header against its own entries (what `rebuild --since` checks of the file
+  it continues)
 - `index_build`: index files written (fresh, in shares, appended to in place) with putKey's quirks; the
   vectorised references of the compiled chains
 - `index_prefix`: an index file cut back to its entries before a commit-log offset (the state the broker had then)
