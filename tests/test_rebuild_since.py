@@ -132,6 +132,15 @@ def test_wrong_out1s_are_refused(spark, tmp_path, capfd):
     conf.write_text((GOLDEN / case / "broker.conf").read_text() + "\nduplicationEnable=true\n")
     rebuild_refused(since_argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] + since_argv(case, store, out2, out1)[4:],
              capfd, out2, "duplicationEnable False then, True now")
+    base = (GOLDEN / case / "broker.conf").read_text()
+    levels = base.split("messageDelayLevel=")[1].splitlines()[0]
+    with_conf = since_argv(case, store, out2, out1)[:2] + ["--broker-config", str(conf)] \
+        + since_argv(case, store, out2, out1)[4:]
+    conf.write_text(base + f"\nmessageDelayLevel={levels.replace('1s', '2s', 1)}\n")
+    rebuild_refused(with_conf, capfd, out2, "messageDelayLevel '1s ", "then, '2s ")  # schedule units' delivery times
+    conf.write_text(base + f"\nmessageDelayLevel={levels}  \n")
+    assert rebuild_main(with_conf) == 0  # the same levels (trailing blanks dropped)
+    shutil.rmtree(out2)
     assert tree_digest(out1) == before
     for name, edit, words in (
             ("damaged", lambda t: t[:len(t) // 2], ("reput-report.json: byte offset", "not JSON")),
