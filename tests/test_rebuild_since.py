@@ -202,6 +202,20 @@ def test_a_flipped_byte_in_the_header_of_out1s_last_index_file_is_named(byte, fi
                     f"{last.name} at byte offset {HEADER_FIELD_OFFSETS[field]}: {field} ", "full rebuild")
 
 
+def test_since_waits_for_no_in_place_run_on_out1(spark, tmp_path, capfd):
+    """An --in-place run holds OUT1 (its lock beside OUT1): a plain --since OUT1 --out OUT2 started meanwhile is
+    refused naming that run, before it reads OUT1 (it read OUT1 half switched and blamed a broker)."""
+    from jobs.pipeline.io.run_lock import RunLock, beside
+
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.7)
+    out2 = tmp_path / "out2"
+    with RunLock(beside(out1.resolve()), "rebuild", str(out1.resolve())):
+        rebuild_refused(since_argv(case, store, out2, out1), capfd, out2, "is being written by reput rebuild",
+                        f"pid {os.getpid()}")
+    assert rebuild_main(since_argv(case, store, out2, out1)) == 0
+
+
 def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
     """storegen.earlier (make nightly-demo, the bench's nightly stage): last night's log is tonight's up to a record
     boundary 7/8 of the way through, zeros after it in its segment; tonight's lost its oldest segment."""

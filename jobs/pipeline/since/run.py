@@ -9,6 +9,7 @@ import datetime as dt
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from storage_format import recovery
 from storage_format.confirm_offset import DispatchLimit
@@ -18,8 +19,9 @@ from storage_format.settings import BrokerSettings
 
 from ..io.background_copy import BackgroundCopy, CopyItem
 from ..io.fs import Location, location
-from ..io.paths import is_local, same_or_inside
+from ..io.paths import is_local, real_path, same_or_inside
 from ..io.publish import Output, output_for
+from ..io.run_lock import RunLock, beside, held
 from ..outputs.index_continuation import ContinuedIndex, IndexWork, continue_files, name_written
 from ..outputs.rebuild_out import REPORT_NAME, check_staged
 from ..outputs.build import build_files, plan_cq, share_index_tasks
@@ -63,16 +65,26 @@ def publish_out2(args: argparse.Namespace, store: Location, settings: BrokerSett
     if same_or_inside(out, out1_dir) or same_or_inside(out1_dir, out):
         raise JobError(f"--out {args.out} must be outside --since {args.since} and must not contain it: OUT1 is only "
                        f"read; write OUT2 beside it")
-    out1 = since_checks(args, store, settings)
-    staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark
-    with staging:  # the run lock is released however it ends (the engine's start refused included)
-        sc, engine = job_runner(args, "rebuild", out1.bytes_to_decode, settings)
-        run = rebuild_since(sc, args, store, settings, staging, out1, limit.offset, tz, quiet)
-        check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
-        report = since_report(args, run, settings, limit, out1)
-        report["engine"] = engine.to_dict()
-        staging.publish(json_bytes(report))
+    with _out1_held(out1_dir):  # an --in-place run on OUT1 does not change it under this one
+        out1 = since_checks(args, store, settings)
+        staging = output_for(out, REPORT_NAME, "rebuild", args.overwrite)  # refuses an existing OUT before Spark
+        with staging:  # the run lock is released however it ends (the engine's start refused included)
+            sc, engine = job_runner(args, "rebuild", out1.bytes_to_decode, settings)
+            run = rebuild_since(sc, args, store, settings, staging, out1, limit.offset, tz, quiet)
+            check_staged(staging.dir, settings, dict.fromkeys(run.result.cq_files, 0), run.result.index_names)
+            report = since_report(args, run, settings, limit, out1)
+            report["engine"] = engine.to_dict()
+            staging.publish(json_bytes(report))
     return report
+
+
+def _out1_held(out1_dir: Location):
+    """OUT1's run lock (the one an --in-place run on it holds), on a local filesystem; elsewhere none (and none for
+    a missing OUT1, which the checks refuse: its lock file would make its parent)."""
+    if not is_local(out1_dir) or not out1_dir.is_dir():
+        return contextlib.nullcontext()
+    path = Path(real_path(out1_dir))
+    return held(RunLock(beside(path), "rebuild", f"--since {path}"))
 
 
 def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, staging: Output,
