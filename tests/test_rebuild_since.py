@@ -216,6 +216,23 @@ def test_since_waits_for_no_in_place_run_on_out1(spark, tmp_path, capfd):
     assert rebuild_main(since_argv(case, store, out2, out1)) == 0
 
 
+def test_a_night_missed_past_expiry_is_named_as_such(spark, tmp_path, capfd):
+    """The store's head expired past OUT1's end (nights missed past fileReservedTime): refused saying OUT1's end
+    expired and where the log now starts (it blamed a recovered or replaced store)."""
+    from tests.since_helpers import expire
+
+    case = "clean-small-11"
+    out1, store = grown(case, tmp_path, 0.3)
+    end = report(out1)["built_to"]["offset"]
+    starts = sorted(int(p.name) for p in (store / "commitlog").iterdir())
+    first = expire(case, store, sum(1 for s in starts if s < end))
+    assert first >= end
+    out2 = tmp_path / "out2"
+    rebuild_refused(since_argv(case, store, out2, out1), capfd, out2,
+                    f"OUT1's end (commit-log offset {end}, in ", f"has expired from the store: its commit log now "
+                    f"starts at {first}", "full rebuild")
+
+
 def test_the_nightly_demo_stores_are_one_store_a_day_apart(tmp_path):
     """storegen.earlier (make nightly-demo, the bench's nightly stage): last night's log is tonight's up to a record
     boundary 7/8 of the way through, zeros after it in its segment; tonight's lost its oldest segment."""

@@ -137,6 +137,11 @@ def checked_out1(out1_dir: Location, settings: BrokerSettings, segments: list[Se
     built = check_report(out1_dir, report, settings)
     check_as_written(out1_dir, report)
     check_unchanged(out1_dir)
+    if segments and segments[0].start >= built.offset > 0:  # a missed night past fileReservedTime
+        first = Location(segments[0].path).name
+        raise _fail(out1_dir, f"OUT1's end (commit-log offset {built.offset}, in {built.file}) has expired from the "
+                              f"store: its commit log now starts at {segments[0].start} ({first}); nothing OUT1 was "
+                              f"built from is left to continue: run a full rebuild")
     differs = tail_difference(segments, built)
     if differs is not None:
         raise _fail(out1_dir, f"the store no longer holds what it was built from: {differs} (the store was recovered "
