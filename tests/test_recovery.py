@@ -8,6 +8,7 @@ away from either.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -305,6 +306,22 @@ def test_checkpoint_after_rules():
     assert after == Checkpoint(10, 25, 29, 0, 400) and set(why) >= {"logics_msg_timestamp", "confirm_phy_offset"}
     assert why["confirm_phy_offset"] == "the last valid record"
     assert R.checkpoint_after(cp, 4, None, [], RecoveredConfirm(400, "4.x has no confirm field"))[0] == cp
+    slave, why = R.checkpoint_after(cp, 4, 25, [], RecoveredConfirm(0, "-"), physic_from_queue="SLAVE")
+    assert slave == Checkpoint(25, 25, 30, 0, 0) and "SLAVE" in why["physic_msg_timestamp"]
+
+
+@pytest.mark.parametrize("case", ["unclean-11", "v5-unclean-11"])
+def test_a_slaves_recovery_leaves_the_queues_time_as_physic_msg_timestamp(case, spark, tmp_path):
+    """brokerRole=SLAVE: every consume-queue put sets physicMsgTimestamp too (ConsumeQueue.putMessagePositionInfoWrapper,
+    4.9.8 and 5.3.3; RocketMQ's own code run on these stores leaves 1795324942827 on v5-unclean-11): the checkpoint is
+    the broker's recovered one with physicMsgTimestamp = its logicsMsgTimestamp (it was left unchanged)."""
+    conf = tmp_path / "slave.conf"
+    conf.write_text((GOLDEN / case / "broker.conf").read_text() + "\nbrokerRole=SLAVE\n")
+    out = tmp_path / "out"
+    assert run_recover("--store", str(GOLDEN / case), "--broker-config", str(conf), "--out", str(out), "--json") == 0
+    got = parse_checkpoint((out / "checkpoint").read_bytes())
+    want = parse_checkpoint((GOLDEN / f"{case}-recovered" / "checkpoint").read_bytes())
+    assert got == dataclasses.replace(want, physic_msg_timestamp=want.logics_msg_timestamp), (got, want)
 
 
 # ---------------------------------------------------------------------------------------------

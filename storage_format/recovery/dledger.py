@@ -175,12 +175,7 @@ def dledger_checkpoint_after(checkpoint: Checkpoint, generation: int, last_cq_ts
     """checkpoint_after in DLedger mode: physicMsgTimestamp is the store time of the last dispatched NOT/COMMIT
     record, which every consume-queue put sets there (ConsumeQueue.putMessagePositionInfoWrapper; no commit-log flush
     thread does)."""
-    cp, why = checkpoint_after(checkpoint, generation, last_cq_ts, rolled, confirm)
-    if last_cq_ts is not None:
-        cp = replace(cp, physic_msg_timestamp=last_cq_ts)
-        why["physic_msg_timestamp"] = ("store time of the last dispatched NOT/COMMIT record: in DLedger mode every "
-                                       "consume-queue put sets it (no commit-log flush thread does)")
-    return cp, why
+    return checkpoint_after(checkpoint, generation, last_cq_ts, rolled, confirm, physic_from_queue="DLedger")
 
 
 def _unit_problem(h: EntryHeader, unit: tuple | None, pos: int) -> str | None:

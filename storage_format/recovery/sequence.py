@@ -192,7 +192,8 @@ def plan_sequence(facts: RecoveryFacts) -> SequencePlan:
     last_cq_ts = facts.last_cq_record_ts(cq_from) if cq_from is not None else None
     resume, rolled = plan_index(facts, queues)
     confirm = recovered_confirm(facts)
-    cp, why = checkpoint_after(facts.checkpoint, facts.generation, last_cq_ts, rolled, confirm)
+    cp, why = checkpoint_after(facts.checkpoint, facts.generation, last_cq_ts, rolled, confirm,
+                               physic_from_queue="SLAVE" if facts.settings.broker_role == "SLAVE" else None)
     return SequencePlan(segments_deleted=segments_to_delete(list(facts.segment_starts), facts.truncate_at),
                         queues=queues, index_resume=resume, rolled_full_end_ts=rolled,
                         confirm=confirm, checkpoint=cp, checkpoint_why=why)
