@@ -620,3 +620,30 @@ def test_a_stray_name_in_a_queue_directory_is_refused(spark, golden, tmp_path, c
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and f"{queue / '00000000000000000000.bak'} at byte offset 0" in err[0], err
     assert "the broker does not start" in err[0] and "NumberFormatException" in err[0], err
+
+
+def test_a_clean_5x_store_the_modelled_recovery_would_cut_is_refused(tmp_path, capfd):
+    """A 5.x store that shut down cleanly (no abort) with a damaged record in its third-last segment: 4.9.8's normal
+    recovery (what reput models) validates from there and cuts the log, dropping the last segment's records; 5.3.3's
+    validates only from the segment holding the consume queues' end and keeps them. Refused by name, in every mode,
+    the store unchanged (a plan dropping records 5.3.3 keeps; --in-place deleted them)."""
+    from tests.helpers import run_job
+
+    store = tmp_path / "store"
+    shutil.copytree(GOLDEN / "v5-unclean-11", store)
+    (store / "abort").unlink()
+    third = sorted((store / "commitlog").iterdir())[-3]
+    data = bytearray(third.read_bytes())
+    at = 0
+    for _ in range(10):  # the 10th record's magic code
+        at += struct.unpack_from(">i", data, at)[0]
+    data[at + 4] ^= 0xFF
+    third.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    for mode in (["--dry-run"], ["--in-place", "--backup-dir", str(tmp_path / "bak")]):
+        code, _, err = run_job("recover", ["--store", str(store), "--broker-config", str(store / "broker.conf"),
+                                           *mode], capfd)
+        lines = [line for line in err.splitlines() if line.startswith("reput recover: error:")]
+        assert code == 2 and len(lines) == 1 and "shut down cleanly (no abort file)" in lines[0], err[-2000:]
+        assert f"{third.name} at byte offset {at}" in lines[0] and "5.3.3's normal recovery" in lines[0]
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before

@@ -23,6 +23,7 @@ from storage_format.scan_plan import Segment
 from storage_format.settings import BrokerSettings
 
 from ..io.fs import Location
+from ..runtime.failure import JobError
 from ..io.paths import is_local
 from ..io.store_gate import commitlog_dir
 from .inputs import (QueueDir, cq_tails, last_cq_record_offset, list_index_files, list_queues, load_queues,
@@ -240,6 +241,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
         truncate_at=log.truncation.offset, last_valid_record=log.last_valid,
         last_dispatched_record=log.last_dispatched, dispatched_end=log.dispatched_end, queues=queues,
         index=index_facts, last_cq_record_ts=last_cq_ts))
+    _refuse_unmodelled_cut(store, gen.generation, log, seq)
     index.resume = seq.index_resume  # None with --full-index
     if isinstance(index_facts, recovery.IndexResumeFacts):
         index.new_names = new_index_names(index.kept, len(seq.index_resume.new_files), tz)
@@ -252,6 +254,20 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
                         reput_from=q.reput_from, index=index, checkpoint_after=seq.checkpoint,
                         checkpoint_why=seq.checkpoint_why, warnings=skipped + _warnings(sc, log, markers, audit),
                         timings=timings, dispatch=log.dispatch_dict())
+
+
+def _refuse_unmodelled_cut(store: Location, generation: int, log: ValidatedLog, seq) -> None:
+    """A 5.x store without `abort` whose log the recovery would cut: 5.3.3's normal recovery validates only from the
+    segment holding where its consume queues end (and dispatches what they lack), 4.9.8's from the third-last
+    segment, which reput models: refused rather than a plan dropping records 5.3.3 keeps."""
+    if generation < 5 or log.abnormal:
+        return
+    if seq.segments_deleted or log.scan.stitched.data_after_end:  # records past the cut, in later segments
+        raise JobError(f"{store.uri}: shut down cleanly (no abort file), yet the recovery reput models (4.9.8's "
+                       f"normal recovery, from the third-last segment) would cut its commit log at "
+                       f"{log.truncation.offset} ({log.truncation.detail}); RocketMQ 5.3.3's normal recovery "
+                       f"validates only from the segment holding the consume queues' end and may keep those records: "
+                       f"not modelled, refused; `reput verify` names the damage, and the broker's own start decides")
 
 
 def _warnings(sc, log: ValidatedLog, markers: StoreMarkers, audit: bool) -> list[str]:
