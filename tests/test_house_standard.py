@@ -21,7 +21,7 @@ LONG_MODULES = {  # path -> (its length in lines, why it is longer)
     "storage_format/kernels/split_kernel.py": (671, "the compiled decoder: its inlined helpers live beside the loop"),
     "storegen/sample.py": (556, "the sample store's message kinds, one builder each"),
     "storegen/encoder.py": (506, "the encoder of every record kind the golden stores hold (tests and bench only)"),
-    "storage_format/recovery/dledger.py": (603, "DLedger's recovery rules (walk, index rewrite, checkpoint, currterm)"),
+    "storage_format/recovery/dledger.py": (598, "DLedger's recovery rules (walk, index rewrite, checkpoint, currterm)"),
     "jobs/pipeline/outputs/build.py": (650, "stages 3-4: consume-queue and index build tasks"),
     "jobs/pipeline/recover/write.py": (484, "the files recovery rewrites, creates and deletes"),
     "jobs/pipeline/scan/decode.py": (524, "stages 1-2: the decode task and its two decoders' summaries"),
