@@ -423,6 +423,10 @@ def _switch_in_place(args, store: Location, settings, kw, tz, path: Path, backup
                                 hashed=not inplace.same_filesystem(path, backup))  # hard links need no hashes
         if names:
             summary["index"]["to_create"] = names
+        broker = broker_lock(store)  # again: a broker started while this run planned would see its files change
+        if broker.running:
+            raise JobError(f"a broker took the store's lock while this run planned ({broker.describe()}); "
+                           f"{inplace.not_begun('the store')}: stop the broker first")
         manifest = inplace.switch(path, staging, backup, ops, summary, patch_bytes)
         summary["timings"]["switch_s"] = round(time.monotonic() - t0, 3)
         pause_at("after-switch")

@@ -213,3 +213,35 @@ def test_a_backup_dir_inside_the_store_is_refused_saying_why(golden, tmp_path, c
     assert status == 2 and err.strip().splitlines()[-1].endswith(
         "an in-place run changes the store, and its backup must lie apart from it"), err[-2000:]
     assert file_tree_digest(store) == before
+
+
+def test_a_broker_started_while_the_run_planned_stops_it_before_its_switch(golden, tmp_path, capfd, monkeypatch):
+    """The broker's lock taken while --in-place staged its files (a broker started meanwhile): refused before the
+    switch begins, one line naming the lock holder, the store as it was (the lock was asked once, at the start, and
+    the switch went on under the running broker)."""
+    import jobs.recover as job
+    from tests.helpers import hold_lock
+
+    store = writable_copy(golden / CASE, tmp_path / "store")
+    before = file_tree_digest(store), names(store)
+    backup = backup_dir(tmp_path, False)
+    holders = []
+    real = job.write_output
+
+    def then_a_broker_starts(*args, **kwargs):
+        names_written = real(*args, **kwargs)
+        holders.append(hold_lock(store / "lock"))
+        return names_written
+
+    monkeypatch.setattr(job, "write_output", then_a_broker_starts)
+    try:
+        status, _, err = run_job("recover", argv(store, backup), capfd)
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait()
+    lines = [line for line in err.splitlines() if line.startswith("reput recover: error:")]
+    assert status == 2 and len(lines) == 1 and f"by process {holders[0].pid}" in lines[0], err[-2000:]
+    assert "a broker took the store's lock while this run planned" in lines[0], lines[0]
+    assert lines[0].endswith(f"; {NOT_BEGUN}: stop the broker first"), lines[0]
+    as_it_was(store, before, backup, False)
