@@ -178,3 +178,20 @@ def test_the_first_unit_read_again_changed_with_its_mtime_kept_is_refused(night,
              f"{victim.parent.name}/{victim.name} at byte offset {at}:", "the unit OUT1 holds differs from the one the "
              "commit log gives", "full rebuild")
     assert tree_digest(bad) == before
+
+
+def test_files_of_a_recover_out_that_cannot_be_continued_says_why(spark, tmp_path, capfd):
+    """verify --files of a recover OUT whose report says it is not continuable (a torn store's: a queue cut before
+    units left on disk): one line giving the report's reason and the way to check it, not a Python TypeError."""
+    case = "unclean-torn-11"
+    out = tmp_path / "out"
+    conf = str(GOLDEN / case / "broker.conf")
+    code, _, err = run_job("recover", ["--store", str(GOLDEN / case), "--broker-config", conf, "--out", str(out),
+                                       "--quiet"], capfd)
+    assert code == 0, err
+    code, _, err = run_job("verify", ["--store", str(GOLDEN / case), "--broker-config", conf, "--files", str(out)],
+                           capfd)
+    lines = [line for line in err.splitlines() if line.startswith("reput verify: error:")]
+    assert code == 2 and len(lines) == 1 and "TypeError" not in err, err[-2000:]
+    assert "says OUT cannot be checked against the log as built to an offset: the recovery cut" in lines[0]
+    assert lines[0].endswith(f"(`reput verify --store {out}`)"), lines[0]

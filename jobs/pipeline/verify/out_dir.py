@@ -51,7 +51,12 @@ def out_dir(args: argparse.Namespace, store: Location, settings: BrokerSettings)
         raise JobError(f"{FLAG} {out.uri}: no reput run report in it ({', '.join(sorted(REPORT_NAMES.values()))}): "
                        f"not a published reput output")
     try:
-        at = BuiltTo.from_dict(json.loads(report.read_bytes())["built_to"])
+        body = json.loads(report.read_bytes())
+        if isinstance(body, dict) and body.get("built_to") is None and body.get("built_to_not_continuable"):
+            raise JobError(f"{FLAG} {out.uri}: its report ({report.name}) says OUT cannot be checked against the "
+                           f"log as built to an offset: {body['built_to_not_continuable']}; verify it as a store "
+                           f"(`reput verify --store {out.uri}`)")
+        at = BuiltTo.from_dict(body["built_to"])
     except (ValueError, KeyError, TypeError) as exc:
         raise JobError(f"{report.uri}: no usable built_to ({exc.__class__.__name__}: {exc}; a dry run's, a damaged or "
                        f"an older reput's report): cannot say which part of the commit log OUT covers") from None
