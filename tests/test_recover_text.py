@@ -105,6 +105,9 @@ def test_long_lists_are_cut_and_results_are_sentences(tmp_path):
     text = "\n".join(plan_lines(plan))
     assert "consumequeue/T/0/" in text and f"consumequeue/T/{SHOWN}/" not in text
     assert "... and 5 more to remove" in text
+    plan["warnings"] = [f"queue T/{q}: a warning" for q in range(SHOWN + 1000)]  # 1,333 on v5-lmq-unclean-11
+    warned = [line for line in plan_lines(plan) if line.startswith("warning: ")]
+    assert len(warned) == SHOWN and "... and 1000 more warnings (the JSON plan lists every one)" in plan_lines(plan)
     assert resume_lines({"resumed": 7, "backup_dir": "/b"}, "/s") == [
         "resumed: /s recovered in place (7 file operations finished; backup in /b)"]
     assert rollback_lines({"restored": 5, "backup_dir": "/b"}, "/s") == [

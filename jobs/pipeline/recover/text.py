@@ -224,7 +224,9 @@ def _tail(s: dict) -> list[str]:
              f"markers: abort {m['abort']}; abort.bak {m['abort.bak']}"
              + (f"; compaction/position-checkpoint {m['compaction/position-checkpoint']}"
                 if "compaction/position-checkpoint" in m else "")]
-    lines += [f"warning: {w}" for w in s["warnings"]]
+    lines += [f"warning: {w}" for w in s["warnings"][:SHOWN]]
+    if len(s["warnings"]) > SHOWN:
+        lines.append(f"... and {len(s['warnings']) - SHOWN} more warnings (the JSON plan lists every one)")
     if s.get("timings"):
         lines.append("timings: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f}s" for k, v in s["timings"].items()))
     return lines
