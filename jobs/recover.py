@@ -182,6 +182,8 @@ def _run(args) -> int:
         kw["dledger_reading"] = args.dledger_reading
     elif args.dledger_reading:
         raise JobError(f"--dledger-reading {args.dledger_reading}: {args.store} is not a DLedger-mode store")
+    if is_local(store):  # a store part-way through an interrupted switch is neither as it was nor recovered
+        inplace.check_not_interrupted(inplace.local_store(store.uri))
     if args.dry_run:
         return _dry_run(args, store, settings, kw)
     if args.out:

@@ -158,6 +158,10 @@ def test_an_interrupted_resume_or_rollback_says_what_is_left_and_the_way_out(gol
                                   stdout=subprocess.DEVNULL)
         assert first.returncode == 143 and (store / JOURNAL).exists(), first.stderr[-2000:]
         way_out = recover_inplace.way_out(store.resolve(), backup.resolve())
+        for mode in (["--dry-run"], ["--out", str(tmp_path / f"{point}-out")]):  # a half-switched store is refused
+            half = subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config",
+                                   str(store / "broker.conf"), *mode], capture_output=True, text=True, timeout=300)
+            assert half.returncode == 2 and half.stderr.strip().endswith(way_out), half.stderr[-2000:]
         if point == "in-rollback":  # a mistyped --backup-dir: the store is named part-way, with the journal's DIR
             typo = subprocess.run([sys.executable, "-m", "jobs.recover", "--store", str(store), "--rollback",
                                    "--backup-dir", str(tmp_path / "bakk")], capture_output=True, text=True,
