@@ -128,20 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (isinstance(exc, KeyboardInterrupt) or interrupt.signalled()) or not (
                 args.in_place or args.resume or args.rollback):
             raise
-        raise Interrupted(_left_in_store(args)) from None
-
-
-def _left_in_store(args) -> str:
-    """The store's state after an interrupt of an --in-place, --resume or --rollback run (recover.interrupted)."""
-    try:
-        path = inplace.local_store(args.store)
-    except JobError:  # not a local store: the run had not begun
-        return inplace.not_begun("the store")
-    if args.resume:
-        return interrupted.resume(path)
-    if args.rollback:
-        return interrupted.rollback(path, Path(args.backup_dir).resolve())
-    return interrupted.in_place(path)
+        raise Interrupted(interrupted.left_in_store(args.store, args.resume, args.rollback, args.backup_dir)) from None
 
 
 def _run(args) -> int:

@@ -5,8 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .inplace import not_begun, journal_backup, way_out
+from ..runtime.failure import JobError
+from .inplace import journal_backup, local_store, not_begun, way_out
 from .journal import JOURNAL
+
+
+def left_in_store(store_arg: str, resuming: bool, rolling_back: bool, backup_dir: str | None) -> str:
+    """The store's state after an interrupt of an --in-place, --resume or --rollback run (the one below)."""
+    try:
+        path = local_store(store_arg)
+    except JobError:  # not a local store: the run had not begun
+        return not_begun("the store")
+    if resuming:
+        return resume(path)
+    if rolling_back:
+        return rollback(path, Path(backup_dir or "DIR").resolve())
+    return in_place(path)
 
 
 def in_place(store: Path, what: str = "the store") -> str:
