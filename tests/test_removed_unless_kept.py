@@ -95,3 +95,20 @@ def test_a_clean_up_that_fails_is_one_line_and_the_others_still_run(under_run_ma
     assert first.removed == last.removed == 1
     assert err == ["reput test: note: a clean-up after the interrupt failed (AttributeError: 'DeltaTable' object has "
                    "no attribute 'files'); what it was removing may be left", "reput test: interrupted"]
+
+
+def test_a_run_lock_is_let_go_by_the_same_rule(under_run_main, tmp_path, capsys):
+    """io.run_lock.held: after an interrupt replaced on its way up, the lock stays until finish (a second run must
+    not take over what this one's tasks still write into); after an error it goes at once."""
+    from jobs.pipeline.io.run_lock import RunLock, held
+
+    lock_file = tmp_path / ".out.reput-lock"
+    with pytest.raises(ConnectionError):
+        with held(RunLock(lock_file, "rebuild", "OUT")):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ConnectionError("Answer from Java side is empty") from None
+    assert lock_file.exists()
+    interrupt.finish("rebuild", None)
+    assert not lock_file.exists()

@@ -68,8 +68,8 @@ class DirectOutput:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None and not self._committed:
             self.remove()
-        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt) or self._committed:
-            interrupt.forget(self)
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+            interrupt.forget(self)  # (a committed OUT's publish forgot it already)
 
     def _remove_all_but_marker(self) -> None:
         for info in self.out.list():

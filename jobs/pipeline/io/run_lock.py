@@ -107,12 +107,9 @@ def held(*locks: RunLock) -> Iterator[None]:
             taken.append(lock)
             interrupt.remove_on_interrupt(lock, lock.release)
         yield
-    except KeyboardInterrupt:
-        if not interrupt.running():
+    except BaseException as exc:
+        if not interrupt.left_to_finish(exc):
             _release(taken)
-        raise
-    except BaseException:
-        _release(taken)
         raise
     _release(taken)
 
