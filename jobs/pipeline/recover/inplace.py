@@ -148,6 +148,14 @@ def check_not_interrupted(store: Path, what: str = "the store") -> None:
                        f"{way_out(store, journal_backup(store))}")
 
 
+def journaled(store: Path) -> bool:
+    """The store holds a switch's journal: it is part-way through it (when that cannot be told: taken as so)."""
+    try:
+        return (store / JOURNAL).exists()
+    except OSError:
+        return True
+
+
 def journal_backup(store: Path) -> str:
     """The --backup-dir the store's journal names ("DIR" when it cannot be read)."""
     try:
@@ -181,16 +189,12 @@ def _check_backup_dir(backup: Path) -> None:
         raise JobError(f"{backup} already holds a backup ({BACKUP_MANIFEST}); choose an empty --backup-dir")
 
 
-def _stopped(store: Path, begun: PartialBackup, journaled: bool, what: str) -> str:
+def _stopped(store: Path, begun: PartialBackup, wrote_journal: bool, what: str) -> str:
     """What a switch that stopped left of `what` and of DIR, and the way out; stopped before its journal, it first
     takes what it had put into DIR out again (nothing will roll back to it)."""
-    try:
-        part_way = (store / JOURNAL).exists()
-    except OSError:  # the journal cannot be told: take it as there
-        part_way = True
-    if part_way:
+    if journaled(store):
         return f"{what} is part-way through the switch: {way_out(store, begun.dir)}"
-    if journaled:  # the journal written and removed again: every operation ran, the removal's flush did not
+    if wrote_journal:  # the journal written and removed again: every operation ran, the removal's flush did not
         return (f"{what} went through the whole switch, but its end may not be on disk: should {JOURNAL} be back "
                 f"in it after a restart, {way_out(store, begun.dir)}")
     left = begun.take_back()

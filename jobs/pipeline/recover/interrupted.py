@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime.failure import JobError
-from .inplace import journal_backup, local_store, not_begun, way_out
-from .journal import JOURNAL
+from .inplace import journal_backup, journaled, local_store, not_begun, way_out
 
 
 def left_in_store(store_arg: str, resuming: bool, rolling_back: bool, backup_dir: str | None) -> str:
@@ -26,14 +25,14 @@ def left_in_store(store_arg: str, resuming: bool, rolling_back: bool, backup_dir
 def in_place(store: Path, what: str = "the store") -> str:
     """An --in-place run stopped before its switch (scanning, planning, staging) or, should its journal be there,
     during it."""
-    if _journaled(store):
+    if journaled(store):
         return f"{what} is part-way through the switch: {way_out(store, journal_backup(store))}"
     return not_begun(what)
 
 
 def resume(store: Path) -> str:
     """A --resume stopped: the switch is still part-way (its journal is there), or the resume had finished it."""
-    if _journaled(store):
+    if journaled(store):
         return f"the store is still part-way through the switch: {way_out(store, journal_backup(store))}"
     return "the store is recovered: the resumed switch had finished"
 
@@ -44,9 +43,3 @@ def rollback(store: Path, backup: Path) -> str:
     return (f"the rollback may not have finished: run `reput recover --store {store} --rollback --backup-dir "
             f"{backup}` again to finish it")
 
-
-def _journaled(store: Path) -> bool:
-    try:
-        return (store / JOURNAL).exists()
-    except OSError:  # cannot be told: take it as there
-        return True
