@@ -256,7 +256,7 @@ def plan_recovery(sc, store: Location, settings: BrokerSettings, work: Location,
                         timings=timings, dispatch=log.dispatch_dict())
 
 
-def _refuse_unmodelled_cut(store: Location, generation: int, log: ValidatedLog, seq) -> None:
+def _refuse_unmodelled_cut(store: Location, generation: int, log: ValidatedLog, seq: recovery.SequencePlan) -> None:
     """A 5.x store without `abort` whose log the recovery would cut: 5.3.3's normal recovery validates only from the
     segment holding where its consume queues end (and dispatches what they lack), 4.9.8's from the third-last
     segment, which reput models: refused rather than a plan dropping records 5.3.3 keeps."""
