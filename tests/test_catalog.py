@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from collections import Counter
@@ -270,8 +271,10 @@ def test_an_interrupt_while_tasks_write_leaves_no_data_file(tmp_path):
 
 def test_a_second_run_into_the_same_table_is_refused_at_once(tmp_path, capsys):
     """A catalog run holds its (local) table: a second run into it exits 2 at once naming the first, before any
-    scan; the first run then goes on and commits."""
-    from tests.helpers import kill_group, start_at_hook, wait_at_hook
+    scan; the first run, untouched by it, then ends as Ctrl-C ends it (exit 130, its files and lock gone)."""
+    import signal
+
+    from tests.helpers import ended, kill_group, start_at_hook, wait_at_hook
 
     store = GOLDEN / SMALL
     table = tmp_path / "catalog"
@@ -284,8 +287,12 @@ def test_a_second_run_into_the_same_table_is_refused_at_once(tmp_path, capsys):
         assert f"--table {table} is being written by reput catalog (pid {first.pid}" in str(refused.value)
         assert "engine" not in capsys.readouterr().err  # refused before an engine started
         assert first.poll() is None  # the first run is untouched
-    finally:
+        os.killpg(first.pid, signal.SIGINT)
+    except BaseException:
         kill_group(first)
+        raise
+    assert ended(first).returncode == 130 and data_files(table) == set()
+    assert not (tmp_path / ".catalog.reput-lock").exists()
 
 
 def test_a_run_that_loses_the_commit_to_another_leaves_no_data_file(spark, capsys, tmp_path, monkeypatch):
