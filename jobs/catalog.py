@@ -19,7 +19,6 @@ if __name__ == "__main__":  # run as a job: Ctrl-C from here on (imports of pysp
 
 import contextlib  # noqa: E402
 import uuid  # noqa: E402
-from pathlib import Path  # noqa: E402
 from collections import Counter  # noqa: E402
 from typing import Iterator  # noqa: E402
 
@@ -35,9 +34,9 @@ from jobs.pipeline.runtime.cli import (EXIT_OK, JobError, add_generation_flag, e
 from jobs.pipeline.io.job_args import check_report, check_store  # noqa: E402
 from jobs.pipeline.store.markers import store_generation  # noqa: E402
 from jobs.pipeline.io.fs import Location, delta_storage_options, location  # noqa: E402
-from jobs.pipeline.io.run_lock import RunLock, beside, held  # noqa: E402
+from jobs.pipeline.io.run_lock import held_beside  # noqa: E402
 from jobs.pipeline.io.live_broker import warn_if_running  # noqa: E402
-from jobs.pipeline.io.paths import check_outside, is_local, real_path  # noqa: E402
+from jobs.pipeline.io.paths import check_outside  # noqa: E402
 from jobs.pipeline.scan.result import ScanResult  # noqa: E402
 from jobs.pipeline.scan.decode import scan_store  # noqa: E402
 from storage_format.scan_plan import DEFAULT_SPLIT_SIZE  # noqa: E402
@@ -147,16 +146,10 @@ def _say_tail(problems: list[str]) -> None:
         warn("catalog", f"{problem}; the catalog holds the records before it")
 
 
-@contextlib.contextmanager
-def table_held(table: Location) -> Iterator[None]:
+def table_held(table: Location) -> contextlib.AbstractContextManager:
     """One run per local table at a time: a second one is refused at once, naming the first (elsewhere Delta's own
     commit protocol refuses the later of two runs that catalogue the same records)."""
-    if not is_local(table):
-        yield
-        return
-    path = Path(real_path(table))  # one lock whatever the spelling of TABLE
-    with held(RunLock(beside(path), "catalog", f"--table {path}")):
-        yield
+    return held_beside(table, "catalog", "--table")
 
 
 def catalog(sc, store: Location, table: Location, settings: BrokerSettings, **options) -> dict:

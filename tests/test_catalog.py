@@ -310,7 +310,7 @@ def test_a_run_that_loses_the_commit_to_another_leaves_no_data_file(spark, capsy
         raise JobError("Delta commit failed (another catalog run may have committed first; re-run): conflict")
 
     monkeypatch.setattr(job, "commit", beaten)
-    monkeypatch.setattr(job, "is_local", lambda loc: False)
+    monkeypatch.setattr("jobs.pipeline.io.run_lock.is_local", lambda loc: False)  # object storage: no lock
     with pytest.raises(JobError, match="Delta commit failed"):
         catalog_main(["--store", str(store), "--broker-config", str(store / "broker.conf"), "--table", str(table),
                       "--quiet"])

@@ -22,6 +22,8 @@ from typing import Iterator
 
 from ..runtime import interrupt
 from ..runtime.failure import JobError
+from .fs import Location
+from .paths import is_local, real_path
 
 LOCK_MARK = ".reput-lock"
 IN_PLACE_LOCK = ".reput-recover.lock"
@@ -112,6 +114,15 @@ def held(*locks: RunLock) -> Iterator[None]:
             _release(taken)
         raise
     _release(taken)
+
+
+def held_beside(loc: Location, job: str, flag: str) -> contextlib.AbstractContextManager:
+    """The run lock beside `loc` (one whatever its spelling) held for the block by `job`, on a local filesystem
+    (flock is local only); elsewhere none. `flag` names `loc` in a refusal."""
+    if not is_local(loc):
+        return contextlib.nullcontext()
+    path = Path(real_path(loc))
+    return held(RunLock(beside(path), job, f"{flag} {path}"))
 
 
 def _release(locks: list[RunLock]) -> None:

@@ -9,7 +9,6 @@ import datetime as dt
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from storage_format import recovery
 from storage_format.confirm_offset import DispatchLimit
@@ -19,9 +18,9 @@ from storage_format.settings import BrokerSettings
 
 from ..io.background_copy import BackgroundCopy, CopyItem
 from ..io.fs import Location, location
-from ..io.paths import is_local, real_path, same_or_inside
+from ..io.paths import is_local, same_or_inside
 from ..io.publish import Output, output_for
-from ..io.run_lock import RunLock, beside, held
+from ..io.run_lock import held_beside
 from ..outputs.index_continuation import ContinuedIndex, IndexWork, continue_files, name_written
 from ..outputs.rebuild_out import REPORT_NAME, check_staged
 from ..outputs.build import build_files, plan_cq, share_index_tasks
@@ -81,10 +80,9 @@ def publish_out2(args: argparse.Namespace, store: Location, settings: BrokerSett
 def _out1_held(out1_dir: Location):
     """OUT1's run lock (the one an --in-place run on it holds), on a local filesystem; elsewhere none (and none for
     a missing OUT1, which the checks refuse: its lock file would make its parent)."""
-    if not is_local(out1_dir) or not out1_dir.is_dir():
+    if is_local(out1_dir) and not out1_dir.is_dir():
         return contextlib.nullcontext()
-    path = Path(real_path(out1_dir))
-    return held(RunLock(beside(path), "rebuild", f"--since {path}"))
+    return held_beside(out1_dir, "rebuild", "--since")
 
 
 def rebuild_since(sc, args: argparse.Namespace, store: Location, settings: BrokerSettings, staging: Output,
